@@ -1,0 +1,49 @@
+"""The `neuron-migrate` command line.
+
+Sub-commands that need heavy imports (verify needs torch) live in their own modules and are loaded only
+when called, so `check`, `rewrite` and `pin` start fast and never import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from neuron_migrate import __version__
+
+# name -> "module:attribute" of a click command, imported on first use.
+LAZY_COMMANDS: dict[str, str] = {
+    "check": "neuron_migrate.commands:check",
+    "rewrite": "neuron_migrate.commands:rewrite",
+    "rules": "neuron_migrate.commands:rules",
+    "explain": "neuron_migrate.commands:explain",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS:
+            module, _, attr = LAZY_COMMANDS[cmd_name].partition(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="neuron-migrate")
+def main() -> None:
+    """Migrate torch_xla / XLA-based torch-neuronx code to the native PyTorch `neuron` device.
+
+    \b
+    Start with:  neuron-migrate rewrite --diff src/    (review, writes nothing)
+    Then:        neuron-migrate rewrite src/           (apply)
+                 neuron-migrate check src/             (what is left, and what the native backend lacks)
+    """
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

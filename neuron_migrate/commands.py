@@ -1,0 +1,106 @@
+"""check, rewrite, rules, explain: the commands over Python sources and the catalogue."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from neuron_migrate import catalogue
+from neuron_migrate.output import check_summary, finding_line, json_report, rewrite_summary, unified_diff
+from neuron_migrate.runner import run, write_results
+from neuron_migrate.settings import Settings
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _codes(values: tuple[str, ...]) -> frozenset[str]:
+    out = set()
+    for v in values:
+        out.update(c.strip().upper() for c in v.split(",") if c.strip())
+    return frozenset(out)
+
+
+def common_options(f):
+    f = click.option("--select", multiple=True, help="Only these rule codes or prefixes (NM1, NM105).")(f)
+    f = click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes.")(f)
+    f = click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: all cores).")(f)
+    f = click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")(f)
+    f = click.argument("paths", nargs=-1, type=click.Path())(f)
+    return f
+
+
+def _settings(select, ignore, **kw) -> Settings:
+    return Settings(select=_codes(select), ignore=_codes(ignore), **kw)
+
+
+def _report_errors(errors: list[tuple[str, str]]) -> None:
+    for path, message in errors:
+        click.echo(f"{path}: error: {message}", err=True)
+
+
+@click.command()
+@common_options
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def check(paths, select, ignore, jobs, exclude, fmt) -> None:
+    """Report legacy idioms and what the native backend does not support; write nothing.
+
+    Exit 0 when clean, 1 when there are findings, 2 when a file could not be processed.
+    """
+    paths = paths or (".",)
+    result = run(paths, _settings(select, ignore), rewrite=False, jobs=jobs, exclude=exclude)
+    findings = sorted(result.findings, key=lambda f: f.sort_key())
+    errors = result.errors
+    if fmt == "json":
+        click.echo(json_report(findings, errors))
+    else:
+        for f in findings:
+            click.echo(finding_line(f))
+        _report_errors(errors)
+        click.echo(check_summary(findings, len(result.results), len(errors)), err=bool(findings or errors))
+    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings else EXIT_CLEAN)
+
+
+@click.command()
+@common_options
+@click.option("--diff", "--dry-run", "dry_run", is_flag=True,
+              help="Print a unified diff and write nothing (exit 1 when something would change).")
+@click.option("--no-compile", is_flag=True, help="Do not insert model.compile(backend=\"neuron\") after placement.")
+@click.option("--safe-only", is_flag=True, help="Apply only fixes marked safe.")
+def rewrite(paths, select, ignore, jobs, exclude, dry_run, no_compile, safe_only) -> None:
+    """Migrate files in place (or show the diff with --diff)."""
+    paths = paths or (".",)
+    settings = _settings(select, ignore, compile=not no_compile, safe_only=safe_only)
+    result = run(paths, settings, rewrite=True, jobs=jobs, exclude=exclude)
+    if dry_run:
+        for r in result.changed:
+            click.echo(unified_diff(r), nl=False)
+    else:
+        write_results(result)
+    _report_errors(result.errors)
+    for line in rewrite_summary(result.results, dry_run):
+        click.echo(line, err=dry_run)
+    if result.errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if dry_run and result.changed else EXIT_CLEAN)
+
+
+@click.command(name="rules")
+@click.option("--markdown", is_flag=True, help="Print the rules reference (docs/rules.md).")
+def rules(markdown: bool) -> None:
+    """List every rule."""
+    if markdown:
+        click.echo(catalogue.rules_markdown(), nl=False)
+        return
+    for info in catalogue.catalogue().values():
+        click.echo(f"{info.code}  {info.name:<32} {info.fix.value:<7} {info.summary.strip()}")
+
+
+@click.command()
+@click.argument("code")
+def explain(code: str) -> None:
+    """Print the documentation of one rule (e.g. NM103)."""
+    info = catalogue.catalogue().get(code.upper())
+    if info is None:
+        raise click.BadParameter(f"no rule {code}; `neuron-migrate rules` lists them", param_hint="CODE")
+    click.echo(catalogue.explain(info))

@@ -1,0 +1,166 @@
+"""Find the files to process: walk folders, honour .gitignore, skip environments, build output and hidden folders.
+
+Each file gets a kind that decides which handler processes it. Files named on the command line are always
+taken (when their kind is known); folders are walked. A file reached twice (through two arguments or a
+symlink) is yielded once; symlinks that leave the tree being walked are not followed; folder loops end.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import pathspec
+
+SKIP_DIRS = frozenset({
+    "__pycache__", "node_modules", "site-packages", "build", "dist", "venv", "env", "_build",
+    "__pypackages__", "htmlcov", ".neuron_migrate_cache",
+})
+
+# File kind by name pattern; the first match wins. Handlers register for kinds (see handlers.py).
+KINDS: tuple[tuple[str, str], ...] = (
+    ("*.py", "python"),
+    ("*.ipynb", "notebook"),
+    ("requirements*.txt", "requirements"),
+    ("constraints*.txt", "requirements"),
+    ("*requirements.txt", "requirements"),
+    ("*.requirements.txt", "requirements"),
+    ("pyproject.toml", "pyproject"),
+    ("setup.cfg", "setup-cfg"),
+    ("environment.yml", "conda-env"),
+    ("environment.yaml", "conda-env"),
+    ("Dockerfile", "dockerfile"),
+    ("Dockerfile.*", "dockerfile"),
+    ("*.Dockerfile", "dockerfile"),
+    ("Containerfile", "dockerfile"),
+    ("*.sh", "shell"),
+    ("*.bash", "shell"),
+)
+
+
+def kind_of(path: str | Path) -> str | None:
+    name = os.path.basename(str(path))
+    for pattern, kind in KINDS:
+        if fnmatch.fnmatchcase(name, pattern):
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str  # as shown to the user (relative when given relative)
+    kind: str
+    explicit: bool = False  # named on the command line
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    message: str
+
+
+def _is_venv(path: Path) -> bool:
+    return (path / "pyvenv.cfg").is_file() or (path / "conda-meta").is_dir()
+
+
+def _ignore_spec(directory: Path) -> pathspec.PathSpec | None:
+    gi = directory / ".gitignore"
+    try:
+        lines = gi.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    return pathspec.PathSpec.from_lines("gitwildmatch", lines)
+
+
+def discover(paths: Iterable[str], kinds: frozenset[str] | None = None,
+             exclude: Iterable[str] = ()) -> tuple[list[Target], list[Problem]]:
+    """Targets in a deterministic order (sorted per folder), and the problems met on the way."""
+    targets: list[Target] = []
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    exclude_spec = pathspec.PathSpec.from_lines("gitwildmatch", list(exclude)) if exclude else None
+
+    def accept(shown: str, real: str, kind: str | None, explicit: bool) -> None:
+        if kind is None or (kinds is not None and kind not in kinds) or real in seen:
+            return
+        seen.add(real)
+        targets.append(Target(shown, kind, explicit))
+
+    for arg in paths:
+        p = Path(arg)
+        if not os.path.lexists(arg):
+            problems.append(Problem(arg, "no such file or directory"))
+            continue
+        if p.is_dir():
+            root_real = os.path.realpath(arg)
+            for shown, real, kind in _walk(p, root_real, exclude_spec, problems):
+                accept(shown, real, kind, False)
+        elif p.is_file():
+            accept(arg, os.path.realpath(arg), kind_of(arg), True)
+        elif p.is_symlink():
+            problems.append(Problem(arg, "broken symbolic link"))
+        else:
+            problems.append(Problem(arg, "not a regular file"))
+    return targets, problems
+
+
+def _walk(root: Path, root_real: str, exclude_spec, problems: list[Problem]) -> Iterator[tuple[str, str, str | None]]:
+    visited: set[str] = set()
+    # Stack of (folder, [(spec base, spec), ...]) so nested .gitignore files apply below their folder.
+    stack: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, [])]
+    while stack:
+        folder, specs = stack.pop()
+        real = os.path.realpath(folder)
+        if real in visited:
+            problems.append(Problem(str(folder), "folder reached again through a symbolic link (loop); skipped"))
+            continue
+        visited.add(real)
+        spec = _ignore_spec(folder)
+        if spec is not None:
+            specs = specs + [(folder, spec)]
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except PermissionError:
+            problems.append(Problem(str(folder), "permission denied: cannot list the folder"))
+            continue
+        except OSError as exc:
+            problems.append(Problem(str(folder), f"cannot list the folder: {exc.strerror or exc}"))
+            continue
+        subdirs = []
+        for entry in entries:
+            path = Path(entry.path)
+            try:
+                is_dir = entry.is_dir()
+                is_link = entry.is_symlink()
+            except OSError:
+                continue
+            if _ignored(path, is_dir, specs, root, exclude_spec):
+                continue
+            if is_link:
+                target = os.path.realpath(entry.path)
+                if not (target == root_real or target.startswith(root_real + os.sep)):
+                    continue  # never follow a link out of the tree
+            if is_dir:
+                if entry.name.startswith(".") or entry.name in SKIP_DIRS or entry.name.endswith(".egg-info"):
+                    continue
+                if _is_venv(path):
+                    continue
+                subdirs.append((path, specs))
+            else:
+                yield str(path), os.path.realpath(entry.path), kind_of(entry.name)
+        stack.extend(reversed(subdirs))
+
+
+def _ignored(path: Path, is_dir: bool, specs, root: Path, exclude_spec) -> bool:
+    for base, spec in specs:
+        rel = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+        if spec.match_file(rel):
+            return True
+    if exclude_spec is not None:
+        rel = path.relative_to(root).as_posix() + ("/" if is_dir else "")
+        if exclude_spec.match_file(rel):
+            return True
+    return False

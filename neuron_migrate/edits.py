@@ -1,0 +1,160 @@
+"""Apply the edits the rules decided, in one pass over the tree.
+
+Rules never transform trees themselves: they say "replace this node", "remove this statement", "insert
+these statements after that one", "put this marker above that statement". The Applier carries them out
+bottom-up, so an outer replacement sees the inner ones already made, and keeps what nobody asked to change:
+comments above a removed statement move to the next statement, a block left empty gets `pass`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import libcst as cst
+
+Replacer = Callable[[cst.CSTNode], cst.CSTNode]
+
+MARKER_PREFIX = "# TODO(neuron-migrate "
+
+
+def marker_text(code: str, message: str, link: str) -> str:
+    message = " ".join(message.split()).rstrip(".")
+    return f"{MARKER_PREFIX}{code}): {message}, see {link}"
+
+
+@dataclass
+class EditSet:
+    replace: dict[cst.CSTNode, list[Replacer]] = field(default_factory=dict)
+    remove: set[cst.CSTNode] = field(default_factory=set)  # small statements or whole statements
+    after: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    before: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
+    markers: dict[cst.CSTNode, list[str]] = field(default_factory=dict)
+    unwrap: set[cst.CSTNode] = field(default_factory=set)  # `with` statements replaced by their body
+
+    def __bool__(self) -> bool:
+        return bool(self.replace or self.remove or self.after or self.before or self.markers or self.unwrap)
+
+    def add_replace(self, node: cst.CSTNode, fn: Replacer) -> None:
+        self.replace.setdefault(node, []).append(fn)
+
+    def add_marker(self, statement: cst.CSTNode, text: str) -> None:
+        texts = self.markers.setdefault(statement, [])
+        if text not in texts:
+            texts.append(text)
+
+
+def existing_comments(statement: cst.CSTNode) -> list[str]:
+    lines = getattr(statement, "leading_lines", ())
+    return [line.comment.value for line in lines if line.comment is not None]
+
+
+def has_marker(statement: cst.CSTNode, code: str) -> bool:
+    tag = f"{MARKER_PREFIX}{code})"
+    return any(c.startswith(tag) for c in existing_comments(statement))
+
+
+class Applier(cst.CSTTransformer):
+    def __init__(self, edits: EditSet) -> None:
+        super().__init__()
+        self.edits = edits
+        self._dropped: set[cst.CSTNode] = set()
+
+    def on_leave(self, original_node, updated_node):
+        result = updated_node
+        for fn in self.edits.replace.get(original_node, ()):
+            result = fn(result)
+        if isinstance(original_node, cst.SimpleStatementLine):
+            return self._statement(original_node, result)
+        if isinstance(original_node, cst.BaseCompoundStatement):
+            return self._statement(original_node, result)
+        if isinstance(original_node, cst.SimpleStatementSuite):
+            return self._suite(original_node, result)
+        if isinstance(original_node, (cst.IndentedBlock, cst.Module)):
+            return self._block(result)
+        return result
+
+    def _statement(self, original, updated):
+        edits = self.edits
+        if isinstance(original, cst.SimpleStatementLine) and isinstance(updated, cst.SimpleStatementLine):
+            keep = [u for o, u in zip(original.body, updated.body) if o not in edits.remove]
+            if not keep:
+                self._dropped.add(updated)
+                return updated
+            if len(keep) != len(updated.body):
+                keep[-1] = keep[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+                updated = updated.with_changes(body=keep)
+        if original in edits.remove:
+            self._dropped.add(updated)
+            return updated
+        if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
+            body = list(updated.body.body)
+            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *body[0].leading_lines])
+            return cst.FlattenSentinel(body)
+        texts = [t for t in edits.markers.get(original, ()) if t not in existing_comments(original)]
+        if texts and hasattr(updated, "leading_lines"):
+            lines = [cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in texts]
+            updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lines])
+        before = edits.before.get(original, [])
+        after = edits.after.get(original, [])
+        if before or after:
+            if before and hasattr(updated, "leading_lines"):
+                first = before[0].with_changes(leading_lines=[*updated.leading_lines, *before[0].leading_lines])
+                before = [first, *before[1:]]
+                updated = updated.with_changes(leading_lines=[])
+            return cst.FlattenSentinel([*before, updated, *after])
+        return updated
+
+    def _suite(self, original, updated):
+        keep = [u for o, u in zip(original.body, updated.body) if o not in self.edits.remove]
+        if len(keep) == len(updated.body):
+            return updated
+        if not keep:
+            keep = [cst.Pass()]
+        keep[-1] = keep[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(body=keep)
+
+    def _block(self, updated):
+        body = list(updated.body)
+        if not any(s in self._dropped for s in body):
+            return updated
+        out: list[cst.BaseStatement] = []
+        carried: list[cst.EmptyLine] = []
+        for stmt in body:
+            if stmt in self._dropped:
+                carried.extend(stmt.leading_lines)
+                continue
+            if carried:
+                stmt = stmt.with_changes(leading_lines=[*carried, *stmt.leading_lines])
+                carried = []
+            out.append(stmt)
+        if isinstance(updated, cst.Module):
+            if carried:
+                return updated.with_changes(body=out, footer=[*carried, *updated.footer])
+            return updated.with_changes(body=out)
+        if not out:
+            out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
+            carried = []
+        if carried:
+            # comments of the last statements removed stay at the end of the block, indented with it
+            return updated.with_changes(body=out, footer=[*carried, *updated.footer])
+        return updated.with_changes(body=out)
+
+
+def apply(module: cst.Module, edits: EditSet) -> cst.Module:
+    if not edits:
+        return module
+    return module.visit(Applier(edits))
+
+
+def statements(code: str, newline: str = "\n") -> list[cst.BaseStatement]:
+    """Parse statements written by a rule (one per line, no indentation)."""
+    return list(cst.parse_module(code).body)
+
+
+def expression(code: str) -> cst.BaseExpression:
+    return cst.parse_expression(code)
+
+
+def remove_all(edits: EditSet, nodes: Sequence[cst.CSTNode]) -> None:
+    edits.remove.update(nodes)

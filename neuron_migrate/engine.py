@@ -1,0 +1,296 @@
+"""One Python file, start to end: read bytes, resolve names, decide edits, render, validate.
+
+    decode -> pre-filter -> parse -> analyse scopes -> rules decide -> apply edits -> tidy imports
+           -> render -> re-parse -> encode
+
+Nothing here writes: the runner writes the returned bytes (atomically) or prints the diff.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from neuron_migrate import catalogue
+from neuron_migrate.edits import MARKER_PREFIX, EditSet, apply, has_marker, marker_text
+from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate.names import Analysis, Occurrence, Scope
+from neuron_migrate.rules import Rule, all_rules, all_triggers
+from neuron_migrate.settings import Settings
+from neuron_migrate.sources import Source, SourceError, decode
+
+MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
+MARKER_CODE = "NM900"
+ALWAYS_TRIGGERS = (b"neuron-migrate",)
+
+
+@dataclass
+class Pending:
+    code: str
+    node: cst.CSTNode
+    message: str
+    fixable: bool
+    statement: cst.CSTNode | None
+
+
+@dataclass
+class FileContext:
+    """What a rule sees of the file it is deciding on, and how it reports and edits."""
+
+    path: str
+    source: Source
+    module: cst.Module
+    analysis: Analysis
+    settings: Settings
+    rewrite: bool
+    edits: EditSet = field(default_factory=EditSet)
+    pending: list[Pending] = field(default_factory=list)
+    applied: dict[str, int] = field(default_factory=dict)
+    required_imports: list[tuple[str, str | None]] = field(default_factory=list)
+    current: Occurrence | None = None
+    shared: dict[str, object] = field(default_factory=dict)  # facts rules share (e.g. "data_parallel")
+    handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
+
+    # -- names -----------------------------------------------------------------------------------------
+    @property
+    def scope(self) -> Scope:
+        assert self.current is not None
+        return self.current.scope
+
+    def qualname(self, expr: cst.CSTNode | None, scope: Scope | None = None) -> str | None:
+        if expr is None:
+            return None
+        return self.analysis.qualname(expr, scope or self.scope)
+
+    def module_ref(self, module: str, alias: str | None = None, scope: Scope | None = None) -> str:
+        """The expression text that names `module` in the current scope, adding an import when none exists.
+
+        `module_ref("torch")` gives "torch" (or "th" after `import torch as th`);
+        `module_ref("torch.distributed", "dist")` gives "dist" and adds `import torch.distributed as dist`.
+        """
+        scope = scope or self.scope
+        local = self.analysis.local_name_for(module, scope)
+        if local is not None:
+            return local
+        wanted = alias or module.split(".")[0]
+        if alias is None:
+            owner = self.analysis.lookup(wanted, scope)
+            if owner is None or self.analysis.binding_of(wanted, scope) == wanted:
+                self._require(module, None)
+                return module
+        elif self.analysis.lookup(alias, scope) is None and not self._name_taken(alias):
+            self._require(module, alias)
+            return alias
+        # the preferred alias is taken by something else: spell the module out
+        root = module.split(".")[0]
+        if self.analysis.lookup(root, scope) is None or self.analysis.binding_of(root, scope) == root:
+            self._require(module, None)
+            return module
+        raise SourceError(f"cannot add an import of {module}: the name {root!r} is taken in this file")
+
+    def _name_taken(self, name: str) -> bool:
+        return any(name in s.bindings for s in self.analysis.scopes)
+
+    def _require(self, module: str, alias: str | None) -> None:
+        if (module, alias) not in self.required_imports:
+            self.required_imports.append((module, alias))
+
+    @property
+    def quote(self) -> str:
+        """The quote character the file prefers for new string literals."""
+        q = self.shared.get("_quote")
+        if q is None:
+            text = self.source.text
+            q = "'" if text.count("'") > 2 * text.count('"') else '"'
+            self.shared["_quote"] = q
+        return q  # type: ignore[return-value]
+
+    def string(self, value: str) -> str:
+        return f"{self.quote}{value}{self.quote}"
+
+    # -- findings and edits ------------------------------------------------------------------------------
+    def enabled(self, code: str) -> bool:
+        return self.settings.enabled(code, self.path)
+
+    def report(self, code: str, node: cst.CSTNode, statement: cst.CSTNode | None = None, **fields) -> bool:
+        """Record a finding. Returns True when the rule should now make its edits for it.
+
+        For manual rules the marker is placed here (above `statement`, by default the current statement) and
+        False is returned. A finding on a statement that already carries this code's marker is not repeated:
+        the marker (NM900) stands for it.
+        """
+        self.handled.add(node)
+        if isinstance(node, cst.Call):
+            self.handled.add(node.func)
+        if not self.enabled(code):
+            return False
+        info = catalogue.rule(code)
+        statement = statement or (self.current.statement if self.current else None)
+        if statement is not None and has_marker(statement, code):
+            return False
+        fixable = info.fix is not FixSafety.MANUAL and not (info.fix is FixSafety.UNSAFE and self.settings.safe_only)
+        message = info.format(**fields)
+        self.pending.append(Pending(code, node, message, fixable, statement))
+        if not self.rewrite:
+            return False
+        if info.fix is FixSafety.MANUAL:
+            if statement is not None:
+                self.edits.add_marker(statement, marker_text(code, message, info.link))
+            return False
+        if not fixable:
+            return False
+        self.applied[code] = self.applied.get(code, 0) + 1
+        return True
+
+    def replace(self, node: cst.CSTNode, new: cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode]) -> None:
+        self.edits.add_replace(node, new if callable(new) else (lambda _old, _new=new: _new))
+
+    def remove(self, node: cst.CSTNode) -> None:
+        self.edits.remove.add(node)
+
+    def insert_after(self, statement: cst.CSTNode, code: str) -> None:
+        self.edits.after.setdefault(statement, []).extend(cst.parse_module(code).body)
+
+    def insert_before(self, statement: cst.CSTNode, code: str) -> None:
+        self.edits.before.setdefault(statement, []).extend(cst.parse_module(code).body)
+
+    def unwrap(self, statement: cst.CSTNode) -> None:
+        self.edits.unwrap.add(statement)
+
+
+def node_code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+# -- the pipeline ------------------------------------------------------------------------------------------
+
+def parse(source: Source) -> cst.Module:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return cst.parse_module(source.text)
+    except cst.ParserSyntaxError as exc:
+        hint = ""
+        if _looks_like_python2(source.text):
+            hint = " (this looks like Python 2 code; port it to Python 3 first)"
+        raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: syntax error: {exc.message}{hint}; "
+                          "fix the syntax, then run again") from None
+
+
+_PY2 = re.compile(r"^\s*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
+
+
+def _looks_like_python2(text: str) -> bool:
+    return bool(_PY2.search(text))
+
+
+def active_rules(data: bytes, settings: Settings, path: str) -> list[type[Rule]]:
+    return [r for r in all_rules()
+            if any(t in data for t in r.triggers) and any(settings.enabled(c, path) for c in r.codes)]
+
+
+def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
+    source = decode(data)
+    result = FileResult(path, old_bytes=data)
+    if not any(t in data for t in all_triggers()) and not any(t in data for t in ALWAYS_TRIGGERS):
+        return result
+    rules = active_rules(data, settings, path)
+    has_markers = MARKER_PREFIX.encode() in data
+    if not rules and not has_markers:
+        return result
+    module = parse(source)
+    new_text = transform(path, source, module, rules, settings, rewrite, result)
+    if new_text is not None and new_text != source.text:
+        if module.code != source.text:
+            raise SourceError("the parser does not give back this file byte for byte, so it cannot be rewritten "
+                              "without changing lines no rule touched; the file was left alone")
+        validate(new_text, source.text)
+        result.new_bytes = source.encode(new_text)
+    return result
+
+
+def transform(path: str, source: Source, module: cst.Module, rules: list[type[Rule]], settings: Settings,
+              rewrite: bool, result: FileResult) -> str | None:
+    dispatch: dict[type, list[Callable]] = {}
+    analysis = Analysis(module, wanted=tuple({t for r in rules for t in r.node_types()}))
+    ctx = FileContext(path, source, module, analysis, settings, rewrite)
+    instances = [r(ctx) for r in rules]
+    for rule in instances:
+        for node_type, method in rule.node_types().items():
+            dispatch.setdefault(node_type, []).append(getattr(rule, method))
+    for occ in analysis.occurrences:
+        ctx.current = occ
+        for handler in dispatch.get(type(occ.node), ()):
+            handler(occ.node)
+    ctx.current = None
+    for rule in instances:
+        rule.finish()
+
+    from neuron_migrate import imports  # the import tidy-up is itself a stage
+
+    findings = _positions(module, ctx.pending, path)
+    findings += imports.unused_legacy_findings(ctx, path) if not rewrite else []
+    findings += marker_findings(source.text, path, settings)
+    result.findings = sorted(findings, key=lambda f: f.sort_key())
+    if not rewrite:
+        return None
+    new_module = apply(module, ctx.edits)
+    new_module, removed = imports.tidy(new_module, ctx.required_imports)
+    if removed and settings.enabled(imports.UNUSED_CODE, path):
+        ctx.applied[imports.UNUSED_CODE] = ctx.applied.get(imports.UNUSED_CODE, 0) + removed
+    result.applied = {k: v for k, v in ctx.applied.items() if v}
+    new_text = new_module.code
+    if new_text != source.text:
+        result.manual = [f for f in marker_findings(new_text, path, settings)]
+    return new_text
+
+
+def _positions(module: cst.Module, pending: list[Pending], path: str) -> list[Finding]:
+    if not pending:
+        return []
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    out = []
+    for p in pending:
+        pos = positions.get(p.node)
+        line, col = (pos.start.line, pos.start.column + 1) if pos else (1, 1)
+        end = (pos.end.line, pos.end.column + 1) if pos else (None, None)
+        out.append(Finding(path, line, col, p.code, p.message, p.fixable, end_line=end[0], end_col=end[1]))
+    return out
+
+
+def marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
+    if MARKER_PREFIX not in text or not settings.enabled(MARKER_CODE, path):
+        return []
+    out = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        m = MARKER_RE.search(line)
+        if m:
+            info = catalogue.rule(MARKER_CODE)
+            out.append(Finding(path, lineno, m.start() + 1, MARKER_CODE,
+                               info.format(code=m.group(1), text=m.group(2).strip())))
+    return out
+
+
+def validate(new_text: str, old_text: str) -> None:
+    """The rewritten file must parse, with LibCST and (when the original did) with Python's own parser."""
+    try:
+        cst.parse_module(new_text)
+    except cst.ParserSyntaxError as exc:
+        raise SourceError(f"internal error: the rewrite produced code that does not parse ({exc.message}, line "
+                          f"{exc.raw_line}); the file was left alone. Please report this.") from None
+    try:
+        ast.parse(old_text)
+    except SyntaxError:
+        return
+    try:
+        ast.parse(new_text)
+    except SyntaxError as exc:
+        raise SourceError(f"internal error: the rewrite produced code that does not parse ({exc.msg}, line "
+                          f"{exc.lineno}); the file was left alone. Please report this.") from None

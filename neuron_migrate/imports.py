@@ -1,0 +1,210 @@
+"""Tidy imports after the rules' edits: add what new code needs, drop legacy imports nothing uses any more.
+
+Legacy imports are those of torch_xla (and its submodules). An import is dropped only when no read of its
+name resolves to it; a `try: import torch_xla... except ImportError: xm = None` guard whose body held only
+such imports goes away whole, and an `if <feature test>:` guard left empty goes too.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.edits import EditSet, apply
+from neuron_migrate.findings import Finding
+from neuron_migrate.names import Analysis, Binding, dotted, dotted_str
+
+LEGACY_ROOTS = ("torch_xla",)
+UNUSED_CODE = "NM190"
+
+
+def is_legacy(qualname: str | None) -> bool:
+    return qualname is not None and qualname.split(".")[0] in LEGACY_ROOTS
+
+
+def _legacy_module_of(binding: Binding) -> str | None:
+    """The legacy module an import binding refers to (also for `import torch_xla.x.y`, which binds torch_xla)."""
+    if binding.kind != "import" or binding.alias is None:
+        return None
+    node = binding.node
+    if isinstance(node, cst.ImportFrom):
+        module = dotted_str(node.module) if node.module is not None and not node.relative else None
+        return module if is_legacy(module) else None
+    full = dotted_str(binding.alias.name)
+    return full if is_legacy(full) else None
+
+
+def unused_bindings(analysis: Analysis) -> list[Binding]:
+    """Legacy import bindings that no read resolves to."""
+    used: set[tuple[int, str]] = set()
+    for scope in analysis.scopes:
+        for name in scope.reads:
+            owner = analysis.lookup(name, scope)
+            if owner is not None:
+                used.add((id(owner), name))
+    out = []
+    for scope in analysis.scopes:
+        for name, bindings in scope.bindings.items():
+            if (id(scope), name) in used:
+                continue
+            out.extend(b for b in bindings if _legacy_module_of(b) is not None)
+    return out
+
+
+def unused_legacy_findings(ctx, path: str) -> list[Finding]:
+    from neuron_migrate import catalogue
+    from neuron_migrate.engine import Pending, _positions
+
+    if not ctx.enabled(UNUSED_CODE):
+        return []
+    info = catalogue.rule(UNUSED_CODE)
+    pending = [Pending(UNUSED_CODE, b.alias, info.format(module=_legacy_module_of(b)), True, None)
+               for b in unused_bindings(ctx.analysis)]
+    return _positions(ctx.module, pending, path)
+
+
+def tidy(module: cst.Module, required: list[tuple[str, str | None]]) -> tuple[cst.Module, int]:
+    module = _add_imports(module, required)
+    analysis = Analysis(module)
+    unused = unused_bindings(analysis)
+    if not unused:
+        return module, 0
+    dead_aliases = {id(b.alias) for b in unused}
+    dead_names = {b.name for b in unused}
+    edits = EditSet()
+    emptied: set[cst.CSTNode] = set()
+    for b in unused:
+        node = b.node
+        if node in emptied or node is None:
+            continue
+        names = node.names
+        keep = [a for a in names if id(a) not in dead_aliases]
+        if not keep:
+            edits.remove.add(node)
+            emptied.add(node)
+        elif len(keep) != len(names):
+            edits.add_replace(node, _keep_aliases(keep))
+    finder = _GuardFinder(emptied, dead_names, analysis)
+    module.visit(finder)
+    edits.remove.update(finder.guards)
+    return apply(module, edits), len(unused)
+
+
+def _keep_aliases(keep: list[cst.ImportAlias]):
+    keep_text = [cst.Module([]).code_for_node(a.name) for a in keep]
+
+    def fn(updated):
+        names = [a for a in updated.names if cst.Module([]).code_for_node(a.name) in keep_text]
+        names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+        return updated.with_changes(names=names)
+    return fn
+
+
+class _GuardFinder(cst.CSTVisitor):
+    """`try`/`if` statements that only guarded legacy imports which are all going away."""
+
+    def __init__(self, emptied: set[cst.CSTNode], dead_names: set[str], analysis: Analysis) -> None:
+        super().__init__()
+        self.emptied = emptied
+        self.dead_names = dead_names
+        self.read_names = {n for s in analysis.scopes for n in s.reads}
+        self.guards: list[cst.CSTNode] = []
+
+    def _only_dead_imports(self, block: cst.BaseSuite) -> bool:
+        if not isinstance(block, cst.IndentedBlock):
+            return False
+        found = False
+        for stmt in block.body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                return False
+            for s in stmt.body:
+                if s in self.emptied:
+                    found = True
+                elif not isinstance(s, cst.Pass):
+                    return False
+        return found
+
+    def _harmless(self, block: cst.BaseSuite) -> bool:
+        body = block.body if isinstance(block, cst.IndentedBlock) else []
+        for stmt in body:
+            if not isinstance(stmt, cst.SimpleStatementLine):
+                return False
+            for s in stmt.body:
+                if isinstance(s, (cst.Pass, cst.Raise)) or s in self.emptied:
+                    continue
+                if isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.Ellipsis)):
+                    continue
+                if isinstance(s, cst.Assign) and all(
+                    isinstance(t.target, cst.Name) and (t.target.value in self.dead_names
+                                                        or t.target.value not in self.read_names)
+                    for t in s.targets
+                ):
+                    continue
+                return False
+        return True
+
+    def visit_Try(self, node: cst.Try) -> None:
+        if node.orelse is None and node.finalbody is None and self._only_dead_imports(node.body) and all(
+            self._harmless(h.body) for h in node.handlers
+        ):
+            self.guards.append(node)
+
+    def visit_If(self, node: cst.If) -> None:
+        if node.orelse is None and self._only_dead_imports(node.body) and _pure_test(node.test):
+            self.guards.append(node)
+
+
+def _pure_test(test: cst.BaseExpression) -> bool:
+    """A guard condition without side effects worth keeping (names, comparisons, feature tests)."""
+    for node in _walk(test):
+        if isinstance(node, cst.Call):
+            name = (dotted(node.func) or [""])[-1]
+            if not (name.startswith(("is_", "has_", "_is_", "find_spec")) or "available" in name):
+                return False
+    return True
+
+
+def _walk(node: cst.CSTNode):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def _add_imports(module: cst.Module, required: list[tuple[str, str | None]]) -> cst.Module:
+    if not required:
+        return module
+    new = [cst.parse_statement(f"import {m} as {a}\n" if a else f"import {m}\n") for m, a in required]
+    body = list(module.body)
+    index = _import_position(body)
+    return module.with_changes(body=[*body[:index], *new, *body[index:]])
+
+
+def _import_position(body: list[cst.BaseStatement]) -> int:
+    """Before the first legacy import at module level, else after the leading docstring and imports."""
+    for i, stmt in enumerate(body):
+        if _mentions_legacy_import(stmt):
+            return i
+    index = 0
+    for i, stmt in enumerate(body):
+        if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1):
+            break
+        s = stmt.body[0]
+        docstring = i == 0 and isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString,
+                                                                                  cst.ConcatenatedString))
+        if not (docstring or isinstance(s, (cst.Import, cst.ImportFrom))):
+            break
+        index = i + 1
+    return index
+
+
+def _mentions_legacy_import(stmt: cst.BaseStatement) -> bool:
+    if isinstance(stmt, cst.SimpleStatementLine):
+        for s in stmt.body:
+            if isinstance(s, cst.Import) and any(is_legacy(dotted_str(a.name)) for a in s.names):
+                return True
+            if isinstance(s, cst.ImportFrom) and s.module is not None and not s.relative \
+                    and is_legacy(dotted_str(s.module)):
+                return True
+        return False
+    if isinstance(stmt, cst.Try):
+        return any(_mentions_legacy_import(s) for s in stmt.body.body)
+    return False

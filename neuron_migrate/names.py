@@ -1,0 +1,416 @@
+"""Resolve names through the file's own imports, scope by scope.
+
+One pass over the tree records every scope (module, class, function, lambda, comprehension), what each
+scope binds (imports with the dotted path they bind, and every other kind of binding), which names each
+scope reads, and the nodes the rules asked for. Resolution then follows Python's rules: the innermost
+function scope that binds a name wins, class scopes are skipped from nested functions, the module scope
+comes last. A name is bound to an import only when every binding of it in its scope is that import or a
+fallback such as `xm = None` in an `except ImportError` handler; any other binding makes it a local object
+that no rule touches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import libcst as cst
+
+SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+
+
+@dataclass(eq=False)
+class Binding:
+    name: str
+    kind: str  # "import", "assign", "def", "class", "param", "for", "with", "except", "global", ...
+    qualname: str | None = None  # for imports: the dotted path the name stands for
+    node: cst.CSTNode | None = None  # the Import / ImportFrom small statement, or the binding node
+    alias: cst.ImportAlias | None = None
+    fallback: bool = False  # an `xm = None` style stand-in in an except handler or guard
+
+
+@dataclass(eq=False)
+class Scope:
+    kind: str  # "module", "class", "function", "lambda", "comprehension"
+    node: cst.CSTNode
+    parent: Scope | None
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
+    reads: dict[str, int] = field(default_factory=dict)
+    globals: set[str] = field(default_factory=set)
+    nonlocals: set[str] = field(default_factory=set)
+
+    def bind(self, binding: Binding) -> None:
+        self.bindings.setdefault(binding.name, []).append(binding)
+
+
+@dataclass(eq=False)
+class Occurrence:
+    """A node a rule asked for, with where it sits."""
+
+    node: cst.CSTNode
+    scope: Scope
+    statement: cst.CSTNode  # innermost statement (SimpleStatementLine or compound statement)
+    small: cst.CSTNode | None  # innermost small statement, when inside a simple statement line
+    parent: cst.CSTNode | None
+    block: cst.CSTNode | None  # the IndentedBlock / Module whose body holds `statement`
+    in_loop: bool = False
+
+
+def dotted(expr: cst.CSTNode) -> list[str] | None:
+    """`a.b.c` -> ["a", "b", "c"]; None for anything that is not a plain name chain."""
+    parts: list[str] = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if isinstance(expr, cst.Name):
+        parts.append(expr.value)
+        parts.reverse()
+        return parts
+    return None
+
+
+def dotted_str(expr: cst.CSTNode | None) -> str | None:
+    if expr is None:
+        return None
+    parts = dotted(expr)
+    return ".".join(parts) if parts else None
+
+
+_EXCEPT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "RuntimeError", "OSError"}
+
+
+class Collector(cst.CSTVisitor):
+    """One walk that builds the scope table and gathers the nodes of the requested types."""
+
+    def __init__(self, wanted: Iterable[type] = ()) -> None:
+        super().__init__()
+        self.wanted = tuple(wanted)
+        self.module_scope: Scope | None = None
+        self.scopes: list[Scope] = []
+        self.occurrences: list[Occurrence] = []
+        self._scope: Scope | None = None
+        self._stack: list[cst.CSTNode] = []
+        self._statements: list[cst.CSTNode] = []
+        self._smalls: list[cst.CSTNode | None] = []
+        self._blocks: list[cst.CSTNode] = []
+        self._skip_names: set[cst.Name] = set()  # Name nodes that are not reads (attr, keyword, targets...)
+        self._handler_depth = 0  # inside an except handler of an import guard
+        self._loops = 0
+
+    # -- generic walk -------------------------------------------------------------------------------------
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        parent = self._stack[-1] if self._stack else None
+        self._stack.append(node)
+        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._statements.append(node)
+            self._smalls.append(None)
+        elif isinstance(node, cst.BaseSmallStatement) and self._smalls:
+            self._smalls[-1] = node
+        if isinstance(node, (cst.Module, cst.IndentedBlock)):
+            self._blocks.append(node)
+        if self.wanted and isinstance(node, self.wanted) and self._scope is not None:
+            self.occurrences.append(Occurrence(
+                node, self._scope, self._statements[-1] if self._statements else node,
+                self._smalls[-1] if self._smalls else None, parent,
+                self._blocks[-2] if isinstance(node, cst.IndentedBlock) and len(self._blocks) > 1
+                else (self._blocks[-1] if self._blocks else None),
+                self._loops > 0,
+            ))
+        return super().on_visit(node)
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        super().on_leave(original_node)
+        self._stack.pop()
+        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            self._statements.pop()
+            self._smalls.pop()
+        if isinstance(original_node, (cst.Module, cst.IndentedBlock)):
+            self._blocks.pop()
+
+    def _push(self, kind: str, node: cst.CSTNode) -> Scope:
+        scope = Scope(kind, node, self._scope)
+        self.scopes.append(scope)
+        self._scope = scope
+        return scope
+
+    def _pop(self) -> None:
+        assert self._scope is not None
+        self._scope = self._scope.parent
+
+    def _bind(self, name: str, kind: str, **kw) -> None:
+        scope = self._scope
+        assert scope is not None
+        if name in scope.globals and self.module_scope is not None:
+            scope = self.module_scope
+        scope.bind(Binding(name, kind, **kw))
+
+    def _bind_target(self, target: cst.BaseExpression, kind: str, fallback: bool = False) -> None:
+        if isinstance(target, cst.Name):
+            self._skip_names.add(target)
+            self._bind(target.value, kind, node=target, fallback=fallback)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for el in target.elements:
+                self._bind_target(el.value, kind, fallback)
+        elif isinstance(target, cst.StarredElement):
+            self._bind_target(target.value, kind, fallback)
+
+    # -- scopes -------------------------------------------------------------------------------------------
+    def visit_Module(self, node: cst.Module) -> None:
+        self.module_scope = self._push("module", node)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._skip_names.add(node.name)
+        self._bind(node.name.value, "def", node=node)
+        for dec in node.decorators:
+            pass  # decorators are read in the enclosing scope (visited as children before the body)
+        self._push("function", node)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._pop()
+
+    def visit_Param(self, node: cst.Param) -> None:
+        self._skip_names.add(node.name)
+        self._bind(node.name.value, "param", node=node)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._skip_names.add(node.name)
+        self._bind(node.name.value, "class", node=node)
+        self._push("class", node)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        self._push("lambda", node)
+
+    def leave_Lambda(self, original_node: cst.Lambda) -> None:
+        self._pop()
+
+    def _visit_comp(self, node) -> None:
+        self._push("comprehension", node)
+
+    def _leave_comp(self, node) -> None:
+        self._pop()
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _visit_comp
+    leave_ListComp = leave_SetComp = leave_DictComp = leave_GeneratorExp = _leave_comp
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self._bind_target(node.target, "for")
+
+    def visit_Global(self, node: cst.Global) -> None:
+        for item in node.names:
+            self._skip_names.add(item.name)
+            assert self._scope is not None
+            self._scope.globals.add(item.name.value)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        for item in node.names:
+            self._skip_names.add(item.name)
+            assert self._scope is not None
+            self._scope.nonlocals.add(item.name.value)
+
+    # -- loops and guards ---------------------------------------------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        self._bind_target(node.target, "for")
+        self._loops += 1
+
+    def leave_For(self, original_node: cst.For) -> None:
+        self._loops -= 1
+
+    def visit_While(self, node: cst.While) -> None:
+        self._loops += 1
+
+    def leave_While(self, original_node: cst.While) -> None:
+        self._loops -= 1
+
+    def visit_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        if node.name is not None and isinstance(node.name.name, cst.Name):
+            self._skip_names.add(node.name.name)
+            self._bind(node.name.name.value, "except", node=node)
+        self._handler_depth += 1
+
+    def leave_ExceptHandler(self, original_node: cst.ExceptHandler) -> None:
+        self._handler_depth -= 1
+
+    # -- bindings -----------------------------------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            self._skip_import_names(alias)
+            full = dotted_str(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self._bind(alias.asname.name.value, "import", qualname=full, node=node, alias=alias)
+            else:
+                head = full.split(".")[0]
+                self._bind(head, "import", qualname=head, node=node, alias=alias)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.module is not None:
+            for n in _names_in(node.module):
+                self._skip_names.add(n)
+        if isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted_str(node.module) if node.module is not None else None
+        relative = bool(node.relative)
+        for alias in node.names:
+            self._skip_import_names(alias)
+            name = dotted_str(alias.name)
+            if name is None:
+                continue
+            local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) \
+                else name
+            qual = None if relative or module is None else f"{module}.{name}"
+            self._bind(local, "import", qualname=qual, node=node, alias=alias)
+
+    def _skip_import_names(self, alias: cst.ImportAlias) -> None:
+        for n in _names_in(alias.name):
+            self._skip_names.add(n)
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            self._skip_names.add(alias.asname.name)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        fallback = self._handler_depth > 0 and _is_stand_in(node.value)
+        for t in node.targets:
+            self._bind_target(t.target, "assign", fallback)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        fallback = self._handler_depth > 0 and (node.value is None or _is_stand_in(node.value))
+        self._bind_target(node.target, "assign", fallback)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.target, cst.Name):
+            self._bind(node.target.value, "assign", node=node.target)
+            # an augmented assignment also reads the name; leave it out of _skip_names
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        if isinstance(node.target, cst.Name):
+            self._skip_names.add(node.target)
+            scope = self._scope
+            while scope is not None and scope.kind == "comprehension":
+                scope = scope.parent
+            if scope is not None:
+                scope.bind(Binding(node.target.value, "assign", node=node.target))
+
+    def visit_WithItem(self, node: cst.WithItem) -> None:
+        if node.asname is not None:
+            self._bind_target(node.asname.name, "with")
+
+    def visit_MatchAs(self, node) -> None:
+        if getattr(node, "name", None) is not None:
+            self._skip_names.add(node.name)
+            self._bind(node.name.value, "assign", node=node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._skip_names.add(node.attr)
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        if node.keyword is not None:
+            self._skip_names.add(node.keyword)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node in self._skip_names:
+            return
+        scope = self._scope
+        if scope is not None:
+            scope.reads[node.value] = scope.reads.get(node.value, 0) + 1
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        # `__all__ = ["name"]` keeps an imported name alive.
+        stmt = self._smalls[-1] if self._smalls else None
+        if isinstance(stmt, (cst.Assign, cst.AugAssign)) and self._scope is self.module_scope:
+            targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
+            if any(isinstance(t, cst.Name) and t.value == "__all__" for t in targets):
+                value = node.evaluated_value
+                if isinstance(value, str):
+                    self.module_scope.reads[value] = self.module_scope.reads.get(value, 0) + 1
+
+
+def _names_in(expr: cst.CSTNode) -> list[cst.Name]:
+    out = []
+    while isinstance(expr, cst.Attribute):
+        out.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, cst.Name):
+        out.append(expr)
+    return out
+
+
+def _is_stand_in(value: cst.BaseExpression) -> bool:
+    """`None`, `False`, a constant, or a dotted name: what code assigns when an optional import failed."""
+    return isinstance(value, (cst.Name, cst.SimpleString, cst.Integer, cst.Attribute)) or (
+        isinstance(value, cst.Call) and dotted(value.func) is not None
+    )
+
+
+class Analysis:
+    """The scope table of one module, with name resolution."""
+
+    def __init__(self, module: cst.Module, wanted: Sequence[type] = ()) -> None:
+        collector = Collector(wanted)
+        module.visit(collector)
+        self.module = module
+        self.scopes = collector.scopes
+        self.module_scope = collector.module_scope
+        self.occurrences = collector.occurrences
+
+    @staticmethod
+    def lookup(name: str, scope: Scope) -> Scope | None:
+        """The scope whose binding of `name` a read in `scope` sees (None: builtin or undefined)."""
+        first = True
+        current: Scope | None = scope
+        while current is not None:
+            if name in current.globals:
+                current = _module_of(current)
+                return current if current is not None and name in current.bindings else None
+            if (first or current.kind != "class") and name in current.bindings:
+                return current
+            first = False
+            current = current.parent
+        return None
+
+    def binding_of(self, name: str, scope: Scope) -> str | None:
+        """The dotted import path `name` stands for in `scope`, or None when it is not an unambiguous import."""
+        owner = self.lookup(name, scope)
+        if owner is None:
+            return None
+        return import_target(owner.bindings[name])
+
+    def qualname(self, expr: cst.CSTNode, scope: Scope) -> str | None:
+        parts = dotted(expr)
+        if not parts:
+            return None
+        base = self.binding_of(parts[0], scope)
+        if base is None:
+            return None
+        return ".".join([base, *parts[1:]])
+
+    def local_name_for(self, qualname: str, scope: Scope) -> str | None:
+        """A name readable in `scope` that is bound to the module `qualname` (e.g. "torch" -> "th")."""
+        current: Scope | None = scope
+        seen: set[str] = set()
+        while current is not None:
+            for name, bindings in current.bindings.items():
+                if name in seen:
+                    continue
+                seen.add(name)
+                if import_target(bindings) == qualname and self.lookup(name, scope) is current:
+                    return name
+            current = current.parent
+        return None
+
+
+def import_target(bindings: list[Binding]) -> str | None:
+    imports = {b.qualname for b in bindings if b.kind == "import"}
+    if len(imports) != 1:
+        return None
+    if any(b.kind != "import" and not b.fallback for b in bindings):
+        return None
+    return next(iter(imports))
+
+
+def _module_of(scope: Scope) -> Scope | None:
+    while scope.parent is not None:
+        scope = scope.parent
+    return scope

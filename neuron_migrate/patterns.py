@@ -1,0 +1,87 @@
+"""Small pure helpers the rules share: arguments, string literals, legacy API names."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+XM = "torch_xla.core.xla_model"
+
+DEVICE_STRING = re.compile(r"^xla(:\d+)?$")
+DEVICE_PREFIX = re.compile(r"^xla(:|$)")
+
+
+def arg(call: cst.Call, position: int | None, keyword: str | None) -> cst.Arg | None:
+    """The argument at `position` (positional, before any keyword or star) or named `keyword`."""
+    if keyword is not None:
+        for a in call.args:
+            if a.keyword is not None and a.keyword.value == keyword:
+                return a
+    if position is not None:
+        positional = []
+        for a in call.args:
+            if a.keyword is not None or a.star:
+                break
+            positional.append(a)
+        if position < len(positional):
+            return positional[position]
+    return None
+
+
+def has_star(call: cst.Call) -> bool:
+    return any(a.star for a in call.args)
+
+
+def keywords(call: cst.Call) -> set[str]:
+    return {a.keyword.value for a in call.args if a.keyword is not None}
+
+
+def positional_count(call: cst.Call) -> int:
+    return sum(1 for a in call.args if a.keyword is None and not a.star)
+
+
+def string_value(node: cst.CSTNode | None) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def is_device_string(node: cst.CSTNode | None) -> bool:
+    """`"xla"`, `"xla:0"`, or an f-string `f"xla:{rank}"`."""
+    value = string_value(node)
+    if value is not None:
+        return bool(DEVICE_STRING.match(value))
+    if isinstance(node, cst.FormattedString) and node.parts:
+        first = node.parts[0]
+        return isinstance(first, cst.FormattedStringText) and bool(DEVICE_PREFIX.match(first.value)) and (
+            first.value in ("xla", "xla:") and (len(node.parts) == 1 or first.value == "xla:"))
+    return False
+
+
+def respell_device(node: cst.BaseExpression, new: str = "neuron") -> cst.BaseExpression:
+    """The same literal with `xla` replaced by `new`, keeping prefix and quotes."""
+    if isinstance(node, cst.SimpleString):
+        body_start = len(node.prefix) + len(node.quote)
+        return node.with_changes(value=node.value[:body_start] + new + node.value[body_start + 3:])
+    if isinstance(node, cst.FormattedString):
+        first = node.parts[0]
+        assert isinstance(first, cst.FormattedStringText)
+        return node.with_changes(parts=[first.with_changes(value=new + first.value[3:]), *node.parts[1:]])
+    return node
+
+
+def code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+def short(node: cst.CSTNode, limit: int = 60) -> str:
+    text = " ".join(code(node).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def call_name(call: cst.Call) -> str:
+    """How the call is spelled at its site, for messages (`xm.mark_step()`)."""
+    text = code(call.func)
+    return f"{text}()" if not call.args else f"{text}(...)"

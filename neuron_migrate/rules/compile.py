@@ -1,0 +1,189 @@
+"""NM107 / NM108 / NM110: keep graph-mode performance with torch.compile on the `neuron` backend."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.names import dotted, dotted_str
+from neuron_migrate.patterns import XM, arg, code, is_device_string, short, string_value
+from neuron_migrate.rules import Rule
+
+XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
+XLA_BACKENDS = frozenset({"openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})
+TORCH_COMPILE = frozenset({"torch.compile"})
+TORCH_XLA_COMPILE = frozenset({"torch_xla.compile", "torch_xla.torch_xla.compile"})
+
+MODULE_NAME = re.compile(
+    r"(model|net|module|encoder|decoder|classifier|transformer|network|backbone|policy|critic|actor|generator"
+    r"|discriminator|llm|lm|unet|vae|bert|gpt|resnet|vit)$", re.I)
+NOT_MODULE_NAME = re.compile(r"(inputs?|data|batch|labels?|targets?|tensor|mask|ids|x|y|images?|logits|loss)$", re.I)
+TENSOR_CLASSES = frozenset({"Tensor", "FloatTensor", "LongTensor", "IntTensor", "BoolTensor", "HalfTensor",
+                            "BFloat16Tensor", "DoubleTensor", "ByteTensor", "Parameter", "Generator"})
+MODULE_FACTORY = re.compile(r"(model|net|module|encoder|decoder|resnet|vit|bert|gpt|llama|mlp|cnn|lstm|gru|rnn)",
+                            re.I)
+
+
+def _last(expr: cst.BaseExpression) -> str:
+    parts = dotted(expr)
+    return parts[-1] if parts else ""
+
+
+class CompilePlacedModel(Rule):
+    """Insert `model.compile(backend="neuron", dynamic=False)` after a model is moved to the neuron device."""
+
+    codes = ("NM107",)
+    triggers = (b"xla",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.device_names: set[str] = set()  # last components of names assigned a device
+        self.module_names: set[str] = set()  # dotted names assigned a module instance
+        self.placements: list[tuple[object, cst.CSTNode, str, cst.BaseExpression]] = []
+
+    # -- what holds a device, what holds a module ----------------------------------------------------------
+    def _is_device(self, expr: cst.BaseExpression) -> bool:
+        if is_device_string(expr):
+            return True
+        if isinstance(expr, cst.Call):
+            qual = self.ctx.qualname(expr.func)
+            if qual in XLA_DEVICE:
+                return True
+            if qual == "torch.device" and expr.args and is_device_string(expr.args[0].value):
+                return True
+            return False
+        parts = dotted(expr)
+        return bool(parts) and parts[-1] in self.device_names
+
+    def _is_module_value(self, expr: cst.BaseExpression) -> bool:
+        """A constructor call (`Net()`, `AutoModel.from_pretrained(...)`, `models.resnet18()`) or a module name."""
+        if isinstance(expr, cst.Call):
+            parts = dotted(expr.func)
+            if not parts:
+                return False
+            qual = self.ctx.qualname(expr.func) or ""
+            if qual.startswith(("torch.", "numpy.")) and not qual.startswith(("torch.nn.", "torchvision.models")):
+                return False
+            if any(p in TENSOR_CLASSES for p in parts):
+                return False
+            return any(p[:1].isupper() for p in parts) or bool(MODULE_FACTORY.search(parts[-1]))
+        text = dotted_str(expr)
+        if text is None:
+            return False
+        if text in self.module_names:
+            return True
+        last = text.split(".")[-1]
+        return bool(MODULE_NAME.search(last)) and not NOT_MODULE_NAME.search(last)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1:
+            return
+        target = node.targets[0].target
+        name = dotted_str(target)
+        if name is None:
+            return
+        if self._is_device(node.value):
+            self.device_names.add(name.split(".")[-1])
+        if self._is_module_value(node.value):
+            self.module_names.add(name)
+        placed = self._placement(node.value)
+        if placed is not None:
+            self.placements.append((self.ctx.current, node, name, placed))
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        placed = self._placement(node.value)
+        if placed is not None:
+            name = dotted_str(placed)
+            if name is not None:
+                self.placements.append((self.ctx.current, node, name, placed))
+
+    @staticmethod
+    def _placement(value: cst.BaseExpression) -> cst.BaseExpression | None:
+        """For `<obj>.to(<dev>)` (also `.to(device=...)`), the moved object; the device is checked later."""
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to":
+            if len(value.args) == 1 and (value.args[0].keyword is None or value.args[0].keyword.value == "device"):
+                return value.func.value
+        return None
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        if not ctx.settings.compile:
+            return
+        done: set[tuple[int, str]] = set()
+        text = ctx.source.text
+        for occ, node, name, moved in self.placements:
+            ctx.current = occ
+            call = node.value
+            if not self._is_device(call.args[0].value) or occ.in_loop:
+                continue
+            if not (self._is_module_value(moved) or name in self.module_names):
+                continue
+            if not isinstance(occ.statement, cst.SimpleStatementLine) or len(occ.statement.body) != 1:
+                continue
+            key = (id(occ.scope), name)
+            if key in done or _already_compiled(text, name):
+                continue
+            done.add(key)
+            fixed = f"{name}.compile(backend={ctx.string('neuron')}, dynamic=False)"
+            if ctx.report("NM107", call, statement=occ.statement, target=name, fixed=fixed):
+                ctx.insert_after(occ.statement, fixed + "\n")
+        ctx.current = None
+
+
+def _already_compiled(text: str, name: str) -> bool:
+    n = re.escape(name)
+    return bool(re.search(rf"{n}\.compile\(|torch\.compile\(\s*{n}\b|{n}\s*=\s*torch\.compile\(", text))
+
+
+class CompileBackend(Rule):
+    """NM108 torch.compile(backend="openxla", dynamic=True); NM110 torch_xla.compile(fn)."""
+
+    codes = ("NM108", "NM110")
+    triggers = (b"compile",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual in TORCH_COMPILE:
+            self._torch_compile(node)
+        elif qual in TORCH_XLA_COMPILE:
+            self._torch_xla_compile(node)
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.decorator) in TORCH_XLA_COMPILE:
+            torch = ctx.module_ref("torch")
+            fixed = f"{torch}.compile(backend={ctx.string('neuron')}, dynamic=False)"
+            if ctx.report("NM110", node.decorator, statement=ctx.current.statement, call=code(node.decorator),
+                          fixed=fixed):
+                ctx.replace(node.decorator, cst.parse_expression(fixed))
+
+    def _torch_compile(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        backend = arg(node, 1, "backend")
+        dynamic = arg(node, None, "dynamic")
+        if backend is not None and string_value(backend.value) in XLA_BACKENDS:
+            if ctx.report("NM108", backend.value, text=code(backend).strip(" ,"), fixed=f"backend={ctx.string('neuron')}"):
+                ctx.replace(backend.value, lambda old: old.with_changes(
+                    value=old.value[: len(old.prefix) + len(old.quote)] + "neuron" + old.value[-len(old.quote):]))
+        if dynamic is not None and isinstance(dynamic.value, cst.Name) and dynamic.value.value == "True":
+            if backend is None or string_value(backend.value) in XLA_BACKENDS | {"neuron"}:
+                if ctx.report("NM108", dynamic.value, text="dynamic=True", fixed="dynamic=False"):
+                    ctx.replace(dynamic.value, cst.Name("False"))
+
+    def _torch_xla_compile(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        fn = arg(node, 0, "f")
+        full = arg(node, 1, "full_graph")
+        name = arg(node, 2, "name")
+        if any(a not in (fn, full, name) for a in node.args):
+            return
+        torch = ctx.module_ref("torch")
+        parts = [code(fn.value)] if fn is not None else []
+        parts += [f"backend={ctx.string('neuron')}", "dynamic=False"]
+        if full is not None:
+            parts.append(f"fullgraph={code(full.value)}")
+        fixed = f"{torch}.compile({', '.join(parts)})"
+        if ctx.report("NM110", node, call=short(node), fixed=fixed):
+            ctx.replace(node, cst.parse_expression(fixed))

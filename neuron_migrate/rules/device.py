@@ -1,0 +1,100 @@
+"""NM101 / NM102: the XLA device becomes the `neuron` device."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.patterns import XM, arg, code, is_device_string, positional_count, respell_device, short
+from neuron_migrate.rules import Rule
+
+XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
+# Calls whose first positional argument is a device (or device type).
+DEVICE_FIRST_ARG = frozenset({"torch.device", "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
+DEVICE_KEYWORDS = frozenset({"device", "device_type"})
+DEVICE_NAME = re.compile(r"(^|_)device(_type)?$|^dev$", re.I)
+
+
+class XlaDeviceCall(Rule):
+    codes = ("NM101",)
+    triggers = (b"xla_device", b"torch_xla")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual not in XLA_DEVICE:
+            return
+        index = arg(node, 0, "n") or arg(node, 0, "index")
+        extra = [a for a in node.args if a is not index]
+        if extra or positional_count(node) > 1:
+            return  # devkind= and friends: left to NM199
+        torch = ctx.module_ref("torch")
+        new = f"{torch}.device({ctx.string('neuron')}" + (f", {code(index.value)})" if index else ")")
+        if ctx.report("NM101", node, call=short(node), fixed=new):
+            ctx.replace(node, cst.parse_expression(new))
+
+
+class XlaDeviceString(Rule):
+    codes = ("NM102",)
+    triggers = (b"xla",)
+
+    def _flag(self, literal: cst.BaseExpression) -> None:
+        fixed = code(respell_device(literal))
+        if self.ctx.report("NM102", literal, text=code(literal), fixed=fixed):
+            self.ctx.replace(literal, respell_device)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        for a in node.args:
+            if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and is_device_string(a.value):
+                self._flag(a.value)
+        first = arg(node, 0, None)
+        if first is None or not is_device_string(first.value):
+            return
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "to":
+            self._flag(first.value)
+        elif self.ctx.qualname(func) in DEVICE_FIRST_ARG:
+            self._flag(first.value)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        operands = [node.left, *(t.comparator for t in node.comparisons)]
+        if not any(_is_device_type_expr(o) for o in operands):
+            return
+        for o in operands:
+            if is_device_string(o):
+                self._flag(o)
+            elif isinstance(o, (cst.Tuple, cst.List, cst.Set)):
+                for el in o.elements:
+                    if is_device_string(el.value):
+                        self._flag(el.value)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if is_device_string(node.value) and any(_is_device_name(t.target) for t in node.targets):
+            self._flag(node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None and is_device_string(node.value) and _is_device_name(node.target):
+            self._flag(node.value)
+
+    def visit_Param(self, node: cst.Param) -> None:
+        if node.default is not None and is_device_string(node.default) and DEVICE_NAME.search(node.name.value):
+            self._flag(node.default)
+
+
+def _is_device_name(target: cst.BaseExpression) -> bool:
+    if isinstance(target, cst.Name):
+        return bool(DEVICE_NAME.search(target.value))
+    if isinstance(target, cst.Attribute):
+        return bool(DEVICE_NAME.search(target.attr.value))
+    return False
+
+
+def _is_device_type_expr(expr: cst.BaseExpression) -> bool:
+    """`x.device.type`, `device.type`, `str(x.device)`, `str(device)`, or a name that holds a device."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
+        return True
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "str" and expr.args:
+        inner = expr.args[0].value
+        return _is_device_name(inner) or (isinstance(inner, cst.Attribute) and inner.attr.value == "device")
+    return _is_device_name(expr)

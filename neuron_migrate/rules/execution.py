@@ -1,0 +1,62 @@
+"""NM103 / NM104 / NM109: lazy-graph execution control goes; real waits become synchronize()."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.patterns import XM, arg, short
+from neuron_migrate.rules import Rule
+
+MARK_STEP = frozenset({f"{XM}.mark_step", "torch_xla.sync", "torch_xla.torch_xla.sync"})
+WAIT = frozenset({f"{XM}.wait_device_ops"})
+STEP_CONTEXT = frozenset({"torch_xla.step", "torch_xla.torch_xla.step"})
+
+
+def synchronize(ctx) -> str:
+    return f"{ctx.module_ref('torch')}.neuron.synchronize()"
+
+
+class MarkStep(Rule):
+    codes = ("NM103", "NM104")
+    triggers = (b"mark_step", b"sync", b"wait_device_ops")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual in MARK_STEP:
+            self._mark_step(node)
+        elif qual in WAIT:
+            if node.args:
+                return  # devices=[...]: left to NM199
+            fixed = synchronize(ctx)
+            if ctx.report("NM104", node, call=short(node), fixed=fixed):
+                ctx.replace(node, cst.parse_expression(fixed))
+
+    def _mark_step(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        occ = ctx.current
+        wait = arg(node, 0, "wait")
+        other = [a for a in node.args if a is not wait and not (a.keyword and a.keyword.value == "reset_scope")]
+        if other or (wait is not None and not isinstance(wait.value, cst.Name)):
+            return  # devices=, a computed wait=: left to NM199
+        waits = wait is not None and wait.value.value == "True"
+        is_statement = isinstance(occ.small, cst.Expr) and occ.small.value is node
+        if waits:
+            fixed = synchronize(ctx)
+            if ctx.report("NM104", node, call=short(node), fixed=fixed):
+                ctx.replace(node, cst.parse_expression(fixed))
+        elif is_statement:
+            if ctx.report("NM103", node, call=short(node)):
+                ctx.remove(occ.small)
+
+    def visit_With(self, node: cst.With) -> None:
+        ctx = self.ctx
+        if len(node.items) != 1 or node.items[0].asname is not None:
+            return
+        item = node.items[0].item
+        if not (isinstance(item, cst.Call) and not item.args and ctx.qualname(item.func) in STEP_CONTEXT):
+            return
+        if not isinstance(node.body, cst.IndentedBlock) or node.asynchronous is not None:
+            return
+        if ctx.report("NM109", item, statement=node, text=f"with {short(item)}:"):
+            ctx.unwrap(node)

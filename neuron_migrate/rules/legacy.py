@@ -1,0 +1,66 @@
+"""NM199: every torch_xla API that no other rule rewrote is reported, so nothing is left behind silently."""
+
+from __future__ import annotations
+
+import functools
+
+import libcst as cst
+
+from neuron_migrate.catalogue import load_data
+from neuron_migrate.imports import is_legacy
+from neuron_migrate.names import dotted_str
+from neuron_migrate.rules import Rule
+
+
+@functools.lru_cache(maxsize=1)
+def _hints() -> dict[str, str]:
+    return load_data("mappings.toml")["hints"]
+
+
+def hint_for(qualname: str) -> str:
+    hints = _hints()
+    if qualname in hints:
+        return hints[qualname]
+    parts = qualname.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        key = ".".join(parts[:i]) + ".*"
+        if key in hints:
+            return hints[key]
+    return ""
+
+
+class LegacyApi(Rule):
+    codes = ("NM199",)
+    triggers = (b"torch_xla",)
+    order = 100  # after every rule that may handle the same names
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.references: list[tuple[object, cst.CSTNode, str]] = []
+
+    def _reference(self, node: cst.CSTNode) -> None:
+        occ = self.ctx.current
+        parent = occ.parent
+        if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
+            return  # only the whole chain counts
+        if isinstance(occ.small, (cst.Import, cst.ImportFrom)):
+            return
+        qual = self.ctx.qualname(node)
+        if is_legacy(qual):
+            self.references.append((occ, node, qual))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._reference(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self._reference(node)
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for occ, node, qual in self.references:
+            if node in ctx.handled:
+                continue
+            ctx.current = occ
+            hint = hint_for(qual)
+            ctx.report("NM199", node, name=dotted_str(node) or qual, qualname=qual, hint=f"; {hint}" if hint else "")
+        ctx.current = None

@@ -1,0 +1,66 @@
+"""NM105 / NM106: `xm.optimizer_step(opt)` becomes `opt.step()`; gradient averaging must not vanish."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.patterns import XM, arg, code, has_star, short
+from neuron_migrate.rules import Rule
+
+OPTIMIZER_STEP = frozenset({f"{XM}.optimizer_step"})
+
+# What makes a program data-parallel: any of these in its text.
+DATA_PARALLEL = re.compile(
+    r"\b(xmp\.spawn|spawn\(|init_process_group|xrt_world_size|world_size\(|get_ordinal|global_ordinal"
+    r"|DistributedSampler|all_reduce|reduce_gradients|MpDeviceLoader|ParallelLoader|is_master_ordinal"
+    r"|xla_multiprocessing|WORLD_SIZE)\b"
+)
+
+
+def is_data_parallel(ctx) -> bool:
+    value = ctx.shared.get("data_parallel")
+    if value is None:
+        value = bool(DATA_PARALLEL.search(ctx.source.text))
+        ctx.shared["data_parallel"] = value
+    return bool(value)
+
+
+class OptimizerStep(Rule):
+    codes = ("NM105", "NM106")
+    triggers = (b"optimizer_step",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) not in OPTIMIZER_STEP or has_star(node):
+            return
+        opt = arg(node, 0, "optimizer")
+        args = arg(node, 1, "optimizer_args")
+        known = {id(a) for a in (opt, args, arg(node, 2, "groups"), arg(node, 3, "pin_layout"), arg(node, 4, "barrier"))
+                 if a is not None}
+        if opt is None or any(id(a) not in known for a in node.args):
+            return
+        if args is not None and not isinstance(args.value, cst.Dict):
+            step_args = f"**{code(args.value)}"
+        elif args is not None:
+            parts = []
+            for el in args.value.elements:
+                key = el.key if isinstance(el, cst.DictElement) else None
+                name = key.evaluated_value if isinstance(key, cst.SimpleString) else None
+                if not isinstance(name, str) or not name.isidentifier():
+                    step_args = f"**{code(args.value)}"
+                    break
+                parts.append(f"{name}={code(el.value)}")
+            else:
+                step_args = ", ".join(parts)
+        else:
+            step_args = ""
+        target = code(opt.value)
+        if not isinstance(opt.value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+            target = f"({target})"
+        fixed = f"{target}.step({step_args})"
+        if is_data_parallel(ctx):
+            ctx.report("NM106", node, call=short(node), fixed=fixed)
+        if ctx.report("NM105", node, call=short(node), fixed=fixed):
+            ctx.replace(node, cst.parse_expression(fixed))

@@ -1,0 +1,96 @@
+"""Run handlers over discovered files: read bytes, process (in parallel), then write or report.
+
+The order of results is the order of discovery, whatever the number of worker processes.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from neuron_migrate.discover import Problem, Target, discover
+from neuron_migrate.findings import FileResult
+from neuron_migrate.handlers import handler_for
+from neuron_migrate.settings import Settings
+from neuron_migrate.sources import SourceError, read_bytes, write_atomic
+
+PARALLEL_THRESHOLD = 16  # below this many files, worker start-up costs more than it saves
+
+
+@dataclass
+class Run:
+    results: list[FileResult] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[tuple[str, str]]:
+        out = [(p.path, p.message) for p in self.problems]
+        out += [(r.path, r.error) for r in self.results if r.error]
+        return out
+
+    @property
+    def findings(self):
+        return [f for r in self.results for f in r.findings]
+
+    @property
+    def changed(self) -> list[FileResult]:
+        return [r for r in self.results if r.changed and not r.error]
+
+
+def process_target(target: Target, settings: Settings, rewrite: bool) -> FileResult:
+    handler = handler_for(target.kind)
+    if handler is None:
+        return FileResult(target.path, skipped=f"no handler for {target.kind} files")
+    try:
+        data = read_bytes(target.path)
+    except SourceError as exc:
+        return FileResult(target.path, error=str(exc))
+    try:
+        result = handler(target.path, data, settings, rewrite)
+    except SourceError as exc:
+        return FileResult(target.path, old_bytes=data, error=str(exc))
+    except RecursionError:
+        return FileResult(target.path, old_bytes=data, error="nesting too deep to process; the file was left alone")
+    except Exception as exc:  # an internal error must not stop the run nor touch the file
+        return FileResult(target.path, old_bytes=data,
+                          error=f"internal error ({type(exc).__name__}: {exc}); the file was left alone. "
+                                "Please report it at https://github.com/neuron-migrate/neuron-migrate/issues")
+    if result.old_bytes is None:
+        result.old_bytes = data
+    return result
+
+
+def _process_chunk(args: tuple[list[Target], Settings, bool]) -> list[FileResult]:
+    targets, settings, rewrite = args
+    return [process_target(t, settings, rewrite) for t in targets]
+
+
+def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
+        jobs: int | None = None, exclude: Iterable[str] = ()) -> Run:
+    targets, problems = discover(paths, kinds, exclude)
+    jobs = jobs or os.cpu_count() or 1
+    out = Run(problems=problems)
+    if jobs <= 1 or len(targets) < PARALLEL_THRESHOLD:
+        out.results = [process_target(t, settings, rewrite) for t in targets]
+    else:
+        size = max(1, min(64, len(targets) // (jobs * 4)))
+        chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for part in pool.map(_process_chunk, [(c, settings, rewrite) for c in chunks]):
+                out.results.extend(part)
+    return out
+
+
+def write_results(run: Run) -> list[tuple[str, str]]:
+    """Write every changed file atomically; returns (path, error) for writes that failed (file intact)."""
+    failures = []
+    for result in run.changed:
+        assert result.new_bytes is not None
+        try:
+            write_atomic(result.path, result.new_bytes)
+        except OSError as exc:
+            result.error = f"could not write ({exc.strerror or exc}); the file was left as it was"
+            failures.append((result.path, result.error))
+    return failures

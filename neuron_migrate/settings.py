@@ -1,0 +1,34 @@
+"""Run settings: what the command line and `[tool.neuron-migrate]` decide, passed to every handler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Settings:
+    select: frozenset[str] = frozenset()  # rule codes or prefixes ("NM1"); empty: all
+    ignore: frozenset[str] = frozenset()
+    compile: bool = True  # insert model.compile(backend="neuron", dynamic=False) where a model is placed
+    safe_only: bool = False  # apply only fixes marked safe
+    torch: str = "2.14"  # target family for pins ("2.13" or "2.14")
+    device_style: str = "neuron"  # "neuron" or "accelerator"
+    per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = field(default=())
+
+    def enabled(self, code: str, path: str | None = None) -> bool:
+        if self.select and not any(code.startswith(s) for s in self.select):
+            return False
+        if any(code.startswith(s) for s in self.ignore):
+            return False
+        if path is not None and self.per_file_ignores:
+            import fnmatch
+
+            for pattern, codes in self.per_file_ignores:
+                if fnmatch.fnmatch(path, pattern) and any(code.startswith(c) for c in codes):
+                    return False
+        return True
+
+    def key(self) -> str:
+        """A stable text of everything that changes results (part of the cache key)."""
+        return repr((sorted(self.select), sorted(self.ignore), self.compile, self.safe_only, self.torch,
+                     self.device_style, self.per_file_ignores))

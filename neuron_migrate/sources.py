@@ -1,0 +1,110 @@
+"""Read bytes, decode them the way Python would, and write results back atomically.
+
+A source keeps everything needed to give the user back exactly the bytes they had: the encoding
+(PEP 263 cookie or UTF-8), the BOM and the newline style. Lines the rules do not touch must come back
+byte-identical.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import os
+import stat
+import tempfile
+import tokenize
+from dataclasses import dataclass
+
+MAX_BYTES = 20 * 1024 * 1024  # larger files are generated code; they are reported and left alone
+
+
+class SourceError(Exception):
+    """A file that cannot be processed; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Source:
+    text: str
+    encoding: str  # codec name as Python understands it ("utf-8", "latin-1", ...)
+    bom: bool
+
+    @property
+    def newline(self) -> str:
+        """The file's dominant newline, used for lines a rule inserts."""
+        crlf = self.text.count("\r\n")
+        lf = self.text.count("\n") - crlf
+        cr = self.text.count("\r") - crlf
+        if crlf >= lf and crlf >= cr and crlf:
+            return "\r\n"
+        if cr > lf:
+            return "\r"
+        return "\n"
+
+    def encode(self, text: str) -> bytes:
+        data = text.encode(self.encoding)
+        return codecs.BOM_UTF8 + data if self.bom else data
+
+
+def decode(data: bytes) -> Source:
+    """Decode Python source bytes as the interpreter would, or raise SourceError."""
+    if len(data) > MAX_BYTES:
+        raise SourceError(f"file is {len(data) // (1024 * 1024)} MB, larger than the {MAX_BYTES // (1024 * 1024)} MB "
+                          "limit for source files (generated code?); it was left alone")
+    if b"\0" in data:
+        raise SourceError("file contains NUL bytes: not a Python source file; it was left alone")
+    bom = data.startswith(codecs.BOM_UTF8)
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        raise SourceError(f"bad encoding declaration: {exc}") from None
+    codec = "utf-8" if encoding in ("utf-8-sig", "utf-8") else encoding
+    body = data[len(codecs.BOM_UTF8):] if bom else data
+    try:
+        text = body.decode(codec)
+    except UnicodeDecodeError as exc:
+        line = body[: exc.start].count(b"\n") + 1
+        raise SourceError(f"line {line}: bytes are not valid {codec} (byte {exc.object[exc.start]:#04x}); "
+                          "add a coding cookie such as `# -*- coding: latin-1 -*-` or convert the file to UTF-8"
+                          ) from None
+    return Source(text=text, encoding=codec, bom=bom)
+
+
+def read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except FileNotFoundError:
+        raise SourceError("no such file") from None
+    except PermissionError:
+        raise SourceError("permission denied: cannot read the file") from None
+    except IsADirectoryError:
+        raise SourceError("is a directory") from None
+    except OSError as exc:
+        raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace `path` with `data` so that the file is either untouched or fully written.
+
+    The temporary file lives in the same folder (same file system, so the rename is atomic) and takes the
+    original's mode bits; on any failure it is removed and the original stays as it was.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=".nm-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

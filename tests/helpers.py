@@ -1,0 +1,37 @@
+"""Shared test helpers: run the engine on text, run the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from neuron_migrate.engine import process_python
+from neuron_migrate.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "fixtures"
+
+
+def rewrite_bytes(data: bytes, path: str = "case.py", **settings) -> bytes | None:
+    """The rewritten bytes, or None when the file would not change."""
+    result = process_python(path, data, Settings(**settings), True)
+    return result.new_bytes if result.changed else None
+
+
+def rewrite_text(text: str, **settings) -> str:
+    out = rewrite_bytes(text.encode(), **settings)
+    return text if out is None else out.decode()
+
+
+def check_codes(text: str, **settings) -> list[str]:
+    result = process_python("case.py", text.encode(), Settings(**settings), False)
+    return [f.code for f in result.findings]
+
+
+def cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None,
+        input: str | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "neuron_migrate", *args], cwd=cwd, env=full_env, input=input,
+                          capture_output=True, text=True, timeout=600)

@@ -1,0 +1,63 @@
+"""Every fixture pair in fixtures/: the rewrite gives the expected file, which parses and is a fixed point.
+
+Layout: fixtures/<topic>/<case>.py with <case>.expected.py beside it; a case without an expected file must
+stay byte-identical. A first line `# fixture-settings: compile=False, device_style="accelerator"` passes
+settings to the engine.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import libcst as cst
+import pytest
+
+from tests.helpers import FIXTURES, rewrite_bytes
+
+SETTINGS = re.compile(rb"^# fixture-settings: (.*)$", re.M)
+
+
+def _cases():
+    for path in sorted(FIXTURES.rglob("*.py")):
+        if path.name.endswith(".expected.py") or "examples" in path.parts:
+            continue
+        if path.parent.parent != FIXTURES:
+            continue
+        expected = path.with_name(path.name[: -len(".py")] + ".expected.py")
+        yield pytest.param(path, expected if expected.exists() else None,
+                           id=f"{path.parent.name}/{path.stem}" + ("" if expected.exists() else " (unchanged)"))
+
+
+def _settings(data: bytes) -> dict:
+    m = SETTINGS.search(data)
+    if not m:
+        return {}
+    return eval(f"dict({m.group(1).decode()})", {})  # test-only, our own files
+
+
+@pytest.mark.parametrize("case, expected", list(_cases()))
+def test_fixture(case, expected):
+    data = case.read_bytes()
+    settings = _settings(data)
+    out = rewrite_bytes(data, path=str(case), **settings)
+    if expected is None:
+        assert out is None, f"{case.name} must stay byte-identical, but the rewrite changed it:\n{out.decode()}"
+        return
+    want = expected.read_bytes()
+    assert out is not None, f"{case.name}: nothing was rewritten"
+    assert out.decode() == want.decode()
+    assert out == want  # bytes too: encodings, BOM, newlines
+    cst.parse_module(out.decode())
+    ast.parse(out)
+    again = rewrite_bytes(out, path=str(expected), **settings)
+    assert again is None, f"a second run changed {expected.name} again:\n{again.decode()}"
+
+
+def test_every_topic_has_an_unchanged_case():
+    for topic in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
+        cases = [p for p in topic.glob("*.py") if not p.name.endswith(".expected.py")]
+        if not any(p.with_name(p.stem + ".expected.py").exists() for p in cases):
+            continue  # check-only topics
+        unchanged = [p for p in cases if not p.with_name(p.stem + ".expected.py").exists()]
+        assert unchanged, f"{topic.name}: every rewrite needs a look-alike case that must stay byte-identical"
