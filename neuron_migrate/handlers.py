@@ -1,8 +1,9 @@
-"""Which function processes which kind of file.
+"""Which functions process which kind of file.
 
-A handler takes (path, data, settings, write_mode) and returns a FileResult: findings always, and
-`new_bytes` when the file would change. Handlers never write; the runner does (atomically), after the
-result has been validated. Modules are imported on first use so that start-up stays fast.
+A handler takes (path, data, settings, rewrite) and returns a FileResult: findings always, and `new_bytes`
+when the file would change. Several handlers may serve one kind (the Python engine and the setup.py pins,
+say): they run in order, each on the bytes the previous one produced, and their findings and counts add up.
+Handlers never write; the runner does (atomically). Modules are imported on first use, so start-up stays fast.
 """
 
 from __future__ import annotations
@@ -15,14 +16,39 @@ from neuron_migrate.settings import Settings
 
 Handler = Callable[[str, bytes, Settings, bool], FileResult]
 
-HANDLERS: dict[str, str] = {
-    "python": "neuron_migrate.engine:process_python",
+HANDLERS: dict[str, list[str]] = {
+    "python": ["neuron_migrate.engine:process_python"],
 }
 
 
-def handler_for(kind: str) -> Handler | None:
-    spec = HANDLERS.get(kind)
-    if spec is None:
+def handlers_for(kind: str) -> list[Handler]:
+    out = []
+    for spec in HANDLERS.get(kind, ()):
+        module, _, func = spec.partition(":")
+        out.append(getattr(importlib.import_module(module), func))
+    return out
+
+
+def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool) -> FileResult | None:
+    """Run every handler of `kind` in turn; None when no handler serves the kind."""
+    handlers = handlers_for(kind)
+    if not handlers:
         return None
-    module, _, func = spec.partition(":")
-    return getattr(importlib.import_module(module), func)
+    combined = FileResult(path, old_bytes=data)
+    current = data
+    for handler in handlers:
+        result = handler(path, current, settings, rewrite)
+        combined.findings.extend(result.findings)
+        combined.manual.extend(result.manual)
+        for code, n in result.applied.items():
+            combined.applied[code] = combined.applied.get(code, 0) + n
+        if result.error:
+            combined.error = result.error
+            combined.new_bytes = None
+            return combined
+        if result.changed:
+            current = result.new_bytes
+    if current != data:
+        combined.new_bytes = current
+    combined.findings.sort(key=lambda f: f.sort_key())
+    return combined

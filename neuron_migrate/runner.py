@@ -12,7 +12,7 @@ from typing import Iterable
 
 from neuron_migrate.discover import Problem, Target, discover
 from neuron_migrate.findings import FileResult
-from neuron_migrate.handlers import handler_for
+from neuron_migrate import handlers
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import SourceError, read_bytes, write_atomic
 
@@ -40,15 +40,12 @@ class Run:
 
 
 def process_target(target: Target, settings: Settings, rewrite: bool) -> FileResult:
-    handler = handler_for(target.kind)
-    if handler is None:
-        return FileResult(target.path, skipped=f"no handler for {target.kind} files")
     try:
         data = read_bytes(target.path)
     except SourceError as exc:
         return FileResult(target.path, error=str(exc))
     try:
-        result = handler(target.path, data, settings, rewrite)
+        result = handlers.process(target.path, data, target.kind, settings, rewrite)
     except SourceError as exc:
         return FileResult(target.path, old_bytes=data, error=str(exc))
     except RecursionError:
@@ -57,8 +54,8 @@ def process_target(target: Target, settings: Settings, rewrite: bool) -> FileRes
         return FileResult(target.path, old_bytes=data,
                           error=f"internal error ({type(exc).__name__}: {exc}); the file was left alone. "
                                 "Please report it at https://github.com/neuron-migrate/neuron-migrate/issues")
-    if result.old_bytes is None:
-        result.old_bytes = data
+    if result is None:
+        return FileResult(target.path, old_bytes=data, skipped=f"no handler for {target.kind} files")
     return result
 
 
@@ -69,7 +66,7 @@ def _process_chunk(args: tuple[list[Target], Settings, bool]) -> list[FileResult
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
         jobs: int | None = None, exclude: Iterable[str] = ()) -> Run:
-    targets, problems = discover(paths, kinds, exclude)
+    targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
     jobs = jobs or os.cpu_count() or 1
     out = Run(problems=problems)
     if jobs <= 1 or len(targets) < PARALLEL_THRESHOLD:
