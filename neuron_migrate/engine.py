@@ -234,11 +234,13 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
 
     from neuron_migrate import imports  # the import tidy-up is itself a stage
 
-    findings = _positions(module, ctx.pending, path)
-    findings += imports.unused_legacy_findings(ctx, path) if not rewrite else []
-    findings += marker_findings(source.text, path, settings)
-    result.findings = sorted(findings, key=lambda f: f.sort_key())
     if not rewrite:
+        findings = _positions(module, ctx.pending, path)
+        findings += imports.unused_legacy_findings(ctx, path)
+        findings += marker_findings(source.text, path, settings)
+        result.findings = sorted(findings, key=lambda f: f.sort_key())
+        return None
+    if not ctx.edits and not ctx.required_imports and "torch_xla" not in source.text:
         return None
     new_module = apply(module, ctx.edits)
     new_module, removed = imports.tidy(new_module, ctx.required_imports)

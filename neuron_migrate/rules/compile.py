@@ -168,7 +168,7 @@ class CompileBackend(Rule):
                 ctx.replace(backend.value, lambda old: old.with_changes(
                     value=old.value[: len(old.prefix) + len(old.quote)] + "neuron" + old.value[-len(old.quote):]))
         if dynamic is not None and isinstance(dynamic.value, cst.Name) and dynamic.value.value == "True":
-            if backend is None or string_value(backend.value) in XLA_BACKENDS | {"neuron"}:
+            if backend is not None and string_value(backend.value) in XLA_BACKENDS | {"neuron"}:
                 if ctx.report("NM108", dynamic.value, text="dynamic=True", fixed="dynamic=False"):
                     ctx.replace(dynamic.value, cst.Name("False"))
 

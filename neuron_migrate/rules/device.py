@@ -36,26 +36,48 @@ class XlaDeviceCall(Rule):
 
 
 class XlaDeviceString(Rule):
+    """Strong device positions are respelled everywhere; weak ones only in files of the XLA program.
+
+    Strong: `torch.device("xla")`, `.to("xla")`, `device="xla"`, `torch.autocast("xla")`. Weak: comparisons
+    with `<x>.device.type` and device-named variables or parameters. Multi-backend code (PyTorch itself,
+    libraries with a CPU/GPU/XLA switch) compares device types without being an XLA program; there a
+    respelled `"xla"` would send the neuron device down an XLA-only path. A file counts as part of the
+    XLA program when it imports torch_xla at module level, asks for the XLA device, or uses a strong position.
+    """
+
     codes = ("NM102",)
     triggers = (b"xla",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.weak: list[tuple[object, cst.BaseExpression]] = []
+        self.xla_program = False
 
     def _flag(self, literal: cst.BaseExpression) -> None:
         fixed = code(respell_device(literal))
         if self.ctx.report("NM102", literal, text=code(literal), fixed=fixed):
             self.ctx.replace(literal, respell_device)
 
+    def _strong(self, literal: cst.BaseExpression) -> None:
+        self.xla_program = True
+        self._flag(literal)
+
+    def _weak(self, literal: cst.BaseExpression) -> None:
+        self.weak.append((self.ctx.current, literal))
+
     def visit_Call(self, node: cst.Call) -> None:
         for a in node.args:
             if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and is_device_string(a.value):
-                self._flag(a.value)
+                self._strong(a.value)
+        qual = self.ctx.qualname(node.func)
+        if qual in XLA_DEVICE:
+            self.xla_program = True
         first = arg(node, 0, None)
         if first is None or not is_device_string(first.value):
             return
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "to":
-            self._flag(first.value)
-        elif self.ctx.qualname(func) in DEVICE_FIRST_ARG:
-            self._flag(first.value)
+        if (isinstance(func, cst.Attribute) and func.attr.value == "to") or qual in DEVICE_FIRST_ARG:
+            self._strong(first.value)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(t.comparator for t in node.comparisons)]
@@ -63,23 +85,38 @@ class XlaDeviceString(Rule):
             return
         for o in operands:
             if is_device_string(o):
-                self._flag(o)
+                self._weak(o)
             elif isinstance(o, (cst.Tuple, cst.List, cst.Set)):
                 for el in o.elements:
                     if is_device_string(el.value):
-                        self._flag(el.value)
+                        self._weak(el.value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if is_device_string(node.value) and any(_is_device_name(t.target) for t in node.targets):
-            self._flag(node.value)
+            self._weak(node.value)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None and is_device_string(node.value) and _is_device_name(node.target):
-            self._flag(node.value)
+            self._weak(node.value)
 
     def visit_Param(self, node: cst.Param) -> None:
         if node.default is not None and is_device_string(node.default) and DEVICE_NAME.search(node.name.value):
-            self._flag(node.default)
+            self._weak(node.default)
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        if not self.weak or not (self.xla_program or _imports_torch_xla_at_module_level(ctx)):
+            return
+        for occ, literal in self.weak:
+            ctx.current = occ
+            self._flag(literal)
+        ctx.current = None
+
+
+def _imports_torch_xla_at_module_level(ctx) -> bool:
+    scope = ctx.analysis.module_scope
+    return any(b.kind == "import" and b.qualname and b.qualname.split(".")[0] == "torch_xla"
+               for bindings in scope.bindings.values() for b in bindings)
 
 
 def _is_device_name(target: cst.BaseExpression) -> bool:
