@@ -120,25 +120,44 @@ class Applier(cst.CSTTransformer):
             return updated
         out: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []
+        dropped_before = False
         for stmt in body:
             if stmt in self._dropped:
                 carried.extend(stmt.leading_lines)
+                dropped_before = True
                 continue
-            if carried:
-                stmt = stmt.with_changes(leading_lines=[*carried, *stmt.leading_lines])
-                carried = []
+            if dropped_before:
+                stmt = stmt.with_changes(leading_lines=_merge_lines(carried, stmt.leading_lines, at_start=not out))
+                carried, dropped_before = [], False
             out.append(stmt)
+        footer = list(updated.footer)
+        if any(line.comment is not None for line in carried):
+            footer = [*carried, *footer]  # comments of the last statements removed stay, at the block's end
         if isinstance(updated, cst.Module):
-            if carried:
-                return updated.with_changes(body=out, footer=[*carried, *updated.footer])
-            return updated.with_changes(body=out)
+            return updated.with_changes(body=out, footer=footer)
         if not out:
-            out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=carried)]
-            carried = []
-        if carried:
-            # comments of the last statements removed stay at the end of the block, indented with it
-            return updated.with_changes(body=out, footer=[*carried, *updated.footer])
-        return updated.with_changes(body=out)
+            comments = [line for line in footer if line.comment is not None]
+            out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
+            footer = [line for line in updated.footer]
+        return updated.with_changes(body=out, footer=footer)
+
+
+def _merge_lines(carried: list[cst.EmptyLine], own: list, at_start: bool) -> list:
+    """The lines above a statement whose predecessors were removed: comments stay, blank runs do not grow."""
+    if any(line.comment is not None for line in carried):
+        merged = [*carried, *own]
+    elif any(line.comment is None for line in own):
+        merged = list(own)
+    else:
+        merged = [*carried[:1], *own] if carried else list(own)
+    return _strip_blank_start(merged) if at_start else merged
+
+
+def _strip_blank_start(lines: list) -> list:
+    i = 0
+    while i < len(lines) and lines[i].comment is None:
+        i += 1
+    return list(lines[i:])
 
 
 def apply(module: cst.Module, edits: EditSet) -> cst.Module:

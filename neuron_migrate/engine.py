@@ -118,11 +118,12 @@ class FileContext:
     def enabled(self, code: str) -> bool:
         return self.settings.enabled(code, self.path)
 
-    def report(self, code: str, node: cst.CSTNode, statement: cst.CSTNode | None = None, **fields) -> bool:
+    def report(self, code: str, node: cst.CSTNode, statement: cst.CSTNode | None = None, marker: bool = True,
+               **fields) -> bool:
         """Record a finding. Returns True when the rule should now make its edits for it.
 
         For manual rules the marker is placed here (above `statement`, by default the current statement) and
-        False is returned. A finding on a statement that already carries this code's marker is not repeated:
+        False is returned; with `marker=False` True is returned and the caller places the marker. A finding on a statement that already carries this code's marker is not repeated:
         the marker (NM900) stands for it.
         """
         self.handled.add(node)
@@ -140,9 +141,12 @@ class FileContext:
         if not self.rewrite:
             return False
         if info.fix is FixSafety.MANUAL:
-            if statement is not None:
+            if statement is None:
+                return False
+            if marker:
                 self.edits.add_marker(statement, marker_text(code, message, info.link))
-            return False
+                return False
+            return True  # the caller places one marker for several findings
         if not fixable:
             return False
         self.applied[code] = self.applied.get(code, 0) + 1

@@ -6,7 +6,8 @@ import functools
 
 import libcst as cst
 
-from neuron_migrate.catalogue import load_data
+from neuron_migrate.catalogue import load_data, rule
+from neuron_migrate.edits import marker_text
 from neuron_migrate.imports import is_legacy
 from neuron_migrate.names import dotted_str
 from neuron_migrate.rules import Rule
@@ -57,10 +58,20 @@ class LegacyApi(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
+        by_statement: dict[cst.CSTNode, list[str]] = {}
         for occ, node, qual in self.references:
             if node in ctx.handled:
                 continue
             ctx.current = occ
+            name = dotted_str(node) or qual
             hint = hint_for(qual)
-            ctx.report("NM199", node, name=dotted_str(node) or qual, qualname=qual, hint=f"; {hint}" if hint else "")
+            if ctx.report("NM199", node, marker=False, name=name, qualname=qual, hint=f"; {hint}" if hint else ""):
+                items = by_statement.setdefault(occ.statement, [])
+                item = f"`{name}` ({hint})" if hint else f"`{name}`"
+                if item not in items:
+                    items.append(item)
         ctx.current = None
+        info = rule("NM199")
+        for statement, items in by_statement.items():
+            text = "torch_xla API without an automatic rewrite: " + ", ".join(items)
+            ctx.edits.add_marker(statement, marker_text("NM199", text, info.link))
