@@ -175,6 +175,10 @@ def _add_imports(module: cst.Module, required: list[tuple[str, str | None]]) -> 
     new = [cst.parse_statement(f"import {m} as {a}\n" if a else f"import {m}\n") for m, a in required]
     body = list(module.body)
     index = _import_position(body)
+    if index < len(body) and _mentions_legacy_import(body[index]):
+        # the new import takes the place (and the blank lines above) of the legacy one it replaces
+        new[0] = new[0].with_changes(leading_lines=body[index].leading_lines)
+        body[index] = body[index].with_changes(leading_lines=[])
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
 
 

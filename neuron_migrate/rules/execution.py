@@ -18,7 +18,7 @@ def synchronize(ctx) -> str:
 
 class MarkStep(Rule):
     codes = ("NM103", "NM104")
-    triggers = (b"mark_step", b"sync", b"wait_device_ops")
+    triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
