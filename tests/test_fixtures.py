@@ -42,16 +42,16 @@ def test_fixture(case, expected):
     settings = _settings(data)
     out = rewrite_bytes(data, path=str(case), **settings)
     if expected is None:
-        assert out is None, f"{case.name} must stay byte-identical, but the rewrite changed it:\n{out.decode()}"
+        assert out is None, f"{case.name} must stay byte-identical, but the rewrite changed it:\n{out!r}"
         return
     want = expected.read_bytes()
     assert out is not None, f"{case.name}: nothing was rewritten"
-    assert out.decode() == want.decode()
-    assert out == want  # bytes too: encodings, BOM, newlines
-    cst.parse_module(out.decode())
+    assert out.decode("utf-8", "replace") == want.decode("utf-8", "replace")  # a readable diff first
+    assert out == want  # then the bytes: encodings, BOM, newlines
     ast.parse(out)
+    cst.parse_module(out)
     again = rewrite_bytes(out, path=str(expected), **settings)
-    assert again is None, f"a second run changed {expected.name} again:\n{again.decode()}"
+    assert again is None, f"a second run changed {expected.name} again:\n{again!r}"
 
 
 def test_every_topic_has_an_unchanged_case():
