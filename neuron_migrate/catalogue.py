@@ -41,7 +41,7 @@ class RuleInfo:
     fix_title: str = ""  # what the fix does, in imperative form
     fix_notes: str = ""  # why the fix is unsafe / what the marker asks for
     group: str = ""
-    check_only: bool = False  # the example is not rewritten (checks without fix)
+    example_file: str = "example.py"  # the file name the example is checked as (kind: requirements, ...)
 
     def format(self, **fields: object) -> str:
         try:
