@@ -180,11 +180,20 @@ def parse(source: Source) -> cst.Module:
             warnings.simplefilter("ignore")
             return cst.parse_module(source.text)
     except cst.ParserSyntaxError as exc:
-        hint = ""
-        if _looks_like_python2(source.text):
-            hint = " (this looks like Python 2 code; port it to Python 3 first)"
-        raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: syntax error: {exc.message}{hint}; "
-                          "fix the syntax, then run again") from None
+        raise SourceError(_syntax_message(source.text, exc)) from None
+
+
+def _syntax_message(text: str, exc: cst.ParserSyntaxError) -> str:
+    """Python's own description of the error when it has one (it is the one users know), else LibCST's."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text)
+    except SyntaxError as py:
+        hint = " (this looks like Python 2 code; port it to Python 3 first)" if _looks_like_python2(text) else ""
+        return f"line {py.lineno}:{py.offset or 1}: syntax error: {py.msg}{hint}; fix the syntax, then run again"
+    return (f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read this syntax "
+            f"({exc.message.splitlines()[0]}); the file was left alone")
 
 
 _PY2 = re.compile(r"^\s*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
