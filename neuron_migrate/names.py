@@ -271,7 +271,7 @@ class Collector(cst.CSTVisitor):
             self._skip_names.add(alias.asname.name)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        fallback = self._handler_depth > 0 and _is_stand_in(node.value)
+        fallback = _is_none(node.value) or (self._handler_depth > 0 and _is_stand_in(node.value))
         for t in node.targets:
             self._bind_target(t.target, "assign", fallback)
 
@@ -335,6 +335,10 @@ def _names_in(expr: cst.CSTNode) -> list[cst.Name]:
     if isinstance(expr, cst.Name):
         out.append(expr)
     return out
+
+
+def _is_none(value: cst.BaseExpression) -> bool:
+    return isinstance(value, cst.Name) and value.value == "None"
 
 
 def _is_stand_in(value: cst.BaseExpression) -> bool:

@@ -30,6 +30,18 @@ def hint_for(qualname: str) -> str:
     return ""
 
 
+MODULE_HINT = ("the torch_xla module itself is used as a value, e.g. an availability test; torch_xla is not "
+               "installed with the native backend: decide what this code should do there")
+
+
+def _is_target(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+    if isinstance(parent, cst.AssignTarget):
+        return parent.target is node
+    if isinstance(parent, (cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)):
+        return parent.target is node
+    return isinstance(parent, (cst.AsName, cst.Param, cst.Global, cst.Nonlocal))
+
+
 class LegacyApi(Rule):
     codes = ("NM199",)
     triggers = (b"torch_xla",)
@@ -44,6 +56,8 @@ class LegacyApi(Rule):
         parent = occ.parent
         if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
             return  # only the whole chain counts
+        if _is_target(node, parent):
+            return  # a binding (`xm = None`), not a use
         if isinstance(occ.small, (cst.Import, cst.ImportFrom)):
             return
         qual = self.ctx.qualname(node)
@@ -64,7 +78,7 @@ class LegacyApi(Rule):
                 continue
             ctx.current = occ
             name = dotted_str(node) or qual
-            hint = hint_for(qual)
+            hint = MODULE_HINT if isinstance(node, cst.Name) and name != qual.split(".")[-1] else hint_for(qual)
             if ctx.report("NM199", node, marker=False, name=name, qualname=qual, hint=f"; {hint}" if hint else ""):
                 items = by_statement.setdefault(occ.statement, [])
                 item = f"`{name}` ({hint})" if hint else f"`{name}`"
