@@ -18,6 +18,11 @@ def _hints() -> dict[str, str]:
     return load_data("mappings.toml")["hints"]
 
 
+def _is_module(qualname: str) -> bool:
+    """A torch_xla module (rather than a function or class of one), as far as the mapping data knows."""
+    return qualname == "torch_xla" or any(key.startswith(qualname + ".") for key in _hints())
+
+
 def hint_for(qualname: str) -> str:
     hints = _hints()
     if qualname in hints:
@@ -78,7 +83,7 @@ class LegacyApi(Rule):
                 continue
             ctx.current = occ
             name = dotted_str(node) or qual
-            hint = MODULE_HINT if isinstance(node, cst.Name) and name != qual.split(".")[-1] else hint_for(qual)
+            hint = MODULE_HINT if isinstance(node, cst.Name) and _is_module(qual) else hint_for(qual)
             if ctx.report("NM199", node, marker=False, name=name, qualname=qual, hint=f"; {hint}" if hint else ""):
                 items = by_statement.setdefault(occ.statement, [])
                 item = f"`{name}` ({hint})" if hint else f"`{name}`"
