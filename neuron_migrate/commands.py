@@ -67,10 +67,12 @@ def check(paths, select, ignore, jobs, exclude, fmt) -> None:
               help="Print a unified diff and write nothing (exit 1 when something would change).")
 @click.option("--no-compile", is_flag=True, help="Do not insert model.compile(backend=\"neuron\") after placement.")
 @click.option("--safe-only", is_flag=True, help="Apply only fixes marked safe.")
-def rewrite(paths, select, ignore, jobs, exclude, dry_run, no_compile, safe_only) -> None:
+@click.option("--device-style", type=click.Choice(["neuron", "accelerator"]), default="neuron", show_default=True,
+              help="neuron: write the `neuron` device; accelerator: code that runs on Trainium, GPU and CPU alike.")
+def rewrite(paths, select, ignore, jobs, exclude, dry_run, no_compile, safe_only, device_style) -> None:
     """Migrate files in place (or show the diff with --diff)."""
     paths = paths or (".",)
-    settings = _settings(select, ignore, compile=not no_compile, safe_only=safe_only)
+    settings = _settings(select, ignore, compile=not no_compile, safe_only=safe_only, device_style=device_style)
     result = run(paths, settings, rewrite=True, jobs=jobs, exclude=exclude)
     if dry_run:
         for r in result.changed:

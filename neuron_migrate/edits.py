@@ -76,31 +76,34 @@ class Applier(cst.CSTTransformer):
 
     def _statement(self, original, updated):
         edits = self.edits
+        dropped = original in edits.remove
         if isinstance(original, cst.SimpleStatementLine) and isinstance(updated, cst.SimpleStatementLine):
             keep = [u for o, u in zip(original.body, updated.body) if o not in edits.remove]
-            if not keep:
-                self._dropped.add(updated)
-                return updated
-            if len(keep) != len(updated.body):
+            dropped = dropped or not keep
+            if keep and len(keep) != len(updated.body):
                 keep[-1] = keep[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
                 updated = updated.with_changes(body=keep)
-        if original in edits.remove:
-            self._dropped.add(updated)
-            return updated
-        if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
-            body = list(updated.body.body)
-            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *body[0].leading_lines])
-            return cst.FlattenSentinel(body)
+        before = list(edits.before.get(original, ()))
+        after = list(edits.after.get(original, ()))
         texts = [t for t in edits.markers.get(original, ()) if t not in existing_comments(original)]
         if texts and hasattr(updated, "leading_lines"):
             lines = [cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in texts]
             updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lines])
-        before = edits.before.get(original, [])
-        after = edits.after.get(original, [])
+        if dropped:
+            replacement = [*before, *after]
+            if not replacement:
+                self._dropped.add(updated)  # the enclosing block carries its comments on
+                return updated
+            replacement[0] = replacement[0].with_changes(
+                leading_lines=[*updated.leading_lines, *replacement[0].leading_lines])
+            return cst.FlattenSentinel(replacement)
+        if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
+            body = list(updated.body.body)
+            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *body[0].leading_lines])
+            return cst.FlattenSentinel(body)
         if before or after:
             if before and hasattr(updated, "leading_lines"):
-                first = before[0].with_changes(leading_lines=[*updated.leading_lines, *before[0].leading_lines])
-                before = [first, *before[1:]]
+                before[0] = before[0].with_changes(leading_lines=[*updated.leading_lines, *before[0].leading_lines])
                 updated = updated.with_changes(leading_lines=[])
             return cst.FlattenSentinel([*before, updated, *after])
         return updated

@@ -53,6 +53,7 @@ class FileContext:
     pending: list[Pending] = field(default_factory=list)
     applied: dict[str, int] = field(default_factory=dict)
     required_imports: list[tuple[str, str | None]] = field(default_factory=list)
+    definitions: list[str] = field(default_factory=list)
     current: Occurrence | None = None
     shared: dict[str, object] = field(default_factory=dict)  # facts rules share (e.g. "data_parallel")
     handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
@@ -167,6 +168,21 @@ class FileContext:
     def unwrap(self, statement: cst.CSTNode) -> None:
         self.edits.unwrap.add(statement)
 
+    def replace_small_statement(self, code: str) -> bool:
+        """Replace the current small statement by `code` (statements); False where that cannot be done in place."""
+        occ = self.current
+        line = occ.statement if occ is not None else None
+        if not isinstance(line, cst.SimpleStatementLine) or occ.small is not line.body[-1]:
+            return False
+        self.remove(occ.small)
+        self.insert_after(line, code)
+        return True
+
+    def define(self, code: str) -> None:
+        """A module-level statement that new code relies on, placed once after the imports."""
+        if code not in self.definitions:
+            self.definitions.append(code)
+
 
 def node_code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
@@ -253,10 +269,10 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
         findings += marker_findings(source.text, path, settings)
         result.findings = sorted(findings, key=lambda f: f.sort_key())
         return None
-    if not ctx.edits and not ctx.required_imports and "torch_xla" not in source.text:
+    if not ctx.edits and not ctx.required_imports and not ctx.definitions and "torch_xla" not in source.text:
         return None
     new_module = apply(module, ctx.edits)
-    new_module, removed = imports.tidy(new_module, ctx.required_imports)
+    new_module, removed = imports.tidy(new_module, ctx.required_imports, ctx.definitions)
     if removed and settings.enabled(imports.UNUSED_CODE, path):
         ctx.applied[imports.UNUSED_CODE] = ctx.applied.get(imports.UNUSED_CODE, 0) + removed
     result.applied = {k: v for k, v in ctx.applied.items() if v}

@@ -62,8 +62,10 @@ def unused_legacy_findings(ctx, path: str) -> list[Finding]:
     return _positions(ctx.module, pending, path)
 
 
-def tidy(module: cst.Module, required: list[tuple[str, str | None]]) -> tuple[cst.Module, int]:
+def tidy(module: cst.Module, required: list[tuple[str, str | None]],
+         definitions: list[str] = ()) -> tuple[cst.Module, int]:
     module = _add_imports(module, required)
+    module = _add_definitions(module, definitions)
     analysis = Analysis(module)
     unused = unused_bindings(analysis)
     if not unused:
@@ -180,6 +182,35 @@ def _add_imports(module: cst.Module, required: list[tuple[str, str | None]]) -> 
         new[0] = new[0].with_changes(leading_lines=body[index].leading_lines)
         body[index] = body[index].with_changes(leading_lines=[])
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
+
+
+def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
+    """Module-level statements new code relies on (`DEVICE = ...`), after the leading imports."""
+    if not definitions:
+        return module
+    new = list(cst.parse_module("".join(d + "\n" for d in definitions)).body)
+    body = list(module.body)
+    index = 0
+    for i, stmt in enumerate(body):
+        if _is_import_line(stmt) or _mentions_legacy_import(stmt) or (i == 0 and _is_docstring(stmt)):
+            index = i + 1
+            continue
+        break
+    blank = [cst.EmptyLine()]
+    new[0] = new[0].with_changes(leading_lines=blank)
+    if index < len(body) and not body[index].leading_lines:
+        body[index] = body[index].with_changes(leading_lines=blank)
+    return module.with_changes(body=[*body[:index], *new, *body[index:]])
+
+
+def _is_import_line(stmt: cst.BaseStatement) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom))
+                                                             for s in stmt.body)
+
+
+def _is_docstring(stmt: cst.BaseStatement) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def _import_position(body: list[cst.BaseStatement]) -> int:

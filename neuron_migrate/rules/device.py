@@ -6,13 +6,16 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.patterns import XM, arg, code, is_device_string, positional_count, respell_device, short
+from neuron_migrate.patterns import (XM, arg, code, is_device_string, positional_count, respell_device, short,
+                                     string_value)
+from neuron_migrate import devices
 from neuron_migrate.rules import Rule
 
 XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
 # Calls whose first positional argument is a device (or device type).
 DEVICE_FIRST_ARG = frozenset({"torch.device", "torch.autocast", "torch.amp.autocast", "torch.amp.autocast_mode.autocast"})
 DEVICE_KEYWORDS = frozenset({"device", "device_type"})
+DEVICE, TYPE = "device", "type"  # what a position expects: a device, or a device type string
 DEVICE_NAME = re.compile(r"(^|_)device(_type)?$|^dev$", re.I)
 
 
@@ -29,8 +32,7 @@ class XlaDeviceCall(Rule):
         extra = [a for a in node.args if a is not index]
         if extra or positional_count(node) > 1:
             return  # devkind= and friends: left to NM199
-        torch = ctx.module_ref("torch")
-        new = f"{torch}.device({ctx.string('neuron')}" + (f", {code(index.value)})" if index else ")")
+        new = devices.device(ctx, code(index.value) if index else None)
         if ctx.report("NM101", node, call=short(node), fixed=new):
             ctx.replace(node, cst.parse_expression(new))
 
@@ -53,22 +55,26 @@ class XlaDeviceString(Rule):
         self.weak: list[tuple[object, cst.BaseExpression]] = []
         self.xla_program = False
 
-    def _flag(self, literal: cst.BaseExpression) -> None:
-        fixed = code(respell_device(literal))
-        if self.ctx.report("NM102", literal, text=code(literal), fixed=fixed):
-            self.ctx.replace(literal, respell_device)
+    def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
+        ctx = self.ctx
+        if devices.portable(ctx):
+            new = _portable(ctx, literal, kind)
+            if ctx.report("NM102", literal, text=code(literal), fixed=code(new)):
+                ctx.replace(literal, new)
+        elif ctx.report("NM102", literal, text=code(literal), fixed=code(respell_device(literal))):
+            ctx.replace(literal, respell_device)
 
-    def _strong(self, literal: cst.BaseExpression) -> None:
+    def _strong(self, literal: cst.BaseExpression, kind: str = DEVICE) -> None:
         self.xla_program = True
-        self._flag(literal)
+        self._flag(literal, kind)
 
-    def _weak(self, literal: cst.BaseExpression) -> None:
-        self.weak.append((self.ctx.current, literal))
+    def _weak(self, literal: cst.BaseExpression, kind: str = TYPE) -> None:
+        self.weak.append((self.ctx.current, literal, kind))
 
     def visit_Call(self, node: cst.Call) -> None:
         for a in node.args:
             if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and is_device_string(a.value):
-                self._strong(a.value)
+                self._strong(a.value, TYPE if a.keyword.value == "device_type" else DEVICE)
         qual = self.ctx.qualname(node.func)
         if qual in XLA_DEVICE:
             self.xla_program = True
@@ -76,8 +82,10 @@ class XlaDeviceString(Rule):
         if first is None or not is_device_string(first.value):
             return
         func = node.func
-        if (isinstance(func, cst.Attribute) and func.attr.value == "to") or qual in DEVICE_FIRST_ARG:
-            self._strong(first.value)
+        if isinstance(func, cst.Attribute) and func.attr.value == "to":
+            self._strong(first.value, DEVICE)
+        elif qual in DEVICE_FIRST_ARG:
+            self._strong(first.value, TYPE)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         operands = [node.left, *(t.comparator for t in node.comparisons)]
@@ -93,23 +101,23 @@ class XlaDeviceString(Rule):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if is_device_string(node.value) and any(_is_device_name(t.target) for t in node.targets):
-            self._weak(node.value)
+            self._weak(node.value, _kind_of_name(node.targets[0].target))
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None and is_device_string(node.value) and _is_device_name(node.target):
-            self._weak(node.value)
+            self._weak(node.value, _kind_of_name(node.target))
 
     def visit_Param(self, node: cst.Param) -> None:
         if node.default is not None and is_device_string(node.default) and DEVICE_NAME.search(node.name.value):
-            self._weak(node.default)
+            self._weak(node.default, _kind_of_name(node.name))
 
     def finish(self) -> None:
         ctx = self.ctx
         if not self.weak or not (self.xla_program or _imports_torch_xla_at_module_level(ctx)):
             return
-        for occ, literal in self.weak:
+        for occ, literal, kind in self.weak:
             ctx.current = occ
-            self._flag(literal)
+            self._flag(literal, kind)
         ctx.current = None
 
 
@@ -117,6 +125,26 @@ def _imports_torch_xla_at_module_level(ctx) -> bool:
     scope = ctx.analysis.module_scope
     return any(b.kind == "import" and b.qualname and b.qualname.split(".")[0] == "torch_xla"
                for bindings in scope.bindings.values() for b in bindings)
+
+
+def _kind_of_name(target: cst.BaseExpression) -> str:
+    name = target.value if isinstance(target, cst.Name) else getattr(getattr(target, "attr", None), "value", "")
+    return TYPE if name.lower().endswith("type") else DEVICE
+
+
+def _portable(ctx, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression:
+    """`"xla"` -> `DEVICE` / `DEVICE.type`; `"xla:0"` -> `f"{DEVICE.type}:0"`; `f"xla:{i}"` -> `f"{DEVICE.type}:{i}"`."""
+    device_type = devices.device_type(ctx)
+    if string_value(literal) == "xla":
+        return cst.parse_expression(devices.module_device(ctx) if kind == DEVICE else device_type)
+    if isinstance(literal, cst.SimpleString):
+        rest = literal.evaluated_value[3:].replace("{", "{{").replace("}", "}}")
+        return cst.parse_expression(f"f{literal.quote}{{{device_type}}}{rest}{literal.quote}")
+    first = literal.parts[0]
+    head = [cst.FormattedStringExpression(cst.parse_expression(device_type))]
+    if first.value[3:]:
+        head.append(first.with_changes(value=first.value[3:]))
+    return literal.with_changes(parts=[*head, *literal.parts[1:]])
 
 
 def _is_device_name(target: cst.BaseExpression) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.patterns import XM, arg, short
+from neuron_migrate import devices
 from neuron_migrate.rules import Rule
 
 MARK_STEP = frozenset({f"{XM}.mark_step", "torch_xla.sync", "torch_xla.torch_xla.sync"})
@@ -12,8 +13,25 @@ WAIT = frozenset({f"{XM}.wait_device_ops"})
 STEP_CONTEXT = frozenset({"torch_xla.step", "torch_xla.torch_xla.step"})
 
 
-def synchronize(ctx) -> str:
-    return f"{ctx.module_ref('torch')}.neuron.synchronize()"
+def wait_for_device(ctx, node: cst.Call, code: str, **fields) -> None:
+    """Replace a waiting call with the style's synchronize: a statement where it stands alone."""
+    occ = ctx.current
+    alone = isinstance(occ.small, cst.Expr) and occ.small.value is node
+    if devices.portable(ctx) and alone:
+        statement = devices.synchronize_statement(ctx)
+        if ctx.report(code, node, fixed=" ".join(statement.split()), **fields):
+            ctx.replace_small_statement(statement) or ctx.replace(node, cst.parse_expression(_inline(ctx)))
+    else:
+        fixed = _inline(ctx)
+        if ctx.report(code, node, fixed=fixed, **fields):
+            ctx.replace(node, cst.parse_expression(fixed))
+
+
+def _inline(ctx) -> str:
+    if not devices.portable(ctx):
+        return devices.synchronize_call(ctx)
+    torch = ctx.module_ref("torch")
+    return f"({torch}.accelerator.synchronize() if {torch}.accelerator.is_available() else None)"
 
 
 class MarkStep(Rule):
@@ -28,9 +46,7 @@ class MarkStep(Rule):
         elif qual in WAIT:
             if node.args:
                 return  # devices=[...]: left to NM199
-            fixed = synchronize(ctx)
-            if ctx.report("NM104", node, call=short(node), fixed=fixed):
-                ctx.replace(node, cst.parse_expression(fixed))
+            wait_for_device(ctx, node, "NM104", call=short(node))
 
     def _mark_step(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -42,9 +58,7 @@ class MarkStep(Rule):
         waits = wait is not None and wait.value.value == "True"
         is_statement = isinstance(occ.small, cst.Expr) and occ.small.value is node
         if waits:
-            fixed = synchronize(ctx)
-            if ctx.report("NM104", node, call=short(node), fixed=fixed):
-                ctx.replace(node, cst.parse_expression(fixed))
+            wait_for_device(ctx, node, "NM104", call=short(node))
         elif is_statement:
             if ctx.report("NM103", node, call=short(node)):
                 ctx.remove(occ.small)

@@ -1,0 +1,66 @@
+"""How migrated code names its device: the literal `neuron` device, or whatever accelerator the machine has.
+
+`--device-style neuron` (default) writes `torch.device("neuron")`. `--device-style accelerator` writes code
+that runs on Trainium, on a GPU and on the CPU alike: one module-level
+
+    DEVICE = torch.accelerator.current_accelerator(check_available=True) or torch.device("cpu")
+
+per file, and every rewritten device reference uses it (`DEVICE`, `DEVICE.type`).
+"""
+
+from __future__ import annotations
+
+NEURON = "neuron"
+ACCELERATOR = "accelerator"
+STYLES = (NEURON, ACCELERATOR)
+DEVICE_NAMES = ("DEVICE", "ACCELERATOR_DEVICE", "TARGET_DEVICE")
+
+
+def portable(ctx) -> bool:
+    return ctx.settings.device_style == ACCELERATOR
+
+
+def module_device(ctx) -> str:
+    """The name of the file's module-level device variable, defined once on first use."""
+    name = ctx.shared.get("device_name")
+    if name is None:
+        scope = ctx.analysis.module_scope
+        name = next((n for n in DEVICE_NAMES if not ctx._name_taken(n)), DEVICE_NAMES[-1])
+        torch = ctx.module_ref("torch", scope=scope)
+        ctx.define(f"{name} = {torch}.accelerator.current_accelerator(check_available=True) or "
+                   f"{torch}.device({ctx.string('cpu')})")
+        ctx.shared["device_name"] = name
+    return name  # type: ignore[return-value]
+
+
+def device(ctx, index: str | None = None) -> str:
+    """An expression for the target device (with an index: that device of the target type)."""
+    if portable(ctx):
+        name = module_device(ctx)
+        return f"{ctx.module_ref('torch')}.device({name}.type, {index})" if index else name
+    torch = ctx.module_ref("torch")
+    return f"{torch}.device({ctx.string(NEURON)}, {index})" if index else f"{torch}.device({ctx.string(NEURON)})"
+
+
+def device_type(ctx) -> str:
+    """An expression for the target device type (`"neuron"`, or `DEVICE.type`)."""
+    return f"{module_device(ctx)}.type" if portable(ctx) else ctx.string(NEURON)
+
+
+def synchronize_call(ctx) -> str:
+    return f"{ctx.module_ref('torch')}.neuron.synchronize()"
+
+
+def synchronize_statement(ctx) -> str:
+    """Wait for the device; in the portable style a form that is a no-op where there is no accelerator."""
+    if not portable(ctx):
+        return synchronize_call(ctx) + "\n"
+    torch = ctx.module_ref("torch")
+    return f"if {torch}.accelerator.is_available():\n    {torch}.accelerator.synchronize()\n"
+
+
+def compile_backend(ctx) -> str:
+    """The `backend=` value for model.compile: Neuron's on neuron, the default (inductor) elsewhere."""
+    if portable(ctx):
+        return f"{ctx.string(NEURON)} if {module_device(ctx)}.type == {ctx.string(NEURON)} else {ctx.string('inductor')}"
+    return ctx.string(NEURON)
