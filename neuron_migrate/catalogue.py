@@ -41,6 +41,7 @@ class RuleInfo:
     fix_title: str = ""  # what the fix does, in imperative form
     fix_notes: str = ""  # why the fix is unsafe / what the marker asks for
     group: str = ""
+    after_accelerator: str = ""  # the example after the fix with --device-style accelerator (device-naming rules)
     example_file: str = "example.py"  # the file name the example is checked as (kind: requirements, ...)
 
     def format(self, **fields: object) -> str:
@@ -91,6 +92,9 @@ def explain(info: RuleInfo) -> str:
     out += ["## Example", "", "```python", info.before.rstrip(), "```", ""]
     if info.after.strip():
         out += ["Use instead:", "", "```python", info.after.rstrip(), "```", ""]
+    if info.after_accelerator.strip():
+        out += ["With `--device-style accelerator` (runs on Trainium, GPU and CPU alike):", "",
+                "```python", info.after_accelerator.rstrip(), "```", ""]
     out += ["## Fix safety", ""]
     safety = {
         FixSafety.SAFE: "Safe: `neuron-migrate rewrite` applies this fix; the program computes the same thing.",

@@ -35,10 +35,10 @@ def test_every_code_a_rule_reports_is_catalogued():
         assert rule.triggers, f"{rule.__name__} has no pre-filter triggers"
 
 
-def _run(info, text: str, rewrite: bool):
+def _run(info, text: str, rewrite: bool, **settings):
     kind = kind_of(info.example_file)
     assert kind is not None, f"{info.code}: no file kind for {info.example_file}"
-    result = process(info.example_file, text.encode(), kind, Settings(), rewrite)
+    result = process(info.example_file, text.encode(), kind, Settings(**settings), rewrite)
     assert result is not None and result.error is None, (info.code, result and result.error)
     return result
 
@@ -55,6 +55,12 @@ def test_example_after_is_what_rewrite_gives(info):
     result = _run(info, info.before, rewrite=True)
     out = result.new_bytes.decode() if result.new_bytes is not None else info.before
     assert out == info.after
+
+
+@pytest.mark.parametrize("info", [r for r in RULES if r.after_accelerator.strip()], ids=lambda r: r.code)
+def test_example_after_accelerator_is_what_rewrite_gives(info):
+    result = _run(info, info.before, rewrite=True, device_style="accelerator")
+    assert result.new_bytes is not None and result.new_bytes.decode() == info.after_accelerator
 
 
 @pytest.mark.parametrize("info", [r for r in RULES if r.fix is FixSafety.MANUAL], ids=lambda r: r.code)
