@@ -26,6 +26,7 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("*.ipynb", "notebook"),
     ("requirements*.txt", "requirements"),
     ("constraints*.txt", "requirements"),
+    ("requirements*.in", "requirements"),
     ("*requirements.txt", "requirements"),
     ("*.requirements.txt", "requirements"),
     ("pyproject.toml", "pyproject"),

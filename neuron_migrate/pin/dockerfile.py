@@ -1,0 +1,106 @@
+"""Dockerfiles: `pip install` in `RUN` instructions (shell form), and `FROM` images the native backend cannot use."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from neuron_migrate.findings import FileResult
+from neuron_migrate.pin.document import TextDocument
+from neuron_migrate.pin.matrix import matrix
+from neuron_migrate.pin.shell import pin_commands
+from neuron_migrate.settings import Settings
+
+_INSTRUCTION = re.compile(r"[ \t]*([A-Za-z]+)(?=[ \t]|$)", re.M)
+_FLAG = re.compile(r"[ \t]*--[a-z-]+=\S*")
+_UBUNTU_CODENAMES = {"bionic": "18.04", "focal": "20.04", "jammy": "22.04", "noble": "24.04"}
+_UBUNTU_TAG = re.compile(r"ubuntu-?(\d\d\.\d\d)")
+_PYTHON_TAG = re.compile(r"(?:^|[-_])py(?:thon)?-?3\.?(\d{1,2})(?=$|[-_.])")
+_LEADING_VERSION = re.compile(r"^(\d+\.\d+)(?:\.\d+)*")
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str  # upper case
+    start: int  # offset of its first line
+    args_start: int  # offset just after the keyword
+    end: int  # offset past its last line
+
+
+def instructions(doc: TextDocument) -> list[Instruction]:
+    """Instructions with `\\` continuations joined (comment lines inside a continuation are skipped, as Docker does)."""
+    text = doc.text
+    out = []
+    offset = 0
+    while offset < len(text):
+        line_end = doc.line_end(offset)
+        line = text[offset:line_end]
+        m = _INSTRUCTION.match(line)
+        if not line.strip() or line.lstrip().startswith("#") or not m:
+            offset = line_end
+            continue
+        end = line_end
+        while text[offset:end].rstrip("\r\n").rstrip(" \t").endswith("\\") and end < len(text):
+            end = doc.line_end(end)
+            while end < len(text) and text[doc.line_start(end - 1):end].lstrip().startswith("#"):
+                end = doc.line_end(end)
+        out.append(Instruction(m.group(1).upper(), offset, offset + m.end(), end))
+        offset = end
+    return out
+
+
+def process_dockerfile(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
+    doc = TextDocument.read(path, data, settings, rewrite)
+    found = instructions(doc)
+    for instruction in found:
+        if instruction.keyword == "FROM":
+            check_image(doc, instruction)
+    runs = [i for i in found if i.keyword == "RUN" and not doc.text[i.args_start:i.end].lstrip().startswith("[")]
+    spans = []
+    for run in runs:
+        start = run.args_start
+        while m := _FLAG.match(doc.text, start, run.end):  # RUN --mount=... --network=...
+            start = m.end()
+        spans.append((start, run.end))
+    pin_commands(doc, spans)
+    return doc.result(data)
+
+
+def image_problems(image: str) -> list[str]:
+    """What makes a base image unfit for TorchNeuron (empty when nothing is known to be wrong)."""
+    mx = matrix()
+    if "$" in image:
+        return []
+    name, _, tag = image.partition("@")[0].rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "")
+    repo = name.rsplit("/", 1)[-1]
+    problems = []
+    ubuntu = None
+    if repo == "ubuntu":
+        ubuntu = _UBUNTU_CODENAMES.get(tag.split("-")[0], tag.split("-")[0]) if tag else None
+    elif m := _UBUNTU_TAG.search(tag):
+        ubuntu = m.group(1)
+    if ubuntu and re.fullmatch(r"\d\d\.\d\d", ubuntu) and ubuntu not in mx.ubuntu:
+        problems.append(f"is Ubuntu {ubuntu}")
+    python = None
+    if repo == "python" and (m := re.match(r"(\d+\.\d+)", tag)):
+        python = m.group(1)
+    elif m := _PYTHON_TAG.search(tag):
+        python = f"3.{m.group(1)}"
+    if python and not mx.python_supported(python):
+        problems.append(f"has Python {python}")
+    if "neuronx" in repo and (m := _LEADING_VERSION.match(tag)) and m.group(1) not in {f.torch for f in mx.families}:
+        problems.append(f"is a legacy XLA torch-neuronx image (PyTorch {m.group(1)})")
+    return problems
+
+
+def check_image(doc: TextDocument, instruction: Instruction) -> None:
+    args = doc.text[instruction.args_start:instruction.end]
+    words = [w for w in args.replace("\\\n", " ").split() if not w.startswith("--")]
+    if not words:
+        return
+    problems = image_problems(words[0])
+    if problems:
+        mx = matrix()
+        offset = instruction.args_start + args.index(words[0])
+        doc.report("NM608", offset, instruction.start, image=words[0], what=" and ".join(problems),
+                   ubuntu=" or ".join(mx.ubuntu), supported=", ".join(mx.python))

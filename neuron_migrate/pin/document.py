@@ -1,0 +1,166 @@
+"""A text file being pinned: findings at offsets, span edits applied in one pass, TODO markers for a person.
+
+The dependency formats (requirements files, setup.cfg, environment.yml, Dockerfiles, shell scripts) all
+use `#` comments, so a manual finding leaves the same `# TODO(neuron-migrate NM6xx)` marker a Python
+rule leaves, above the line it is about, and `check` keeps reporting it as NM900.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+
+from neuron_migrate import catalogue
+from neuron_migrate.edits import MARKER_PREFIX, marker_text
+from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate.pin.matrix import Family, matrix
+from neuron_migrate.settings import Settings
+from neuron_migrate.sources import Source, SourceError, decode
+
+OWN_MARKERS = re.compile(r"#\s*TODO\(neuron-migrate (NM6\d\d)\):\s*(.*)$")
+
+
+@dataclass
+class Edit:
+    start: int
+    end: int
+    text: str
+
+
+@dataclass
+class TextDocument:
+    path: str
+    source: Source
+    settings: Settings
+    rewrite: bool
+    edits: list[Edit] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    applied: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, path: str, data: bytes, settings: Settings, rewrite: bool) -> "TextDocument":
+        return cls(path, decode(data), settings, rewrite)
+
+    @property
+    def text(self) -> str:
+        return self.source.text
+
+    @property
+    def newline(self) -> str:
+        return self.source.newline
+
+    @property
+    def family(self) -> Family:
+        try:
+            return matrix().family(self.settings.torch)
+        except ValueError as exc:
+            raise SourceError(str(exc)) from None
+
+    # -- positions -----------------------------------------------------------------------------------------
+    def line_starts(self) -> list[int]:
+        starts = getattr(self, "_starts", None)
+        if starts is None:
+            starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", self.text)]
+            self._starts = starts
+        return starts
+
+    def position(self, offset: int) -> tuple[int, int]:
+        starts = self.line_starts()
+        line = bisect.bisect_right(starts, offset) - 1
+        return line + 1, offset - starts[line] + 1
+
+    def line_start(self, offset: int) -> int:
+        starts = self.line_starts()
+        return starts[bisect.bisect_right(starts, offset) - 1]
+
+    def line_end(self, offset: int) -> int:
+        """The offset just past the newline that ends the line holding `offset` (or the end of the text)."""
+        starts = self.line_starts()
+        index = bisect.bisect_right(starts, offset)
+        return starts[index] if index < len(starts) else len(self.text)
+
+    # -- findings ------------------------------------------------------------------------------------------
+    def report(self, code: str, offset: int, line_offset: int | None = None, **fields: object) -> bool:
+        """Record a finding at `offset`; True when the caller should make its edit now.
+
+        For manual codes the marker goes above the line holding `line_offset` (default: `offset`); a line
+        that already carries this code's marker is not reported again (its NM900 stands for it).
+        """
+        if not self.settings.enabled(code, self.path):
+            return False
+        info = catalogue.rule(code)
+        anchor = self.line_start(offset if line_offset is None else line_offset)
+        if info.fix is FixSafety.MANUAL and self._marked(anchor, code):
+            return False
+        fixable = info.fix is FixSafety.SAFE or (info.fix is FixSafety.UNSAFE and not self.settings.safe_only)
+        message = info.format(**fields)
+        line, col = self.position(offset)
+        self.findings.append(Finding(self.path, line, col, code, message, fixable))
+        if not self.rewrite:
+            return False
+        if info.fix is FixSafety.MANUAL:
+            indent = re.match(r"[ \t]*", self.text[anchor:]).group()
+            self.edits.append(Edit(anchor, anchor, indent + marker_text(code, message, info.link) + self.newline))
+            return False
+        if not fixable:
+            return False
+        self.applied[code] = self.applied.get(code, 0) + 1
+        return True
+
+    def _marked(self, line_start: int, code: str) -> bool:
+        tag = f"{MARKER_PREFIX}{code})"
+        starts = self.line_starts()
+        index = bisect.bisect_left(starts, line_start) - 1
+        while index >= 0:
+            line = self.text[starts[index]:starts[index + 1]].strip()
+            if not line.startswith(MARKER_PREFIX):
+                return False
+            if line.startswith(tag):
+                return True
+            index -= 1
+        return False
+
+    # -- edits ---------------------------------------------------------------------------------------------
+    def replace(self, start: int, end: int, text: str) -> None:
+        self.edits.append(Edit(start, end, text))
+
+    def render(self) -> str:
+        out = []
+        position = 0
+        for edit in sorted(self.edits, key=lambda e: (e.start, e.end)):
+            if edit.start < position:
+                raise SourceError("internal error: two pin edits overlap; the file was left alone. "
+                                  "Please report this.")
+            out.append(self.text[position:edit.start])
+            out.append(edit.text)
+            position = edit.end
+        out.append(self.text[position:])
+        return "".join(out)
+
+    def result(self, data: bytes) -> FileResult:
+        result = FileResult(self.path, old_bytes=data, findings=self.findings)
+        if self.rewrite:
+            new_text = self.render()
+            if new_text != self.text:
+                result.new_bytes = self.source.encode(new_text)
+                result.applied = {k: v for k, v in self.applied.items() if v}
+            result.manual = own_marker_findings(new_text, self.path, self.settings)
+        else:
+            result.findings = self.findings + own_marker_findings(self.text, self.path, self.settings)
+        result.findings.sort(key=lambda f: f.sort_key())
+        return result
+
+
+def own_marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
+    """NM900 for the NM6xx markers in a dependency file (other handlers of the same kind report their own)."""
+    if MARKER_PREFIX not in text or not settings.enabled("NM900", path):
+        return []
+    info = catalogue.rule("NM900")
+    out = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        m = OWN_MARKERS.search(line)
+        if m:
+            out.append(Finding(path, lineno, m.start() + 1, "NM900", info.format(code=m.group(1),
+                                                                                   text=m.group(2).strip())))
+    return out

@@ -1,0 +1,262 @@
+"""Decide what happens to a list of requirements: which to keep, re-pin, remove, and what to add.
+
+Every file format (requirements files, pyproject, setup files, pip commands in scripts and Dockerfiles)
+turns its entries into requirement texts, asks `plan` and renders the outcome its own way, so the
+version logic exists once. Versions are compared with `packaging`; texts are edited in place, so
+extras, markers, local labels and spacing survive.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from neuron_migrate.pin.matrix import Family, Matrix, matrix
+
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_REQUIREMENT = re.compile(rf"\s*(?P<name>{_NAME})\s*(?P<extras>\[[^\]]*\])?(?P<rest>.*)", re.S)
+_TEMPLATE = re.compile(r"\$|\{\{|\{%|%\(|@[A-Z_]+@")
+_OPERATOR = re.compile(r"(===|==|!=|~=|<=|>=|<|>)\s*(\S+)")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A requirement text split into the parts `pin` reads and edits."""
+
+    text: str
+    name: str  # canonical
+    spec_start: int  # the specifier is text[spec_start:spec_end] (empty when unpinned)
+    spec_end: int
+    marker: str
+    url: bool
+    templated: bool
+
+    @property
+    def spec(self) -> str:
+        return self.text[self.spec_start:self.spec_end]
+
+    def with_spec(self, spec: str) -> str:
+        return self.text[:self.spec_start] + spec + self.text[self.spec_end:]
+
+
+def parse(text: str) -> Requirement | None:
+    m = _REQUIREMENT.fullmatch(text)
+    if not m:
+        return None
+    rest = m.group("rest")
+    cut = len(rest)
+    for sep in (";", "@"):
+        at = rest.find(sep)
+        if at >= 0 and (sep == "@" or not _TEMPLATE.search(rest[:at])):
+            cut = min(cut, at)
+    spec = rest[:cut]
+    lead = len(spec) - len(spec.lstrip())
+    start = m.start("rest") + lead
+    end = m.start("rest") + len(spec.rstrip())
+    marker = rest[cut + 1:].strip() if rest[cut:cut + 1] == ";" else ""
+    return Requirement(text, canonicalize_name(m.group("name")), start, max(start, end), marker,
+                       url=rest[cut:cut + 1] == "@", templated=bool(_TEMPLATE.search(rest[:cut])))
+
+
+def applies_to_target(marker: str, mx: Matrix | None = None) -> bool:
+    """Whether an environment marker can hold on a supported Neuron host (Linux x86_64, a supported Python)."""
+    if not marker:
+        return True
+    mx = mx or matrix()
+    try:
+        parsed = Marker(marker)
+    except InvalidMarker:
+        return True
+    for version in mx.python:
+        env = {"sys_platform": "linux", "platform_system": mx.system, "platform_machine": mx.machine,
+               "os_name": "posix", "python_version": version, "python_full_version": f"{version}.0",
+               "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+        try:
+            if parsed.evaluate(env):
+                return True
+        except Exception:  # undefined names in the marker: not ours to judge
+            return True
+    return False
+
+
+def _without_local(specifiers: SpecifierSet) -> SpecifierSet:
+    return SpecifierSet(",".join(str(s).split("+")[0] for s in specifiers))
+
+
+def _local_label(spec: str) -> str:
+    m = re.search(r"==\s*[^,+]+(\+[A-Za-z0-9.]+)", spec)
+    return m.group(1) if m else ""
+
+
+@dataclass
+class Outcome:
+    """What becomes of one entry."""
+
+    replacement: str | None = None  # new text of the same requirement
+    remove: bool = False
+    extra: list[str] = field(default_factory=list)  # requirements to add right after this entry
+
+    @property
+    def changed(self) -> bool:
+        return self.replacement is not None or self.remove or bool(self.extra)
+
+
+@dataclass
+class Issue:
+    """A finding about one entry (index None: about the list as a whole)."""
+
+    index: int | None
+    code: str
+    fields: dict
+
+
+@dataclass
+class Plan:
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    issues: list[Issue] = field(default_factory=list)
+    added: set[str] = field(default_factory=set)
+
+    def outcome(self, index: int) -> Outcome:
+        return self.outcomes.setdefault(index, Outcome())
+
+
+def in_scope(names: set[str], mx: Matrix | None = None) -> bool:
+    """A set of requirements is about Neuron when it names a Neuron or legacy XLA package."""
+    return bool(names & (mx or matrix()).neuron_packages)
+
+
+def names_of(texts: list[str]) -> set[str]:
+    out = set()
+    for text in texts:
+        req = parse(text)
+        if req is not None and applies_to_target(req.marker):
+            out.add(req.name)
+    return out
+
+
+def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True) -> Plan:
+    """Decide over `texts` (None for entries that are not requirements).
+
+    `present`: packages the whole file (or command line, with its includes) already installs; missing
+    required packages are added after the last Neuron entry, once, unless `may_add` is False.
+    """
+    mx = matrix()
+    result = Plan()
+    anchor = None
+    for index, text in enumerate(texts):
+        req = parse(text) if text is not None else None
+        if req is None or not applies_to_target(req.marker, mx):
+            continue
+        if req.name in mx.neuron_packages:
+            anchor = index
+        if req.name in mx.legacy_packages:
+            result.outcome(index).remove = True
+            result.issues.append(Issue(index, "NM601", {"requirement": text.strip(), "name": req.name}))
+        elif req.name in family.pins:
+            _repin(req, index, family, mx, result)
+    missing = [n for n in mx.required_packages if n not in present]
+    if may_add and missing and anchor is not None:
+        result.outcome(anchor).extra = [n + family.pins[n] for n in missing]
+        result.added.update(missing)
+        for name in missing:
+            result.issues.append(Issue(anchor, "NM603", {"name": name, "requirement": name + family.pins[name],
+                                                         "family": family.torch}))
+    return result
+
+
+def _repin(req: Requirement, index: int, family: Family, mx: Matrix, result: Plan) -> None:
+    want = family.pins[req.name]
+    fields = {"requirement": req.text.strip(), "name": req.name, "family": family.torch, "pin": req.name + want}
+    if req.templated or req.url:
+        why = "takes its version from a template" if req.templated else "installs from a URL"
+        result.issues.append(Issue(index, "NM606", {**fields, "why": why}))
+        return
+    try:
+        specifiers = _without_local(SpecifierSet(req.spec))
+    except InvalidSpecifier:
+        result.issues.append(Issue(index, "NM606", {**fields, "why": "has a version specifier pip does not accept"}))
+        return
+    reason = misfit(req.name, specifiers, family, mx)
+    if reason is None:
+        return
+    new_spec = want
+    label = _local_label(req.spec)
+    if label and want.startswith("==") and "*" not in want:
+        new_spec = want + label
+    result.outcome(index).replacement = req.with_spec(new_spec)
+    result.issues.append(Issue(index, "NM602", {**fields, "reason": reason, "pin": req.name + new_spec}))
+
+
+def misfit(name: str, specifiers: SpecifierSet, family: Family, mx: Matrix) -> str | None:
+    """Why a specifier does not fit the family (None when it does)."""
+    release = family.releases[name]
+    legacy = mx.legacy_releases.get(name)
+    if not str(specifiers):
+        probes = [f.releases[name] for f in mx.others(family)] + ([legacy] if legacy else [])
+        return "is not pinned" if any(p != release for p in probes) else None
+    if name == "torch-neuronx" and _pins_legacy(specifiers, mx):
+        return f"is the legacy XLA build (the native backend starts at {mx.native_since})"
+    if not specifiers.contains(release, prereleases=True):
+        return f"does not admit {release}"
+    for other in mx.others(family):
+        version = other.releases[name]
+        if version != release and specifiers.contains(version, prereleases=True):
+            return f"also admits {version} of the torch {other.torch} family"
+    if legacy and specifiers.contains(legacy, prereleases=True):
+        return f"also admits the legacy release {legacy}"
+    return None
+
+
+def _pins_legacy(specifiers: SpecifierSet, mx: Matrix) -> bool:
+    """Whether an exact or compatible pin names a release line older than the native backend's."""
+    native = mx.native_since.release[:2]
+    for s in specifiers:
+        if s.operator in ("==", "===", "~="):
+            try:
+                release = Version(s.version.removesuffix(".*")).release[:2]
+            except InvalidVersion:
+                continue
+            if release < native:
+                return True
+    return False
+
+
+CHANGE_CODES = ("NM601", "NM602", "NM603")
+
+
+def change_text(issue: Issue) -> str:
+    if issue.code == "NM601":
+        return "it must be removed"
+    if issue.code == "NM602":
+        return f"it must become `{issue.fields['pin']}`"
+    return f"`{issue.fields['requirement']}` must be added"
+
+
+def approve(result: Plan, texts: list[str | None], report: Callable[[int, str, dict], bool],
+            frozen: bool = False) -> dict[int, Outcome]:
+    """Report every issue through `report(index, code, fields)`; the outcomes the reports allow.
+
+    `frozen`: the entries cannot change (hashed requirements), so each change becomes an NM605 finding.
+    """
+    approved: dict[int, Outcome] = {}
+    for issue in result.issues:
+        if frozen and issue.code in CHANGE_CODES:
+            report(issue.index, "NM605", {"requirement": (texts[issue.index] or "").strip(),
+                                          "change": change_text(issue)})
+            continue
+        if not report(issue.index, issue.code, issue.fields) or issue.code not in CHANGE_CODES:
+            continue
+        outcome = approved.setdefault(issue.index, Outcome())
+        if issue.code == "NM601":
+            outcome.remove = True
+        elif issue.code == "NM602":
+            outcome.replacement = result.outcomes[issue.index].replacement
+        else:
+            outcome.extra.append(issue.fields["requirement"])
+    return approved

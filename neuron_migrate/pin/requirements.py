@@ -1,0 +1,139 @@
+"""requirements*.txt, requirements*.in, constraints*.txt: pip's requirements file format.
+
+Comments, blank lines, options, markers and per-requirement options (`--hash`) stay as they are. Files
+included with `-r` are read (not written) so that a package or index installed there counts here too;
+they are pinned when they are processed themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from neuron_migrate.findings import FileResult
+from neuron_migrate.pin import plan as planning
+from neuron_migrate.pin.document import TextDocument
+from neuron_migrate.pin.lines import LineEntry, pin_entries
+from neuron_migrate.pin.matrix import matrix
+from neuron_migrate.settings import Settings
+from neuron_migrate.sources import SourceError, decode
+
+_COMMENT = re.compile(r"(^|\s)#.*$")
+_OPTION_START = re.compile(r"(^|\s)-")
+_INCLUDE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=?\s*|\s+)(\S+)")
+_INDEX = re.compile(r"^\s*(?:-i|--index-url|--extra-index-url)(?:\s*=\s*|\s+)(\S+)")
+MAX_INCLUDE_DEPTH = 8
+
+
+def logical_lines(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of each logical line: physical lines joined by a trailing backslash.
+
+    `content` has continuations removed and comments stripped; `end` is past the final newline.
+    """
+    out = []
+    lines = text.splitlines(keepends=True)
+    offset = 0
+    index = 0
+    while index < len(lines):
+        start = offset
+        parts = []
+        while True:
+            line = lines[index]
+            offset += len(line)
+            index += 1
+            body = _COMMENT.sub("", line.rstrip("\r\n"))
+            if body.endswith("\\") and index < len(lines):
+                parts.append(body[:-1])
+                continue
+            parts.append(body)
+            break
+        out.append((start, offset, " ".join(parts)))
+    return out
+
+
+def entries_of(text: str) -> tuple[list[LineEntry], list[str], list[str]]:
+    """Requirement entries, included requirement files, and index URLs of a requirements file."""
+    entries, includes, indexes = [], [], []
+    for start, end, content in logical_lines(text):
+        stripped = content.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("-"):
+            if m := _INCLUDE.match(stripped):
+                includes.append(m.group(1))
+            elif m := _INDEX.match(stripped):
+                indexes.append(m.group(1))
+            continue
+        first = text[start:end].lstrip()
+        req_start = end - len(first)
+        option = _OPTION_START.search(first)
+        line_end = len(first.splitlines()[0]) if first.strip() else 0
+        raw = first[:option.start() if option and option.start() < line_end else line_end]
+        raw = _COMMENT.sub("", raw).rstrip().removesuffix("\\").rstrip()
+        if not raw:
+            continue
+        entries.append(LineEntry(start, end, req_start, req_start + len(raw), hashed="--hash" in content))
+    return entries, includes, indexes
+
+
+def _included(path: str, includes: list[str], depth: int = 0, seen: set[str] | None = None) -> tuple[set[str], bool]:
+    """Packages and whether the Neuron index appear in the files `path` includes (recursively)."""
+    seen = seen if seen is not None else {os.path.realpath(path)}
+    names: set[str] = set()
+    has_index = False
+    for include in includes:
+        target = os.path.realpath(os.path.join(os.path.dirname(path), include))
+        if target in seen or depth >= MAX_INCLUDE_DEPTH or "$" in include:
+            continue
+        seen.add(target)
+        try:
+            with open(target, "rb") as fh:
+                text = decode(fh.read()).text
+        except (OSError, SourceError):
+            continue
+        entries, more, indexes = entries_of(text)
+        names |= planning.names_of([text[e.req_start:e.req_end] for e in entries])
+        has_index |= any(_is_neuron_index(url) for url in indexes)
+        sub_names, sub_index = _included(target, more, depth + 1, seen)
+        names |= sub_names
+        has_index |= sub_index
+    return names, has_index
+
+
+def _is_neuron_index(url: str) -> bool:
+    return url.strip("'\"").rstrip("/") == matrix().index_url
+
+
+def is_constraints(path: str) -> bool:
+    return os.path.basename(path).startswith("constraints")
+
+
+def process_requirements(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
+    doc = TextDocument.read(path, data, settings, rewrite)
+    entries, includes, indexes = entries_of(doc.text)
+    own = planning.names_of([e.text(doc) for e in entries])
+    included, included_index = _included(path, includes)
+    if not planning.in_scope(own | included):
+        return doc.result(data)
+    constraints = is_constraints(path)
+    pin_entries(doc, entries, own | included, lambda entry, text: text + doc.newline, may_add=not constraints)
+    has_index = included_index or any(_is_neuron_index(url) for url in indexes)
+    if not constraints and not has_index and own & matrix().neuron_packages:
+        _add_index(doc, entries, indexes)
+    return doc.result(data)
+
+
+def _add_index(doc: TextDocument, entries: list[LineEntry], indexes: list[str]) -> None:
+    url = matrix().index_url
+    first = entries[0]
+    if not doc.report("NM604", first.req_start, what=os.path.basename(doc.path), url=url):
+        return
+    at = first.start
+    if indexes:
+        for start, end, content in logical_lines(doc.text):
+            if _INDEX.match(content.strip()):
+                at = end
+    line = f"--extra-index-url {url}" + doc.newline
+    if at == len(doc.text) and not doc.text.endswith(("\n", "\r")):
+        line = doc.newline + line.removesuffix(doc.newline)
+    doc.replace(at, at, line)

@@ -1,0 +1,341 @@
+"""`pip install` commands in shell scripts, Dockerfile `RUN` lines and notebook cells.
+
+A small shell lexer gives each word its span and unquoted value, so an edit changes one word and keeps
+its quotes, the line continuations and everything else on the line. Recognised: `pip`, `pip3`, `pip3.12`,
+`python -m pip`, `python3 -m pip`, `uv pip`, after `sudo`, `env` or variable assignments, with `!` / `%`
+notebook prefixes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from neuron_migrate.findings import FileResult, Finding
+from neuron_migrate.pin import plan as planning
+from neuron_migrate.pin.document import TextDocument
+from neuron_migrate.pin.matrix import matrix
+from neuron_migrate.settings import Settings
+from neuron_migrate.sources import decode
+
+_SEPARATORS = ";&|()\n"
+_NEEDS_QUOTES = re.compile(r"[\s*?\[\]<>|&;()$`\"'\\{}!~#]")
+_PIP = re.compile(r"^[!%]?pip(3(\.\d+)?)?$")
+_PYTHON = re.compile(r"^[!%]?(python(3(\.\d+)?)?|\$\{?PYTHON\}?)$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PREFIXES = frozenset({"sudo", "env", "exec", "time", "nohup", "command"})
+VALUE_OPTIONS = frozenset({
+    "-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-t", "--target", "--platform",
+    "--python-version", "--implementation", "--abi", "--root", "--prefix", "--src", "--upgrade-strategy",
+    "-C", "--config-settings", "--global-option", "--no-binary", "--only-binary", "--progress-bar", "-i",
+    "--index-url", "--extra-index-url", "-f", "--find-links", "--log", "--proxy", "--retries", "--timeout",
+    "--exists-action", "--trusted-host", "--cert", "--client-cert", "--cache-dir", "--report", "--python",
+    "--keyring-provider", "--use-feature", "--use-deprecated", "--group", "-p", "--index", "--default-index",
+    "--index-strategy", "--torch-backend", "--extra", "--resolution", "--prerelease",
+})
+
+
+@dataclass(frozen=True)
+class Word:
+    start: int  # span of the whole word in the text
+    end: int
+    value: str  # after quote removal
+    inner: tuple[int, int] | None = None  # span inside the quotes, when one pair of quotes holds the whole word
+    quote: str = ""
+
+
+def commands(text: str, start: int = 0, end: int | None = None) -> list[list[Word]]:
+    """The simple commands of a shell text (words, no operators), with comments skipped."""
+    end = len(text) if end is None else end
+    out: list[list[Word]] = []
+    current: list[Word] = []
+    i = start
+    while i < end:
+        ch = text[i]
+        if ch in " \t\r":
+            i += 1
+        elif ch == "\\" and text[i + 1:i + 2] in ("\n", "\r"):
+            i += 3 if text[i + 1:i + 3] == "\r\n" else 2
+        elif ch in _SEPARATORS:
+            if current:
+                out.append(current)
+                current = []
+            i += 1
+        elif ch == "#":
+            while i < end and text[i] not in "\r\n":
+                i += 1
+        else:
+            word, i = _word(text, i, end)
+            current.append(word)
+    if current:
+        out.append(current)
+    return out
+
+
+def _word(text: str, i: int, end: int) -> tuple[Word, int]:
+    start = i
+    value = []
+    segments = 0
+    quoted = None
+    while i < end and text[i] not in " \t\r\n" + _SEPARATORS:
+        ch = text[i]
+        segments += 1
+        if ch in "'\"":
+            close = _closing(text, i, end)
+            inner = text[i + 1:close]
+            value.append(inner if ch == "'" else re.sub(r"\\([\\\"$`])", r"\1", inner))
+            quoted = (i + 1, close, ch)
+            i = close + 1
+        elif ch == "\\" and i + 1 < end:
+            value.append(text[i + 1])
+            i += 2
+        elif ch == "$" and text[i + 1:i + 2] == "(":
+            close = _matching_paren(text, i + 1, end)
+            value.append(text[i:close + 1])
+            i = close + 1
+        else:
+            value.append(ch)
+            i += 1
+            while i < end and text[i] not in " \t\r\n'\"\\$" + _SEPARATORS:
+                value.append(text[i])
+                i += 1
+    if segments == 1 and quoted is not None:
+        return Word(start, i, "".join(value), (quoted[0], quoted[1]), quoted[2]), i
+    return Word(start, i, "".join(value)), i
+
+
+def _closing(text: str, i: int, end: int) -> int:
+    quote = text[i]
+    j = i + 1
+    while j < end:
+        if text[j] == "\\" and quote == '"':
+            j += 2
+            continue
+        if text[j] == quote:
+            return j
+        j += 1
+    return end - 1 if end > i + 1 else i
+
+
+def _matching_paren(text: str, i: int, end: int) -> int:
+    depth = 0
+    for j in range(i, end):
+        if text[j] == "(":
+            depth += 1
+        elif text[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j
+    return end - 1
+
+
+@dataclass
+class PipInstall:
+    """One `pip install` command: the words that are requirements, and the rest."""
+
+    words: list[Word]
+    requirements: list[Word]
+    indexes: list[str]
+
+    def texts(self) -> list[str]:
+        return [w.value for w in self.requirements]
+
+
+def pip_install(words: list[Word]) -> PipInstall | None:
+    values = [w.value for w in words]
+    i = 0
+    while i < len(words) and (values[i] in _PREFIXES or _ASSIGNMENT.match(values[i])
+                              or (i and values[i - 1] in _PREFIXES and values[i].startswith("-"))):
+        i += 1
+    if i < len(words) and os.path.basename(values[i]) == "uv" and values[i + 1:i + 2] == ["pip"]:
+        i += 2
+    elif i < len(words) and _PIP.match(os.path.basename(values[i])):
+        i += 1
+    elif i < len(words) and _PYTHON.match(os.path.basename(values[i])):
+        try:
+            m = values.index("-m", i)
+        except ValueError:
+            return None
+        if values[m + 1:m + 2] != ["pip"]:
+            return None
+        i = m + 2
+    else:
+        return None
+    while i < len(words) and values[i].startswith("-"):
+        i += 1  # pip's own options (`--no-cache-dir install` is rare; `-q install` is not)
+    if values[i:i + 1] != ["install"]:
+        return None
+    requirements, indexes = [], []
+    i += 1
+    while i < len(words):
+        value = values[i]
+        if value.startswith("-"):
+            option, _, attached = value.partition("=")
+            takes_value = option in VALUE_OPTIONS and not attached
+            argument = values[i + 1] if takes_value and i + 1 < len(words) else attached
+            if option in ("-i", "--index-url", "--extra-index-url", "--index", "--default-index"):
+                indexes.append(argument)
+            i += 2 if takes_value else 1
+            continue
+        requirements.append(words[i])
+        i += 1
+    return PipInstall(words, requirements, indexes)
+
+
+# -- edits -------------------------------------------------------------------------------------------------
+
+def _quoted(value: str, quote: str) -> str:
+    if not _NEEDS_QUOTES.search(value):
+        return value
+    if quote == "'" and "'" not in value:
+        return f"'{value}'"
+    return '"' + re.sub(r"([\\\"$`])", r"\\\1", value) + '"'
+
+
+def _preferred_quote(command: PipInstall) -> str:
+    return next((w.quote for w in command.words if w.quote), '"')
+
+
+def _own_line(doc: TextDocument, word: Word) -> bool:
+    """Whether the word stands alone on its physical line (a `\\`-continued argument list)."""
+    before = doc.text[doc.line_start(word.start):word.start]
+    after = doc.text[word.end:doc.line_end(word.start)].rstrip("\r\n").strip()
+    return not before.strip() and after in ("\\", "")
+
+
+def _replace_word(doc: TextDocument, word: Word, new: str, quote: str) -> None:
+    if word.inner is not None and (word.quote == "'" and "'" not in new or word.quote == '"'
+                                   and not re.search(r"[\\\"$`]", new)):
+        doc.replace(word.inner[0], word.inner[1], new)
+    else:
+        doc.replace(word.start, word.end, _quoted(new, word.quote or quote))
+
+
+def _remove_word(doc: TextDocument, word: Word) -> None:
+    if _own_line(doc, word):
+        line_start = doc.line_start(word.start)
+        if doc.text[word.end:doc.line_end(word.start)].strip():
+            doc.replace(line_start, doc.line_end(word.start), "")
+        else:  # the last argument: the line before loses its continuation
+            continuation = doc.text.rindex("\\", 0, line_start)
+            doc.replace(len(doc.text[:continuation].rstrip(" \t")), word.end, "")
+        return
+    start = word.start
+    while start > 0 and doc.text[start - 1] in " \t":
+        start -= 1
+    if doc.text[start - 1:start] in ("\n", "\r", ""):
+        end = word.end
+        while end < len(doc.text) and doc.text[end] in " \t":
+            end += 1
+        doc.replace(word.start, end, "")
+    else:
+        doc.replace(start, word.end, "")
+
+
+def _insert_after(doc: TextDocument, word: Word, values: list[str], quote: str) -> None:
+    if not values:
+        return
+    texts = [_quoted(v, quote) for v in values]
+    if _own_line(doc, word):
+        indent = re.match(r"[ \t]*", doc.text[doc.line_start(word.start):]).group()
+        line_end = doc.line_end(word.start)
+        rest = doc.text[word.end:line_end]
+        continued = rest.rstrip("\r\n").strip() == "\\"
+        newline = rest[len(rest.rstrip("\r\n")):] or doc.newline
+        lines = [indent + t for t in texts]
+        if continued:
+            doc.replace(line_end, line_end, "".join(line + " \\" + newline for line in lines))
+        else:
+            doc.replace(word.end, word.end, " \\" + newline + (" \\" + newline).join(lines))
+        return
+    doc.replace(word.end, word.end, "".join(" " + t for t in texts))
+
+
+def logical_line_start(doc: TextDocument, offset: int) -> int:
+    """The first physical line of the backslash-continued line holding `offset` (where a marker may go)."""
+    start = doc.line_start(offset)
+    while start > 0 and doc.text[doc.line_start(start - 1):start].rstrip("\r\n").rstrip(" \t").endswith("\\"):
+        start = doc.line_start(start - 1)
+    return start
+
+
+def pin_commands(doc: TextDocument, spans: list[tuple[int, int]],
+                 present: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """Pin every `pip install` in the given spans of the document; returns the packages they install."""
+    found = [c for start, end in spans for words in commands(doc.text, start, end)
+             if (c := pip_install(words)) is not None]
+    names = set(present)
+    for command in found:
+        names |= planning.names_of(command.texts())
+    if not planning.in_scope(names):
+        return names
+    has_index = matrix().index_url in doc.text or any(_is_index(u) for c in found for u in c.indexes)
+    for command in found:
+        line = logical_line_start(doc, command.words[0].start)
+        result = _pin_command(doc, command, names, line)
+        names |= result
+        if not has_index and result & set(matrix().required_packages):
+            _add_index(doc, command, line)
+    return names
+
+
+def _is_index(url: str) -> bool:
+    return url.strip("'\"").rstrip("/") == matrix().index_url
+
+
+def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line: int) -> set[str]:
+    texts: list[str | None] = command.texts()
+    result = planning.plan(texts, doc.family, present)
+    quote = _preferred_quote(command)
+
+    def report(index: int, code: str, fields: dict) -> bool:
+        return doc.report(code, command.requirements[index].start, line, **fields)
+
+    for index, outcome in planning.approve(result, texts, report).items():
+        word = command.requirements[index]
+        extra = list(outcome.extra)
+        if outcome.remove and not extra:
+            _remove_word(doc, word)
+            continue
+        if outcome.remove:
+            doc.replace(word.start, word.end, _quoted(extra.pop(0), quote))
+        elif outcome.replacement is not None:
+            _replace_word(doc, word, outcome.replacement, quote)
+        _insert_after(doc, word, extra, quote)
+    installed = planning.names_of([t for t in texts if t is not None]) - matrix().legacy_packages
+    return installed | result.added
+
+
+def _add_index(doc: TextDocument, command: PipInstall, line: int) -> None:
+    url = matrix().index_url
+    what = " ".join(w.value for w in command.words[:3]) + " ..."
+    if doc.report("NM604", command.words[0].start, line, what=what, url=url):
+        _insert_after(doc, command.words[-1], ["--extra-index-url", url], _preferred_quote(command))
+
+
+def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
+    doc = TextDocument.read(path, data, settings, rewrite)
+    if "pip" in doc.text:
+        pin_commands(doc, [(0, len(doc.text))])
+    return doc.result(data)
+
+
+@dataclass
+class PinnedCommand:
+    text: str  # the command, pinned (the input when nothing changes or rewrite is False)
+    findings: list[Finding]  # positions are relative to the command text (line 1 is its first line)
+    applied: dict[str, int]
+    installs: set[str]  # packages the pinned command installs
+
+
+def pin_install_command(text: str, settings: Settings, *, path: str = "<command>", rewrite: bool = True,
+                        present: frozenset[str] = frozenset()) -> PinnedCommand:
+    """Pin one install command line (`!pip install ...`, `%pip install ...`, `pip install ...`).
+
+    `present`: packages installed elsewhere (earlier notebook cells), so missing packages are added once.
+    """
+    doc = TextDocument(path, decode(text.encode()), settings, rewrite)
+    installs = pin_commands(doc, [(0, len(doc.text))], present=set(present))
+    new_text = doc.render() if rewrite else text
+    return PinnedCommand(new_text, sorted(doc.findings, key=lambda f: f.sort_key()), dict(doc.applied), installs)
