@@ -19,6 +19,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "rewrite": "neuron_migrate.commands:rewrite",
     "rules": "neuron_migrate.commands:rules",
     "explain": "neuron_migrate.commands:explain",
+    "pin": "neuron_migrate.pin.command:pin",
+    "doctor": "neuron_migrate.doctor:doctor",
 }
 
 

@@ -37,6 +37,7 @@ class TextDocument:
     edits: list[Edit] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     applied: dict[str, int] = field(default_factory=dict)
+    markers_reported_elsewhere: bool = False  # setup.py: the Python engine reports every marker
 
     @classmethod
     def read(cls, path: str, data: bytes, settings: Settings, rewrite: bool) -> "TextDocument":
@@ -140,14 +141,16 @@ class TextDocument:
 
     def result(self, data: bytes) -> FileResult:
         result = FileResult(self.path, old_bytes=data, findings=self.findings)
+        markers = (lambda text: []) if self.markers_reported_elsewhere else (
+            lambda text: own_marker_findings(text, self.path, self.settings))
         if self.rewrite:
             new_text = self.render()
             if new_text != self.text:
                 result.new_bytes = self.source.encode(new_text)
                 result.applied = {k: v for k, v in self.applied.items() if v}
-            result.manual = own_marker_findings(new_text, self.path, self.settings)
+                result.manual = markers(new_text)
         else:
-            result.findings = self.findings + own_marker_findings(self.text, self.path, self.settings)
+            result.findings = self.findings + markers(self.text)
         result.findings.sort(key=lambda f: f.sort_key())
         return result
 

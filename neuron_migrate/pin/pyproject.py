@@ -130,12 +130,15 @@ class Locator:
         self.cursor: dict[str, int] = {}
 
     def find(self, needle: str) -> int:
-        start = self.cursor.get(needle, 0)
-        at = self.text.find(needle, start) if needle else -1
-        if at < 0:
-            at = self.text.find(needle) if needle else -1
-        self.cursor[needle] = at + 1 if at >= 0 else 0
-        return max(at, 0)
+        """The next occurrence of `needle` outside comments (0 when there is none)."""
+        at = self.cursor.get(needle, 0)
+        while needle and (at := self.text.find(needle, at)) >= 0:
+            line_start = self.text.rfind("\n", 0, at) + 1
+            if "#" not in self.text[line_start:at]:
+                self.cursor[needle] = at + 1
+                return at
+            at += 1
+        return 0
 
 
 def process_pyproject(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:

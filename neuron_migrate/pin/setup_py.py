@@ -96,6 +96,7 @@ def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) 
     if os.path.basename(path) != "setup.py" or b"setup" not in data:
         return FileResult(path, old_bytes=data)
     doc = TextDocument.read(path, data, settings, rewrite)
+    doc.markers_reported_elsewhere = True
     try:
         module = cst.parse_module(doc.text)
     except cst.ParserSyntaxError:

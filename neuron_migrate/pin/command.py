@@ -1,0 +1,44 @@
+"""`neuron-migrate pin`: put every dependency file under PATH on one TorchNeuron family."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from neuron_migrate.commands import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _report_errors
+from neuron_migrate.output import rewrite_summary, unified_diff
+from neuron_migrate.pin.matrix import matrix
+from neuron_migrate.runner import run, write_results
+from neuron_migrate.settings import Settings
+
+# Only the dependency rules (and their markers): `pin` never rewrites code.
+PIN_CODES = frozenset({"NM6", "NM900"})
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--torch", "torch", type=click.Choice([f.torch for f in matrix().families]), default=None,
+              help=f"TorchNeuron family to pin (default {matrix().default}).")
+@click.option("--diff", "--dry-run", "dry_run", is_flag=True,
+              help="Print a unified diff and write nothing (exit 1 when something would change).")
+@click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: all cores).")
+@click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")
+def pin(paths, torch, dry_run, jobs, exclude) -> None:
+    """Pin requirements, pyproject.toml, setup.py/setup.cfg, environment.yml, Dockerfiles, shell scripts and
+    notebook install cells to one TorchNeuron family: torch, torch-neuronx, neuronx-cc, nki, torchvision and
+    torchaudio, the Neuron package index, no torch-xla. Code is left alone (`rewrite` does both).
+    """
+    settings = Settings(select=PIN_CODES, torch=torch or matrix().default)
+    result = run(paths or (".",), settings, rewrite=True, jobs=jobs, exclude=exclude)
+    if dry_run:
+        for r in result.changed:
+            click.echo(unified_diff(r), nl=False)
+    else:
+        write_results(result)
+    _report_errors(result.errors)
+    for line in rewrite_summary(result.results, dry_run):
+        click.echo(line, err=dry_run)
+    if result.errors:
+        sys.exit(EXIT_ERROR)
+    sys.exit(EXIT_FINDINGS if dry_run and result.changed else EXIT_CLEAN)
