@@ -140,11 +140,13 @@ def names_of(texts: list[str]) -> set[str]:
     return out
 
 
-def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True) -> Plan:
+def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True,
+         may_empty: bool = True) -> Plan:
     """Decide over `texts` (None for entries that are not requirements).
 
     `present`: packages the whole file (or command line, with its includes) already installs; missing
     required packages are added after the last Neuron entry, once, unless `may_add` is False.
+    `may_empty`: False when removing every entry would break the list (a `pip install` with no argument left).
     """
     mx = matrix()
     result = Plan()
@@ -167,12 +169,31 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
         for name in missing:
             result.issues.append(Issue(anchor, "NM603", {"name": name, "requirement": name + family.pins[name],
                                                          "family": family.torch}))
+    if not may_empty:
+        _keep_last_entry(texts, result)
     return result
+
+
+def _keep_last_entry(texts: list[str | None], result: Plan) -> None:
+    """When every entry would go and nothing replaces them, the removals become findings for a person."""
+    removed = [i for i, o in result.outcomes.items() if o.remove and not o.extra]
+    kept = [i for i, t in enumerate(texts) if t is not None and i not in removed]
+    if kept or not removed:
+        return
+    for index in removed:
+        del result.outcomes[index]
+    result.issues = [i for i in result.issues if not (i.code == "NM601" and i.index in removed)]
+    for index in removed:
+        name = parse(texts[index]).name
+        result.issues.append(Issue(index, "NM606", {
+            "requirement": texts[index].strip(), "why": "is all this command installs",
+            "todo": f"delete the command (the native backend needs no {name})"}))
 
 
 def _repin(req: Requirement, index: int, family: Family, mx: Matrix, result: Plan) -> None:
     want = family.pins[req.name]
-    fields = {"requirement": req.text.strip(), "name": req.name, "family": family.torch, "pin": req.name + want}
+    fields = {"requirement": req.text.strip(), "name": req.name, "family": family.torch, "pin": req.name + want,
+              "todo": f"make sure it resolves to `{req.name + want}` (torch {family.torch} family)"}
     if req.templated or req.url:
         why = "takes its version from a template" if req.templated else "installs from a URL"
         result.issues.append(Issue(index, "NM606", {**fields, "why": why}))
@@ -198,8 +219,7 @@ def misfit(name: str, specifiers: SpecifierSet, family: Family, mx: Matrix) -> s
     release = family.releases[name]
     legacy = mx.legacy_releases.get(name)
     if not str(specifiers):
-        probes = [f.releases[name] for f in mx.others(family)] + ([legacy] if legacy else [])
-        return "is not pinned" if any(p != release for p in probes) else None
+        return "is not pinned" if family.pins[name] else None
     if name == "torch-neuronx" and _pins_legacy(specifiers, mx):
         return f"is the legacy XLA build (the native backend starts at {mx.native_since})"
     if not specifiers.contains(release, prereleases=True):
@@ -235,7 +255,7 @@ def change_text(issue: Issue) -> str:
         return "it must be removed"
     if issue.code == "NM602":
         return f"it must become `{issue.fields['pin']}`"
-    return f"`{issue.fields['requirement']}` must be added"
+    return f"`{issue.fields['requirement']}` must be added next to it"
 
 
 def approve(result: Plan, texts: list[str | None], report: Callable[[int, str, dict], bool],

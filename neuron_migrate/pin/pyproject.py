@@ -34,6 +34,7 @@ class Group:
 
     path: Path
     poetry: bool
+    main: bool  # installed by default (not an extra or a development group)
     names: list[str]  # Poetry: package names; arrays: unused
     texts: list[str | None]  # requirement texts as `plan` reads them
     shown: list[str]  # how each entry looks in the file (for messages and positions)
@@ -101,7 +102,7 @@ def groups(doc) -> list[Group]:
         if isinstance(node, Array):
             texts = [str(v) if isinstance(v, String) else None for v in node]
             shown = [v.as_string() if isinstance(v, String) else "" for v in node]
-            out.append(Group(path, False, [], texts, shown))
+            out.append(Group(path, False, path == ("project", "dependencies"), [], texts, shown))
     tables: list[Path] = [("tool", "poetry", "dependencies"), ("tool", "poetry", "dev-dependencies")]
     poetry_groups = _get(doc, ("tool", "poetry", "group"))
     if hasattr(poetry_groups, "keys"):
@@ -118,7 +119,7 @@ def groups(doc) -> list[Group]:
             names.append(name)
             texts.append(None if constraint is None else name + _poetry_to_pep440(constraint))
             shown.append(f"{name} = {value.as_string() if hasattr(value, 'as_string') else value}")
-        out.append(Group(path, True, names, texts, shown))
+        out.append(Group(path, True, path == ("tool", "poetry", "dependencies"), names, texts, shown))
     return out
 
 
@@ -150,13 +151,15 @@ def process_pyproject(path: str, data: bytes, settings: Settings, rewrite: bool)
     locate = Locator(doc.text).find
     _check_python(doc, parsed, locate)
     found = groups(parsed)
-    present = set().union(*(planning.names_of([t for t in g.texts if t]) for g in found)) if found else set()
-    if not planning.in_scope(present):
+    installed = [planning.names_of([t for t in g.texts if t]) for g in found]
+    if not planning.in_scope(set().union(set(), *installed)):
         return doc.result(data)
+    main = set().union(set(), *(names for g, names in zip(found, installed) if g.main))
     decisions = Decisions()
-    for group in found:
-        outcomes = _pin_group(doc, group, present, locate)
-        present |= {planning.parse(t).name for o in outcomes.values() for t in o.extra}
+    for group, names in zip(found, installed):
+        outcomes = _pin_group(doc, group, main | names, locate)
+        if group.main:
+            main |= {planning.parse(t).name for o in outcomes.values() for t in o.extra}
         if outcomes:
             decisions.outcomes[group.path] = outcomes
     _check_sources(doc, parsed, found, decisions)

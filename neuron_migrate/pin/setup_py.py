@@ -111,7 +111,8 @@ def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) 
         starts = doc.line_starts()
         return starts[pos.start.line - 1] + pos.start.column, starts[pos.end.line - 1] + pos.end.column
 
-    lists: list[ListLiteral] = []
+    lists: list[ListLiteral] = []  # install_requires first, then the extras
+    extras: list[ListLiteral] = []
     for call in finder.calls:
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword else None
@@ -124,11 +125,14 @@ def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) 
                 if isinstance(value, cst.Dict):
                     for element in value.elements:
                         if isinstance(element, cst.DictElement):
-                            lists += _lists(element.value, finder.assignments, span)
-    present = set().union(*(planning.names_of([t for t in lst.texts() if t]) for lst in lists)) if lists else set()
-    if planning.in_scope(present):
-        for lst in lists:
-            present |= _pin_list(doc, lst, present)
+                            extras += _lists(element.value, finder.assignments, span)
+    installed = [planning.names_of([t for t in lst.texts() if t]) for lst in lists + extras]
+    if planning.in_scope(set().union(*installed)):
+        main = set().union(*installed[:len(lists)])
+        for lst, names in zip(lists + extras, installed):
+            added = _pin_list(doc, lst, main | names)
+            if lst in lists:
+                main |= added
     result = doc.result(data)
     if result.changed:
         try:

@@ -137,6 +137,7 @@ class PipInstall:
     words: list[Word]
     requirements: list[Word]
     indexes: list[str]
+    other_sources: bool  # `-r file`, `-e path`: the command installs more than its requirement words
 
     def texts(self) -> list[str]:
         return [w.value for w in self.requirements]
@@ -167,6 +168,7 @@ def pip_install(words: list[Word]) -> PipInstall | None:
     if values[i:i + 1] != ["install"]:
         return None
     requirements, indexes = [], []
+    other_sources = False
     i += 1
     while i < len(words):
         value = values[i]
@@ -176,11 +178,12 @@ def pip_install(words: list[Word]) -> PipInstall | None:
             argument = values[i + 1] if takes_value and i + 1 < len(words) else attached
             if option in ("-i", "--index-url", "--extra-index-url", "--index", "--default-index"):
                 indexes.append(argument)
+            other_sources |= option in ("-r", "--requirement", "-e", "--editable")
             i += 2 if takes_value else 1
             continue
         requirements.append(words[i])
         i += 1
-    return PipInstall(words, requirements, indexes)
+    return PipInstall(words, requirements, indexes, other_sources)
 
 
 # -- edits -------------------------------------------------------------------------------------------------
@@ -286,7 +289,7 @@ def _is_index(url: str) -> bool:
 
 def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line: int) -> set[str]:
     texts: list[str | None] = command.texts()
-    result = planning.plan(texts, doc.family, present)
+    result = planning.plan(texts, doc.family, present, may_empty=command.other_sources)
     quote = _preferred_quote(command)
 
     def report(index: int, code: str, fields: dict) -> bool:
