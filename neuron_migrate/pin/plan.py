@@ -222,7 +222,7 @@ def misfit(name: str, specifiers: SpecifierSet, family: Family, mx: Matrix) -> s
         return "is not pinned" if family.pins[name] else None
     if name == "torch-neuronx" and _pins_legacy(specifiers, mx):
         return f"is the legacy XLA build (the native backend starts at {mx.native_since})"
-    if not specifiers.contains(release, prereleases=True):
+    if not specifiers.contains(release, prereleases=True) and not _exact_inside(specifiers, family.pins[name], release):
         return f"does not admit {release}"
     for other in mx.others(family):
         version = other.releases[name]
@@ -231,6 +231,15 @@ def misfit(name: str, specifiers: SpecifierSet, family: Family, mx: Matrix) -> s
     if legacy and specifiers.contains(legacy, prereleases=True):
         return f"also admits the legacy release {legacy}"
     return None
+
+
+def _exact_inside(specifiers: SpecifierSet, pin: str, release: str) -> bool:
+    """An exact pin to a build inside the family's pin and not older than its release fits
+    (`torch-neuronx==2.14.3.0.4021`, `neuronx-cc==2.29.1.0`; not `neuronx-cc==2.12.68.0`)."""
+    exact = [s for s in specifiers if s.operator in ("==", "===") and not s.version.endswith(".*")]
+    return bool(exact) and bool(pin) and all(
+        SpecifierSet(pin).contains(s.version, prereleases=True) and Version(s.version) >= Version(release)
+        for s in exact)
 
 
 def _pins_legacy(specifiers: SpecifierSet, mx: Matrix) -> bool:

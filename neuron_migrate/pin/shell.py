@@ -87,6 +87,8 @@ def _word(text: str, i: int, end: int) -> tuple[Word, int]:
             value.append(inner if ch == "'" else re.sub(r"\\([\\\"$`])", r"\1", inner))
             quoted = (i + 1, close, ch)
             i = close + 1
+        elif ch == "\\" and text[i + 1:i + 2] in ("\n", "\r"):
+            break  # a line continuation ends the word
         elif ch == "\\" and i + 1 < end:
             value.append(text[i + 1])
             i += 2
@@ -236,10 +238,10 @@ def _remove_word(doc: TextDocument, word: Word) -> None:
         doc.replace(start, word.end, "")
 
 
-def _insert_after(doc: TextDocument, word: Word, values: list[str], quote: str) -> None:
-    if not values:
+def _insert_after(doc: TextDocument, word: Word, texts: list[str]) -> None:
+    """Add shell words (already quoted) after `word`: on lines of their own when the arguments have theirs."""
+    if not texts:
         return
-    texts = [_quoted(v, quote) for v in values]
     if _own_line(doc, word):
         indent = re.match(r"[ \t]*", doc.text[doc.line_start(word.start):]).group()
         line_end = doc.line_end(word.start)
@@ -305,7 +307,7 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
             doc.replace(word.start, word.end, _quoted(extra.pop(0), quote))
         elif outcome.replacement is not None:
             _replace_word(doc, word, outcome.replacement, quote)
-        _insert_after(doc, word, extra, quote)
+        _insert_after(doc, word, [_quoted(v, quote) for v in extra])
     installed = planning.names_of([t for t in texts if t is not None]) - matrix().legacy_packages
     return installed | result.added
 
@@ -314,7 +316,7 @@ def _add_index(doc: TextDocument, command: PipInstall, line: int) -> None:
     url = matrix().index_url
     what = " ".join(w.value for w in command.words[:3]) + " ..."
     if doc.report("NM604", command.words[0].start, line, what=what, url=url):
-        _insert_after(doc, command.words[-1], ["--extra-index-url", url], _preferred_quote(command))
+        _insert_after(doc, command.words[-1], [f"--extra-index-url {url}"])
 
 
 def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:

@@ -1,0 +1,201 @@
+"""The pin plan, the requirements and shell formats, the notebook entry point, and the `pin` command."""
+
+from __future__ import annotations
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from neuron_migrate.findings import FileResult
+from neuron_migrate.pin import plan as planning
+from neuron_migrate.pin.matrix import matrix
+from neuron_migrate.pin.requirements import process_requirements
+from neuron_migrate.pin.shell import commands, pin_install_command, pip_install, process_shell
+from neuron_migrate.settings import Settings
+from tests.helpers import cli
+
+F214 = matrix().family("2.14")
+INDEX = "--extra-index-url https://pip.repos.neuron.amazonaws.com"
+
+
+@pytest.mark.parametrize("name, spec, reason", [
+    ("torch-neuronx", "==2.8.0.2.10.16998", "is the legacy XLA build (the native backend starts at 2.13.3)"),
+    ("torch-neuronx", "==2.9.*", "is the legacy XLA build (the native backend starts at 2.13.3)"),
+    ("torch-neuronx", "~=2.1.2", "is the legacy XLA build (the native backend starts at 2.13.3)"),
+    ("torch-neuronx", "==2.13.*", "does not admit 2.14.3.0"),
+    ("torch-neuronx", ">=2.13", "also admits 2.13.3.0 of the torch 2.13 family"),
+    ("torch-neuronx", "", "is not pinned"),
+    ("torch", ">=2.1", "also admits 2.13.0 of the torch 2.13 family"),
+    ("torch", "==2.13.0+cpu", "does not admit 2.14.0"),
+    ("torchvision", ">=0.16", "also admits 0.28.0 of the torch 2.13 family"),
+    ("torchaudio", ">=2.0", "also admits the legacy release 2.9.0"),
+    ("neuronx-cc", "==2.12.68.0", "does not admit 2.28.7631.0"),
+])
+def test_misfits(name, spec, reason):
+    assert planning.misfit(name, SpecifierSet(spec), F214, matrix()) == reason
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("torch-neuronx", "==2.14.*"), ("torch-neuronx", "==2.14.3.0.*"), ("torch-neuronx", "==2.14.3.0.4021"),
+    ("torch", "==2.14.0"), ("torch", "==2.14.0+cpu"), ("torch", ">=2.14,<2.15"), ("neuronx-cc", "==2.*"),
+    ("neuronx-cc", ">=2.28,<3"), ("nki", ""), ("nki", ">=0.7"), ("torchvision", "==0.29.0"),
+])
+def test_fits(name, spec):
+    specifiers = planning._without_local(SpecifierSet(spec))
+    assert planning.misfit(name, specifiers, F214, matrix()) is None
+
+
+def pin_text(text: str, rewrite: bool = True, path: str = "requirements.txt", **settings) -> FileResult:
+    return process_requirements(path, text.encode(), Settings(**settings), rewrite)
+
+
+def new_text(text: str, **settings) -> str:
+    result = pin_text(text, **settings)
+    return result.new_bytes.decode() if result.changed else text
+
+
+def test_entries_for_other_platforms_and_pythons_are_left_alone():
+    text = (f"{INDEX}\ntorch==2.1.0 ; sys_platform == 'darwin'\ntorch==2.1.0 ; python_version < '3.0'\n"
+            "torch-neuronx==2.14.3.0.*\nneuronx-cc==2.*\nnki\n")
+    assert pin_text(text).changed is False
+
+
+def test_markers_extras_and_local_labels_are_kept():
+    text = f"{INDEX}\ntorch[opt]==2.1.2+cpu ; platform_machine == 'x86_64'  # cpu\ntorch-neuronx==2.1.*\n"
+    assert new_text(text) == (f"{INDEX}\ntorch[opt]==2.14.0+cpu ; platform_machine == 'x86_64'  # cpu\n"
+                              "torch-neuronx==2.14.3.0.*\nneuronx-cc==2.*\nnki\n")
+
+
+def test_family_213_is_chosen_by_the_setting():
+    text = f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\ntorchvision==0.29.0\n"
+    assert new_text(text, torch="2.13") == (f"{INDEX}\ntorch==2.13.0\ntorch-neuronx==2.13.3.0.*\nneuronx-cc==2.*\n"
+                                            "nki\ntorchvision==0.28.0\n")
+
+
+def test_crlf_and_missing_final_newline_are_kept():
+    text = "torch-xla==2.1.0\r\nnumpy\r\ntorch-neuronx==2.1.*"
+    assert new_text(text) == (f"{INDEX}\r\nnumpy\r\ntorch-neuronx==2.14.3.0.*\r\nneuronx-cc==2.*\r\nnki")
+
+
+def test_templated_versions_get_a_marker_and_are_not_guessed():
+    text = f"{INDEX}\ntorch-neuronx==${{NEURONX_VERSION}}\nneuronx-cc==2.*\nnki\n"
+    result = pin_text(text, rewrite=False)
+    assert [(f.line, f.code) for f in result.findings] == [(2, "NM606")]
+    assert "takes its version from a template" in result.findings[0].message
+    out = new_text(text)
+    assert out.splitlines()[2] == "torch-neuronx==${NEURONX_VERSION}"
+    assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM606): `torch-neuronx==${NEURONX_VERSION}`")
+    assert new_text(out) == out
+
+
+def test_included_files_count_for_packages_and_index(tmp_path):
+    (tmp_path / "requirements.txt").write_text(f"{INDEX}\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n")
+    dev = tmp_path / "requirements-dev.txt"
+    dev.write_text("-r requirements.txt\npytest\ntorchvision\n")
+    result = process_requirements(str(dev), dev.read_bytes(), Settings(), True)
+    assert result.new_bytes.decode() == "-r requirements.txt\npytest\ntorchvision==0.29.0\n"
+
+
+def test_a_file_without_neuron_packages_is_out_of_scope():
+    assert pin_text("torch==2.1.0\ntorchvision\n", rewrite=False).findings == []
+
+
+def test_codes_can_be_turned_off_and_unsafe_removal_needs_unsafe_fixes():
+    text = f"{INDEX}\ntorch==2.1.0\ntorch-xla==2.1.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n"
+    assert new_text(text, ignore=frozenset({"NM602"})) == text.replace("torch-xla==2.1.0\n", "")
+    assert new_text(text, safe_only=True) == text.replace("torch==2.1.0", "torch==2.14.0")
+
+
+# -- shell ------------------------------------------------------------------------------------------------
+
+def test_lexer_keeps_quoted_words_and_continuations():
+    text = 'FOO=1 sudo -H pip3 install "a b" c\\\n  \'d==1.*\' # comment\necho x; pip install e'
+    assert [[w.value for w in c] for c in commands(text)] == [
+        ["FOO=1", "sudo", "-H", "pip3", "install", "a b", "c", "d==1.*"], ["echo", "x"], ["pip", "install", "e"]]
+
+
+@pytest.mark.parametrize("line, requirements", [
+    ("pip install -U torch-neuronx", ["torch-neuronx"]),
+    ("python3 -m pip install --no-cache-dir -r req.txt torchvision", ["torchvision"]),
+    ("uv pip install --index-url https://x torch", ["torch"]),
+    ("/opt/venv/bin/pip install -c constraints.txt nki", ["nki"]),
+    ("!pip install -q torch-xla", ["torch-xla"]),
+    ("%pip install torch-neuronx", ["torch-neuronx"]),
+    ("pip uninstall -y torch-xla", None),
+    ("pip download torch-xla", None),
+    ("python train.py --pip install", None),
+])
+def test_pip_install_commands(line, requirements):
+    command = pip_install(commands(line)[0])
+    assert (command and command.texts()) == requirements
+
+
+def test_notebook_install_line_is_pinned():
+    pinned = pin_install_command('!pip install "torch-neuronx==2.9.*" torch-xla', Settings())
+    assert pinned.text == f'!pip install "torch-neuronx==2.14.3.0.*" "neuronx-cc==2.*" nki {INDEX}'
+    assert [(f.line, f.col, f.code) for f in pinned.findings] == [
+        (1, 1, "NM604"), (1, 14, "NM602"), (1, 37, "NM601"), (1, 37, "NM603"), (1, 37, "NM603")]
+    assert pinned.installs >= {"torch-neuronx", "neuronx-cc", "nki"}
+    assert pin_install_command(pinned.text, Settings()).findings == []
+
+
+def test_notebook_install_line_knows_earlier_cells():
+    pinned = pin_install_command("%pip install torchvision", Settings(),
+                                 present=frozenset({"torch-neuronx", "neuronx-cc", "nki"}))
+    assert pinned.text == "%pip install torchvision==0.29.0"
+    checked = pin_install_command("%pip install torchvision", Settings(), rewrite=False,
+                                  present=frozenset({"torch-neuronx"}))
+    assert checked.text == "%pip install torchvision" and [f.code for f in checked.findings] == ["NM602"]
+
+
+def test_a_command_installing_only_legacy_packages_is_left_for_a_person():
+    text = "pip install torch-neuronx==2.14.* neuronx-cc==2.* nki\npip install libneuronxla\n"
+    result = process_shell("s.sh", text.encode(), Settings(), True)
+    assert result.new_bytes.decode().splitlines()[1].startswith("# TODO(neuron-migrate NM606): `libneuronxla` is "
+                                                                "all this command installs")
+    assert result.new_bytes.decode().splitlines()[2] == "pip install libneuronxla"
+
+
+def test_removing_the_last_continued_argument_keeps_the_command_whole():
+    text = f"pip install \\\n    torch-neuronx==2.14.* \\\n    torch-xla\necho done\n"
+    result = process_shell("s.sh", text.encode(), Settings(), True)
+    assert result.new_bytes.decode() == ("pip install \\\n    torch-neuronx==2.14.* \\\n    \"neuronx-cc==2.*\" \\\n"
+                                         f"    nki \\\n    {INDEX}\necho done\n")
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+LEGACY = "torch==2.1.0\ntorch-neuronx==2.1.*\n"
+
+
+def test_pin_diff_writes_nothing_and_pin_is_idempotent(tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_text(LEGACY)
+    (tmp_path / "train.py").write_text("import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n")
+    diff = cli("pin", "--diff", str(tmp_path))
+    assert diff.returncode == 1
+    assert "+torch==2.14.0" in diff.stdout and "train.py" not in diff.stdout
+    assert req.read_text() == LEGACY
+    assert cli("pin", str(tmp_path), "--torch", "2.13").returncode == 0
+    assert req.read_text() == f"{INDEX}\ntorch==2.13.0\ntorch-neuronx==2.13.3.0.*\nneuronx-cc==2.*\nnki\n"
+    assert "xm.xla_device()" in (tmp_path / "train.py").read_text()
+    again = cli("pin", "--diff", "--torch", "2.13", str(tmp_path))
+    assert again.returncode == 0 and again.stdout == ""
+
+
+def test_check_and_rewrite_run_the_pin_handlers(tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_text(LEGACY)
+    check = cli("check", str(tmp_path))
+    assert check.returncode == 1
+    assert "requirements.txt:2:1: NM602 `torch-neuronx==2.1.*` is the legacy XLA build" in check.stdout
+    assert cli("rewrite", str(tmp_path)).returncode == 0
+    assert "torch-neuronx==2.14.3.0.*" in req.read_text()
+
+
+def test_bad_toml_is_an_error_and_the_file_is_kept(tmp_path):
+    bad = tmp_path / "pyproject.toml"
+    bad.write_text('[project]\ndependencies = ["torch-xla"\n')
+    proc = cli("pin", str(tmp_path))
+    assert proc.returncode == 2
+    assert "pyproject.toml: error: not valid TOML" in proc.stderr
+    assert bad.read_text() == '[project]\ndependencies = ["torch-xla"\n'
