@@ -199,3 +199,18 @@ def test_bad_toml_is_an_error_and_the_file_is_kept(tmp_path):
     assert proc.returncode == 2
     assert "pyproject.toml: error: not valid TOML" in proc.stderr
     assert bad.read_text() == '[project]\ndependencies = ["torch-xla"\n'
+
+
+def test_rewrite_on_the_bundled_example_updates_its_requirements(tmp_path):
+    import shutil
+
+    from tests.helpers import ROOT
+
+    example = tmp_path / "xla_mnist"
+    shutil.copytree(ROOT / "examples" / "xla_mnist", example)
+    assert cli("rewrite", str(example)).returncode == 0
+    assert (example / "requirements.txt").read_text() == (
+        "# PyTorch/XLA stack for Trainium (Neuron SDK 2.2x)\n"
+        f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.3.0.*\nneuronx-cc==2.*\nnki\n")
+    again = cli("pin", "--diff", str(example))
+    assert again.returncode == 0 and again.stdout == ""
