@@ -46,11 +46,6 @@ class Matrix:
         return [f for f in self.families if f is not family]
 
     @property
-    def managed(self) -> frozenset[str]:
-        """Every package whose version the families decide."""
-        return frozenset(name for f in self.families for name in f.pins)
-
-    @property
     def neuron_packages(self) -> frozenset[str]:
         """Packages whose presence says a file is about Neuron (so pinning it is in scope)."""
         return self.legacy_packages | frozenset(self.required_packages)
@@ -70,18 +65,11 @@ class Matrix:
             specifiers = SpecifierSet(spec)
         except InvalidSpecifier:
             return True  # not ours to judge
-        return any(specifiers.contains(f"{v}.0", prereleases=True) for v in self.python)
+        return any(specifiers.contains(f"{v}.{patch}", prereleases=True) for v in self.python for patch in range(32))
 
     def family_of_neuronx(self, version: str) -> Family | None:
         for family in self.families:
             if SpecifierSet(family.pins["torch-neuronx"]).contains(version, prereleases=True):
-                return family
-        return None
-
-    def family_of_torch(self, version: str) -> Family | None:
-        public = version.split("+")[0]
-        for family in self.families:
-            if SpecifierSet(family.pins["torch"]).contains(public, prereleases=True):
                 return family
         return None
 

@@ -199,7 +199,7 @@ def _repin(req: Requirement, index: int, family: Family, mx: Matrix, result: Pla
         result.issues.append(Issue(index, "NM606", {**fields, "why": why}))
         return
     try:
-        specifiers = _without_local(SpecifierSet(req.spec))
+        specifiers = SpecifierSet(req.spec)
     except InvalidSpecifier:
         result.issues.append(Issue(index, "NM606", {**fields, "why": "has a version specifier pip does not accept"}))
         return
@@ -215,7 +215,8 @@ def _repin(req: Requirement, index: int, family: Family, mx: Matrix, result: Pla
 
 
 def misfit(name: str, specifiers: SpecifierSet, family: Family, mx: Matrix) -> str | None:
-    """Why a specifier does not fit the family (None when it does)."""
+    """Why a specifier does not fit the family (None when it does); local labels (`+cpu`) do not count."""
+    specifiers = _without_local(specifiers)
     release = family.releases[name]
     legacy = mx.legacy_releases.get(name)
     if not str(specifiers):
@@ -223,6 +224,9 @@ def misfit(name: str, specifiers: SpecifierSet, family: Family, mx: Matrix) -> s
     if name == "torch-neuronx" and _pins_legacy(specifiers, mx):
         return f"is the legacy XLA build (the native backend starts at {mx.native_since})"
     if not specifiers.contains(release, prereleases=True) and not _exact_inside(specifiers, family.pins[name], release):
+        for other in mx.others(family):
+            if other.releases[name] != release and specifiers.contains(other.releases[name], prereleases=True):
+                return f"belongs to the torch {other.torch} family"
         return f"does not admit {release}"
     for other in mx.others(family):
         version = other.releases[name]

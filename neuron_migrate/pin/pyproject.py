@@ -117,7 +117,7 @@ def groups(doc) -> list[Group]:
                 continue
             constraint = _poetry_value(value)
             names.append(name)
-            texts.append(None if constraint is None else name + _poetry_to_pep440(constraint))
+            texts.append(f"{name} @ source" if constraint is None else name + _poetry_to_pep440(constraint))
             shown.append(f"{name} = {value.as_string() if hasattr(value, 'as_string') else value}")
         out.append(Group(path, True, path == ("tool", "poetry", "dependencies"), names, texts, shown))
     return out
