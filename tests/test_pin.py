@@ -215,3 +215,25 @@ def test_rewrite_on_the_bundled_example_updates_its_requirements(tmp_path):
         f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.3.0.*\nneuronx-cc==2.*\nnki\n")
     again = cli("pin", "--diff", str(example))
     assert again.returncode == 0 and again.stdout == ""
+
+
+def test_invalid_utf8_is_an_error_that_names_the_line(tmp_path):
+    req = tmp_path / "requirements.txt"
+    req.write_bytes(b"torch-xla==2.1\n# caf\xe9\n")
+    proc = cli("pin", str(tmp_path))
+    assert proc.returncode == 2
+    assert "requirements.txt: error: line 2: bytes are not valid UTF-8 (byte 0xe9)" in proc.stderr
+    assert req.read_bytes() == b"torch-xla==2.1\n# caf\xe9\n"
+
+
+def test_poetry_legacy_package_from_git_is_removed_and_python_checked():
+    from neuron_migrate.pin.pyproject import process_pyproject
+
+    text = ('[tool.poetry.dependencies]\npython = "~3.10"\ntorch-neuronx = "2.14.*"\nneuronx-cc = "2.*"\nnki = "*"\n'
+            'torch-xla = { git = "https://github.com/pytorch/xla.git", tag = "v2.1.0" }  # legacy\n\n'
+            '[[tool.poetry.source]]\nname = "neuron"\nurl = "https://pip.repos.neuron.amazonaws.com"\n')
+    checked = process_pyproject("pyproject.toml", text.encode(), Settings(), False)
+    assert [(f.line, f.code) for f in checked.findings] == [(2, "NM607"), (6, "NM601")]
+    out = process_pyproject("pyproject.toml", text.encode(), Settings(), True).new_bytes.decode()
+    assert "torch-xla" not in out and 'torch-neuronx = "2.14.*"' in out
+    assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM607): `python = \"~3.10\"` allows no Python")

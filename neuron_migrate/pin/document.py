@@ -8,6 +8,7 @@ rule leaves, above the line it is about, and `check` keeps reporting it as NM900
 from __future__ import annotations
 
 import bisect
+import codecs
 import re
 from dataclasses import dataclass, field
 
@@ -16,7 +17,7 @@ from neuron_migrate.edits import MARKER_PREFIX, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.pin.matrix import Family, matrix
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import Source, SourceError, decode
+from neuron_migrate.sources import Source, SourceError
 
 OWN_MARKERS = re.compile(r"#\s*TODO\(neuron-migrate (NM6\d\d)\):\s*(.*)$")
 
@@ -41,7 +42,16 @@ class TextDocument:
 
     @classmethod
     def read(cls, path: str, data: bytes, settings: Settings, rewrite: bool) -> "TextDocument":
-        return cls(path, decode(data), settings, rewrite)
+        """A UTF-8 text file (with or without a BOM), as pip, Docker and shells read them."""
+        bom = data.startswith(codecs.BOM_UTF8)
+        body = data[len(codecs.BOM_UTF8):] if bom else data
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = body[:exc.start].count(b"\n") + 1
+            raise SourceError(f"line {line}: bytes are not valid UTF-8 (byte {body[exc.start]:#04x}); convert the "
+                              "file to UTF-8, then run again") from None
+        return cls(path, Source(text, "utf-8", bom), settings, rewrite)
 
     @property
     def text(self) -> str:

@@ -218,7 +218,7 @@ def _check_sources(doc: TextDocument, parsed, found: list[Group], decisions: Dec
                 installs |= planning.names_of([t for t in group.texts if t])
                 for outcome in decisions.outcomes.get(group.path, {}).values():
                     installs |= planning.names_of(outcome.extra)
-        if installs & neuron and doc.report("NM604", doc.line_start(doc.text.find("[tool")),
+        if installs & neuron and doc.report("NM604", doc.line_start(max(doc.text.find("[tool"), 0)),
                                            what=header, url=url):
             decisions.sources.append(f"{header}\n{body}")
 

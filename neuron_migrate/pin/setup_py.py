@@ -21,7 +21,7 @@ from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import matrix, python_fields
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import SourceError
+from neuron_migrate.sources import SourceError, decode
 
 SETUP_FUNCTIONS = frozenset({"setuptools.setup", "distutils.core.setup"})
 
@@ -95,8 +95,7 @@ class _Finder(cst.CSTVisitor):
 def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     if os.path.basename(path) != "setup.py" or b"setup" not in data:
         return FileResult(path, old_bytes=data)
-    doc = TextDocument.read(path, data, settings, rewrite)
-    doc.markers_reported_elsewhere = True
+    doc = TextDocument(path, decode(data), settings, rewrite, markers_reported_elsewhere=True)
     try:
         module = cst.parse_module(doc.text)
     except cst.ParserSyntaxError:

@@ -17,7 +17,7 @@ from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import decode
+from neuron_migrate.sources import Source
 
 _SEPARATORS = ";&|()\n"
 _NEEDS_QUOTES = re.compile(r"[\s*?\[\]<>|&;()$`\"'\\{}!~#]")
@@ -340,7 +340,7 @@ def pin_install_command(text: str, settings: Settings, *, path: str = "<command>
 
     `present`: packages installed elsewhere (earlier notebook cells), so missing packages are added once.
     """
-    doc = TextDocument(path, decode(text.encode()), settings, rewrite)
+    doc = TextDocument(path, Source(text, "utf-8", False), settings, rewrite)
     installs = pin_commands(doc, [(0, len(doc.text))], present=set(present))
     new_text = doc.render() if rewrite else text
     return PinnedCommand(new_text, sorted(doc.findings, key=lambda f: f.sort_key()), dict(doc.applied), installs)
