@@ -157,7 +157,7 @@ def test_a_command_installing_only_legacy_packages_is_left_for_a_person():
 
 
 def test_removing_the_last_continued_argument_keeps_the_command_whole():
-    text = f"pip install \\\n    torch-neuronx==2.14.* \\\n    torch-xla\necho done\n"
+    text = "pip install \\\n    torch-neuronx==2.14.* \\\n    torch-xla\necho done\n"
     result = process_shell("s.sh", text.encode(), Settings(), True)
     assert result.new_bytes.decode() == ("pip install \\\n    torch-neuronx==2.14.* \\\n    \"neuronx-cc==2.*\" \\\n"
                                          f"    nki \\\n    {INDEX}\necho done\n")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.pin import plan as planning
@@ -217,14 +217,24 @@ def _replace_word(doc: TextDocument, word: Word, new: str, quote: str) -> None:
         doc.replace(word.start, word.end, _quoted(new, word.quote or quote))
 
 
+def _remove_words(doc: TextDocument, command: PipInstall, removed: list[Word]) -> None:
+    """Remove words of a command; trailing ones go with the spacing (and continuations) before them."""
+    trailing = []
+    for word in reversed(command.words):
+        if word not in removed:
+            break
+        trailing.insert(0, word)
+    for word in removed:
+        if word not in trailing:
+            _remove_word(doc, word)
+    if trailing:
+        before = command.words[command.words.index(trailing[0]) - 1]
+        doc.replace(before.end, trailing[-1].end, "")
+
+
 def _remove_word(doc: TextDocument, word: Word) -> None:
     if _own_line(doc, word):
-        line_start = doc.line_start(word.start)
-        if doc.text[word.end:doc.line_end(word.start)].strip():
-            doc.replace(line_start, doc.line_end(word.start), "")
-        else:  # the last argument: the line before loses its continuation
-            continuation = doc.text.rindex("\\", 0, line_start)
-            doc.replace(len(doc.text[:continuation].rstrip(" \t")), word.end, "")
+        doc.replace(doc.line_start(word.start), doc.line_end(word.start), "")
         return
     start = word.start
     while start > 0 and doc.text[start - 1] in " \t":
@@ -297,17 +307,19 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
     def report(index: int, code: str, fields: dict) -> bool:
         return doc.report(code, command.requirements[index].start, line, **fields)
 
+    removed = []
     for index, outcome in planning.approve(result, texts, report).items():
         word = command.requirements[index]
         extra = list(outcome.extra)
         if outcome.remove and not extra:
-            _remove_word(doc, word)
+            removed.append(word)
             continue
         if outcome.remove:
             doc.replace(word.start, word.end, _quoted(extra.pop(0), quote))
         elif outcome.replacement is not None:
             _replace_word(doc, word, outcome.replacement, quote)
         _insert_after(doc, word, [_quoted(v, quote) for v in extra])
+    _remove_words(doc, command, removed)
     installed = planning.names_of([t for t in texts if t is not None]) - matrix().legacy_packages
     return installed | result.added
 
