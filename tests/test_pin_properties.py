@@ -61,3 +61,21 @@ def test_shell_scripts(lines, separator):
     for old, new in zip(before, after):
         if old.requirements:  # a pip install is never left without anything to install
             assert new.requirements or new.other_sources
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(REQUIREMENTS), min_size=1, max_size=6), st.booleans(), st.booleans())
+def test_setup_py_lists(requirements, multiline, trailing_comma):
+    import ast
+
+    from neuron_migrate.pin.setup_py import process_setup_py
+
+    items = [repr(r) for r in requirements]
+    if multiline:
+        body = "[\n" + "".join(f"    {item},\n" for item in items[:-1]) + f"    {items[-1]}{',' if trailing_comma else ''}\n]"
+    else:
+        body = "[" + ", ".join(items) + ("," if trailing_comma else "") + "]"
+    text = f"from setuptools import setup\n\nsetup(name='x', install_requires={body})\n"
+    once = pin(process_setup_py, "setup.py", text)
+    assert pin(process_setup_py, "setup.py", once) == once
+    ast.parse(once)

@@ -171,18 +171,20 @@ def _pin_list(doc: TextDocument, lst: ListLiteral, present: set[str]) -> set[str
     def report(index: int, code: str, fields: dict) -> bool:
         return doc.report(code, lst.elements[index].start, **fields)
 
+    removed = []
     for index, outcome in planning.approve(result, texts, report).items():
         element = lst.elements[index]
         node = element.node
         assert isinstance(node, cst.SimpleString)
         extra = [_literal(node, t) for t in outcome.extra]
         if outcome.remove and not extra:
-            _remove(doc, lst, index)
+            removed.append(index)
             continue
         replacement = extra.pop(0) if outcome.remove else outcome.replacement
         if replacement is not None:
             doc.replace(element.start, element.end, replacement if outcome.remove else _literal(node, replacement))
         _insert_after(doc, element, extra)
+    _remove(doc, lst, removed)
     return result.added
 
 
@@ -199,17 +201,25 @@ def _own_line(doc: TextDocument, element: Element) -> bool:
     return not before.strip() and re.fullmatch(r"\s*,?\s*(#.*)?\s*", after) is not None
 
 
-def _remove(doc: TextDocument, lst: ListLiteral, index: int) -> None:
-    element = lst.elements[index]
-    if _own_line(doc, element):
+def _remove(doc: TextDocument, lst: ListLiteral, indices: list[int]) -> None:
+    """Remove elements; inline ones take the comma after them, or before them at the end of the list."""
+    inline = [i for i in indices if not _own_line(doc, lst.elements[i])]
+    for index in set(indices) - set(inline):
+        element = lst.elements[index]
         doc.replace(doc.line_start(element.start), doc.line_end(element.start), "")
-    elif index + 1 < len(lst.elements):
-        doc.replace(element.start, lst.elements[index + 1].start, "")
-    elif index > 0:
-        doc.replace(lst.elements[index - 1].end, element.end, "")
-    else:
-        m = re.match(r"\s*,?", doc.text[element.end:])
-        doc.replace(element.start, element.end + m.end(), "")
+    trailing = []
+    for index in reversed(range(len(lst.elements))):
+        if index not in inline:
+            break
+        trailing.insert(0, index)
+    for index in inline:
+        if index not in trailing:
+            doc.replace(lst.elements[index].start, lst.elements[index + 1].start, "")
+    if trailing and trailing[0] > 0:
+        doc.replace(lst.elements[trailing[0] - 1].end, lst.elements[trailing[-1]].end, "")
+    elif trailing:
+        last = lst.elements[trailing[-1]]
+        doc.replace(lst.elements[0].start, last.end + re.match(r"\s*,?", doc.text[last.end:]).end(), "")
 
 
 def _insert_after(doc: TextDocument, element: Element, literals: list[str]) -> None:
