@@ -237,3 +237,28 @@ def test_poetry_legacy_package_from_git_is_removed_and_python_checked():
     out = process_pyproject("pyproject.toml", text.encode(), Settings(), True).new_bytes.decode()
     assert "torch-xla" not in out and 'torch-neuronx = "2.14.*"' in out
     assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM607): `python = \"~3.10\"` allows no Python")
+
+
+@pytest.mark.parametrize("image, problem", [
+    ("ubuntu:22.04", "is Ubuntu 22.04"),
+    ("ubuntu:jammy", "is Ubuntu 22.04"),
+    ("python:3.10-slim-bookworm", "has Python 3.10"),
+    ("nvidia/cuda:12.1.0-cudnn8-runtime-ubuntu22.04", "is Ubuntu 22.04"),
+    ("public.ecr.aws/neuron/pytorch-inference-neuronx:2.5.1-neuronx-py310-sdk2.21.0-ubuntu22.04",
+     "is Ubuntu 22.04 and has Python 3.10 and is a legacy XLA torch-neuronx image (PyTorch 2.5)"),
+    ("ubuntu:24.04", None), ("python:3.12-slim", None), ("python:3.14", None), ("debian:bookworm", None),
+    ("registry.local:5000/base", None), ("${BASE}", None),
+])
+def test_base_images(image, problem):
+    from neuron_migrate.pin.dockerfile import image_problems
+
+    assert " and ".join(image_problems(image)) == (problem or "")
+
+
+def test_from_uses_the_default_of_a_global_arg():
+    from neuron_migrate.pin.dockerfile import process_dockerfile
+
+    text = "ARG BASE=ubuntu:22.04\nFROM ${BASE} AS build\nARG BASE=ignored\nFROM python:3.12\n"
+    result = process_dockerfile("Dockerfile", text.encode(), Settings(), False)
+    assert [(f.line, f.message.split(";")[0]) for f in result.findings] == [
+        (2, "`FROM ${BASE}` (`ubuntu:22.04`) is Ubuntu 22.04")]

@@ -52,9 +52,12 @@ def instructions(doc: TextDocument) -> list[Instruction]:
 def process_dockerfile(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     doc = TextDocument.read(path, data, settings, rewrite)
     found = instructions(doc)
+    args: dict[str, str] = {}
     for instruction in found:
-        if instruction.keyword == "FROM":
-            check_image(doc, instruction)
+        if instruction.keyword == "ARG" and not any(i.keyword == "FROM" for i in found[:found.index(instruction)]):
+            args.update(_arg_default(doc.text[instruction.args_start:instruction.end]))
+        elif instruction.keyword == "FROM":
+            check_image(doc, instruction, args)
     runs = [i for i in found if i.keyword == "RUN" and not doc.text[i.args_start:i.end].lstrip().startswith("[")]
     spans = []
     for run in runs:
@@ -93,14 +96,26 @@ def image_problems(image: str) -> list[str]:
     return problems
 
 
-def check_image(doc: TextDocument, instruction: Instruction) -> None:
-    args = doc.text[instruction.args_start:instruction.end]
-    words = [w for w in args.replace("\\\n", " ").split() if not w.startswith("--")]
+def _arg_default(text: str) -> dict[str, str]:
+    """`ARG NAME=value` (global, before the first FROM): the default a `FROM $NAME` uses."""
+    name, sep, value = text.strip().partition("=")
+    return {name.strip(): value.strip().strip("'\"")} if sep and " " not in name.strip() else {}
+
+
+def _substitute(image: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args.get(m.group(1), m.group(0)), image)
+
+
+def check_image(doc: TextDocument, instruction: Instruction, args: dict[str, str]) -> None:
+    text = doc.text[instruction.args_start:instruction.end]
+    words = [w for w in text.replace("\\\n", " ").split() if not w.startswith("--")]
     if not words:
         return
-    problems = image_problems(words[0])
+    image = _substitute(words[0], args)
+    problems = image_problems(image)
     if problems:
         mx = matrix()
-        offset = instruction.args_start + args.index(words[0])
-        doc.report("NM608", offset, instruction.start, image=words[0], what=" and ".join(problems),
-                   ubuntu=" or ".join(mx.ubuntu), supported=", ".join(mx.python))
+        offset = instruction.args_start + text.index(words[0])
+        resolved = f" (`{image}`)" if image != words[0] else ""
+        doc.report("NM608", offset, instruction.start, image=words[0], resolved=resolved,
+                   what=" and ".join(problems), ubuntu=" or ".join(mx.ubuntu), supported=", ".join(mx.python))
