@@ -22,7 +22,6 @@ from neuron_migrate.pin.matrix import Family, Matrix, matrix
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _REQUIREMENT = re.compile(rf"\s*(?P<name>{_NAME})\s*(?P<extras>\[[^\]]*\])?(?P<rest>.*)", re.S)
 _TEMPLATE = re.compile(r"\$|\{\{|\{%|%\(|@[A-Z_]+@")
-_OPERATOR = re.compile(r"(===|==|!=|~=|<=|>=|<|>)\s*(\S+)")
 
 
 @dataclass(frozen=True)
@@ -50,18 +49,15 @@ def parse(text: str) -> Requirement | None:
     if not m:
         return None
     rest = m.group("rest")
-    cut = len(rest)
-    for sep in (";", "@"):
-        at = rest.find(sep)
-        if at >= 0 and (sep == "@" or not _TEMPLATE.search(rest[:at])):
-            cut = min(cut, at)
+    url = rest.lstrip().startswith("@")  # `name @ https://...` (PEP 508 direct reference)
+    semicolon = re.search(r"\s;" if url else ";", rest)
+    marker = rest[semicolon.end():].strip() if semicolon else ""
+    cut = len(rest) - len(rest.lstrip()) if url else (semicolon.start() if semicolon else len(rest))
     spec = rest[:cut]
-    lead = len(spec) - len(spec.lstrip())
-    start = m.start("rest") + lead
+    start = m.start("rest") + len(spec) - len(spec.lstrip())
     end = m.start("rest") + len(spec.rstrip())
-    marker = rest[cut + 1:].strip() if rest[cut:cut + 1] == ";" else ""
-    return Requirement(text, canonicalize_name(m.group("name")), start, max(start, end), marker,
-                       url=rest[cut:cut + 1] == "@", templated=bool(_TEMPLATE.search(rest[:cut])))
+    return Requirement(text, canonicalize_name(m.group("name")), start, max(start, end), marker, url=url,
+                       templated=bool(_TEMPLATE.search(spec)))
 
 
 def applies_to_target(marker: str, mx: Matrix | None = None) -> bool:
