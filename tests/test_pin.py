@@ -262,3 +262,28 @@ def test_from_uses_the_default_of_a_global_arg():
     result = process_dockerfile("Dockerfile", text.encode(), Settings(), False)
     assert [(f.line, f.message.split(";")[0]) for f in result.findings] == [
         (2, "`FROM ${BASE}` (`ubuntu:22.04`) is Ubuntu 22.04")]
+
+
+def test_versions_from_dockerfile_args_are_pinned_where_the_arg_is_set():
+    from neuron_migrate.pin.dockerfile import process_dockerfile
+
+    text = ('ARG NEURONX_VERSION=2.1.2.2.0.0\nARG CC_VERSION="2.12.68.0"\nARG TV=0.16.0\nARG TV=0.17.0\n'
+            f'RUN pip install "torch-neuronx==${{NEURONX_VERSION}}" neuronx-cc==$CC_VERSION nki torchvision==$TV \\\n'
+            f'    {INDEX}\n')
+    checked = process_dockerfile("Dockerfile", text.encode(), Settings(), False)
+    assert [f.message.split(";")[0] for f in checked.findings] == [
+        "`torch-neuronx==${NEURONX_VERSION}` with `NEURONX_VERSION=2.1.2.2.0.0` is the legacy XLA build "
+        "(the native backend starts at 2.13.3)",
+        "`neuronx-cc==$CC_VERSION` with `CC_VERSION=2.12.68.0` does not admit 2.28.7631.0",
+        "`torchvision==$TV` takes its version from a template, so `neuron-migrate` leaves it alone",  # TV is set twice
+    ]
+    out = process_dockerfile("Dockerfile", text.encode(), Settings(), True).new_bytes.decode()
+    assert out.startswith('ARG NEURONX_VERSION=2.14.3.0.*\nARG CC_VERSION="2.*"\nARG TV=0.16.0\nARG TV=0.17.0\n# TODO')
+    assert process_dockerfile("Dockerfile", out.encode(), Settings(), True).changed is False
+
+
+def test_versions_from_shell_variables_are_pinned_where_the_variable_is_set():
+    text = ('export NEURONX_VERSION="2.9.0.2.15.32035"\nTORCH=2.9.0\n'
+            f'pip install torch==$TORCH "torch-neuronx==${{NEURONX_VERSION}}" "neuronx-cc==2.*" nki {INDEX}\n')
+    out = process_shell("s.sh", text.encode(), Settings(), True).new_bytes.decode()
+    assert out == text.replace("2.9.0.2.15.32035", "2.14.3.0.*").replace("TORCH=2.9.0", "TORCH=2.14.0")

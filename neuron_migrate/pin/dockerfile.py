@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from neuron_migrate.findings import FileResult
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import matrix
-from neuron_migrate.pin.shell import pin_commands
+from neuron_migrate.pin.shell import Variable, assignment, commands, defined_once, pin_commands
 from neuron_migrate.settings import Settings
 
 _INSTRUCTION = re.compile(r"[ \t]*([A-Za-z]+)(?=[ \t]|$)", re.M)
@@ -65,8 +65,18 @@ def process_dockerfile(path: str, data: bytes, settings: Settings, rewrite: bool
         while m := _FLAG.match(doc.text, start, run.end):  # RUN --mount=... --network=...
             start = m.end()
         spans.append((start, run.end))
-    pin_commands(doc, spans)
+    pin_commands(doc, spans, variables=_variables(doc, found))
     return doc.result(data)
+
+
+def _variables(doc: TextDocument, found: list[Instruction]) -> dict[str, Variable]:
+    """`ARG NAME=value` and `ENV NAME=value` definitions, for versions taken from them."""
+    definitions = []
+    for instruction in found:
+        if instruction.keyword in ("ARG", "ENV"):
+            for words in commands(doc.text, instruction.args_start, instruction.end):
+                definitions += [v for w in words if (v := assignment(doc, w))]
+    return defined_once(definitions)
 
 
 def image_problems(image: str) -> list[str]:

@@ -275,9 +275,54 @@ def logical_line_start(doc: TextDocument, offset: int) -> int:
     return start
 
 
-def pin_commands(doc: TextDocument, spans: list[tuple[int, int]],
-                 present: set[str] | frozenset[str] = frozenset()) -> set[str]:
-    """Pin every `pip install` in the given spans of the document; returns the packages they install."""
+@dataclass(frozen=True)
+class Variable:
+    """A variable defined once in the file (`NEURONX_VERSION=2.9.*`, Dockerfile `ARG`): its value and where it is."""
+
+    name: str
+    value: str
+    start: int
+    end: int
+
+
+_VERSION_REFERENCE = re.compile(r"(?P<head>[^$]*==)\$(?:\{(?P<braced>[A-Za-z_]\w*)\}|(?P<plain>[A-Za-z_]\w*))")
+
+
+def defined_once(definitions: list[Variable]) -> dict[str, Variable]:
+    names = [d.name for d in definitions]
+    return {d.name: d for d in definitions if names.count(d.name) == 1}
+
+
+def assignment(doc: TextDocument, word: Word) -> Variable | None:
+    """The variable a `NAME=value` word defines (quotes around the value are not part of it)."""
+    m = _ASSIGNMENT.match(word.value)
+    if not m:
+        return None
+    start, end = word.start + m.end(), word.end
+    raw = doc.text[start:end]
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        start, end = start + 1, end - 1
+    return Variable(word.value[:m.end() - 1], doc.text[start:end], start, end)
+
+
+def shell_variables(doc: TextDocument) -> dict[str, Variable]:
+    """Plain assignments (`V=1`, `export V="1"`) of a shell script."""
+    found = []
+    for words in commands(doc.text):
+        names = words[1:] if words[0].value in ("export", "readonly") else words
+        variables = [assignment(doc, w) for w in names]
+        if variables and all(variables):
+            found += variables
+    return defined_once(found)
+
+
+def pin_commands(doc: TextDocument, spans: list[tuple[int, int]], present: set[str] | frozenset[str] = frozenset(),
+                 variables: dict[str, Variable] | None = None) -> set[str]:
+    """Pin every `pip install` in the given spans of the document; returns the packages they install.
+
+    A version taken from a variable defined once in the file (`torch-neuronx==${NEURONX_VERSION}`) is pinned
+    where the variable gets its value.
+    """
     found = [c for start, end in spans for words in commands(doc.text, start, end)
              if (c := pip_install(words)) is not None]
     names = set(present)
@@ -288,7 +333,7 @@ def pin_commands(doc: TextDocument, spans: list[tuple[int, int]],
     has_index = matrix().index_url in doc.text or any(_is_index(u) for c in found for u in c.indexes)
     for command in found:
         line = logical_line_start(doc, command.words[0].start)
-        result = _pin_command(doc, command, names, line)
+        result = _pin_command(doc, command, names, line, variables or {})
         names |= result
         if not has_index and result & set(matrix().required_packages):
             _add_index(doc, command, line)
@@ -299,12 +344,24 @@ def _is_index(url: str) -> bool:
     return url.strip("'\"").rstrip("/") == matrix().index_url
 
 
-def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line: int) -> set[str]:
-    texts: list[str | None] = command.texts()
+def _resolve(word: Word, variables: dict[str, Variable]) -> Variable | None:
+    m = _VERSION_REFERENCE.fullmatch(word.value)
+    return variables.get(m.group("braced") or m.group("plain")) if m else None
+
+
+def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line: int,
+                 variables: dict[str, Variable]) -> set[str]:
+    resolved = {i: v for i, w in enumerate(command.requirements) if (v := _resolve(w, variables))}
+    texts: list[str | None] = [w.value.partition("$")[0] + resolved[i].value if i in resolved else w.value
+                               for i, w in enumerate(command.requirements)]
     result = planning.plan(texts, doc.family, present, may_empty=command.other_sources)
     quote = _preferred_quote(command)
 
     def report(index: int, code: str, fields: dict) -> bool:
+        if index in resolved and code == "NM602":
+            variable = resolved[index]
+            fields = {**fields, "requirement": f"{command.requirements[index].value}` with "
+                                               f"`{variable.name}={variable.value}"}
         return doc.report(code, command.requirements[index].start, line, **fields)
 
     removed = []
@@ -316,6 +373,9 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
             continue
         if outcome.remove:
             doc.replace(word.start, word.end, _quoted(extra.pop(0), quote))
+        elif outcome.replacement is not None and index in resolved:
+            variable = resolved[index]
+            doc.replace(variable.start, variable.end, outcome.replacement.partition("==")[2])
         elif outcome.replacement is not None:
             _replace_word(doc, word, outcome.replacement, quote)
         _insert_after(doc, word, [_quoted(v, quote) for v in extra])
@@ -334,7 +394,7 @@ def _add_index(doc: TextDocument, command: PipInstall, line: int) -> None:
 def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     doc = TextDocument.read(path, data, settings, rewrite)
     if "pip" in doc.text:
-        pin_commands(doc, [(0, len(doc.text))])
+        pin_commands(doc, [(0, len(doc.text))], variables=shell_variables(doc))
     return doc.result(data)
 
 
