@@ -358,10 +358,10 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
     quote = _preferred_quote(command)
 
     def report(index: int, code: str, fields: dict) -> bool:
-        if index in resolved and code == "NM602":
-            variable = resolved[index]
-            fields = {**fields, "requirement": f"{command.requirements[index].value}` with "
-                                               f"`{variable.name}={variable.value}"}
+        if index in resolved and code != "NM603":  # NM603's requirement is the one it adds
+            variable, written = resolved[index], command.requirements[index].value
+            fields = {**fields, "requirement": f"{written}` with `{variable.name}={variable.value}"
+                      if code == "NM602" else written}
         return doc.report(code, command.requirements[index].start, line, **fields)
 
     removed = []
