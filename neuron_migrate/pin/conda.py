@@ -60,7 +60,7 @@ def process_conda_env(path: str, data: bytes, settings: Settings, rewrite: bool)
     pin_entries(doc, entries, present, lambda entry, text: _item_line(doc, entry, text))
     if mx.index_url not in doc.text and present & mx.neuron_packages:
         first = entries[0]
-        if doc.report("NM604", first.req_start, what="the pip section", url=mx.index_url):
+        if doc.report("NM604", first.req_start, what="The pip section", how="an `--extra-index-url` item", url=mx.index_url):
             doc.replace(first.start, first.start, _item_line(doc, first, f"--extra-index-url {mx.index_url}"))
     return doc.result(data)
 

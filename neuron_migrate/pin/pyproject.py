@@ -174,9 +174,12 @@ def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Calla
     offsets = [locate(s) for s in group.shown]
 
     def report(index: int, code: str, fields: dict) -> bool:
-        if group.poetry:
-            fields = {**fields, "requirement": group.shown[index],
-                      "pin": f'{group.names[index]} = "{_poetry_pin(fields.get("pin", ""), group.names[index])}"'}
+        if group.poetry:  # say it the Poetry way: `torch = "==2.14.0"`
+            added = code == "NM603"
+            name = fields["name"] if added else group.names[index]
+            pin = f'{name} = "{_poetry_pin(fields["requirement" if added else "pin"], name)}"' \
+                if added or "pin" in fields else ""
+            fields = {**fields, "requirement": pin if added else group.shown[index], "pin": pin}
         return doc.report(code, offsets[index], **fields)
 
     return planning.approve(result, group.texts, report)
@@ -205,11 +208,12 @@ def _check_sources(doc: TextDocument, parsed, found: list[Group], decisions: Dec
         return
     neuron = set(matrix().required_packages)
     tables = [
-        (("tool", "uv"), False, "[[tool.uv.index]]", f'name = "neuron"\nurl = "{url}"\n'),
-        (("tool", "poetry"), True, "[[tool.poetry.source]]",
-         f'name = "neuron"\nurl = "{url}"\npriority = "supplemental"\n'),
+        (("tool", "uv"), False, "This uv project", "a `[[tool.uv.index]]` table", "[[tool.uv.index]]",
+         f'name = "neuron"\nurl = "{url}"\n'),
+        (("tool", "poetry"), True, "This Poetry project", "a supplemental `[[tool.poetry.source]]`",
+         "[[tool.poetry.source]]", f'name = "neuron"\nurl = "{url}"\npriority = "supplemental"\n'),
     ]
-    for path, poetry, header, body in tables:
+    for path, poetry, what, how, header, body in tables:
         if _get(parsed, path) is None:
             continue
         installs = set()
@@ -219,7 +223,7 @@ def _check_sources(doc: TextDocument, parsed, found: list[Group], decisions: Dec
                 for outcome in decisions.outcomes.get(group.path, {}).values():
                     installs |= planning.names_of(outcome.extra)
         if installs & neuron and doc.report("NM604", doc.line_start(max(doc.text.find("[tool"), 0)),
-                                           what=header, url=url):
+                                           what=what, how=how, url=url):
             decisions.sources.append(f"{header}\n{body}")
 
 

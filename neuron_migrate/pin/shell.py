@@ -387,7 +387,7 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
 def _add_index(doc: TextDocument, command: PipInstall, line: int) -> None:
     url = matrix().index_url
     what = " ".join(w.value for w in command.words[:3]) + " ..."
-    if doc.report("NM604", command.words[0].start, line, what=what, url=url):
+    if doc.report("NM604", command.words[0].start, line, what=f"`{what}`", how="`--extra-index-url`", url=url):
         _insert_after(doc, command.words[-1], [f"--extra-index-url {url}"])
 
 
