@@ -11,7 +11,7 @@ class Settings:
     ignore: frozenset[str] = frozenset()
     compile: bool = True  # insert model.compile(backend="neuron", dynamic=False) where a model is placed
     safe_only: bool = False  # apply only fixes marked safe
-    torch: str = "2.14"  # target family for pins ("2.13" or "2.14")
+    torch: str | None = None  # target family for pins ("2.13", "2.14"); None: the default in rules/versions.toml
     device_style: str = "neuron"  # "neuron" or "accelerator"
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = field(default=())
 

@@ -29,7 +29,7 @@ def pin(paths, torch, dry_run, jobs, exclude) -> None:
     notebook install cells to one TorchNeuron family: torch, torch-neuronx, neuronx-cc, nki, torchvision and
     torchaudio, the Neuron package index, no torch-xla. Code is left alone (`rewrite` does both).
     """
-    settings = Settings(select=PIN_CODES, torch=torch or matrix().default)
+    settings = Settings(select=PIN_CODES, torch=torch)
     result = run(paths or (".",), settings, rewrite=True, jobs=jobs, exclude=exclude)
     if dry_run:
         for r in result.changed:
