@@ -24,6 +24,7 @@ _NEEDS_QUOTES = re.compile(r"[\s*?\[\]<>|&;()$`\"'\\{}!~#]")
 _PIP = re.compile(r"^[!%]?pip(3(\.\d+)?)?$")
 _PYTHON = re.compile(r"^[!%]?(python(3(\.\d+)?)?|\$\{?PYTHON\}?)$")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_REDIRECTION = re.compile(r"^(?:\d*|&)(?:>>?|<<?|>&|<&|>\|)(.*)$")
 _PREFIXES = frozenset({"sudo", "env", "exec", "time", "nohup", "command"})
 VALUE_OPTIONS = frozenset({
     "-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-t", "--target", "--platform",
@@ -145,7 +146,26 @@ class PipInstall:
         return [w.value for w in self.requirements]
 
 
+def _without_redirections(words: list[Word]) -> list[Word]:
+    """The words of a command less its redirections (`2>/dev/null`, `> log.txt`, `2>&1`)."""
+    out = []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        m = _REDIRECTION.match(word.value) if not word.quote else None
+        if m:
+            skip = not m.group(1)
+            continue
+        out.append(word)
+    return out
+
+
 def pip_install(words: list[Word]) -> PipInstall | None:
+    words = _without_redirections(words)
+    if not words:
+        return None
     values = [w.value for w in words]
     i = 0
     while i < len(words) and (values[i] in _PREFIXES or _ASSIGNMENT.match(values[i])
