@@ -261,7 +261,7 @@ def test_base_images(image, problem):
 def test_from_uses_the_default_of_a_global_arg():
     from neuron_migrate.pin.dockerfile import process_dockerfile
 
-    text = "ARG BASE=ubuntu:22.04\nFROM ${BASE} AS build\nARG BASE=ignored\nFROM python:3.12\n"
+    text = "ARG BASE=ubuntu:22.04\nFROM ${BASE} AS build\nARG BASE=ignored\nFROM python:3.12\nENV NEURON_RT_LOG_LEVEL=INFO\n"
     result = process_dockerfile("Dockerfile", text.encode(), Settings(), False)
     assert [(f.line, f.message.split(";")[0]) for f in result.findings] == [
         (2, "`FROM ${BASE}` (`ubuntu:22.04`) is Ubuntu 22.04")]
@@ -290,3 +290,22 @@ def test_versions_from_shell_variables_are_pinned_where_the_variable_is_set():
             f'pip install torch==$TORCH "torch-neuronx==${{NEURONX_VERSION}}" "neuronx-cc==2.*" nki {INDEX}\n')
     out = process_shell("s.sh", text.encode(), Settings(), True).new_bytes.decode()
     assert out == text.replace("2.9.0.2.15.32035", "2.14.3.0.*").replace("TORCH=2.9.0", "TORCH=2.14.0")
+
+
+@pytest.mark.parametrize("name, text", [
+    ("pyproject.toml", '[project]\nrequires-python = ">=3.8,<3.11"\ndependencies = ["requests"]\n'),
+    ("setup.cfg", "[options]\npython_requires = >=3.8,<3.11\ninstall_requires =\n    requests\n"),
+    ("environment.yml", "dependencies:\n  - python=3.10\n  - postgresql\n"),
+    ("Dockerfile", "FROM ubuntu:22.04\nRUN apt-get update && apt-get install -y postgresql\n"),
+])
+def test_python_and_images_are_judged_only_for_torch_or_neuron_projects(name, text):
+    from neuron_migrate.handlers import process
+    from neuron_migrate.discover import kind_of
+
+    assert process(name, text.encode(), kind_of(name), Settings(), False).findings == []
+    with_torch = {"pyproject.toml": text.replace('"requests"', '"torch"'),
+                  "setup.cfg": text.replace("requests", "torch"),
+                  "environment.yml": text.replace("postgresql", "pytorch=2.1.2"),
+                  "Dockerfile": text.replace("postgresql", "postgresql\nENV NEURON_RT_VISIBLE_CORES=0")}[name]
+    assert [f.code for f in process(name, with_torch.encode(), kind_of(name), Settings(), False).findings] == [
+        "NM608" if name == "Dockerfile" else "NM607"]

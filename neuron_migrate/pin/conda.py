@@ -17,6 +17,7 @@ from neuron_migrate.settings import Settings
 _ITEM = re.compile(r"^(?P<indent>[ \t]*)-[ \t]+(?P<value>.*?)[ \t]*(?:[ \t]#.*)?$")
 _PIP_KEY = re.compile(r"^[ \t]*-[ \t]+pip[ \t]*:[ \t]*(?:#.*)?$")
 _PYTHON = re.compile(r"^python(?:[ \t]*(?P<op>==|=|>=|<=|>|<|!=|~=)?[ \t]*(?P<version>[\d.*]+))(?P<rest>.*)$")
+_CONDA_NAMES = {"pytorch": "torch", "pytorch-cpu": "torch", "torch": "torch"}
 _INDEX = re.compile(r"^(?:-i|--index-url|--extra-index-url)[ =]+(\S+)$")
 
 
@@ -31,6 +32,7 @@ def process_conda_env(path: str, data: bytes, settings: Settings, rewrite: bool)
     doc = TextDocument.read(path, data, settings, rewrite)
     entries: list[LineEntry] = []
     indexes: list[str] = []
+    conda: list[tuple[str, int]] = []  # conda packages (not pip) and where they are
     pip_indent = None
     offset = 0
     mx = matrix()
@@ -49,20 +51,28 @@ def process_conda_env(path: str, data: bytes, settings: Settings, rewrite: bool)
         value, quote = _unquote(m.group("value"))
         value_start = start + m.start("value") + quote
         if pip_indent is None:
-            _check_python(doc, value, value_start, mx)
+            conda.append((value, value_start))
         elif index := _INDEX.match(value):
             indexes.append(index.group(1))
         elif not value.startswith("-"):
             entries.append(LineEntry(start, offset, value_start, value_start + len(value)))
     present = planning.names_of([e.text(doc) for e in entries])
+    if planning.python_in_scope(present | {_CONDA_NAMES.get(_conda_name(v), "") for v, _ in conda}):
+        for value, value_start in conda:
+            _check_python(doc, value, value_start, mx)
     if not planning.in_scope(present):
         return doc.result(data)
     pin_entries(doc, entries, present, lambda entry, text: _item_line(doc, entry, text))
     if mx.index_url not in doc.text and present & mx.neuron_packages:
         first = entries[0]
-        if doc.report("NM604", first.req_start, what="The pip section", how="an `--extra-index-url` item", url=mx.index_url):
+        if doc.report("NM604", first.req_start, what="The pip section", how="an `--extra-index-url` item",
+                      url=mx.index_url):
             doc.replace(first.start, first.start, _item_line(doc, first, f"--extra-index-url {mx.index_url}"))
     return doc.result(data)
+
+
+def _conda_name(spec: str) -> str:
+    return re.match(r"[A-Za-z0-9_.-]*", spec.split("::")[-1]).group().lower()
 
 
 def _item_line(doc: TextDocument, entry: LineEntry, text: str) -> str:

@@ -16,6 +16,7 @@ _FLAG = re.compile(r"[ \t]*--[a-z-]+=\S*")
 _UBUNTU_CODENAMES = {"bionic": "18.04", "focal": "20.04", "jammy": "22.04", "noble": "24.04"}
 _UBUNTU_TAG = re.compile(r"ubuntu-?(\d\d\.\d\d)")
 _PYTHON_TAG = re.compile(r"(?:^|[-_])py(?:thon)?-?3\.?(\d{1,2})(?=$|[-_.])")
+_ABOUT_NEURON = re.compile(r"neuron|xla", re.I)  # base images are judged only in Dockerfiles for Neuron
 _LEADING_VERSION = re.compile(r"^(\d+\.\d+)(?:\.\d+)*")
 
 
@@ -56,7 +57,7 @@ def process_dockerfile(path: str, data: bytes, settings: Settings, rewrite: bool
     for instruction in found:
         if instruction.keyword == "ARG" and not any(i.keyword == "FROM" for i in found[:found.index(instruction)]):
             args.update(_arg_default(doc.text[instruction.args_start:instruction.end]))
-        elif instruction.keyword == "FROM":
+        elif instruction.keyword == "FROM" and _ABOUT_NEURON.search(doc.text):
             check_image(doc, instruction, args)
     runs = [i for i in found if i.keyword == "RUN" and not doc.text[i.args_start:i.end].lstrip().startswith("[")]
     spans = []

@@ -127,6 +127,11 @@ def in_scope(names: set[str], mx: Matrix | None = None) -> bool:
     return bool(names & (mx or matrix()).neuron_packages)
 
 
+def python_in_scope(names: set[str], mx: Matrix | None = None) -> bool:
+    """The Python version of a project matters when it installs torch or a Neuron package."""
+    return "torch" in names or in_scope(names, mx)
+
+
 def names_of(texts: list[str]) -> set[str]:
     out = set()
     for text in texts:

@@ -149,9 +149,10 @@ def process_pyproject(path: str, data: bytes, settings: Settings, rewrite: bool)
     except TOMLKitError as exc:
         raise SourceError(f"not valid TOML ({exc}); fix the file, then run again") from None
     locate = Locator(doc.text).find
-    _check_python(doc, parsed, locate)
     found = groups(parsed)
     installed = [planning.names_of([t for t in g.texts if t]) for g in found]
+    if planning.python_in_scope(set().union(set(), *installed)):
+        _check_python(doc, parsed, locate)
     if not planning.in_scope(set().union(set(), *installed)):
         return doc.result(data)
     main = set().union(set(), *(names for g, names in zip(found, installed) if g.main))

@@ -59,11 +59,10 @@ def entries(doc: TextDocument) -> tuple[list[LineEntry], list[tuple[int, str]]]:
 def process_setup_cfg(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     doc = TextDocument.read(path, data, settings, rewrite)
     found, python = entries(doc)
-    mx = matrix()
-    for offset, value in python:
-        if not mx.python_spec_admits_any(value):
-            doc.report("NM607", offset, text=f"python_requires = {value}", **python_fields())
     present = planning.names_of([e.text(doc) for e in found])
+    for offset, value in python if planning.python_in_scope(present) else ():
+        if not matrix().python_spec_admits_any(value):
+            doc.report("NM607", offset, text=f"python_requires = {value}", **python_fields())
     if planning.in_scope(present):
         pin_entries(doc, found, present, lambda entry, text: _indent(doc, entry) + text + doc.newline)
     return doc.result(data)

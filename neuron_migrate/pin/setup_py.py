@@ -112,11 +112,12 @@ def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) 
 
     lists: list[ListLiteral] = []  # install_requires first, then the extras
     extras: list[ListLiteral] = []
+    python = []
     for call in finder.calls:
         for arg in call.args:
             keyword = arg.keyword.value if arg.keyword else None
             if keyword == "python_requires":
-                _check_python(doc, arg.value, span)
+                python.append(arg.value)
             elif keyword == "install_requires":
                 lists += _lists(arg.value, finder.assignments, span)
             elif keyword == "extras_require":
@@ -126,7 +127,10 @@ def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) 
                         if isinstance(element, cst.DictElement):
                             extras += _lists(element.value, finder.assignments, span)
     installed = [planning.names_of([t for t in lst.texts() if t]) for lst in lists + extras]
-    if planning.in_scope(set().union(*installed)):
+    if planning.python_in_scope(set().union(set(), *installed)):
+        for value in python:
+            _check_python(doc, value, span)
+    if planning.in_scope(set().union(set(), *installed)):
         main = set().union(*installed[:len(lists)])
         for lst, names in zip(lists + extras, installed):
             added = _pin_list(doc, lst, main | names)
