@@ -261,7 +261,8 @@ def test_base_images(image, problem):
 def test_from_uses_the_default_of_a_global_arg():
     from neuron_migrate.pin.dockerfile import process_dockerfile
 
-    text = "ARG BASE=ubuntu:22.04\nFROM ${BASE} AS build\nARG BASE=ignored\nFROM python:3.12\nENV NEURON_RT_LOG_LEVEL=INFO\n"
+    text = ("ARG BASE=ubuntu:22.04\nFROM ${BASE} AS build\nARG BASE=ignored\nFROM python:3.12\n"
+            "ENV NEURON_RT_LOG_LEVEL=INFO\n")
     result = process_dockerfile("Dockerfile", text.encode(), Settings(), False)
     assert [(f.line, f.message.split(";")[0]) for f in result.findings] == [
         (2, "`FROM ${BASE}` (`ubuntu:22.04`) is Ubuntu 22.04")]

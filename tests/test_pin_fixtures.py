@@ -1,4 +1,4 @@
-"""Every case folder in fixtures/pin/: `pin` gives the files in its `expected/` folder, and a second run changes nothing.
+"""Every case folder in fixtures/pin/: `pin` gives the files in its `expected/` folder; a second run changes nothing.
 
 Layout: fixtures/pin/<case>/<files as a project has them>; fixtures/pin/<case>/expected/<file> for each file that
 changes; a file without an expected copy must stay byte-identical (a case without `expected/` is a no-op case).

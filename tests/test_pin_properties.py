@@ -72,7 +72,8 @@ def test_setup_py_lists(requirements, multiline, trailing_comma):
 
     items = [repr(r) for r in requirements]
     if multiline:
-        body = "[\n" + "".join(f"    {item},\n" for item in items[:-1]) + f"    {items[-1]}{',' if trailing_comma else ''}\n]"
+        last = items[-1] + ("," if trailing_comma else "")
+        body = "[\n" + "".join(f"    {item},\n" for item in items[:-1]) + f"    {last}\n]"
     else:
         body = "[" + ", ".join(items) + ("," if trailing_comma else "") + "]"
     text = f"from setuptools import setup\n\nsetup(name='x', install_requires={body})\n"
