@@ -98,16 +98,12 @@ class Outcome:
     remove: bool = False
     extra: list[str] = field(default_factory=list)  # requirements to add right after this entry
 
-    @property
-    def changed(self) -> bool:
-        return self.replacement is not None or self.remove or bool(self.extra)
-
 
 @dataclass
 class Issue:
-    """A finding about one entry (index None: about the list as a whole)."""
+    """A finding about one entry (for NM603, the entry the missing packages go after)."""
 
-    index: int | None
+    index: int
     code: str
     fields: dict
 
