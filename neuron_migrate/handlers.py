@@ -20,6 +20,7 @@ HANDLERS: dict[str, list[str]] = {
     "python": ["neuron_migrate.engine:process_python", "neuron_migrate.pin.setup_py:process_setup_py"],
     "requirements": ["neuron_migrate.pin.requirements:process_requirements"],
     "pyproject": ["neuron_migrate.pin.pyproject:process_pyproject"],
+    "lockfile": ["neuron_migrate.pin.lockfile:process_lockfile"],
     "setup-cfg": ["neuron_migrate.pin.setup_cfg:process_setup_cfg"],
     "conda-env": ["neuron_migrate.pin.conda:process_conda_env"],
     "dockerfile": ["neuron_migrate.pin.dockerfile:process_dockerfile"],

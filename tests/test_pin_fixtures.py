@@ -74,6 +74,6 @@ def test_every_file_kind_has_a_rewrite_and_a_no_op_case():
         for source in inputs(case):
             kind = kind_of(source.name)
             (changed if (case / "expected" / source.relative_to(case)).exists() else unchanged).add(kind)
-    kinds = {"requirements", "pyproject", "setup-cfg", "conda-env", "dockerfile", "shell", "python"}
+    kinds = {"requirements", "pyproject", "setup-cfg", "conda-env", "dockerfile", "shell", "python", "lockfile"}
     assert kinds <= changed
     assert kinds <= unchanged
