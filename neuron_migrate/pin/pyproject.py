@@ -166,7 +166,7 @@ def process_pyproject(path: str, data: bytes, settings: Settings, rewrite: bool)
     _check_sources(doc, parsed, found, decisions)
     if not rewrite:
         return doc.result(data)
-    return _render(doc, data, decisions)
+    return _render(doc, data, decisions, parsed)
 
 
 def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Callable[[str], int]
@@ -228,9 +228,11 @@ def _check_sources(doc: TextDocument, parsed, found: list[Group], decisions: Dec
             decisions.sources.append(f"{header}\n{body}")
 
 
-def _render(doc: TextDocument, data: bytes, decisions: Decisions) -> FileResult:
-    text = doc.render()  # markers first: comments do not move any entry
-    parsed = tomlkit.parse(text)
+def _render(doc: TextDocument, data: bytes, decisions: Decisions, parsed) -> FileResult:
+    if not decisions.outcomes and not decisions.sources and not doc.edits:
+        return doc.result(data)
+    if doc.edits:  # markers first (comments move no entry), then the entries on the marked text
+        parsed = tomlkit.parse(doc.render())
     for path, outcomes in decisions.outcomes.items():
         node = _get(parsed, path)
         if isinstance(node, Array):
