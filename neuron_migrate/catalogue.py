@@ -86,15 +86,25 @@ def rule(code: str) -> RuleInfo:
         raise CatalogueError(f"unknown rule code {code}") from None
 
 
+def _language(example_file: str) -> str:
+    name = example_file.rsplit("/", 1)[-1]
+    if name.startswith("Dockerfile") or name.endswith(".Dockerfile"):
+        return "dockerfile"
+    suffixes = {".py": "python", ".toml": "toml", ".sh": "bash", ".yml": "yaml", ".yaml": "yaml", ".cfg": "ini",
+                ".ipynb": "json"}
+    return next((lang for suffix, lang in suffixes.items() if name.endswith(suffix)), "text")
+
+
 def explain(info: RuleInfo) -> str:
     """The rule's documentation, in one fixed template (printed by `explain`, collected in docs/rules.md)."""
     out = [f"# {info.code} {info.name}", "", info.summary.strip(), "", "## Why it matters", "", info.why.strip(), ""]
-    out += ["## Example", "", "```python", info.before.rstrip(), "```", ""]
+    fence = "```" + _language(info.example_file)
+    out += ["## Example", "", fence, info.before.rstrip(), "```", ""]
     if info.after.strip():
-        out += ["Use instead:", "", "```python", info.after.rstrip(), "```", ""]
+        out += ["Use instead:", "", fence, info.after.rstrip(), "```", ""]
     if info.after_accelerator.strip():
         out += ["With `--device-style accelerator` (runs on Trainium, GPU and CPU alike):", "",
-                "```python", info.after_accelerator.rstrip(), "```", ""]
+                fence, info.after_accelerator.rstrip(), "```", ""]
     out += ["## Fix safety", ""]
     safety = {
         FixSafety.SAFE: "Safe: `neuron-migrate rewrite` applies this fix; the program computes the same thing.",
