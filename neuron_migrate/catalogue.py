@@ -43,6 +43,7 @@ class RuleInfo:
     group: str = ""
     after_accelerator: str = ""  # the example after the fix with --device-style accelerator (device-naming rules)
     example_file: str = "example.py"  # the file name the example is checked as (kind: requirements, ...)
+    check_only: bool = False  # a report without fix and without marker (performance and precision notes)
 
     def format(self, **fields: object) -> str:
         try:
@@ -113,6 +114,9 @@ def explain(info: RuleInfo) -> str:
         FixSafety.MANUAL: "Manual: no automatic fix. `neuron-migrate rewrite` leaves a "
         f"`# TODO(neuron-migrate {info.code})` marker that `check` keeps reporting until a person resolves it.",
     }[info.fix]
+    if info.check_only:
+        safety = ("Report only: no automatic fix and no marker; `check` reports it until the code changes or the "
+                  "line is suppressed (`# neuron-migrate: ignore[" + info.code + "]`).")
     out.append(safety + (f" {info.fix_notes.strip()}" if info.fix_notes.strip() else ""))
     out += ["", "## Reference", "", info.link, ""]
     return "\n".join(out)

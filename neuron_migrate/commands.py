@@ -6,10 +6,9 @@ import sys
 
 import click
 
-from neuron_migrate import catalogue
+from neuron_migrate import catalogue, config, reports
 from neuron_migrate.output import check_summary, finding_line, json_report, rewrite_summary, unified_diff
 from neuron_migrate.runner import run, write_results
-from neuron_migrate.settings import Settings
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -30,8 +29,15 @@ def common_options(f):
     return f
 
 
-def _settings(select, ignore, **kw) -> Settings:
-    return Settings(select=_codes(select), ignore=_codes(ignore), **kw)
+def _settings(paths, select, ignore, exclude, **flags) -> config.Resolved:
+    """Settings from `[tool.neuron-migrate]`, overridden by the flags that were given."""
+    try:
+        return config.resolve(paths, select=config.codes(_codes(select), "--select") if select else None,
+                              ignore=config.codes(_codes(ignore), "--ignore") if ignore else None,
+                              exclude=tuple(exclude) or None, **flags)
+    except config.ConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
 
 
 def _report_errors(errors: list[tuple[str, str]]) -> None:
@@ -41,24 +47,32 @@ def _report_errors(errors: list[tuple[str, str]]) -> None:
 
 @click.command()
 @common_options
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def check(paths, select, ignore, jobs, exclude, fmt) -> None:
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
+              show_default=True, help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
+def check(paths, select, ignore, jobs, exclude, fmt, exit_zero) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
-    Exit 0 when clean, 1 when there are findings, 2 when a file could not be processed.
+    Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
     """
     paths = paths or (".",)
-    result = run(paths, _settings(select, ignore), rewrite=False, jobs=jobs, exclude=exclude)
+    resolved = _settings(paths, select, ignore, exclude)
+    result = run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude)
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors = result.errors
     if fmt == "json":
         click.echo(json_report(findings, errors))
+    elif fmt == "sarif":
+        fixed = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude)
+        click.echo(reports.sarif_report(findings, errors, {r.path: r for r in fixed.changed}))
+    elif fmt == "github":
+        click.echo(reports.github_annotations(findings, errors))
     else:
         for f in findings:
             click.echo(finding_line(f))
         _report_errors(errors)
         click.echo(check_summary(findings, len(result.results), len(errors)), err=bool(findings or errors))
-    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings else EXIT_CLEAN)
+    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
 @click.command()
@@ -67,13 +81,15 @@ def check(paths, select, ignore, jobs, exclude, fmt) -> None:
               help="Print a unified diff and write nothing (exit 1 when something would change).")
 @click.option("--no-compile", is_flag=True, help="Do not insert model.compile(backend=\"neuron\") after placement.")
 @click.option("--safe-only", is_flag=True, help="Apply only fixes marked safe.")
-@click.option("--device-style", type=click.Choice(["neuron", "accelerator"]), default="neuron", show_default=True,
-              help="neuron: write the `neuron` device; accelerator: code that runs on Trainium, GPU and CPU alike.")
+@click.option("--device-style", type=click.Choice(["neuron", "accelerator"]), default=None,
+              help="neuron (default): write the `neuron` device; accelerator: code that runs on Trainium, GPU and "
+              "CPU alike.")
 def rewrite(paths, select, ignore, jobs, exclude, dry_run, no_compile, safe_only, device_style) -> None:
     """Migrate files in place (or show the diff with --diff)."""
     paths = paths or (".",)
-    settings = _settings(select, ignore, compile=not no_compile, safe_only=safe_only, device_style=device_style)
-    result = run(paths, settings, rewrite=True, jobs=jobs, exclude=exclude)
+    resolved = _settings(paths, select, ignore, exclude, compile=False if no_compile else None, safe_only=safe_only,
+                         device_style=device_style)
+    result = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude)
     if dry_run:
         for r in result.changed:
             click.echo(unified_diff(r), nl=False)

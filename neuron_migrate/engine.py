@@ -24,6 +24,8 @@ from neuron_migrate.names import Analysis, Occurrence, Scope
 from neuron_migrate.rules import Rule, all_rules, all_triggers
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import Source, SourceError, decode
+from neuron_migrate.suppress import MAY_SUPPRESS, Suppressions
+from neuron_migrate.suppress import UNUSED_CODE as UNUSED_SUPPRESSION
 
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
 MARKER_CODE = "NM900"
@@ -57,6 +59,7 @@ class FileContext:
     current: Occurrence | None = None
     shared: dict[str, object] = field(default_factory=dict)  # facts rules share (e.g. "data_parallel")
     handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
+    suppressions: Suppressions = field(default_factory=Suppressions)
 
     # -- names -----------------------------------------------------------------------------------------
     @property
@@ -124,13 +127,17 @@ class FileContext:
         """Record a finding. Returns True when the rule should now make its edits for it.
 
         For manual rules the marker is placed here (above `statement`, by default the current statement) and
-        False is returned; with `marker=False` True is returned and the caller places the marker. A finding on a statement that already carries this code's marker is not repeated:
+        False is returned; with `marker=False` True is returned and the caller places the marker. Check-only
+        rules get no marker. A finding suppressed on its line is dropped. A finding on a statement that already
+        carries this code's marker is not repeated:
         the marker (NM900) stands for it.
         """
         self.handled.add(node)
         if isinstance(node, cst.Call):
             self.handled.add(node.func)
         if not self.enabled(code):
+            return False
+        if self.suppressions.suppresses(self.current.statement if self.current else statement, code):
             return False
         info = catalogue.rule(code)
         statement = statement or (self.current.statement if self.current else None)
@@ -142,7 +149,7 @@ class FileContext:
         if not self.rewrite:
             return False
         if info.fix is FixSafety.MANUAL:
-            if statement is None:
+            if statement is None or info.check_only:
                 return False
             if marker:
                 self.edits.add_marker(statement, marker_text(code, message, info.link))
@@ -227,14 +234,16 @@ def active_rules(data: bytes, settings: Settings, path: str) -> list[type[Rule]]
 def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     source = decode(data)
     result = FileResult(path, old_bytes=data)
-    if not any(t in data for t in all_triggers()) and not any(t in data for t in ALWAYS_TRIGGERS):
+    if not any(t in data for t in all_triggers()) and not any(t in data for t in ALWAYS_TRIGGERS) \
+            and not MAY_SUPPRESS.search(data):
         return result
     rules = active_rules(data, settings, path)
     has_markers = MARKER_PREFIX.encode() in data
-    if not rules and not has_markers:
+    may_suppress = MAY_SUPPRESS.search(data) is not None
+    if not rules and not has_markers and not may_suppress:
         return result
     module = parse(source)
-    new_text = transform(path, source, module, rules, settings, rewrite, result)
+    new_text = transform(path, source, module, rules, settings, rewrite, result, may_suppress)
     if new_text is not None and new_text != source.text:
         if module.code != source.text:
             raise SourceError("the parser does not give back this file byte for byte, so it cannot be rewritten "
@@ -245,7 +254,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
 
 
 def transform(path: str, source: Source, module: cst.Module, rules: list[type[Rule]], settings: Settings,
-              rewrite: bool, result: FileResult) -> str | None:
+              rewrite: bool, result: FileResult, may_suppress: bool = False) -> str | None:
     dispatch: dict[type, list[Callable]] = {}
     analysis = Analysis(module, wanted=tuple({t for r in rules for t in r.node_types()}))
     ctx = FileContext(path, source, module, analysis, settings, rewrite)
@@ -264,6 +273,8 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     from neuron_migrate import imports  # the import tidy-up is itself a stage
 
     if not rewrite:
+        if may_suppress and settings.enabled(UNUSED_SUPPRESSION, path):
+            ctx.pending += unused_suppressions(ctx)
         findings = _positions(module, ctx.pending, path)
         findings += imports.unused_legacy_findings(ctx, path)
         findings += marker_findings(source.text, path, settings)
@@ -280,6 +291,16 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     if new_text != source.text:
         result.manual = [f for f in marker_findings(new_text, path, settings)]
     return new_text
+
+
+def unused_suppressions(ctx: FileContext) -> list[Pending]:
+    info = catalogue.rule(UNUSED_SUPPRESSION)
+    out = []
+    for comment, code in ctx.suppressions.unused(ctx.module):
+        if code == "*" or ctx.enabled(code):
+            what = "`# neuron-migrate: ignore`" if code == "*" else code
+            out.append(Pending(UNUSED_SUPPRESSION, comment, info.format(code=what), False, None))
+    return out
 
 
 def _positions(module: cst.Module, pending: list[Pending], path: str) -> list[Finding]:

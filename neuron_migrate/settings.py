@@ -22,9 +22,11 @@ class Settings:
             return False
         if path is not None and self.per_file_ignores:
             import fnmatch
+            import os
 
+            candidates = (path, os.path.abspath(path).replace(os.sep, "/"))  # patterns from config are absolute
             for pattern, codes in self.per_file_ignores:
-                if fnmatch.fnmatch(path, pattern) and any(code.startswith(c) for c in codes):
+                if any(code.startswith(c) for c in codes) and any(fnmatch.fnmatch(p, pattern) for p in candidates):
                     return False
         return True
 

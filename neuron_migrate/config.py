@@ -1,0 +1,166 @@
+"""`[tool.neuron-migrate]` in pyproject.toml: found from the paths upward (like ruff), overridden by flags.
+
+    [tool.neuron-migrate]
+    select = ["NM1", "NM3"]              # codes or prefixes; default: all
+    ignore = ["NM107"]
+    per-file-ignores = { "tests/*" = ["NM3"], "__init__.py" = ["NM190"] }
+    exclude = ["generated/", "*_pb2.py"]  # gitignore-style, like --exclude
+    torch = "2.14"                        # target PyTorch family for pins: "2.13" or "2.14"
+    compile = true                        # insert model.compile(backend="neuron") after placement
+    device-style = "neuron"               # or "accelerator" (torch.accelerator spellings)
+
+The nearest pyproject.toml above the common folder of the paths that has the table wins; a pyproject.toml
+without it is passed over. Patterns in `per-file-ignores` are relative to the folder of that file; a
+pattern without a slash matches the file name in any folder.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable
+
+from neuron_migrate import catalogue
+from neuron_migrate.settings import Settings
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+TABLE = "neuron-migrate"
+TORCH_FAMILIES = ("2.13", "2.14")
+DEVICE_STYLES = ("neuron", "accelerator")
+CODE_OR_PREFIX = re.compile(r"^NM\d{0,3}$")
+
+
+class ConfigError(Exception):
+    """A configuration the tool cannot use; the message names the file, the key and what is accepted."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    settings: Settings
+    exclude: tuple[str, ...]
+    source: Path | None  # the pyproject.toml read, if any
+
+
+def find_config(paths: Iterable[str]) -> Path | None:
+    """The nearest pyproject.toml with a [tool.neuron-migrate] table, from the paths' common folder upward."""
+    starts = [os.path.abspath(p) for p in paths] or [os.getcwd()]
+    starts = [p if os.path.isdir(p) else os.path.dirname(p) for p in starts]
+    folder = Path(os.path.commonpath(starts))
+    for candidate in (folder, *folder.parents):
+        path = candidate / "pyproject.toml"
+        if path.is_file() and TABLE in _read(path).get("tool", {}):
+            return path
+    return None
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}); fix the file or move it aside") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def codes(values: Iterable[str], where: str) -> frozenset[str]:
+    """Validated rule codes or prefixes (`NM3`, `NM301`); an unknown one is an error."""
+    known = catalogue.catalogue()
+    out = set()
+    for value in values:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected rule codes such as \"NM301\" or prefixes such as \"NM3\", "
+                              f"got {value!r}")
+        code = value.strip().upper()
+        if not CODE_OR_PREFIX.match(code) or not any(k.startswith(code) for k in known):
+            hint = difflib.get_close_matches(code, known, n=1)
+            raise ConfigError(f"{where}: no rule code or prefix {value!r}"
+                              + (f" (did you mean {hint[0]}?)" if hint else "")
+                              + "; `neuron-migrate rules` lists them")
+        out.add(code)
+    return frozenset(out)
+
+
+def _strings(value: object, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+    return value
+
+
+def _choice(value: object, choices: tuple[str, ...], where: str) -> str:
+    text = repr(value) if isinstance(value, float) else value  # torch = 2.14 written as a number
+    if text not in choices:
+        raise ConfigError(f"{where}: expected one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+    return text
+
+
+def anchor(pattern: str, root: Path) -> tuple[str, ...]:
+    """Absolute fnmatch patterns for a per-file-ignores pattern written relative to `root`."""
+    pattern = pattern[2:] if pattern.startswith("./") else pattern
+    if "/" not in pattern:
+        return (f"*/{pattern}",)
+    full = f"{root.as_posix().rstrip('/')}/{pattern.lstrip('/')}"
+    return (full, full.replace("**/", "")) if "**/" in full else (full,)
+
+
+def parse_table(table: dict, path: Path) -> dict:
+    """The settings a [tool.neuron-migrate] table asks for, validated."""
+    where = f"{path} [tool.{TABLE}]"
+    out: dict = {}
+    for key, value in table.items():
+        at = f"{where} {key}"
+        if key == "select":
+            out["select"] = codes(_strings(value, at), at)
+        elif key == "ignore":
+            out["ignore"] = codes(_strings(value, at), at)
+        elif key == "per-file-ignores":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{at}: expected a table of pattern = [codes], got {value!r}")
+            out["per_file_ignores"] = tuple(
+                (full, codes(_strings(c, f"{at} {p!r}"), f"{at} {p!r}"))
+                for p, c in value.items() for full in anchor(p, path.parent))
+        elif key == "exclude":
+            out["exclude"] = tuple(_strings(value, at))
+        elif key == "torch":
+            out["torch"] = _choice(value, TORCH_FAMILIES, at)
+        elif key == "compile":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{at}: expected true or false, got {value!r}")
+            out["compile"] = value
+        elif key == "device-style":
+            out["device_style"] = _choice(value, DEVICE_STYLES, at)
+        else:
+            known = ("select", "ignore", "per-file-ignores", "exclude", "torch", "compile", "device-style")
+            hint = difflib.get_close_matches(key, known, n=1)
+            raise ConfigError(f"{where}: unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                              + f"; the keys are {', '.join(known)}")
+    return out
+
+
+def resolve(paths: Iterable[str], **flags) -> Resolved:
+    """Settings from the configuration file and the flags that were given (not None).
+
+    A flag replaces the file's value, except `ignore` and `exclude`, which add to it.
+
+    Flags: select, ignore (frozensets), exclude (tuple), compile (bool), torch, device_style (str),
+    safe_only (bool).
+    """
+    paths = list(paths)
+    source = find_config(paths)
+    values = parse_table(_read(source)["tool"][TABLE], source) if source is not None else {}
+    given = {k: v for k, v in flags.items() if v is not None}
+    if "ignore" in given:
+        given["ignore"] = given["ignore"] | values.get("ignore", frozenset())
+    if "exclude" in given:
+        given["exclude"] = (*values.get("exclude", ()), *given["exclude"])
+    values.update(given)
+    exclude = tuple(values.pop("exclude", ()))
+    return Resolved(replace(Settings(), **values), exclude, source)
