@@ -23,8 +23,8 @@ HANDLERS: dict[str, list[str]] = {
     "lockfile": ["neuron_migrate.pin.lockfile:process_lockfile"],
     "setup-cfg": ["neuron_migrate.pin.setup_cfg:process_setup_cfg"],
     "conda-env": ["neuron_migrate.pin.conda:process_conda_env"],
-    "dockerfile": ["neuron_migrate.pin.dockerfile:process_dockerfile"],
-    "shell": ["neuron_migrate.pin.shell:process_shell"],
+    "dockerfile": ["neuron_migrate.pin.dockerfile:process_dockerfile", "neuron_migrate.envfiles:process_dockerfile"],
+    "shell": ["neuron_migrate.pin.shell:process_shell", "neuron_migrate.envfiles:process_shell"],
 }
 
 

@@ -49,6 +49,7 @@ class XlaDeviceString(Rule):
 
     codes = ("NM102",)
     triggers = (b"xla",)
+    is_device = staticmethod(is_device_string)  # which literals name the device this rule respells
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -73,13 +74,13 @@ class XlaDeviceString(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         for a in node.args:
-            if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and is_device_string(a.value):
+            if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value):
                 self._strong(a.value, TYPE if a.keyword.value == "device_type" else DEVICE)
         qual = self.ctx.qualname(node.func)
         if qual in XLA_DEVICE:
             self.xla_program = True
         first = arg(node, 0, None)
-        if first is None or not is_device_string(first.value):
+        if first is None or not self.is_device(first.value):
             return
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "to":
@@ -92,23 +93,23 @@ class XlaDeviceString(Rule):
         if not any(_is_device_type_expr(o) for o in operands):
             return
         for o in operands:
-            if is_device_string(o):
+            if self.is_device(o):
                 self._weak(o)
             elif isinstance(o, (cst.Tuple, cst.List, cst.Set)):
                 for el in o.elements:
-                    if is_device_string(el.value):
+                    if self.is_device(el.value):
                         self._weak(el.value)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if is_device_string(node.value) and any(_is_device_name(t.target) for t in node.targets):
+        if self.is_device(node.value) and any(_is_device_name(t.target) for t in node.targets):
             self._weak(node.value, _kind_of_name(node.targets[0].target))
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None and is_device_string(node.value) and _is_device_name(node.target):
+        if node.value is not None and self.is_device(node.value) and _is_device_name(node.target):
             self._weak(node.value, _kind_of_name(node.target))
 
     def visit_Param(self, node: cst.Param) -> None:
-        if node.default is not None and is_device_string(node.default) and DEVICE_NAME.search(node.name.value):
+        if node.default is not None and self.is_device(node.default) and DEVICE_NAME.search(node.name.value):
             self._weak(node.default, _kind_of_name(node.name))
 
     def finish(self) -> None:

@@ -1,0 +1,77 @@
+"""NM403-NM405: environment variables of the XLA-based stack, set or read in Python code.
+
+The same table (`rules/environment.toml`) serves shell scripts and Dockerfiles (`neuron_migrate/envfiles.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import libcst as cst
+
+from neuron_migrate.catalogue import load_data
+from neuron_migrate.patterns import arg, string_value
+from neuron_migrate.rules import Rule
+
+OS_ENVIRON = "os.environ"
+SETTERS = frozenset({"os.environ.setdefault", "os.putenv"})
+OFF = frozenset({"0", "", "false", "False", "FALSE"})
+
+
+@functools.lru_cache(maxsize=1)
+def env_table() -> dict[str, dict]:
+    return load_data("environment.toml")["env"]
+
+
+@functools.lru_cache(maxsize=1)
+def env_pattern() -> re.Pattern[str]:
+    """A variable of the table as a whole word, alone or assigned (`XLA_USE_BF16=1 python train.py`)."""
+    names = "|".join(sorted(env_table(), key=len, reverse=True))
+    return re.compile(rf"(?<![\w$])({names})(?![\w])")
+
+
+def code_for(name: str, value: str | None, removable_statement: bool) -> str:
+    """NM404 when the setting can simply go, NM403 for bfloat16 switches, NM405 for the rest."""
+    entry = env_table()[name]
+    if removable_statement and (entry.get("removable") or (entry.get("bf16") and value in OFF)):
+        return "NM404"
+    return "NM403" if entry.get("bf16") else "NM405"
+
+
+class EnvironmentVariable(Rule):
+    codes = ("NM403", "NM404", "NM405")
+    triggers = tuple(sorted(n.encode() for n in load_data("environment.toml")["env"]))
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        text = string_value(node)
+        if text is None:
+            return
+        match = env_pattern().search(text)
+        if match is None:
+            return
+        name = match.group(1)
+        value, statement = self._setting(node) if text == name else (None, None)
+        code = code_for(name, value, statement is not None)
+        entry = env_table()[name]
+        if self.ctx.report(code, node, var=name, did=entry["did"], instead=entry["instead"]) and code == "NM404":
+            self.ctx.remove(statement)
+
+    def _setting(self, node: cst.SimpleString) -> tuple[str | None, cst.CSTNode | None]:
+        """(value, statement) when the statement around `node` only sets the variable to a literal."""
+        ctx = self.ctx
+        small = ctx.current.small
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+            if isinstance(target, cst.Subscript) and ctx.qualname(target.value) == OS_ENVIRON \
+                    and len(target.slice) == 1 and target.slice[0].slice.value is node:
+                value = string_value(small.value)
+                return (value, small) if value is not None else (None, None)
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+            call = small.value
+            first, second = arg(call, 0, "key"), arg(call, 1, "value")
+            if ctx.qualname(call.func) in SETTERS and first is not None and first.value is node \
+                    and second is not None and len(call.args) == 2:
+                value = string_value(second.value)
+                return (value, small) if value is not None else (None, None)
+        return None, None

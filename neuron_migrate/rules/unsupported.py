@@ -1,0 +1,130 @@
+"""NM301-NM308: PyTorch APIs the native backend does not run (or runs on the CPU) as written."""
+
+from __future__ import annotations
+
+import functools
+
+import libcst as cst
+
+from neuron_migrate.catalogue import load_data
+from neuron_migrate.names import dotted_str
+from neuron_migrate.patterns import arg, short
+from neuron_migrate.rules import Rule
+
+# Qualified names (a name or a whole module) -> the code that reports them.
+UNSUPPORTED = {
+    "torch.sparse": "NM301",
+    **{f"torch.{n}": "NM301" for n in (
+        "sparse_coo_tensor", "sparse_csr_tensor", "sparse_csc_tensor", "sparse_bsr_tensor", "sparse_bsc_tensor",
+        "sparse_compressed_tensor", "sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc",
+        "smm", "hspmm", "sspaddmm")},
+    "torch.func": "NM302",
+    "torch.vmap": "NM302",
+    "functorch": "NM302",
+    "torch.nested": "NM303",
+    "torch.distributions": "NM304",
+    "torch.fft": "NM305",
+    "torch.float8_e8m0fnu": "NM306",
+    "torch.float4_e2m1fn_x2": "NM306",
+}
+TO_SPARSE = frozenset({"to_sparse", "to_sparse_coo", "to_sparse_csr", "to_sparse_csc", "to_sparse_bsr",
+                       "to_sparse_bsc"})
+SPARSE_GRADIENT = frozenset({"torch.nn.Embedding", "torch.nn.EmbeddingBag", "torch.nn.modules.sparse.Embedding",
+                             "torch.nn.modules.sparse.EmbeddingBag", "torch.nn.functional.embedding",
+                             "torch.nn.functional.embedding_bag", "torch.nn.Embedding.from_pretrained",
+                             "torch.nn.EmbeddingBag.from_pretrained"})
+TORCHAO = "torchao"
+
+
+def lookup(table: dict[str, str], qualname: str | None) -> str | None:
+    """The table entry for `qualname` or for the closest module that contains it."""
+    while qualname:
+        if qualname in table:
+            return table[qualname]
+        qualname = qualname.rpartition(".")[0]
+    return None
+
+
+def reference(ctx, node: cst.CSTNode) -> str | None:
+    """The qualified name of a whole name chain read in code (not a part of a chain, an import, a keyword)."""
+    parent = ctx.current.parent
+    if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
+        return None
+    if isinstance(parent, cst.Arg) and parent.keyword is node:
+        return None
+    if isinstance(ctx.current.small, (cst.Import, cst.ImportFrom)):
+        return None
+    return ctx.qualname(node)
+
+
+def is_true(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name) and node.value == "True"
+
+
+class UnsupportedApi(Rule):
+    codes = ("NM301", "NM302", "NM303", "NM304", "NM305", "NM306")
+    # every name in the table ends in one of these (`from torch import func`, `torch.sparse_coo`, ...)
+    triggers = tuple(sorted({k.rpartition(".")[2].encode() for k in UNSUPPORTED} | {b"sparse"}))
+
+    def _reference(self, node: cst.CSTNode) -> None:
+        qual = reference(self.ctx, node)
+        code = lookup(UNSUPPORTED, qual)
+        if code is not None:
+            self.ctx.report(code, node, name=dotted_str(node) or qual, qualname=qual)
+
+    visit_Attribute = visit_Name = _reference
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in TO_SPARSE and lookup(
+                UNSUPPORTED, ctx.qualname(func)) is None:
+            ctx.report("NM301", func.attr, name=f".{func.attr.value}()", qualname=f"torch.Tensor.{func.attr.value}")
+            return
+        if ctx.qualname(func) in SPARSE_GRADIENT:
+            sparse = arg(node, None, "sparse")
+            if sparse is not None and is_true(sparse.value):
+                ctx.report("NM301", sparse, name=short(node), qualname="sparse=True (sparse gradients)")
+
+
+class TorchAo(Rule):
+    """TorchAO is reported where it is imported: its APIs are many, the import is the decision."""
+
+    codes = ("NM307",)
+    triggers = (b"torchao",)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            self._module(alias, dotted_str(alias.name))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return
+        self._module(node, dotted_str(node.module))
+
+    def _module(self, node: cst.CSTNode, module: str | None) -> None:
+        if module is not None and (module == TORCHAO or module.startswith(TORCHAO + ".")):
+            self.ctx.report("NM307", node, module=module)
+
+
+@functools.lru_cache(maxsize=1)
+def fallback_ops() -> dict[str, dict]:
+    """`rules/fallback_ops.toml`: aten operator -> note and the Python APIs that reach it."""
+    return load_data("fallback_ops.toml")["ops"]
+
+
+@functools.lru_cache(maxsize=1)
+def fallback_calls() -> dict[str, str]:
+    return {call: op for op, entry in fallback_ops().items() for call in entry.get("python", ())}
+
+
+class CpuFallbackOp(Rule):
+    codes = ("NM308",)
+    triggers = tuple(sorted({call.rpartition(".")[2].encode() for call in fallback_calls()}))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        op = fallback_calls().get(qual or "")
+        if op is not None:
+            ctx.report("NM308", node.func, call=dotted_str(node.func) or qual, op=op, note=fallback_ops()[op]["note"])
