@@ -1,0 +1,44 @@
+"""NM310-NM312: `torch.compile` settings the neuron backend ignores or that target CUDA."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.patterns import arg, code, string_value
+from neuron_migrate.rules import Rule
+
+CUDA_BACKENDS = frozenset({"inductor", "cudagraphs"})
+
+
+def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
+    args = [a for a in call.args if not (a.keyword is not None and a.keyword.value == keyword)]
+    if args and len(args) < len(call.args) and call.args[-1].keyword is not None \
+            and call.args[-1].keyword.value == keyword:
+        args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return call.with_changes(args=args)
+
+
+class CompileSettings(Rule):
+    codes = ("NM310", "NM311", "NM312")
+    triggers = (b"compile",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        func = node.func
+        qual = ctx.qualname(func)
+        method = isinstance(func, cst.Attribute) and func.attr.value == "compile" and qual is None
+        if qual != "torch.compile" and not method:
+            return
+        mode = arg(node, None, "mode")
+        value = string_value(mode.value) if mode is not None else None
+        if value is not None and value != "default":
+            if ctx.report("NM310", mode, text=code(mode).strip(" ,")):
+                ctx.replace(node, lambda old: without_keyword(old, "mode"))
+        backend = arg(node, None, "backend")
+        if backend is not None and string_value(backend.value) in CUDA_BACKENDS:
+            if ctx.report("NM311", backend.value, text=code(backend).strip(" ,"),
+                          fixed=f"backend={ctx.string('neuron')}"):
+                ctx.replace(backend.value, cst.parse_expression(ctx.string("neuron")))
+        options = arg(node, None, "options")
+        if options is not None and not (isinstance(options.value, cst.Name) and options.value.value == "None"):
+            ctx.report("NM312", options, text=code(options).strip(" ,"))

@@ -1,0 +1,122 @@
+"""NM320-NM323: CUDA leftovers in code moved to the `neuron` device."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from neuron_migrate.names import dotted_str
+from neuron_migrate.patterns import arg, code, short, string_value
+from neuron_migrate.rules import Rule
+from neuron_migrate.rules.device import XlaDeviceString
+from neuron_migrate.rules.unsupported import reference
+
+CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
+# torch.cuda functions with a namesake in torch.neuron (the TorchNeuron device module).
+NEURON_NAMESAKES = frozenset({
+    "is_available", "device_count", "current_device", "set_device", "get_device_name", "get_device_properties",
+    "synchronize", "manual_seed", "manual_seed_all", "seed", "initial_seed", "get_rng_state", "set_rng_state",
+    "Stream", "stream", "current_stream", "default_stream", "set_stream", "Event", "device", "memory_stats",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
+    "memory_summary", "empty_cache", "is_bf16_supported"})
+# ... and those torch.accelerator offers, for device-style = "accelerator".
+ACCELERATOR_NAMESAKES = {"is_available": "is_available", "device_count": "device_count",
+                         "synchronize": "synchronize", "current_device": "current_device_index",
+                         "set_device": "set_device_index", "current_stream": "current_stream",
+                         "set_stream": "set_stream"}
+CUDA_AUTOCAST = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"})  # NM402
+
+
+def is_cuda_string(node: cst.CSTNode | None) -> bool:
+    value = string_value(node)
+    return value is not None and bool(CUDA_STRING.match(value))
+
+
+def respell_cuda(node: cst.BaseExpression) -> cst.BaseExpression:
+    assert isinstance(node, cst.SimpleString)
+    start = len(node.prefix) + len(node.quote)
+    return node.with_changes(value=node.value[:start] + "neuron" + node.value[start + 4:])
+
+
+class CudaDeviceString(XlaDeviceString):
+    """`"cuda"` in the places where NM102 respells `"xla"`: device arguments, comparisons, device variables."""
+
+    codes = ("NM321",)
+    triggers = (b"cuda",)
+    is_device = staticmethod(is_cuda_string)
+
+    def _flag(self, literal: cst.BaseExpression) -> None:
+        fixed = code(respell_cuda(literal))
+        if self.ctx.report("NM321", literal, text=code(literal), fixed=fixed):
+            self.ctx.replace(literal, respell_cuda)
+
+
+class CudaMethod(Rule):
+    """`x.cuda()` -> `x.to("neuron")`; `x.cuda(1)` -> `x.to("neuron:1")`; `non_blocking=` is kept."""
+
+    codes = ("NM320",)
+    triggers = (b".cuda(", b".cuda (")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value == "cuda"):
+            return
+        ctx = self.ctx
+        if ctx.qualname(func.value) is not None:
+            return  # `torch.cuda(...)` or a module attribute, not a tensor or a model
+        index = arg(node, 0, "device")
+        blocking = arg(node, None, "non_blocking")
+        if any(a not in (index, blocking) for a in node.args):
+            return
+        target = self._target(index)
+        if target is None:
+            return
+        extra = f", non_blocking={code(blocking.value)}" if blocking is not None else ""
+        fixed = f"{code(func.value)}.to({target}{extra})"
+        if ctx.report("NM320", node, call=short(node), fixed=fixed):
+            ctx.replace(node, lambda old: old.with_changes(
+                func=old.func.with_changes(attr=cst.Name("to")), args=cst.parse_expression(f"f({target}{extra})").args))
+
+    def _target(self, index: cst.Arg | None) -> str | None:
+        ctx = self.ctx
+        if index is None:
+            if ctx.settings.device_style == "accelerator":
+                return f"{ctx.module_ref('torch')}.accelerator.current_accelerator()"
+            return ctx.string("neuron")
+        if isinstance(index.value, cst.Integer):
+            return ctx.string(f"neuron:{index.value.value}")
+        if isinstance(index.value, cst.Name):
+            return f"{ctx.module_ref('torch')}.device({ctx.string('neuron')}, {index.value.value})"
+        return None
+
+
+class TorchCudaApi(Rule):
+    """`torch.cuda.<f>` -> `torch.neuron.<f>` where TorchNeuron has the namesake; a finding otherwise."""
+
+    codes = ("NM322", "NM323")
+    triggers = (b"cuda",)
+
+    def _reference(self, node: cst.CSTNode) -> None:
+        ctx = self.ctx
+        if node in ctx.handled:
+            return
+        qual = reference(ctx, node)
+        if qual is None or not qual.startswith("torch.cuda.") or qual in CUDA_AUTOCAST:
+            return
+        name = qual[len("torch.cuda."):]
+        spelled = dotted_str(node) or qual
+        if name in NEURON_NAMESAKES:
+            fixed = self._replacement(name)
+            if ctx.report("NM322", node, name=spelled, fixed=fixed):
+                ctx.replace(node, cst.parse_expression(fixed))
+        else:
+            ctx.report("NM323", node, name=spelled, qualname=qual)
+
+    visit_Attribute = visit_Name = _reference
+
+    def _replacement(self, name: str) -> str:
+        torch = self.ctx.module_ref("torch")
+        if self.ctx.settings.device_style == "accelerator" and name in ACCELERATOR_NAMESAKES:
+            return f"{torch}.accelerator.{ACCELERATOR_NAMESAKES[name]}"
+        return f"{torch}.neuron.{name}"
