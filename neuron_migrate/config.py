@@ -106,7 +106,7 @@ def anchor(pattern: str, root: Path) -> tuple[str, ...]:
     """Absolute fnmatch patterns for a per-file-ignores pattern written relative to `root`."""
     pattern = pattern[2:] if pattern.startswith("./") else pattern
     if "/" not in pattern:
-        return (f"*/{pattern}",)
+        return (pattern,)  # matched against the file name
     full = f"{root.as_posix().rstrip('/')}/{pattern.lstrip('/')}"
     return (full, full.replace("**/", "")) if "**/" in full else (full,)
 

@@ -24,7 +24,8 @@ class Settings:
             import fnmatch
             import os
 
-            candidates = (path, os.path.abspath(path).replace(os.sep, "/"))  # patterns from config are absolute
+            # config patterns are absolute, or a bare file name pattern
+            candidates = (path, os.path.abspath(path).replace(os.sep, "/"), os.path.basename(path))
             for pattern, codes in self.per_file_ignores:
                 if any(code.startswith(c) for c in codes) and any(fnmatch.fnmatch(p, pattern) for p in candidates):
                     return False

@@ -1,0 +1,104 @@
+"""Checks without rewrites: which codes each fixture triggers, and that look-alikes trigger nothing."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from neuron_migrate.envfiles import scan
+from neuron_migrate.rules import all_rules
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, check_codes
+
+MINE = ("NM3", "NM4", "NM5", "NM9")
+
+EXPECTED = {
+    "NM3xx-unsupported/aliases.py": {"NM301": 5, "NM302": 4, "NM303": 1, "NM304": 1, "NM305": 2, "NM306": 1,
+                                     "NM307": 1, "NM308": 2},
+    "NM4xx-precision/float64.py": {"NM401": 6},
+    "NM4xx-precision/autocast.py": {"NM402": 3},
+    "NM4xx-environment/launch.py": {"NM403": 2, "NM404": 3, "NM405": 3},
+    "NM5xx-inference/serve.py": {"NM501": 1, "NM502": 3, "NM503": 1, "NM504": 1, "NM505": 1, "NM506": 1,
+                                 "NM520": 1},
+    "NM32x-cuda/train.py": {"NM320": 3, "NM321": 2, "NM322": 2, "NM323": 1},
+    "NM31x-compile/compile.py": {"NM310": 2, "NM311": 1, "NM312": 1},
+}
+LOOKALIKES = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("NM[3-5]*/lookalikes.py"))
+
+
+def _codes(relative: str, prefixes=MINE) -> Counter:
+    text = (FIXTURES / relative).read_text()
+    return Counter(c for c in check_codes(text) if c.startswith(prefixes))
+
+
+@pytest.mark.parametrize("relative", sorted(EXPECTED))
+def test_fixture_triggers(relative):
+    prefixes = tuple({code[:3] for code in EXPECTED[relative]})
+    assert dict(_codes(relative, prefixes)) == EXPECTED[relative]
+
+
+@pytest.mark.parametrize("relative", LOOKALIKES)
+def test_lookalikes_trigger_nothing(relative):
+    assert not _codes(relative, ("NM3", "NM4", "NM5", "NM9")), relative
+
+
+@pytest.mark.parametrize("text, code", [
+    ("import torch.sparse as ts\nts.mm(a, b)\n", "NM301"),
+    ("from torch import sparse_csr_tensor as csr\ncsr(i, v)\n", "NM301"),
+    ("import torch\nx = torch.zeros(3, layout=torch.sparse_csr)\n", "NM301"),
+    ("from torch import func\nfunc.vmap(f)\n", "NM302"),
+    ("import torch\ntorch.vmap(f)\n", "NM302"),
+    ("from functorch import make_functional\nmake_functional(m)\n", "NM302"),
+    ("import numpy as np\nimport torch\ntorch.from_numpy(np.zeros(3))\n", "NM401"),
+    ("import numpy as np\nimport torch\ndef f():\n    a = np.linspace(0, 1, 5)\n    return torch.as_tensor(a)\n",
+     "NM401"),
+    ("import torch\ntorch.set_default_dtype(torch.float64)\n", "NM401"),
+    ("import torchao\n", "NM307"),
+    ("from torch import linalg as LA\nLA.svd(w)\n", "NM308"),
+])
+def test_triggers_through_aliases(text, code):
+    assert code in check_codes(text)
+
+
+@pytest.mark.parametrize("text", [
+    "sparse = True\nprint(sparse)\n",
+    "import torch\nx = torch.zeros(3, dtype=torch.float32)\n",
+    "import torch\nprint('float64')\nlabel = 'torch.float64'\n",
+    "import numpy as np\nimport torch\ntorch.from_numpy(np.zeros(3, dtype=np.float32))\n",
+    "import numpy as np\nimport torch\ntorch.from_numpy(np.zeros(3)).float()\n",
+    "import torch\ndef vmap(f):\n    return f\nvmap(torch.relu)\n",
+    "from torch import nn\nnn.Embedding(3, 4, sparse=False)\n",
+    "import torch\ndef f(func):\n    return func.vmap\n",
+])
+def test_does_not_trigger(text):
+    assert not [c for c in check_codes(text) if c.startswith(("NM3", "NM4"))]
+
+
+def test_triggers_never_miss_a_match():
+    """A rule's pre-filter must let through every fixture file that the rule reports on."""
+    for path in FIXTURES.rglob("*.py"):
+        data = path.read_bytes()
+        reported = set(check_codes(data.decode()))
+        for rule in all_rules():
+            if reported & set(rule.codes) - {"NM900"}:
+                assert any(t in data for t in rule.triggers), (rule.__name__, path)
+
+
+def test_shell_script_findings_with_lines():
+    path = FIXTURES / "NM4xx-environment" / "run_training.sh"
+    found = [(f.line, f.code) for f in scan(str(path), path.read_bytes(), Settings(), dockerfile=False)]
+    # line 2 is a comment, line 4 is suppressed, line 6 only reads a variable
+    assert found == [(3, "NM403"), (5, "NM405"), (7, "NM520")]
+
+
+def test_dockerfile_findings_with_lines():
+    path = FIXTURES / "NM4xx-environment" / "Dockerfile"
+    found = [(f.line, f.code) for f in scan(str(path), path.read_bytes(), Settings(), dockerfile=True)]
+    assert found == [(2, "NM521"), (3, "NM405"), (3, "NM403")]
+
+
+def test_shell_findings_respect_ignore():
+    path = FIXTURES / "NM4xx-environment" / "Dockerfile"
+    found = scan(str(path), path.read_bytes(), Settings(ignore=frozenset({"NM4"})), dockerfile=True)
+    assert [f.code for f in found] == ["NM521"]

@@ -1,0 +1,72 @@
+"""[tool.neuron-migrate] in pyproject.toml: found upward, validated, overridden by flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from neuron_migrate.config import ConfigError, resolve
+from tests.helpers import cli
+
+LEGACY = "import torch\nx = torch.zeros(3, dtype=torch.float64)\ny = w.cuda()\n"
+
+
+def _project(tmp_path, table: str):
+    (tmp_path / "pyproject.toml").write_text(f"[project]\nname = 'demo'\n\n[tool.neuron-migrate]\n{table}\n")
+    src = tmp_path / "src" / "pkg"
+    src.mkdir(parents=True)
+    (src / "train.py").write_text(LEGACY)
+    (src / "test_train.py").write_text(LEGACY)
+    return src
+
+
+def _codes(result) -> list[tuple[str, str]]:
+    return sorted((f["path"].rsplit("/", 1)[-1], f["code"]) for f in json.loads(result.stdout)["findings"])
+
+
+def test_config_is_found_from_the_paths_upward(tmp_path):
+    src = _project(tmp_path, 'ignore = ["NM401"]\nper-file-ignores = { "test_*.py" = ["NM3"] }')
+    resolved = resolve([str(src / "train.py")])
+    assert resolved.source == tmp_path / "pyproject.toml"
+    result = cli("check", "--format", "json", str(src))
+    assert _codes(result) == [("train.py", "NM320")]
+
+
+def test_per_file_ignores_relative_to_the_config(tmp_path):
+    src = _project(tmp_path, 'per-file-ignores = { "src/pkg/test_*.py" = ["NM4", "NM320"] }')
+    result = cli("check", "--format", "json", "src", cwd=tmp_path)
+    assert _codes(result) == [("train.py", "NM320"), ("train.py", "NM401")]
+    assert src.is_dir()
+
+
+def test_flags_override_the_config(tmp_path):
+    src = _project(tmp_path, 'select = ["NM401"]\nexclude = ["test_*.py"]')
+    assert _codes(cli("check", "--format", "json", str(src))) == [("train.py", "NM401")]
+    assert _codes(cli("check", "--format", "json", "--select", "NM320", str(src))) == [("train.py", "NM320")]
+
+
+def test_compile_and_device_style_from_config(tmp_path):
+    src = _project(tmp_path, 'compile = false\ndevice-style = "accelerator"\ntorch = "2.13"')
+    resolved = resolve([str(src)])
+    assert (resolved.settings.compile, resolved.settings.device_style, resolved.settings.torch) == (
+        False, "accelerator", "2.13")
+    cli("rewrite", str(src / "train.py"))
+    assert "y = w.to(torch.accelerator.current_accelerator())" in (src / "train.py").read_text()
+
+
+@pytest.mark.parametrize("table, words", [
+    ('selct = ["NM1"]', ["unknown key 'selct'", "did you mean 'select'"]),
+    ('ignore = ["NM999"]', ["no rule code or prefix 'NM999'"]),
+    ('torch = "2.12"', ["'2.13', '2.14'"]),
+    ("compile = 1", ["expected true or false"]),
+    ('device-style = "cuda"', ["'neuron', 'accelerator'"]),
+])
+def test_bad_config_is_an_error(tmp_path, table, words):
+    src = _project(tmp_path, table)
+    with pytest.raises(ConfigError) as info:
+        resolve([str(src)])
+    assert all(w in str(info.value) for w in words), str(info.value)
+    assert str(tmp_path / "pyproject.toml") in str(info.value)
+    result = cli("check", str(src))
+    assert result.returncode == 2 and words[0] in result.stderr

@@ -1,0 +1,52 @@
+"""Per-line suppression: neither reported nor fixed; unused suppressions are reported (NM901)."""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_migrate.suppress import ALL, codes_in
+from tests.helpers import check_codes, rewrite_text
+
+
+@pytest.mark.parametrize("comment, codes", [
+    ("# neuron-migrate: ignore[NM401]", {"NM401"}),
+    ("# neuron-migrate: ignore[NM401, nm301]", {"NM401", "NM301"}),
+    ("# neuron-migrate: ignore", ALL),
+    ("# noqa: NM401", {"NM401"}),
+    ("# noqa: E501, NM401", {"NM401"}),
+    ("# noqa: E501", set()),
+    ("# noqa", set()),
+    ("# type: ignore", set()),
+])
+def test_codes_in(comment, codes):
+    assert codes_in(comment) == codes
+
+
+def test_suppressed_finding_is_neither_reported_nor_fixed():
+    text = "import torch\nx = y.cuda()  # noqa: NM320\nz = w.cuda()\n"
+    assert check_codes(text).count("NM320") == 1
+    assert rewrite_text(text) == "import torch\nx = y.cuda()  # noqa: NM320\nz = w.to(\"neuron\")\n"
+
+
+def test_suppression_on_a_continuation_line_and_a_compound_header():
+    text = ("import torch\n"
+            "x = torch.zeros(\n    3, dtype=torch.float64,  # neuron-migrate: ignore[NM401]\n)\n"
+            "with torch.cuda.amp.autocast():  # neuron-migrate: ignore\n    pass\n")
+    assert check_codes(text) == []
+    assert rewrite_text(text) == text
+
+
+def test_manual_marker_is_not_placed_for_a_suppressed_finding():
+    text = "from torch import func\nfunc.vmap(f)  # noqa: NM302\n"
+    assert rewrite_text(text) == text
+
+
+def test_unused_suppression_is_reported():
+    text = "import torch\nx = torch.zeros(3)  # noqa: NM401\ny = 1  # neuron-migrate: ignore\n"
+    assert check_codes(text) == ["NM901", "NM901"]
+
+
+def test_unused_suppression_of_a_code_not_checked_is_not_reported():
+    text = "import torch\nx = torch.zeros(3)  # noqa: NM401\n"
+    assert check_codes(text, ignore=frozenset({"NM401"})) == []
+    assert check_codes(text, ignore=frozenset({"NM901"})) == []
