@@ -228,7 +228,7 @@ def _looks_like_python2(text: str) -> bool:
 
 def active_rules(data: bytes, settings: Settings, path: str) -> list[type[Rule]]:
     return [r for r in all_rules()
-            if any(t in data for t in r.triggers) and any(settings.enabled(c, path) for c in r.codes)]
+            if r.may_match(data) and any(settings.enabled(c, path) for c in r.codes)]
 
 
 def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 class Rule:
     codes: ClassVar[tuple[str, ...]] = ()
     triggers: ClassVar[tuple[bytes, ...]] = ()
+    # ... and, when set, one of these too (b"torch" for rules that only match names imported from torch).
+    context: ClassVar[tuple[bytes, ...]] = ()
     # Rules that must run after others (for example to see which statements were removed) set a higher order.
     order: ClassVar[int] = 0
 
@@ -31,6 +33,11 @@ class Rule:
 
     def finish(self) -> None:
         """Called once after every node was visited."""
+
+    @classmethod
+    def may_match(cls, data: bytes) -> bool:
+        """The pre-filter: False when the file cannot hold anything this rule reports."""
+        return any(t in data for t in cls.triggers) and (not cls.context or any(t in data for t in cls.context))
 
     @classmethod
     def node_types(cls) -> dict[type, str]:

@@ -96,6 +96,7 @@ class TorchCudaApi(Rule):
 
     codes = ("NM322", "NM323")
     triggers = (b"cuda",)
+    context = (b"torch",)
 
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx

@@ -11,7 +11,7 @@ from neuron_migrate.envfiles import TRN1
 from neuron_migrate.names import dotted_str
 from neuron_migrate.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.unsupported import lookup, reference
+from neuron_migrate.rules.unsupported import imports_any, lookup, reference
 
 TRACE = "torch_neuronx.trace"
 JIT_ARTIFACT = frozenset({"torch.jit.save", "torch.jit.load"})
@@ -58,12 +58,9 @@ class NeuronxTrace(Rule):
             ctx.replace(node, cst.parse_expression(fixed))
 
     def _uses_neuronx(self) -> bool:
-        found = self.ctx.shared.get("imports_neuronx")
-        if found is None:
-            found = any(b.kind == "import" and (b.qualname or "").split(".")[0] in NEURON_ROOTS
-                        for s in self.ctx.analysis.scopes for bs in s.bindings.values() for b in bs)
-            self.ctx.shared["imports_neuronx"] = found
-        return bool(found)
+        if "imports_neuronx" not in self.ctx.shared:
+            self.ctx.shared["imports_neuronx"] = imports_any(self.ctx, NEURON_ROOTS)
+        return bool(self.ctx.shared["imports_neuronx"])
 
     def _reference(self, node: cst.CSTNode) -> None:
         if node in self.ctx.handled:

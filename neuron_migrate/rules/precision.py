@@ -27,6 +27,7 @@ CUDA_AUTOCAST = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_m
 class Float64(Rule):
     codes = ("NM401",)
     triggers = (b"float64", b"double", b"complex128", b"DoubleTensor", b"numpy", b"f8")
+    context = (b"torch",)  # float64 matters only where torch tensors are made
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -108,6 +109,7 @@ class Autocast(Rule):
 
     codes = ("NM402",)
     triggers = (b"autocast",)
+    context = (b"torch",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

@@ -34,6 +34,8 @@ SPARSE_GRADIENT = frozenset({"torch.nn.Embedding", "torch.nn.EmbeddingBag", "tor
                              "torch.nn.functional.embedding_bag", "torch.nn.Embedding.from_pretrained",
                              "torch.nn.EmbeddingBag.from_pretrained"})
 TORCHAO = "torchao"
+DENSE = "keep the tensor dense (build it dense, or call `.to_dense()` before it reaches the device)"
+DENSE_GRADIENTS = "drop `sparse=True`: dense gradients work with every optimizer (but not `torch.optim.SparseAdam`)"
 
 
 def lookup(table: dict[str, str], qualname: str | None) -> str | None:
@@ -57,6 +59,12 @@ def reference(ctx, node: cst.CSTNode) -> str | None:
     return ctx.qualname(node)
 
 
+def imports_any(ctx, roots: tuple[str, ...]) -> bool:
+    """Whether the file imports from one of these top-level packages (anywhere, in any scope)."""
+    return any(b.kind == "import" and (b.qualname or "").split(".")[0] in roots
+               for scope in ctx.analysis.scopes for bindings in scope.bindings.values() for b in bindings)
+
+
 def is_true(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Name) and node.value == "True"
 
@@ -65,12 +73,13 @@ class UnsupportedApi(Rule):
     codes = ("NM301", "NM302", "NM303", "NM304", "NM305", "NM306")
     # every name in the table ends in one of these (`from torch import func`, `torch.sparse_coo`, ...)
     triggers = tuple(sorted({k.rpartition(".")[2].encode() for k in UNSUPPORTED} | {b"sparse"}))
+    context = (b"torch",)  # every name above comes from torch or functorch
 
     def _reference(self, node: cst.CSTNode) -> None:
         qual = reference(self.ctx, node)
         code = lookup(UNSUPPORTED, qual)
         if code is not None:
-            self.ctx.report(code, node, name=dotted_str(node) or qual, qualname=qual)
+            self.ctx.report(code, node, name=dotted_str(node) or qual, qualname=qual, hint=DENSE)
 
     visit_Attribute = visit_Name = _reference
 
@@ -79,12 +88,13 @@ class UnsupportedApi(Rule):
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value in TO_SPARSE and lookup(
                 UNSUPPORTED, ctx.qualname(func)) is None:
-            ctx.report("NM301", func.attr, name=f".{func.attr.value}()", qualname=f"torch.Tensor.{func.attr.value}")
+            ctx.report("NM301", func.attr, name=f".{func.attr.value}()", qualname=f"torch.Tensor.{func.attr.value}",
+                       hint=DENSE)
             return
         if ctx.qualname(func) in SPARSE_GRADIENT:
             sparse = arg(node, None, "sparse")
             if sparse is not None and is_true(sparse.value):
-                ctx.report("NM301", sparse, name=short(node), qualname="sparse=True (sparse gradients)")
+                ctx.report("NM301", sparse, name=short(node), qualname="sparse gradients", hint=DENSE_GRADIENTS)
 
 
 class TorchAo(Rule):
@@ -121,6 +131,7 @@ def fallback_calls() -> dict[str, str]:
 class CpuFallbackOp(Rule):
     codes = ("NM308",)
     triggers = tuple(sorted({call.rpartition(".")[2].encode() for call in fallback_calls()}))
+    context = (b"torch",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
