@@ -1,0 +1,38 @@
+"""The catalogue of the checks: documented, explained, and every code reported by some rule or handler."""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_migrate import catalogue
+from neuron_migrate.findings import FixSafety
+from neuron_migrate.rules import all_rules
+from tests.helpers import ROOT, cli
+
+CHECKS = ("NM3", "NM4", "NM5", "NM9")
+OUTSIDE_RULES = {"NM521": "envfiles (Dockerfiles)", "NM901": "engine (suppressions)", "NM900": "engine (markers)"}
+
+
+def test_every_check_code_is_reported_by_a_rule_or_handler():
+    by_rules = {code for rule in all_rules() for code in rule.codes if code.startswith(CHECKS)}
+    assert {c for c in catalogue.catalogue() if c.startswith(CHECKS)} == by_rules | set(OUTSIDE_RULES)
+
+
+@pytest.mark.parametrize("code", sorted(catalogue.catalogue()))
+def test_explain_works_for_every_code(code):
+    result = cli("explain", code.lower())
+    assert result.returncode == 0
+    info = catalogue.rule(code)
+    assert result.stdout.startswith(f"# {code} {info.name}") and info.link in result.stdout
+
+
+def test_check_only_rules_are_manual_and_say_so():
+    for info in catalogue.catalogue().values():
+        if info.check_only:
+            assert info.fix is FixSafety.MANUAL
+            assert "Report only" in catalogue.explain(info)
+
+
+def test_rules_reference_is_up_to_date():
+    assert (ROOT / "docs" / "rules.md").read_text() == catalogue.rules_markdown(), \
+        "regenerate with `neuron-migrate rules --markdown > docs/rules.md`"
