@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
+from click.testing import CliRunner
 
 from neuron_migrate import catalogue
+from neuron_migrate.cli import main
 from neuron_migrate.findings import FixSafety
 from neuron_migrate.rules import all_rules
 from tests.helpers import ROOT, cli
@@ -18,12 +19,13 @@ def test_every_check_code_is_reported_by_a_rule_or_handler():
     assert {c for c in catalogue.catalogue() if c.startswith(CHECKS)} == by_rules | set(OUTSIDE_RULES)
 
 
-@pytest.mark.parametrize("code", sorted(catalogue.catalogue()))
-def test_explain_works_for_every_code(code):
-    result = cli("explain", code.lower())
-    assert result.returncode == 0
-    info = catalogue.rule(code)
-    assert result.stdout.startswith(f"# {code} {info.name}") and info.link in result.stdout
+def test_explain_works_for_every_code():
+    runner = CliRunner()
+    for code, info in catalogue.catalogue().items():
+        result = runner.invoke(main, ["explain", code.lower()])
+        assert result.exit_code == 0, code
+        assert result.output.startswith(f"# {code} {info.name}") and info.link in result.output, code
+    assert cli("explain", "NM313").stdout.startswith("# NM313 varying-input-shapes")
 
 
 def test_check_only_rules_are_manual_and_say_so():

@@ -77,7 +77,8 @@ class NeuronLibrary(Rule):
     """neuronx_distributed, transformers_neuronx, optimum.neuron: reported where they are imported."""
 
     codes = ("NM506",)
-    triggers = (b"neuronx_distributed", b"transformers_neuronx", b"optimum")
+    triggers = (b"neuron",)
+    context = (b"neuronx_distributed", b"transformers_neuronx", b"optimum")
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:

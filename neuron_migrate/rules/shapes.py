@@ -21,6 +21,7 @@ LAST_BATCH = ("yields a smaller last batch when the dataset size is not a multip
 class VaryingShapes(Rule):
     codes = ("NM313",)
     triggers = (b"DataLoader", b"padding", b"DataCollatorWithPadding")
+    context = (b"torch", b"compile")  # reported only where the program compiles
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
