@@ -64,11 +64,13 @@ def test_example_after_accelerator_is_what_rewrite_gives(info):
 
 
 @pytest.mark.parametrize("info", [r for r in RULES if r.fix is FixSafety.MANUAL], ids=lambda r: r.code)
-def test_manual_example_gets_a_marker(info):
+def test_manual_example_gets_a_marker_unless_check_only(info):
     result = _run(info, info.before, rewrite=True)
     out = result.new_bytes.decode() if result.new_bytes is not None else info.before
     if "TODO(neuron-migrate" in info.before:  # the marker rule itself: its example is a marker
         assert out == info.before
+    elif info.check_only:  # performance and precision notes: reported, never marked
+        assert "TODO(neuron-migrate" not in out
     else:
         assert f"TODO(neuron-migrate {info.code})" in out
 

@@ -8,7 +8,7 @@ from neuron_migrate import catalogue
 from neuron_migrate.cli import main
 from neuron_migrate.findings import FixSafety
 from neuron_migrate.rules import all_rules
-from tests.helpers import ROOT, cli
+from tests.helpers import cli
 
 CHECKS = ("NM3", "NM4", "NM5", "NM9")
 OUTSIDE_RULES = {"NM521": "envfiles (Dockerfiles)", "NM901": "engine (suppressions)", "NM900": "engine (markers)"}
@@ -33,8 +33,3 @@ def test_check_only_rules_are_manual_and_say_so():
         if info.check_only:
             assert info.fix is FixSafety.MANUAL
             assert "Report only" in catalogue.explain(info)
-
-
-def test_rules_reference_is_up_to_date():
-    assert (ROOT / "docs" / "rules.md").read_text() == catalogue.rules_markdown(), \
-        "regenerate with `neuron-migrate rules --markdown > docs/rules.md`"

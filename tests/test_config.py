@@ -9,7 +9,7 @@ import pytest
 from neuron_migrate.config import ConfigError, resolve
 from tests.helpers import cli
 
-LEGACY = "import torch\nx = torch.zeros(3, dtype=torch.float64)\ny = w.cuda()\n"
+LEGACY = "import torch\nx = torch.zeros(3, dtype=torch.float64)\nmodel.to(\"neuron\")\ny = w.cuda()\n"
 
 
 def _project(tmp_path, table: str):
@@ -52,7 +52,7 @@ def test_compile_and_device_style_from_config(tmp_path):
     assert (resolved.settings.compile, resolved.settings.device_style, resolved.settings.torch) == (
         False, "accelerator", "2.13")
     cli("rewrite", str(src / "train.py"))
-    assert "y = w.to(torch.accelerator.current_accelerator())" in (src / "train.py").read_text()
+    assert "y = w.to(DEVICE)" in (src / "train.py").read_text()
 
 
 @pytest.mark.parametrize("table, words", [

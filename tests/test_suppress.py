@@ -23,15 +23,15 @@ def test_codes_in(comment, codes):
 
 
 def test_suppressed_finding_is_neither_reported_nor_fixed():
-    text = "import torch\nx = y.cuda()  # noqa: NM320\nz = w.cuda()\n"
+    text = "import torch\nmodel.to('neuron')\nx = y.cuda()  # noqa: NM320\nz = w.cuda()\n"
     assert check_codes(text).count("NM320") == 1
-    assert rewrite_text(text) == "import torch\nx = y.cuda()  # noqa: NM320\nz = w.to(\"neuron\")\n"
+    assert rewrite_text(text) == "import torch\nmodel.to('neuron')\nx = y.cuda()  # noqa: NM320\nz = w.to('neuron')\n"
 
 
 def test_suppression_on_a_continuation_line_and_a_compound_header():
     text = ("import torch\n"
             "x = torch.zeros(\n    3, dtype=torch.float64,  # neuron-migrate: ignore[NM401]\n)\n"
-            "with torch.cuda.amp.autocast():  # neuron-migrate: ignore\n    pass\n")
+            "with torch.cuda.amp.autocast():  # neuron-migrate: ignore\n    model.to('neuron')\n")
     assert check_codes(text) == []
     assert rewrite_text(text) == text
 

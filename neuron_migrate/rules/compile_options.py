@@ -6,6 +6,7 @@ import libcst as cst
 
 from neuron_migrate.patterns import arg, code, string_value
 from neuron_migrate.rules import Rule
+from neuron_migrate.rules.unsupported import moving_to_neuron
 
 CUDA_BACKENDS = frozenset({"inductor", "cudagraphs"})
 
@@ -29,12 +30,14 @@ class CompileSettings(Rule):
         method = isinstance(func, cst.Attribute) and func.attr.value == "compile" and qual is None
         if qual != "torch.compile" and not method:
             return
+        backend = arg(node, None, "backend")
+        if not (string_value(getattr(backend, "value", None)) == "neuron" or moving_to_neuron(ctx)):
+            return  # compiled for another device
         mode = arg(node, None, "mode")
         value = string_value(mode.value) if mode is not None else None
         if value is not None and value != "default":
             if ctx.report("NM310", mode, text=code(mode).strip(" ,")):
                 ctx.replace(node, lambda old: without_keyword(old, "mode"))
-        backend = arg(node, None, "backend")
         if backend is not None and string_value(backend.value) in CUDA_BACKENDS:
             if ctx.report("NM311", backend.value, text=code(backend).strip(" ,"),
                           fixed=f"backend={ctx.string('neuron')}"):

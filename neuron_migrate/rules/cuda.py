@@ -1,4 +1,7 @@
-"""NM320-NM323: CUDA leftovers in code moved to the `neuron` device."""
+"""NM320-NM323: CUDA leftovers in code moved to the `neuron` device.
+
+Only in files of a program moving to neuron (see `moving_to_neuron`): elsewhere CUDA code is a GPU path.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +9,12 @@ import re
 
 import libcst as cst
 
+from neuron_migrate import devices
 from neuron_migrate.names import dotted_str
 from neuron_migrate.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.device import XlaDeviceString
-from neuron_migrate.rules.unsupported import reference
+from neuron_migrate.rules.device import DEVICE, XlaDeviceString
+from neuron_migrate.rules.unsupported import moving_to_neuron, reference, spelled_as
 
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 # torch.cuda functions with a namesake in torch.neuron (the TorchNeuron device module).
@@ -39,6 +43,16 @@ def respell_cuda(node: cst.BaseExpression) -> cst.BaseExpression:
     return node.with_changes(value=node.value[:start] + "neuron" + node.value[start + 4:])
 
 
+def _portable(ctx, literal: cst.SimpleString, kind: str) -> cst.BaseExpression:
+    """`"cuda"` -> `DEVICE` / `DEVICE.type`; `"cuda:1"` -> `torch.device(DEVICE.type, 1)` or `f"{DEVICE.type}:1"`."""
+    index = string_value(literal)[len("cuda:"):]
+    if not index:
+        return cst.parse_expression(devices.module_device(ctx) if kind == DEVICE else devices.device_type(ctx))
+    if kind == DEVICE:
+        return cst.parse_expression(devices.device(ctx, index))
+    return cst.parse_expression(f"f{literal.quote}{{{devices.device_type(ctx)}}}:{index}{literal.quote}")
+
+
 class CudaDeviceString(XlaDeviceString):
     """`"cuda"` in the places where NM102 respells `"xla"`: device arguments, comparisons, device variables."""
 
@@ -46,10 +60,13 @@ class CudaDeviceString(XlaDeviceString):
     triggers = (b"cuda",)
     is_device = staticmethod(is_cuda_string)
 
-    def _flag(self, literal: cst.BaseExpression) -> None:
-        fixed = code(respell_cuda(literal))
-        if self.ctx.report("NM321", literal, text=code(literal), fixed=fixed):
-            self.ctx.replace(literal, respell_cuda)
+    def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
+        ctx = self.ctx
+        if not moving_to_neuron(ctx):
+            return
+        new = respell_cuda(literal) if not devices.portable(ctx) else _portable(ctx, literal, kind)
+        if ctx.report("NM321", literal, text=code(literal), fixed=code(new)):
+            ctx.replace(literal, new)
 
 
 class CudaMethod(Rule):
@@ -63,8 +80,8 @@ class CudaMethod(Rule):
         if not (isinstance(func, cst.Attribute) and func.attr.value == "cuda"):
             return
         ctx = self.ctx
-        if ctx.qualname(func.value) is not None:
-            return  # `torch.cuda(...)` or a module attribute, not a tensor or a model
+        if ctx.qualname(func.value) is not None or not moving_to_neuron(ctx):
+            return  # `torch.cuda(...)` or a module attribute; or a GPU program, not one moving to neuron
         index = arg(node, 0, "device")
         blocking = arg(node, None, "non_blocking")
         if any(a not in (index, blocking) for a in node.args):
@@ -81,13 +98,11 @@ class CudaMethod(Rule):
     def _target(self, index: cst.Arg | None) -> str | None:
         ctx = self.ctx
         if index is None:
-            if ctx.settings.device_style == "accelerator":
-                return f"{ctx.module_ref('torch')}.accelerator.current_accelerator()"
-            return ctx.string("neuron")
-        if isinstance(index.value, cst.Integer):
+            return devices.module_device(ctx) if devices.portable(ctx) else ctx.string("neuron")
+        if isinstance(index.value, cst.Integer) and not devices.portable(ctx):
             return ctx.string(f"neuron:{index.value.value}")
-        if isinstance(index.value, cst.Name):
-            return f"{ctx.module_ref('torch')}.device({ctx.string('neuron')}, {index.value.value})"
+        if isinstance(index.value, (cst.Integer, cst.Name)):
+            return devices.device(ctx, index.value.value)
         return None
 
 
@@ -103,7 +118,7 @@ class TorchCudaApi(Rule):
         if node in ctx.handled:
             return
         qual = reference(ctx, node)
-        if qual is None or not qual.startswith("torch.cuda.") or qual in CUDA_AUTOCAST:
+        if qual is None or not qual.startswith("torch.cuda.") or qual in CUDA_AUTOCAST or not moving_to_neuron(ctx):
             return
         name = qual[len("torch.cuda."):]
         spelled = dotted_str(node) or qual
@@ -112,7 +127,7 @@ class TorchCudaApi(Rule):
             if ctx.report("NM322", node, name=spelled, fixed=fixed):
                 ctx.replace(node, cst.parse_expression(fixed))
         else:
-            ctx.report("NM323", node, name=spelled, qualname=qual)
+            ctx.report("NM323", node, **spelled_as(node, qual))
 
     visit_Attribute = visit_Name = _reference
 

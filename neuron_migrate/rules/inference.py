@@ -11,7 +11,7 @@ from neuron_migrate.envfiles import TRN1
 from neuron_migrate.names import dotted_str
 from neuron_migrate.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.unsupported import imports_any, lookup, reference
+from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
 
 TRACE = "torch_neuronx.trace"
 JIT_ARTIFACT = frozenset({"torch.jit.save", "torch.jit.load"})
@@ -68,7 +68,7 @@ class NeuronxTrace(Rule):
         qual = reference(self.ctx, node)
         found = lookup(NEURONX_API, qual)
         if found is not None:
-            self.ctx.report(found, node, name=dotted_str(node) or qual, qualname=qual)
+            self.ctx.report(found, node, **spelled_as(node, qual))
 
     visit_Attribute = visit_Name = _reference
 

@@ -6,7 +6,7 @@ import libcst as cst
 
 from neuron_migrate.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.unsupported import reference
+from neuron_migrate.rules.unsupported import moving_to_neuron, reference
 
 FLOAT64 = frozenset({"torch.float64", "torch.double", "torch.complex128", "torch.cdouble", "torch.DoubleTensor",
                      "torch.cuda.DoubleTensor"})
@@ -116,7 +116,7 @@ class Autocast(Rule):
         qual = ctx.qualname(node.func)
         if qual in XLA_AUTOCAST:
             self._rewrite(node, ("device", "enabled", "dtype", "cache_enabled"), "bfloat16")
-        elif qual in CUDA_AUTOCAST:
+        elif qual in CUDA_AUTOCAST and moving_to_neuron(ctx):
             self._rewrite(node, ("enabled", "dtype", "cache_enabled"), "float16")
 
     def _rewrite(self, node: cst.Call, params: tuple[str, ...], default_dtype: str) -> None:

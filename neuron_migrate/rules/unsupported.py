@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 
 import libcst as cst
 
@@ -59,10 +60,28 @@ def reference(ctx, node: cst.CSTNode) -> str | None:
     return ctx.qualname(node)
 
 
+def spelled_as(node: cst.CSTNode, qualname: str) -> dict[str, str]:
+    """Message fields `name` (as written) and `qualname` (` (`what it is`)`, only when that says more)."""
+    name = dotted_str(node) or qualname
+    return {"name": name, "qualname": "" if name == qualname else f" (`{qualname}`)"}
+
+
 def imports_any(ctx, roots: tuple[str, ...]) -> bool:
     """Whether the file imports from one of these top-level packages (anywhere, in any scope)."""
     return any(b.kind == "import" and (b.qualname or "").split(".")[0] in roots
                for scope in ctx.analysis.scopes for bindings in scope.bindings.values() for b in bindings)
+
+
+NEURON_DEVICE_LITERAL = re.compile(r"""["']neuron(:\d+)?["']""")
+
+
+def moving_to_neuron(ctx) -> bool:
+    """Whether the file belongs to a program moving to the neuron device: it imports torch_xla or torch_neuronx,
+    or already names the `neuron` device. Only there are CUDA spellings leftovers rather than a GPU code path."""
+    if "moving_to_neuron" not in ctx.shared:
+        ctx.shared["moving_to_neuron"] = imports_any(ctx, ("torch_xla", "torch_neuronx")) or bool(
+            NEURON_DEVICE_LITERAL.search(ctx.source.text))
+    return bool(ctx.shared["moving_to_neuron"])
 
 
 def is_true(node: cst.CSTNode) -> bool:
@@ -79,7 +98,7 @@ class UnsupportedApi(Rule):
         qual = reference(self.ctx, node)
         code = lookup(UNSUPPORTED, qual)
         if code is not None:
-            self.ctx.report(code, node, name=dotted_str(node) or qual, qualname=qual, hint=DENSE)
+            self.ctx.report(code, node, hint=DENSE, **spelled_as(node, qual))
 
     visit_Attribute = visit_Name = _reference
 
@@ -88,13 +107,12 @@ class UnsupportedApi(Rule):
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value in TO_SPARSE and lookup(
                 UNSUPPORTED, ctx.qualname(func)) is None:
-            ctx.report("NM301", func.attr, name=f".{func.attr.value}()", qualname=f"torch.Tensor.{func.attr.value}",
-                       hint=DENSE)
+            ctx.report("NM301", func.attr, name=f".{func.attr.value}()", qualname="", hint=DENSE)
             return
         if ctx.qualname(func) in SPARSE_GRADIENT:
             sparse = arg(node, None, "sparse")
             if sparse is not None and is_true(sparse.value):
-                ctx.report("NM301", sparse, name=short(node), qualname="sparse gradients", hint=DENSE_GRADIENTS)
+                ctx.report("NM301", sparse, name=short(node), qualname=" (sparse gradients)", hint=DENSE_GRADIENTS)
 
 
 class TorchAo(Rule):
