@@ -107,3 +107,14 @@ def test_shell_findings_respect_ignore():
     path = FIXTURES / "NM4xx-environment" / "Dockerfile"
     found = scan(str(path), path.read_bytes(), Settings(ignore=frozenset({"NM4"})), dockerfile=True)
     assert [f.code for f in found] == ["NM521"]
+
+
+@pytest.mark.parametrize("text, moving", [
+    ("import torch\nx = y.cuda()\nz = y.to('neuron')\n", True),
+    ("import torch\nx = y.cuda()\nz = torch.zeros(3, device='neuron:0')\n", True),
+    ("import torch\nimport torch_xla\nx = y.cuda()\n", True),
+    ("import torch\nx = y.cuda()\n", False),
+    ("import torch\nx = y.cuda()\ncells = {'neuron': 3, 'type': 'neuron'}\n", False),
+])
+def test_cuda_leftovers_only_in_files_moving_to_neuron(text, moving):
+    assert ("NM320" in check_codes(text)) is moving

@@ -72,15 +72,17 @@ def imports_any(ctx, roots: tuple[str, ...]) -> bool:
                for scope in ctx.analysis.scopes for bindings in scope.bindings.values() for b in bindings)
 
 
-NEURON_DEVICE_LITERAL = re.compile(r"""["']neuron(:\d+)?["']""")
+# `.to("neuron")`, `device="neuron:0"`, `torch.device("neuron")`, `autocast("neuron")`, `torch.neuron.synchronize()`
+NEURON_DEVICE_USE = re.compile(
+    r"""(\.to\(\s*|device(_type)?\s*=\s*|\.device\(\s*|autocast\(\s*)["']neuron(:\d+)?["']|\btorch\.neuron\.""")
 
 
 def moving_to_neuron(ctx) -> bool:
     """Whether the file belongs to a program moving to the neuron device: it imports torch_xla or torch_neuronx,
-    or already names the `neuron` device. Only there are CUDA spellings leftovers rather than a GPU code path."""
+    or already uses the `neuron` device. Only there are CUDA spellings leftovers rather than a GPU code path."""
     if "moving_to_neuron" not in ctx.shared:
         ctx.shared["moving_to_neuron"] = imports_any(ctx, ("torch_xla", "torch_neuronx")) or bool(
-            NEURON_DEVICE_LITERAL.search(ctx.source.text))
+            NEURON_DEVICE_USE.search(ctx.source.text))
     return bool(ctx.shared["moving_to_neuron"])
 
 
