@@ -25,7 +25,7 @@ EXPECTED = {
     "NM32x-cuda/train.py": {"NM320": 3, "NM321": 2, "NM322": 2, "NM323": 1},
     "NM32x-cuda/gpu_program.py": {},
     "NM31x-compile/gpu_program.py": {},
-    "NM31x-compile/compile.py": {"NM310": 2, "NM311": 1, "NM312": 1},
+    "NM31x-compile/compile.py": {"NM310": 2, "NM311": 1, "NM312": 1, "NM314": 2},
     "NM31x-compile/shapes.py": {"NM313": 4},
     "NM31x-compile/shapes_eager.py": {},
 }

@@ -1,4 +1,7 @@
-"""NM310-NM312: `torch.compile` settings the neuron backend ignores or that target CUDA."""
+"""NM310-NM312, NM314: `torch.compile` settings the neuron backend ignores, rejects, or that target CUDA.
+
+Only for compilations that target neuron: `backend="neuron"`, or any backend in a file moving to neuron.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,10 @@ import libcst as cst
 
 from neuron_migrate.patterns import arg, code, string_value
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.unsupported import moving_to_neuron
+from neuron_migrate.rules.unsupported import is_true, moving_to_neuron
 
 CUDA_BACKENDS = frozenset({"inductor", "cudagraphs"})
+NM108_BACKENDS = frozenset({"neuron", "openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})
 
 
 def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
@@ -20,7 +24,7 @@ def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
 
 
 class CompileSettings(Rule):
-    codes = ("NM310", "NM311", "NM312")
+    codes = ("NM310", "NM311", "NM312", "NM314")
     triggers = (b"compile",)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -42,6 +46,11 @@ class CompileSettings(Rule):
             if ctx.report("NM311", backend.value, text=code(backend).strip(" ,"),
                           fixed=f"backend={ctx.string('neuron')}"):
                 ctx.replace(backend.value, cst.parse_expression(ctx.string("neuron")))
+        dynamic = arg(node, None, "dynamic")
+        already_nm108 = not method and string_value(getattr(backend, "value", None)) in NM108_BACKENDS
+        if dynamic is not None and is_true(dynamic.value) and not already_nm108:
+            if ctx.report("NM314", dynamic.value):
+                ctx.replace(dynamic.value, cst.Name("False"))
         options = arg(node, None, "options")
         if options is not None and not (isinstance(options.value, cst.Name) and options.value.value == "None"):
             ctx.report("NM312", options, text=code(options).strip(" ,"))
