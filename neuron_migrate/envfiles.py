@@ -1,7 +1,9 @@
 """Shell scripts and Dockerfiles: legacy environment variables and trn1 instance types.
 
-Report only (these handlers never change a file). A line can silence a code with the same comments as
-Python (`# neuron-migrate: ignore[NM405]`, `# noqa: NM405`).
+A line that only sets a variable the native backend ignores (`export PJRT_DEVICE=NEURON`,
+`ENV XLA_IR_DEBUG=1`) is removed by `rewrite` (NM404); a bfloat16 switch gets a TODO marker above it (NM403);
+the rest is reported with its line. A line can silence a code with the same comments as Python
+(`# neuron-migrate: ignore[NM405]`, `# noqa: NM405`).
 """
 
 from __future__ import annotations
@@ -9,7 +11,9 @@ from __future__ import annotations
 import re
 
 from neuron_migrate import catalogue
-from neuron_migrate.findings import FileResult, Finding
+from neuron_migrate.edits import MARKER_PREFIX, marker_text
+from neuron_migrate.engine import MARKER_CODE, MARKER_RE
+from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.rules.environment import code_for, env_pattern, env_table
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import decode
@@ -17,32 +21,99 @@ from neuron_migrate.suppress import codes_in
 
 TRN1 = re.compile(r"(?<![\w.-])(ml\.)?trn1n?\.\d*x?large\b")
 SHELL_COMMENT = re.compile(r"^\s*#")
+_VALUE = r"""(?P<value>"[^"$`\\]*"|'[^']*'|[^\s"'$`\\;&|<>()#]*)"""
+SHELL_SETTING = re.compile(rf"^\s*(?:export\s+)?(?P<name>[A-Za-z_]\w*)={_VALUE}\s*(?:#.*)?$")
+DOCKER_SETTING = re.compile(rf"^\s*ENV\s+(?P<name>[A-Za-z_]\w*)(?:=|\s+){_VALUE}\s*(?:#.*)?$", re.I)
+DECLARES = re.compile(r"(?:export|ENV|ARG|env)\s+$", re.I)  # `export NAME`, `ENV NAME value`
+REMOVED = "NM404"
+OWN_CODES = ("NM4", "NM5")
 
 
 def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
-    return FileResult(path, old_bytes=data, findings=scan(path, data, settings))
+    return process(path, data, settings, rewrite, SHELL_SETTING)
 
 
 def process_dockerfile(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
-    return FileResult(path, old_bytes=data, findings=scan(path, data, settings))
+    return process(path, data, settings, rewrite, DOCKER_SETTING)
 
 
-def scan(path: str, data: bytes, settings: Settings) -> list[Finding]:
-    out: list[Finding] = []
-    for lineno, line in enumerate(decode(data).text.splitlines(), start=1):
-        if SHELL_COMMENT.match(line):
+def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: re.Pattern[str]) -> FileResult:
+    source = decode(data)
+    result = FileResult(path, old_bytes=data)
+    out: list[str] = []
+    continued = False
+    for lineno, line in enumerate(source.text.splitlines(keepends=True), start=1):
+        findings = [] if SHELL_COMMENT.match(line) else [
+            f for f in _findings(path, lineno, line, settings, None if continued else setting.match(line))
+            if not (_leaves_marker(f.code) and _marked(out, f.code))]  # the marker above stands for it
+        inside_command, continued = continued, line.rstrip("\r\n").endswith("\\")
+        result.findings.extend(findings)
+        if rewrite and any(f.code == REMOVED for f in findings):
+            result.applied[REMOVED] = result.applied.get(REMOVED, 0) + 1
             continue
-        silenced = codes_in(line[line.index("#"):]) if "#" in line else frozenset()
-        for col, code, fields in _line_findings(line):
-            if settings.enabled(code, path) and code not in silenced and "*" not in silenced:
-                out.append(Finding(path, lineno, col + 1, code, catalogue.rule(code).format(**fields)))
+        if rewrite and not inside_command:  # a comment line would cut a continued command in two
+            indent = line[:len(line) - len(line.lstrip(" \t"))]
+            out.extend(indent + marker_text(f.code, f.message, catalogue.rule(f.code).link) + source.newline
+                       for f in findings if _leaves_marker(f.code))
+        out.append(line)
+    new_text = "".join(out)
+    if rewrite and new_text != source.text:
+        result.new_bytes = source.encode(new_text)
+        result.manual = _marker_findings(new_text, path, settings)
+    elif not rewrite:
+        result.findings.extend(_marker_findings(source.text, path, settings))
+    return result
+
+
+def _leaves_marker(code: str) -> bool:
+    info = catalogue.rule(code)
+    return info.fix is FixSafety.MANUAL and not info.check_only
+
+
+def _marked(lines: list[str], code: str) -> bool:
+    """Whether the marker lines right above (the end of `lines`) hold this code's marker."""
+    tag = f"{MARKER_PREFIX}{code})"
+    for line in reversed(lines):
+        text = line.strip()
+        if not text.startswith(MARKER_PREFIX):
+            return False
+        if text.startswith(tag):
+            return True
+    return False
+
+
+def _marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
+    """NM900 for the markers these checks leave (the pin handlers report their own NM6xx markers)."""
+    if MARKER_PREFIX not in text or not settings.enabled(MARKER_CODE, path):
+        return []
+    info = catalogue.rule(MARKER_CODE)
+    out = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        m = MARKER_RE.search(line)
+        if m and _leaves_marker(m.group(1)) and m.group(1).startswith(OWN_CODES):
+            out.append(Finding(path, lineno, m.start() + 1, MARKER_CODE, info.format(code=m.group(1),
+                                                                                   text=m.group(2).strip())))
     return out
 
 
-def _line_findings(line: str):
+def _findings(path: str, lineno: int, line: str, settings: Settings, setting: re.Match | None) -> list[Finding]:
+    silenced = codes_in(line[line.index("#"):]) if "#" in line else frozenset()
+    out = []
+    for col, code, fields in _line_findings(line, setting):
+        if settings.enabled(code, path) and code not in silenced and "*" not in silenced:
+            out.append(Finding(path, lineno, col + 1, code, catalogue.rule(code).format(**fields),
+                               fixable=code == REMOVED))
+    return out
+
+
+def _line_findings(line: str, setting: re.Match | None):
     for m in env_pattern().finditer(line):
+        if not (line[m.end():m.end() + 1] == "=" or DECLARES.search(line[:m.start()])):
+            continue  # a mention (`$NAME`, a word in a message), not a setting
         name = m.group(1)
         entry = env_table()[name]
-        yield m.start(), code_for(name, None, False), {"var": name, "did": entry["did"], "instead": entry["instead"]}
+        alone = setting is not None and setting.group("name") == name
+        value = setting.group("value").strip("\"'") if alone else None
+        yield m.start(), code_for(name, value, alone), {"var": name, "did": entry["did"], "instead": entry["instead"]}
     for m in TRN1.finditer(line):
         yield m.start(), "NM520", {"text": m.group(0)}

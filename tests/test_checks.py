@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from neuron_migrate.engine import process_python
-from neuron_migrate.envfiles import scan
+from neuron_migrate.envfiles import process_dockerfile, process_shell
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, check_codes
@@ -90,23 +90,42 @@ def test_triggers_never_miss_a_match():
                 assert rule.may_match(data), (rule.__name__, path)
 
 
+def _env_file(name: str, rewrite: bool = False):
+    path = FIXTURES / "NM4xx-environment" / name
+    process = process_dockerfile if name == "Dockerfile" else process_shell
+    return path, process(str(path), path.read_bytes(), Settings(), rewrite)
+
+
 def test_shell_script_findings_with_lines():
-    path = FIXTURES / "NM4xx-environment" / "run_training.sh"
-    found = [(f.line, f.code) for f in scan(str(path), path.read_bytes(), Settings())]
-    # line 2 is a comment, line 4 is suppressed, line 6 only reads a variable
-    assert found == [(3, "NM403"), (5, "NM405"), (7, "NM520")]
+    _, result = _env_file("run_training.sh")
+    # line 2 is a comment, line 4 is suppressed, line 8 reads a variable, line 10 only mentions one
+    assert [(f.line, f.code) for f in result.findings] == [
+        (3, "NM403"), (5, "NM404"), (6, "NM404"), (7, "NM405"), (7, "NM405"), (9, "NM520")]
+    assert [f.fixable for f in result.findings] == [False, True, True, False, False, False]
+
+
+def test_shell_script_rewrite_drops_ignored_settings_and_marks_bf16():
+    path, result = _env_file("run_training.sh", rewrite=True)
+    expected = path.with_name("run_training.expected.sh").read_bytes()
+    assert result.new_bytes == expected and result.applied == {"NM404": 2}
+    assert [(m.line, m.code) for m in result.manual] == [(3, "NM900")]  # the NM403 marker above line 4
+    again = process_shell(str(path), expected, Settings(), True)
+    assert again.new_bytes is None
+    checked = process_shell(str(path), expected, Settings(), False)
+    assert [f.code for f in checked.findings if f.line <= 4] == ["NM900"]
 
 
 def test_dockerfile_findings_with_lines():
-    path = FIXTURES / "NM4xx-environment" / "Dockerfile"
-    found = [(f.line, f.code) for f in scan(str(path), path.read_bytes(), Settings())]
-    assert found == [(3, "NM405"), (3, "NM403")]
+    _, result = _env_file("Dockerfile")
+    assert [(f.line, f.code) for f in result.findings] == [
+        (3, "NM405"), (3, "NM403"), (4, "NM404"), (6, "NM405"), (7, "NM405")]
+    _, rewritten = _env_file("Dockerfile", rewrite=True)
+    assert b"ENV PJRT_DEVICE" not in rewritten.new_bytes and b"RUN export XLA_IR_DEBUG" in rewritten.new_bytes
 
 
-def test_shell_findings_respect_ignore():
+def test_env_files_respect_ignore():
     path = FIXTURES / "NM4xx-environment" / "Dockerfile"
-    assert scan(str(path), path.read_bytes(), Settings(ignore=frozenset({"NM4"}))) == []
-    assert len(scan(str(path), path.read_bytes(), Settings(ignore=frozenset({"NM405"})))) == 1
+    assert process_dockerfile(str(path), path.read_bytes(), Settings(ignore=frozenset({"NM4"})), True).findings == []
 
 
 @pytest.mark.parametrize("text, moving", [
@@ -118,3 +137,9 @@ def test_shell_findings_respect_ignore():
 ])
 def test_cuda_leftovers_only_in_files_moving_to_neuron(text, moving):
     assert ("NM320" in check_codes(text)) is moving
+
+
+def test_no_marker_inside_a_continued_command():
+    data = b"python -m pip install x && \\\n    export XLA_USE_BF16=1 && python train.py\n"
+    result = process_shell("run.sh", data, Settings(), True)
+    assert [f.code for f in result.findings] == ["NM403"] and result.new_bytes is None
