@@ -186,6 +186,15 @@ def test_pin_diff_writes_nothing_and_pin_is_idempotent(tmp_path):
     assert again.returncode == 0 and again.stdout == ""
 
 
+def test_pin_takes_the_family_from_the_configuration(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.neuron-migrate]\ntorch = "2.13"\n')
+    req = tmp_path / "requirements.txt"
+    req.write_text(LEGACY)
+    assert cli("pin", str(tmp_path)).returncode == 0
+    assert "torch==2.13.0\n" in req.read_text()
+    assert "+torch==2.14.0" in cli("pin", "--diff", "--torch", "2.14", str(tmp_path)).stdout
+
+
 def test_check_and_rewrite_run_the_pin_handlers(tmp_path):
     req = tmp_path / "requirements.txt"
     req.write_text(LEGACY)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import click
 
-from neuron_migrate.commands import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _report_errors
+from neuron_migrate.commands import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _report_errors, _settings
 from neuron_migrate.output import rewrite_summary, unified_diff
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.runner import run, write_results
-from neuron_migrate.settings import Settings
 
 # Only the dependency rules (and their markers): `pin` never rewrites code.
 PIN_CODES = frozenset({"NM6", "NM900"})
@@ -29,8 +29,10 @@ def pin(paths, torch, dry_run, jobs, exclude) -> None:
     notebook install cells to one TorchNeuron family: torch, torch-neuronx, neuronx-cc, nki, torchvision and
     torchaudio, the Neuron package index, no torch-xla. Code is left alone (`rewrite` does both).
     """
-    settings = Settings(select=PIN_CODES, torch=torch)
-    result = run(paths or (".",), settings, rewrite=True, jobs=jobs, exclude=exclude)
+    paths = paths or (".",)
+    resolved = _settings(paths, (), (), exclude, torch=torch)
+    settings = replace(resolved.settings, select=PIN_CODES)
+    result = run(paths, settings, rewrite=True, jobs=jobs, exclude=resolved.exclude)
     if dry_run:
         for r in result.changed:
             click.echo(unified_diff(r), nl=False)

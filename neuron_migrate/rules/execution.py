@@ -35,7 +35,7 @@ def _inline(ctx) -> str:
 
 
 class MarkStep(Rule):
-    codes = ("NM103", "NM104")
+    codes = ("NM103", "NM104", "NM109")
     triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
