@@ -1,0 +1,336 @@
+"""NM201-NM208: process group, launch, ranks and collectives move from torch_xla to torch.distributed.
+
+Ranks and sizes are read from the variables torchrun sets (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`), with the
+defaults 0 / 1 / 0 that the legacy calls returned in a single process: no process group is needed to ask,
+just as torch_xla needed none.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.patterns import XM, arg, code, has_star, short, string_value
+from neuron_migrate.rules import Rule
+
+XR = "torch_xla.runtime"
+XMP = "torch_xla.distributed.xla_multiprocessing"
+
+RANK_CALLS = {
+    f"{XM}.get_ordinal": ("RANK", "0"),
+    f"{XR}.global_ordinal": ("RANK", "0"),
+    f"{XM}.xrt_world_size": ("WORLD_SIZE", "1"),
+    f"{XR}.world_size": ("WORLD_SIZE", "1"),
+    f"{XM}.get_local_ordinal": ("LOCAL_RANK", "0"),
+    f"{XR}.local_ordinal": ("LOCAL_RANK", "0"),
+}
+IS_MASTER = frozenset({f"{XM}.is_master_ordinal"})
+SPAWN = frozenset({f"{XMP}.spawn"})
+INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group",
+                                "torch.distributed.distributed_c10d.init_process_group"})
+
+REDUCE_OPS = {"sum": "SUM", "mul": "PRODUCT", "and": "BAND", "or": "BOR", "min": "MIN", "max": "MAX"}
+REDUCE_CONSTANTS = {f"{XM}.REDUCE_{name.upper()}": op for name, op in REDUCE_OPS.items()}
+ALL_REDUCE = frozenset({f"{XM}.all_reduce"})
+ALL_GATHER = frozenset({f"{XM}.all_gather"})
+RENDEZVOUS = frozenset({f"{XM}.rendezvous"})
+MESH_REDUCE = frozenset({f"{XM}.mesh_reduce"})
+
+
+# Places where an expression needs no parentheses of its own.
+LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return, cst.BooleanOperation,
+                 cst.Expr)
+
+
+def env_int(ctx, variable: str, default: str) -> str:
+    """`int(os.environ.get("RANK", 0))`: what torchrun set, or the single-process value."""
+    return f"int({ctx.module_ref('os')}.environ.get({ctx.string(variable)}, {default}))"
+
+
+def rank(ctx) -> str:
+    return env_int(ctx, "RANK", "0")
+
+
+def local_rank(ctx) -> str:
+    return env_int(ctx, "LOCAL_RANK", "0")
+
+
+def world_size(ctx) -> str:
+    return env_int(ctx, "WORLD_SIZE", "1")
+
+
+def dist(ctx) -> str:
+    return ctx.module_ref("torch.distributed", "dist")
+
+
+def only_args(call: cst.Call, *allowed: cst.Arg | None) -> bool:
+    """Every argument of `call` is one of `allowed` (no star, nothing unknown)."""
+    known = {id(a) for a in allowed if a is not None}
+    return not has_star(call) and all(id(a) in known for a in call.args)
+
+
+def is_statement(ctx, node: cst.CSTNode) -> bool:
+    """The call is a whole expression statement alone on its line."""
+    occ = ctx.current
+    return (isinstance(occ.small, cst.Expr) and occ.small.value is node
+            and isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1)
+
+
+def assigned_name(ctx, node: cst.CSTNode) -> str | None:
+    """`x = <node>` alone on its line: the target name."""
+    occ = ctx.current
+    small = occ.small
+    if (isinstance(small, cst.Assign) and small.value is node and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)
+            and isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1):
+        return small.targets[0].target.value
+    return None
+
+
+class RankAndWorldSize(Rule):
+    """NM203: ordinals and world size from the launcher's environment; NM203 also for the master test."""
+
+    codes = ("NM203",)
+    triggers = (b"ordinal", b"world_size")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual in RANK_CALLS:
+            variable, default = RANK_CALLS[qual]
+            given = arg(node, 0, "defval")
+            if not only_args(node, given):
+                return
+            fixed = env_int(ctx, variable, code(given.value) if given else default)
+        elif qual in IS_MASTER:
+            local = arg(node, 0, "local")
+            if not only_args(node, local):
+                return
+            value = code(local.value) if local else "True"
+            if value not in ("True", "False"):
+                return
+            fixed = f"{local_rank(ctx) if value == 'True' else rank(ctx)} == 0"
+            if not isinstance(ctx.current.parent, LOOSE_PARENTS):
+                fixed = f"({fixed})"
+        else:
+            return
+        if ctx.report("NM203", node, call=short(node), fixed=fixed):
+            ctx.replace(node, cst.parse_expression(fixed))
+
+
+class ProcessGroup(Rule):
+    """NM201: `init_process_group("xla", init_method="xla://")` -> the `neuron` backend, `env://`."""
+
+    codes = ("NM201",)
+    triggers = (b"xla",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) not in INIT_PROCESS_GROUP:
+            return
+        backend = arg(node, 0, "backend")
+        method = arg(node, 1, "init_method")
+        wrong = [a.value for a in (backend, method)
+                 if a is not None and string_value(a.value) in ("xla", "xla://")]
+        if not wrong:
+            return
+        fixed = {"xla": "neuron", "xla://": "env://"}
+        text = ", ".join(code(w) for w in wrong)
+        after = ", ".join(ctx.string(fixed[string_value(w)]) for w in wrong)
+        if ctx.report("NM201", node, text=text, fixed=after):
+            for w in wrong:
+                ctx.replace(w, cst.parse_expression(ctx.string(fixed[string_value(w)])))
+
+
+class Spawn(Rule):
+    """NM202: `xmp.spawn(fn, args=(...), nprocs=N)` -> `fn(local rank, ...)`, launched by torchrun."""
+
+    codes = ("NM202",)
+    triggers = (b"spawn",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) not in SPAWN:
+            return
+        fn = arg(node, 0, "fn")
+        args = arg(node, 1, "args")
+        nprocs = arg(node, 2, "nprocs")
+        method = arg(node, 3, "start_method")
+        if fn is None or not only_args(node, fn, args, nprocs, method) or not is_statement(ctx, node):
+            return
+        if args is None:
+            rest = []
+        elif isinstance(args.value, cst.Tuple):
+            rest = [f"*{code(e.value)}" if isinstance(e, cst.StarredElement) else code(e.value) for e in args.value.elements]
+        else:
+            rest = [f"*{code(args.value)}"]
+        call = f"{code(fn.value)}({', '.join([local_rank(ctx), *rest])})"
+        procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
+        if ctx.report("NM202", node, call=short(node), fixed=call, nprocs=procs):
+            ctx.replace(node, cst.parse_expression(call))
+            if "init_process_group" not in ctx.source.text:
+                init = f"{dist(ctx)}.init_process_group(backend={ctx.string('neuron')}, " \
+                       f"init_method={ctx.string('env://')})\n"
+                ctx.insert_before(ctx.current.statement, init)
+
+
+class Collectives(Rule):
+    """NM204 all_reduce / all_gather, NM205 rendezvous, NM206 mesh_reduce, NM207 REDUCE_* constants,
+    NM208 replica groups (manual)."""
+
+    codes = ("NM204", "NM205", "NM206", "NM207", "NM208")
+    triggers = (b"all_reduce", b"all_gather", b"rendezvous", b"mesh_reduce", b"REDUCE_")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.consumed: set[cst.CSTNode] = set()  # REDUCE_* nodes a rewritten call already translated
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qual = self.ctx.qualname(node.func)
+        if qual in ALL_REDUCE:
+            self._all_reduce(node)
+        elif qual in ALL_GATHER:
+            self._all_gather(node)
+        elif qual in RENDEZVOUS:
+            self._rendezvous(node)
+        elif qual in MESH_REDUCE:
+            self._mesh_reduce(node)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._constant(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if not isinstance(self.ctx.current.parent, cst.Attribute):
+            self._constant(node)
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _groups(self, node: cst.Call, groups: cst.Arg | None) -> bool:
+        """Replica groups have no one-line equivalent: mark the call and leave it (True)."""
+        if groups is None or (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
+            return False
+        self.ctx.report("NM208", node, call=short(node))
+        return True
+
+    def _op(self, reduce_type: cst.BaseExpression) -> str | None:
+        value = string_value(reduce_type)
+        name = REDUCE_OPS.get(value) if value is not None else REDUCE_CONSTANTS.get(self.ctx.qualname(reduce_type))
+        if name is None:
+            return None
+        self.consumed.add(reduce_type)
+        self.ctx.handled.add(reduce_type)
+        return f"{dist(self.ctx)}.ReduceOp.{name}"
+
+    def _constant(self, node: cst.CSTNode) -> None:
+        ctx = self.ctx
+        if node in self.consumed:
+            return
+        name = REDUCE_CONSTANTS.get(ctx.qualname(node))
+        if name is None or isinstance(ctx.current.small, (cst.Import, cst.ImportFrom)):
+            return
+        fixed = f"{dist(ctx)}.ReduceOp.{name}"
+        if ctx.report("NM207", node, text=code(node), fixed=fixed):
+            ctx.replace(node, cst.parse_expression(fixed))
+
+    # -- the calls -------------------------------------------------------------------------------------
+    def _all_reduce(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        reduce_type = arg(node, 0, "reduce_type")
+        inputs = arg(node, 1, "inputs")
+        scale = arg(node, 2, "scale")
+        groups = arg(node, 3, "groups")
+        pin = arg(node, 4, "pin_layout")
+        if reduce_type is None or inputs is None or not only_args(node, reduce_type, inputs, scale, groups, pin):
+            return
+        if self._groups(node, groups):
+            return
+        op = self._op(reduce_type.value)
+        if op is None:
+            return
+        factor = None if scale is None or code(scale.value) in ("1", "1.0") else code(scale.value)
+        if is_statement(ctx, node) and isinstance(inputs.value, (cst.List, cst.Tuple)):
+            # the list form reduces every tensor in place
+            lines = []
+            for element in inputs.value.elements:
+                tensor = code(element.value)
+                lines.append(f"{dist(ctx)}.all_reduce({tensor}, op={op})")
+                if factor is not None:
+                    lines.append(f"{tensor}.mul_({factor})")
+            if ctx.report("NM204", node, call=short(node), fixed="; ".join(lines)):
+                replace_statement(ctx, ctx.current.statement, lines)
+            return
+        if is_statement(ctx, node) or isinstance(inputs.value, (cst.List, cst.Tuple)):
+            return  # a list held in a variable, or a list result used: left to NM199
+        functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
+        loose = isinstance(ctx.current.parent, LOOSE_PARENTS)
+
+        def build(call: cst.Call) -> str:
+            text = f"{functional}.all_reduce({code(arg(call, 1, 'inputs').value)}, op={op})"
+            if factor is None:
+                return text
+            text += f" * {_paren(code(arg(call, 2, 'scale').value))}"
+            return text if loose else f"({text})"
+
+        if ctx.report("NM204", node, call=short(node), fixed=build(node)):
+            ctx.replace(node, lambda new: _wrap(new, build(new)))
+
+    def _all_gather(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        value = arg(node, 0, "value")
+        dim = arg(node, 1, "dim")
+        groups = arg(node, 2, "groups")
+        pin = arg(node, 4, "pin_layout")
+        if value is None or not only_args(node, value, dim, groups, pin) or self._groups(node, groups):
+            return
+        torch = ctx.module_ref("torch")
+        functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
+        fixed = f"{torch}.cat({functional}.all_gather({{tensor}}), dim={code(dim.value) if dim else 0})"
+        if ctx.report("NM204", node, call=short(node), fixed=fixed.format(tensor=code(value.value))):
+            ctx.replace(node, lambda new: _wrap(new, fixed.format(tensor=code(arg(new, 0, "value").value))))
+
+    def _rendezvous(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        tag = arg(node, 0, "tag")
+        if not only_args(node, tag) or not is_statement(ctx, node):
+            return  # a payload to exchange: left to NM199 (all_gather_object)
+        fixed = f"{dist(ctx)}.barrier()"
+        if ctx.report("NM205", node, call=short(node), fixed=fixed):
+            ctx.replace(node, cst.parse_expression(fixed))
+
+    def _mesh_reduce(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        tag = arg(node, 0, "tag")
+        data = arg(node, 1, "data")
+        fn = arg(node, 2, "reduce_fn")
+        target = assigned_name(ctx, node)
+        if data is None or fn is None or target is None or not only_args(node, tag, data, fn):
+            return
+        d = dist(ctx)
+        lines = [f"{target} = [None] * {d}.get_world_size()", f"{d}.all_gather_object({target}, {code(data.value)})",
+                 f"{target} = {_paren(code(fn.value))}({target})"]
+        if ctx.report("NM206", node, call=short(node), fixed="; ".join(lines)):
+            replace_statement(ctx, ctx.current.statement, lines)
+
+
+def replace_statement(ctx, statement: cst.CSTNode, lines: list[str]) -> None:
+    """Put `lines` where `statement` was; its comments stay above the first line."""
+    def fn(old: cst.CSTNode) -> cst.FlattenSentinel:
+        new = list(cst.parse_module("\n".join(lines) + "\n").body)
+        new[0] = new[0].with_changes(leading_lines=old.leading_lines)
+        return cst.FlattenSentinel(new)
+    ctx.replace(statement, fn)
+
+
+def _paren(text: str) -> str:
+    try:
+        expr = cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        return f"({text})"
+    simple = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
+    return text if isinstance(expr, simple) else f"({text})"
+
+
+def _wrap(old: cst.CSTNode, text: str) -> cst.BaseExpression:
+    """The new expression, keeping the parentheses that surrounded the old one."""
+    new = cst.parse_expression(text)
+    if isinstance(old, cst.BaseExpression) and old.lpar:
+        new = new.with_changes(lpar=old.lpar, rpar=old.rpar)
+    return new
