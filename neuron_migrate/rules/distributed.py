@@ -334,3 +334,19 @@ def _wrap(old: cst.CSTNode, text: str) -> cst.BaseExpression:
     if isinstance(old, cst.BaseExpression) and old.lpar:
         new = new.with_changes(lpar=old.lpar, rpar=old.rpar)
     return new
+
+
+def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str] = ()) -> None:
+    """Run `statement` (and `extra` lines after it) only when `condition` holds: `if <condition>:` around it."""
+    def fn(old: cst.CSTNode) -> cst.CSTNode:
+        body = [old.with_changes(leading_lines=[]), *cst.parse_module("".join(f"{x}\n" for x in extra)).body]
+        return cst.If(test=cst.parse_expression(condition), body=cst.IndentedBlock(body=body),
+                      leading_lines=old.leading_lines)
+    ctx.replace(statement, fn)
+
+
+def alone_on_line(ctx, node: cst.CSTNode) -> bool:
+    """`node` is the only small statement of a whole line (so the line can become a block)."""
+    occ = ctx.current
+    return isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1 \
+        and occ.small is occ.statement.body[0] and (occ.small is node or getattr(occ.small, "value", None) is node)
