@@ -43,7 +43,19 @@ LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfEx
 
 def env_int(ctx, variable: str, default: str) -> str:
     """`int(os.environ.get("RANK", 0))`: what torchrun set, or the single-process value."""
-    return f"int({ctx.module_ref('os')}.environ.get({ctx.string(variable)}, {default}))"
+    quote = ctx.shared.get("fstring_quotes", {}).get(id(ctx.current.node), ctx.quote)
+    return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {default}))"
+
+
+def note_fstring(ctx, node: cst.FormattedString) -> None:
+    """Remember the quote that code placed inside this f-string must use (the other one, before Python 3.12)."""
+    quote = "'" if node.start.rstrip().endswith('"') else '"'
+    quotes = ctx.shared.setdefault("fstring_quotes", {})
+    stack = list(node.parts)
+    while stack:
+        child = stack.pop()
+        quotes[id(child)] = quote
+        stack.extend(child.children)
 
 
 def rank(ctx) -> str:
@@ -91,6 +103,9 @@ class RankAndWorldSize(Rule):
 
     codes = ("NM203",)
     triggers = (b"ordinal", b"world_size")
+
+    def visit_FormattedString(self, node: cst.FormattedString) -> None:
+        note_fstring(self.ctx, node)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
