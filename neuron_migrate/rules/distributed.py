@@ -201,6 +201,9 @@ class Collectives(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func)
+        if qual is not None and qual.startswith(XM) and node.args:
+            # a reduce type handed to a torch_xla call stays a torch_xla reduce type unless the call is rewritten
+            self.consumed.add(node.args[0].value)
         if qual in ALL_REDUCE:
             self._all_reduce(node)
         elif qual in ALL_GATHER:
@@ -223,6 +226,7 @@ class Collectives(Rule):
         if groups is None or (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
             return False
         self.ctx.report("NM208", node, call=short(node))
+        self.ctx.handled.add(node.args[0].value)
         return True
 
     def _op(self, reduce_type: cst.BaseExpression) -> str | None:
@@ -230,7 +234,6 @@ class Collectives(Rule):
         name = REDUCE_OPS.get(value) if value is not None else REDUCE_CONSTANTS.get(self.ctx.qualname(reduce_type))
         if name is None:
             return None
-        self.consumed.add(reduce_type)
         self.ctx.handled.add(reduce_type)
         return f"{dist(self.ctx)}.ReduceOp.{name}"
 
@@ -318,9 +321,13 @@ class Collectives(Rule):
         target = assigned_name(ctx, node)
         if data is None or fn is None or target is None or not only_args(node, tag, data, fn):
             return
+        gathered = f"{target}_per_rank"
+        if any(gathered in s.bindings or gathered in s.reads for s in ctx.analysis.scopes):
+            return
         d = dist(ctx)
-        lines = [f"{target} = [None] * {d}.get_world_size()", f"{d}.all_gather_object({target}, {code(data.value)})",
-                 f"{target} = {_paren(code(fn.value))}({target})"]
+        lines = [f"{gathered} = [None] * {d}.get_world_size()",
+                 f"{d}.all_gather_object({gathered}, {code(data.value)})",
+                 f"{target} = {_paren(code(fn.value))}({gathered})"]
         if ctx.report("NM206", node, call=short(node), fixed="; ".join(lines)):
             replace_statement(ctx, ctx.current.statement, lines)
 

@@ -17,7 +17,7 @@ from neuron_migrate.names import Occurrence, Scope
 from neuron_migrate.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
-from neuron_migrate.rules.distributed import dist, only_args, world_size
+from neuron_migrate.rules.distributed import dist, only_args, replace_statement, world_size
 from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, is_data_parallel
 
 REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})
@@ -188,9 +188,10 @@ class GradientAveraging(Rule):
             return
         if not ctx.report("NM106", step.node, call=short(step.node), fixed=f"all-reduce the gradients of {opt}"):
             return
-        ctx.insert_before(statement, block)
         if step.replaces_statement:
-            ctx.remove(statement)
+            replace_statement(ctx, statement, [block.rstrip()])
+        else:
+            ctx.insert_before(statement, block)
 
 
 def _parameters_of(value: cst.BaseExpression) -> str | None:

@@ -13,7 +13,7 @@ OPTIMIZER_STEP = frozenset({f"{XM}.optimizer_step"})
 
 # What makes a program data-parallel: any of these in its text.
 DATA_PARALLEL = re.compile(
-    r"\b(xmp\.spawn|spawn\(|init_process_group|xrt_world_size|world_size\(|get_ordinal|global_ordinal"
+    r"\b(xmp\.spawn|spawn|init_process_group|xrt_world_size|world_size|get_ordinal|global_ordinal"
     r"|DistributedSampler|all_reduce|reduce_gradients|MpDeviceLoader|ParallelLoader|is_master_ordinal"
     r"|xla_multiprocessing|WORLD_SIZE)\b"
 )
