@@ -1,8 +1,9 @@
 """Launch scripts (`*.sh`): a program that started its workers with `xmp.spawn` is started by torchrun.
 
 `python train.py ...` becomes `torchrun --nproc_per_node=N train.py ...` (NM240) when train.py, found beside
-the script or under the working folder, calls `xmp.spawn`. N is the spawn's `nprocs`, else the
-`NEURON_RT_NUM_CORES` the script sets; without either the line is marked (NM241).
+the script or under the working folder, calls `xmp.spawn`. N is the spawn's `nprocs`; without one (every
+device) the `NEURON_RT_NUM_CORES` the script sets, else `neuron`, which makes torchrun start one process per
+neuron device. A count the program computes is not guessed: the line is marked (NM241).
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ LAUNCH = re.compile(
 NUM_CORES = re.compile(r"\bNEURON_RT_NUM_CORES=[\"']?(\d+)")
 
 
+ALL_DEVICES = "neuron"  # torchrun's --nproc_per_node=<PrivateUse1 name>: one process per visible device
+
+
 @dataclass(frozen=True)
 class Spawned:
-    nprocs: str | None  # the literal process count, when the program gave one
+    nprocs: str | None  # a literal count, ALL_DEVICES (spawn's default), or None: computed by the program
 
 
 def spawned(program: str) -> Spawned | None:
@@ -49,8 +53,9 @@ def spawned(program: str) -> Spawned | None:
     for occ in analysis.occurrences:
         if analysis.qualname(occ.node.func, occ.scope) in SPAWN:
             nprocs = arg(occ.node, 2, "nprocs")
-            count = nprocs.value.value if nprocs is not None and isinstance(nprocs.value, cst.Integer) else None
-            return Spawned(count)
+            if nprocs is None or (isinstance(nprocs.value, cst.Name) and nprocs.value.value == "None"):
+                return Spawned(ALL_DEVICES)
+            return Spawned(nprocs.value.value if isinstance(nprocs.value, cst.Integer) else None)
     return None
 
 
@@ -99,7 +104,7 @@ def _launch_line(path: str, number: int, line: str, previous: str, cores: str | 
     found = spawned(program) if program is not None else None
     if found is None:
         return line
-    nprocs = found.nprocs or cores
+    nprocs = cores if found.nprocs == ALL_DEVICES and cores else found.nprocs
     text = match.group(0)[len(match.group("head")):].strip()
     if nprocs is None:
         if previous.lstrip().startswith(f"{MARKER_PREFIX}NM241)"):

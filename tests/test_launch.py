@@ -71,3 +71,8 @@ def test_check_mode_reports_without_writing(tmp_path):
     assert result.new_bytes is None
     assert [f.code for f in result.findings] == ["NM240"]
     assert process_shell(str(path), b"python train.py\n", Settings(ignore=frozenset({"NM240"})), True).new_bytes is None
+
+
+def test_spawn_over_every_device_starts_one_process_per_neuron_device(tmp_path):
+    out, _ = rewrite(tmp_path, "python train.py\n", SPAWNED.format(nprocs="None"))
+    assert out == "torchrun --nproc_per_node=neuron train.py\n"
