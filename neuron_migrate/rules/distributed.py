@@ -22,6 +22,9 @@ RANK_CALLS = {
     f"{XR}.world_size": ("WORLD_SIZE", "1"),
     f"{XM}.get_local_ordinal": ("LOCAL_RANK", "0"),
     f"{XR}.local_ordinal": ("LOCAL_RANK", "0"),
+    f"{XR}.process_index": ("RANK", "0"),
+    f"{XR}.process_count": ("WORLD_SIZE", "1"),
+    f"{XR}.local_process_count": ("LOCAL_WORLD_SIZE", "1"),
 }
 IS_MASTER = frozenset({f"{XM}.is_master_ordinal"})
 SPAWN = frozenset({f"{XMP}.spawn"})
@@ -102,7 +105,7 @@ class RankAndWorldSize(Rule):
     """NM203: ordinals and world size from the launcher's environment; NM203 also for the master test."""
 
     codes = ("NM203",)
-    triggers = (b"ordinal", b"world_size")
+    triggers = (b"ordinal", b"world_size", b"process_")
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
         note_fstring(self.ctx, node)
@@ -182,10 +185,18 @@ class Spawn(Rule):
         procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
         if ctx.report("NM202", node, call=short(node), fixed=call, nprocs=procs):
             ctx.replace(node, cst.parse_expression(call))
-            if "init_process_group" not in ctx.source.text:
+            if "init_process_group" not in ctx.source.text and self._defined_here(fn.value):
                 init = f"{dist(ctx)}.init_process_group(backend={ctx.string('neuron')}, " \
                        f"init_method={ctx.string('env://')})\n"
                 ctx.insert_before(ctx.current.statement, init)
+
+
+    def _defined_here(self, fn: cst.BaseExpression) -> bool:
+        """The spawned function is a `def` of this file (so that its missing process group is known)."""
+        if not isinstance(fn, cst.Name):
+            return False
+        owner = self.ctx.analysis.lookup(fn.value, self.ctx.scope)
+        return owner is not None and all(b.kind == "def" for b in owner.bindings[fn.value])
 
 
 class Collectives(Rule):

@@ -128,6 +128,8 @@ class GradientAveraging(Rule):
         statement = placement.occ.statement
         if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return None
+        if placement.occ.block is not _body(model_scope):
+            return None  # placed inside an `if` / `try` / `with`: the wrapper would not exist on every path
         if self._taken(f"ddp_{model}"):
             return None
         return placement
@@ -183,7 +185,7 @@ class GradientAveraging(Rule):
                  f"        {d}.all_reduce({param}.grad)\n"
                  f"        {param}.grad /= {d}.get_world_size()\n")
         statement = step.occ.statement
-        if not isinstance(statement, cst.SimpleStatementLine):
+        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(step.optimizer, (cst.Name, cst.Attribute)):
             ctx.report("NM209", step.node, call=short(step.node))
             return
         if not ctx.report("NM106", step.node, call=short(step.node), fixed=f"all-reduce the gradients of {opt}"):
@@ -204,3 +206,9 @@ def _parameters_of(value: cst.BaseExpression) -> str | None:
             and inner.func.attr.value == "parameters" and isinstance(inner.func.value, cst.Name)):
         return inner.func.value.value
     return None
+
+
+def _body(scope: Scope) -> cst.CSTNode:
+    """The block whose statements run unconditionally in the scope."""
+    node = scope.node
+    return node.body if isinstance(node, cst.FunctionDef) else node
