@@ -7,7 +7,8 @@ same file it is passed to); the move goes at the top of each such loop. Anything
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -15,7 +16,7 @@ from neuron_migrate.names import Occurrence, Scope
 from neuron_migrate.patterns import arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import XLA_DEVICE
-from neuron_migrate.rules.distributed import assigned_name, only_args
+from neuron_migrate.rules.distributed import Draft, assigned_name, only_args
 
 PL = "torch_xla.distributed.parallel_loader"
 MP_DEVICE_LOADER = frozenset({f"{PL}.MpDeviceLoader"})
@@ -39,15 +40,19 @@ class DeviceLoader:
     node: cst.Call
     loader: cst.BaseExpression
     device: cst.BaseExpression
-    loops: list[Loop] = field(default_factory=list)
 
 
-def tree_move(ctx, device: str, value: str, non_blocking: bool = True) -> str:
-    """Move every tensor inside `value` (a tensor, or tuples, lists and dicts of them) to `device`."""
+def tree_mover(ctx):
+    """A function giving the code that moves every tensor inside a value (a tensor, or tuples, lists and dicts
+    of them) to a device; the imports it needs are added now."""
     pytree = ctx.module_ref("torch.utils._pytree", "pytree")
     torch = ctx.module_ref("torch")
-    extra = ", non_blocking=True" if non_blocking else ""
-    return f"{pytree}.tree_map_only({torch}.Tensor, lambda t: t.to({device}{extra}), {value})"
+
+    def move(device: str, value: str, non_blocking: bool = True) -> str:
+        extra = ", non_blocking=True" if non_blocking else ""
+        t = next(n for n in ("t", "tensor", "t_") if not re.search(rf"\b{n}\b", device))
+        return f"{pytree}.tree_map_only({torch}.Tensor, lambda {t}: {t}.to({device}{extra}), {value})"
+    return move
 
 
 class DeviceLoaders(Rule):
@@ -102,9 +107,8 @@ class DeviceLoaders(Rule):
         ctx = self.ctx
         for found in self.loaders:
             ctx.current = found.occ
-            device = self._device_text(found)
-            loops = self._loops(found) if device is not None else None
-            if loops is None or any(self._move(loop, device) is None for loop in loops):
+            loops = self._loops(found) if self._known_device(found) else None
+            if loops is None or any(_batch(loop) is None for loop in loops):
                 ctx.report("NM211", found.node, call=short(found.node))
                 continue
             if not ctx.report("NM210", found.node, call=short(found.node), fixed=code(found.loader)):
@@ -113,19 +117,21 @@ class DeviceLoaders(Rule):
             ctx.handled.add(found.node.func.value if isinstance(found.node.func, cst.Attribute) else found.node.func)
             if isinstance(found.node.func, cst.Attribute) and isinstance(found.node.func.value, cst.Call):
                 ctx.handled.add(found.node.func.value.func)
+            device = self._device_code(found)
             for loop in loops:
                 ctx.current = loop.occ
-                first = loop.node.body.body[0]
-                ctx.insert_before(first, self._move(loop, device) + "\n")
+                ctx.insert_before(loop.node.body.body[0], self._move(_batch(loop), device) + "\n")
         ctx.current = None
 
-    def _device_text(self, found: DeviceLoader) -> str | None:
+    def _known_device(self, found: DeviceLoader) -> bool:
         device = found.device
-        if isinstance(device, cst.Name):
-            return device.value
-        if isinstance(device, cst.Call) and not device.args and self.ctx.qualname(device.func) in XLA_DEVICE:
-            return f"{self.ctx.module_ref('torch')}.device({self.ctx.string('neuron')})"
-        return None
+        return isinstance(device, cst.Name) or (
+            isinstance(device, cst.Call) and not device.args and self.ctx.qualname(device.func) in XLA_DEVICE)
+
+    def _device_code(self, found: DeviceLoader) -> str:
+        if isinstance(found.device, cst.Name):
+            return found.device.value
+        return f"{self.ctx.module_ref('torch')}.device({self.ctx.string('neuron')})"
 
     def _loops(self, found: DeviceLoader) -> list[Loop] | None:
         """Every loop over the device loader's batches, or None when some use of it is out of sight."""
@@ -200,24 +206,31 @@ class DeviceLoaders(Rule):
         home = lookup(device.value, found.occ.scope)
         return all(lookup(device.value, loop.occ.scope) is home for loop in loops)
 
-    def _move(self, loop: Loop, device: str) -> str | None:
-        """The statement that moves the loop's batch, or None when the loop's shape does not allow one."""
-        node = loop.node
-        if not isinstance(node.body, cst.IndentedBlock):
-            return None
-        target = node.target
-        if loop.enumerated:
-            if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 2:
-                return None
-            target = target.elements[1].value
-        if isinstance(target, cst.Name):
-            return f"{target.value} = {tree_move(self.ctx, device, target.value)}"
-        if isinstance(target, (cst.Tuple, cst.List)) and target.elements \
-                and all(isinstance(e.value, cst.Name) for e in target.elements):
-            names = [e.value.value for e in target.elements]
-            moved = [f"{n}.to({device}, non_blocking=True)" for n in names]
-            return f"{', '.join(names)} = {', '.join(moved)}"
+    def _move(self, batch: cst.BaseExpression, device: str) -> str:
+        """The statement that moves the loop's batch to the device, keeping its structure."""
+        if isinstance(batch, cst.Name):
+            return f"{batch.value} = {tree_mover(self.ctx)(device, batch.value)}"
+        names = [e.value.value for e in batch.elements]
+        moved = [f"{n}.to({device}, non_blocking=True)" for n in names]
+        return f"{', '.join(names)} = {', '.join(moved)}"
+
+
+def _batch(loop: Loop) -> cst.BaseExpression | None:
+    """What the loop binds each batch to (a name, or a tuple of names), or None when no move can follow it."""
+    node = loop.node
+    if not isinstance(node.body, cst.IndentedBlock):
         return None
+    target = node.target
+    if loop.enumerated:
+        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 2:
+            return None
+        target = target.elements[1].value
+    if isinstance(target, cst.Name):
+        return target
+    if isinstance(target, (cst.Tuple, cst.List)) and target.elements \
+            and all(isinstance(e.value, cst.Name) for e in target.elements):
+        return target
+    return None
 
 
 def _loader_of(call: cst.Call) -> cst.BaseExpression:
@@ -233,16 +246,17 @@ class SendToDevice(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
+        draft = Draft(ctx)
         if ctx.qualname(node.func) not in SEND_TO_DEVICE:
             return
         data, device = arg(node, 0, "data"), arg(node, 1, "device")
         if data is None or device is None or not only_args(node, data, device):
             return
-        fixed = tree_move(ctx, "{device}", "{data}", non_blocking=False)
+        move = tree_mover(ctx)
 
         def build(call: cst.Call) -> cst.BaseExpression:
-            return cst.parse_expression(fixed.format(device=code(arg(call, 1, "device").value),
-                                                     data=code(arg(call, 0, "data").value)))
+            device, value = code(arg(call, 1, "device").value), code(arg(call, 0, "data").value)
+            return cst.parse_expression(move(device, value, non_blocking=False))
 
-        if ctx.report("NM212", node, call=short(node), fixed=code(build(node))):
+        if draft.report("NM212", node, call=short(node), fixed=code(build(node))):
             ctx.replace(node, build)

@@ -44,6 +44,20 @@ LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfEx
                  cst.Expr)
 
 
+class Draft:
+    """Reports a fix; the imports that building it added are kept only when the fix is made."""
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.imports = list(ctx.required_imports)
+
+    def report(self, code: str, node: cst.CSTNode, **fields) -> bool:
+        if self.ctx.report(code, node, **fields):
+            return True
+        self.ctx.required_imports[:] = self.imports
+        return False
+
+
 def env_int(ctx, variable: str, default: str) -> str:
     """`int(os.environ.get("RANK", 0))`: what torchrun set, or the single-process value."""
     quote = ctx.shared.get("fstring_quotes", {}).get(id(ctx.current.node), ctx.quote)
@@ -112,6 +126,7 @@ class RankAndWorldSize(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
+        draft = Draft(ctx)
         qual = ctx.qualname(node.func)
         if qual in RANK_CALLS:
             variable, default = RANK_CALLS[qual]
@@ -131,7 +146,7 @@ class RankAndWorldSize(Rule):
                 fixed = f"({fixed})"
         else:
             return
-        if ctx.report("NM203", node, call=short(node), fixed=fixed):
+        if draft.report("NM203", node, call=short(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))
 
 
@@ -167,6 +182,7 @@ class Spawn(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
+        draft = Draft(ctx)
         if ctx.qualname(node.func) not in SPAWN:
             return
         fn = arg(node, 0, "fn")
@@ -183,7 +199,7 @@ class Spawn(Rule):
             rest = [f"*{code(args.value)}"]
         call = f"{code(fn.value)}({', '.join([local_rank(ctx), *rest])})"
         procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
-        if ctx.report("NM202", node, call=short(node), fixed=call, nprocs=procs):
+        if draft.report("NM202", node, call=short(node), fixed=call, nprocs=procs):
             ctx.replace(node, cst.parse_expression(call))
             if "init_process_group" not in ctx.source.text and self._defined_here(fn.value):
                 init = f"{dist(ctx)}.init_process_group(backend={ctx.string('neuron')}, " \
@@ -250,18 +266,20 @@ class Collectives(Rule):
 
     def _constant(self, node: cst.CSTNode) -> None:
         ctx = self.ctx
+        draft = Draft(ctx)
         if node in self.consumed:
             return
         name = REDUCE_CONSTANTS.get(ctx.qualname(node))
         if name is None or isinstance(ctx.current.small, (cst.Import, cst.ImportFrom)):
             return
         fixed = f"{dist(ctx)}.ReduceOp.{name}"
-        if ctx.report("NM207", node, text=code(node), fixed=fixed):
+        if draft.report("NM207", node, text=code(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))
 
     # -- the calls -------------------------------------------------------------------------------------
     def _all_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx
+        draft = Draft(ctx)
         reduce_type = arg(node, 0, "reduce_type")
         inputs = arg(node, 1, "inputs")
         scale = arg(node, 2, "scale")
@@ -283,7 +301,7 @@ class Collectives(Rule):
                 lines.append(f"{dist(ctx)}.all_reduce({tensor}, op={op})")
                 if factor is not None:
                     lines.append(f"{tensor}.mul_({factor})")
-            if ctx.report("NM204", node, call=short(node), fixed="; ".join(lines)):
+            if draft.report("NM204", node, call=short(node), fixed="; ".join(lines)):
                 replace_statement(ctx, ctx.current.statement, lines)
             return
         if is_statement(ctx, node) or isinstance(inputs.value, (cst.List, cst.Tuple)):
@@ -298,11 +316,12 @@ class Collectives(Rule):
             text += f" * {_paren(code(arg(call, 2, 'scale').value))}"
             return text if loose else f"({text})"
 
-        if ctx.report("NM204", node, call=short(node), fixed=build(node)):
+        if draft.report("NM204", node, call=short(node), fixed=build(node)):
             ctx.replace(node, lambda new: _wrap(new, build(new)))
 
     def _all_gather(self, node: cst.Call) -> None:
         ctx = self.ctx
+        draft = Draft(ctx)
         value = arg(node, 0, "value")
         dim = arg(node, 1, "dim")
         groups = arg(node, 2, "groups")
@@ -312,20 +331,22 @@ class Collectives(Rule):
         torch = ctx.module_ref("torch")
         functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
         fixed = f"{torch}.cat({functional}.all_gather({{tensor}}), dim={code(dim.value) if dim else 0})"
-        if ctx.report("NM204", node, call=short(node), fixed=fixed.format(tensor=code(value.value))):
+        if draft.report("NM204", node, call=short(node), fixed=fixed.format(tensor=code(value.value))):
             ctx.replace(node, lambda new: _wrap(new, fixed.format(tensor=code(arg(new, 0, "value").value))))
 
     def _rendezvous(self, node: cst.Call) -> None:
         ctx = self.ctx
+        draft = Draft(ctx)
         tag = arg(node, 0, "tag")
         if not only_args(node, tag) or not is_statement(ctx, node):
             return  # a payload to exchange: left to NM199 (all_gather_object)
         fixed = f"{dist(ctx)}.barrier()"
-        if ctx.report("NM205", node, call=short(node), fixed=fixed):
+        if draft.report("NM205", node, call=short(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))
 
     def _mesh_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx
+        draft = Draft(ctx)
         tag = arg(node, 0, "tag")
         data = arg(node, 1, "data")
         fn = arg(node, 2, "reduce_fn")
@@ -339,7 +360,7 @@ class Collectives(Rule):
         lines = [f"{gathered} = [None] * {d}.get_world_size()",
                  f"{d}.all_gather_object({gathered}, {code(data.value)})",
                  f"{target} = {_paren(code(fn.value))}({gathered})"]
-        if ctx.report("NM206", node, call=short(node), fixed="; ".join(lines)):
+        if draft.report("NM206", node, call=short(node), fixed="; ".join(lines)):
             replace_statement(ctx, ctx.current.statement, lines)
 
 

@@ -102,7 +102,7 @@ class GradientAveraging(Rule):
                 continue
             ddp = wrapped.get(id(placement))
             fixed = f"route {placement.name}(...) through DistributedDataParallel"
-            if not ctx.report("NM106", step.node, call=short(step.node), fixed=fixed):
+            if not self._report(step, fixed):
                 continue
             if ddp is None:
                 ddp = wrapped[id(placement)] = self._wrap(placement)
@@ -174,9 +174,24 @@ class GradientAveraging(Rule):
                 ctx.replace(node, cst.Name(ddp))
         return ddp
 
+    def _report(self, step: Step, fixed: str) -> bool:
+        """Report NM106; when its fix is not made (`--safe-only`, ignored), mark the step so it is not lost."""
+        ctx = self.ctx
+        if ctx.report("NM106", step.node, call=short(step.node), fixed=fixed):
+            return True
+        if ctx.rewrite:
+            ctx.report("NM209", step.node, call=short(step.node))
+        return False
+
     def _explicit(self, step: Step) -> None:
         ctx = self.ctx
         opt = code(step.optimizer)
+        statement = step.occ.statement
+        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(step.optimizer, (cst.Name, cst.Attribute)):
+            ctx.report("NM209", step.node, call=short(step.node))
+            return
+        if not self._report(step, f"all-reduce the gradients of {opt} and divide them by the world size"):
+            return
         param = "param" if not self._taken("param") else "_param"
         d = dist(ctx)
         block = (f"if {world_size(ctx)} > 1:\n"
@@ -184,12 +199,6 @@ class GradientAveraging(Rule):
                  f" if p.grad is not None]:\n"
                  f"        {d}.all_reduce({param}.grad)\n"
                  f"        {param}.grad /= {d}.get_world_size()\n")
-        statement = step.occ.statement
-        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(step.optimizer, (cst.Name, cst.Attribute)):
-            ctx.report("NM209", step.node, call=short(step.node))
-            return
-        if not ctx.report("NM106", step.node, call=short(step.node), fixed=f"all-reduce the gradients of {opt}"):
-            return
         if step.replaces_statement:
             replace_statement(ctx, statement, [block.rstrip()])
         else:
