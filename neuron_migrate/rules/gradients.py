@@ -41,7 +41,11 @@ class Step:
 @dataclass
 class Placement:
     occ: Occurrence
-    name: str
+    node: cst.Name  # the placed name: the target of `model = ....to(device)`, or `model` of `model.to(device)`
+
+    @property
+    def name(self) -> str:
+        return self.node.value
 
 
 class GradientAveraging(Rule):
@@ -75,17 +79,17 @@ class GradientAveraging(Rule):
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
             return
-        target = node.targets[0].target.value
+        target = node.targets[0].target
         if placed_object(node.value) is not None:
             self.placements.append(Placement(self.ctx.current, target))
         model = _parameters_of(node.value)
         if model is not None:
-            self.optimizers[(id(self.ctx.current.scope), target)] = model
+            self.optimizers[(id(self.ctx.current.scope), target.value)] = model
 
     def visit_Expr(self, node: cst.Expr) -> None:
         moved = placed_object(node.value)
         if isinstance(moved, cst.Name):
-            self.placements.append(Placement(self.ctx.current, moved.value))
+            self.placements.append(Placement(self.ctx.current, moved))
 
     def visit_Name(self, node: cst.Name) -> None:
         self.names.append((self.ctx.current, node))
@@ -93,19 +97,18 @@ class GradientAveraging(Rule):
     # -- the decision ----------------------------------------------------------------------------------
     def finish(self) -> None:
         ctx = self.ctx
-        wrapped: dict[int, str] = {}
+        wrapped: set[int] = set()
         for step in self.steps:
             ctx.current = step.occ
             placement = self._wrappable(step)
             if placement is None:
                 self._explicit(step)
                 continue
-            ddp = wrapped.get(id(placement))
-            fixed = f"route {placement.name}(...) through DistributedDataParallel"
-            if not self._report(step, fixed):
+            if not self._report(step, f"route {placement.name}(...) through DistributedDataParallel"):
                 continue
-            if ddp is None:
-                ddp = wrapped[id(placement)] = self._wrap(placement)
+            if id(placement) not in wrapped:
+                wrapped.add(id(placement))
+                self._wrap(placement)
             if step.replaces_statement:
                 ctx.remove(step.occ.statement)
         ctx.current = None
@@ -122,7 +125,7 @@ class GradientAveraging(Rule):
         model_scope = ctx.analysis.lookup(model, opt_scope)
         found = [p for p in self.placements if p.name == model and ctx.analysis.lookup(model, p.occ.scope) is model_scope
                  and p.occ.scope is model_scope]
-        if len(found) != 1 or found[0].occ.in_loop or not self._only_module_uses(model, model_scope):
+        if len(found) != 1 or found[0].occ.in_loop or not self._only_module_uses(found[0], model_scope):
             return None
         placement = found[0]
         statement = placement.occ.statement
@@ -134,29 +137,36 @@ class GradientAveraging(Rule):
             return None
         return placement
 
-    def _only_module_uses(self, model: str, scope: Scope) -> bool:
-        """The name is bound once, and read only to call its forward or use a plain module attribute."""
+    def _only_module_uses(self, placement: Placement, scope: Scope) -> bool:
+        """No binding of the name follows the placement, and every read calls its forward (at least one, none
+        before the placement in its own scope) or uses a plain module attribute."""
+        model = placement.name
         bindings = scope.bindings.get(model, [])
-        if len(bindings) != 1 or bindings[0].kind != "assign":
+        if not bindings or any(b.kind != "assign" for b in bindings):
+            return False
+        order = {id(node): i for i, (_, node) in enumerate(self.names)}
+        targets = {id(b.node) for b in bindings}
+        placed_at = order[id(placement.node)]
+        if any(order[t] > placed_at for t in targets):
             return False
         calls = 0
         for occ, node in self.names:
-            if node.value != model or self.ctx.analysis.lookup(model, occ.scope) is not scope:
+            if node.value != model or id(node) in targets or self.ctx.analysis.lookup(model, occ.scope) is not scope:
                 continue
             parent = occ.parent
             if isinstance(parent, cst.Call) and parent.func is node:
-                calls += 1
-            elif isinstance(parent, cst.Attribute):
-                if parent.value is node and parent.attr.value not in MODULE_ATTRIBUTES:
+                if occ.scope is scope and order[id(node)] < placed_at:
                     return False
-            elif not isinstance(parent, (cst.AssignTarget, cst.Param)) and node is not bindings[0].node:
+                calls += 1
+            elif not (isinstance(parent, cst.Attribute) and parent.value is node
+                      and parent.attr.value in MODULE_ATTRIBUTES):
                 return False
         return calls > 0
 
     def _taken(self, name: str) -> bool:
         return any(name in s.bindings or name in s.reads for s in self.ctx.analysis.scopes)
 
-    def _wrap(self, placement: Placement) -> str:
+    def _wrap(self, placement: Placement) -> None:
         ctx = self.ctx
         ctx.current = placement.occ
         model = placement.name
@@ -172,7 +182,6 @@ class GradientAveraging(Rule):
             if node.value == model and isinstance(parent, cst.Call) and parent.func is node \
                     and ctx.analysis.lookup(model, occ.scope) is scope:
                 ctx.replace(node, cst.Name(ddp))
-        return ddp
 
     def _report(self, step: Step, fixed: str) -> bool:
         """Report NM106; when its fix is not made (`--safe-only`, ignored), mark the step so it is not lost."""
