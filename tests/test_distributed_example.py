@@ -51,14 +51,18 @@ def start(folder, processes: int, batch_size: int) -> subprocess.Popen:
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         command = [sys.executable, *args]
     else:
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", *args]
+        # every rank writes its own log file, so that lines of two ranks cannot interleave
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+                   f"--log-dir={folder / f'logs{processes}'}", "--redirects=3", *args]
     return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def output(process: subprocess.Popen) -> str:
+def output(process: subprocess.Popen, logs_dir) -> str:
     stdout, stderr = process.communicate(timeout=240)
-    assert process.returncode == 0, stdout + stderr
-    return stdout
+    logs = sorted(logs_dir.glob("*/attempt_0/*/std*.log"))
+    ranks = "".join(log.read_text() for log in logs if log.name == "stdout.log")
+    assert process.returncode == 0, stdout + stderr + "".join(log.read_text() for log in logs)
+    return stdout + ranks
 
 
 def free_port() -> int:
@@ -77,7 +81,7 @@ def test_migration_leaves_no_torch_xla_and_no_marker(migrated):
 
 def test_two_processes_train_like_one(migrated):
     runs = [start(migrated, processes=1, batch_size=32), start(migrated, processes=2, batch_size=16)]
-    single, double = (output(run) for run in runs)
+    single, double = (output(run, migrated / f"logs{n}") for run, n in zip(runs, (1, 2)))
     single_steps = [float(loss) for *_, loss in STEP.findall(single)]
     double_steps = [float(loss) for *_, loss in STEP.findall(double)]
     assert len(single_steps) == len(double_steps) == 6
