@@ -23,7 +23,7 @@ class Save(Rule):
     """`xm.save(obj, path, master_only=True, global_master=False)` and `xser.save(...)` (same arguments)."""
 
     codes = ("NM220", "NM221")
-    triggers = (b"save",)
+    triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -57,7 +57,7 @@ class Save(Rule):
 
 class Load(Rule):
     codes = ("NM221", "NM222")
-    triggers = (b"load",)
+    triggers = (b"serialization",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

@@ -119,7 +119,7 @@ class RankAndWorldSize(Rule):
     """NM203: ordinals and world size from the launcher's environment; NM203 also for the master test."""
 
     codes = ("NM203",)
-    triggers = (b"ordinal", b"world_size", b"process_")
+    triggers = (b"torch_xla",)
 
     def visit_FormattedString(self, node: cst.FormattedString) -> None:
         note_fstring(self.ctx, node)
@@ -178,7 +178,7 @@ class Spawn(Rule):
     """NM202: `xmp.spawn(fn, args=(...), nprocs=N)` -> `fn(local rank, ...)`, launched by torchrun."""
 
     codes = ("NM202",)
-    triggers = (b"spawn",)
+    triggers = (b"xla_multiprocessing",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -220,7 +220,7 @@ class Collectives(Rule):
     NM208 replica groups (manual)."""
 
     codes = ("NM204", "NM205", "NM206", "NM207", "NM208")
-    triggers = (b"all_reduce", b"all_gather", b"rendezvous", b"mesh_reduce", b"REDUCE_")
+    triggers = (b"torch_xla",)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

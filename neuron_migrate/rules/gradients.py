@@ -50,7 +50,7 @@ class Placement:
 
 class GradientAveraging(Rule):
     codes = ("NM106", "NM209")
-    triggers = (b"optimizer_step", b"reduce_gradients")
+    triggers = (b"torch_xla",)
     order = 10  # after NM107 so that the wrapper comes after the inserted model.compile(...)
 
     def __init__(self, ctx) -> None:

@@ -37,7 +37,7 @@ SPMD_HINT = "`init_device_mesh(\"neuron\", shape, mesh_dim_names=...)` and DTens
 
 class MasterPrint(Rule):
     codes = ("NM223",)
-    triggers = (b"master_print",)
+    triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -96,7 +96,7 @@ class StepClosure(Rule):
 
 class Seed(Rule):
     codes = ("NM225",)
-    triggers = (b"set_rng_state", b"manual_seed")
+    triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -115,7 +115,7 @@ class Renamed(Rule):
     """NM226 / NM227: the same function or class under its PyTorch name."""
 
     codes = ("NM226", "NM227")
-    triggers = (b"checkpoint", b"syncfree")
+    triggers = (b"torch_xla",)
 
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx
@@ -143,7 +143,7 @@ class Renamed(Rule):
 
 class Metrics(Rule):
     codes = ("NM228",)
-    triggers = (b"metrics",)
+    triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
         if (self.ctx.qualname(node.func) or "").startswith(METRICS):
@@ -152,7 +152,7 @@ class Metrics(Rule):
 
 class Sharding(Rule):
     codes = ("NM230",)
-    triggers = (b"ShardedDataParallel", b"ZeroRedundancyOptimizer", b"spmd", b"sharding")
+    triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func) or ""
