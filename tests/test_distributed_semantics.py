@@ -32,8 +32,12 @@ def run():
         mean = xm.all_reduce(xm.REDUCE_SUM, torch.tensor([float(rank)]), scale=1.0 / world)
         largest = xm.all_reduce(xm.REDUCE_MAX, torch.tensor([float(rank)]))
         gathered = xm.all_gather(torch.tensor([[float(rank)]]), dim=1)
+        x = torch.arange(8.0).reshape(4, 2) * (rank + 1)
+        shard = xm.reduce_scatter(xm.REDUCE_SUM, x, 0.5, 0, world)
+        swapped = xm.all_to_all(x, 0, 0, world)
         xm.rendezvous("collectives")
-        out.update(a=a.item(), b=b.item(), mean=mean.item(), max=largest.item(), gathered=gathered.tolist())
+        out.update(a=a.item(), b=b.item(), mean=mean.item(), max=largest.item(), gathered=gathered.tolist(),
+                   shard=shard.tolist(), swapped=swapped.tolist())
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
@@ -87,6 +91,10 @@ def test_two_processes(program):
         # averaged gradients: inputs scaled by 1 and 2 average to 1.5 per sample, 2 samples
         assert r["grad"] == [[3.0, 3.0, 3.0]] and r["bias"] == 2.0
     assert (first["master"], second["master"]) == (True, False)
+    # x is [[0, 1], [2, 3], [4, 5], [6, 7]] on rank 0 and twice that on rank 1
+    assert first["shard"] == [[0.0, 1.5], [3.0, 4.5]] and second["shard"] == [[6.0, 7.5], [9.0, 10.5]]
+    assert first["swapped"] == [[0.0, 1.0], [2.0, 3.0], [0.0, 2.0], [4.0, 6.0]]
+    assert second["swapped"] == [[4.0, 5.0], [6.0, 7.0], [8.0, 10.0], [12.0, 14.0]]
 
 
 def test_one_process_needs_no_process_group(program):

@@ -7,6 +7,8 @@ just as torch_xla needed none.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 
 from neuron_migrate.patterns import XM, arg, code, has_star, short, string_value
@@ -35,6 +37,8 @@ REDUCE_OPS = {"sum": "SUM", "mul": "PRODUCT", "and": "BAND", "or": "BOR", "min":
 REDUCE_CONSTANTS = {f"{XM}.REDUCE_{name.upper()}": op for name, op in REDUCE_OPS.items()}
 ALL_REDUCE = frozenset({f"{XM}.all_reduce"})
 ALL_GATHER = frozenset({f"{XM}.all_gather"})
+REDUCE_SCATTER = frozenset({f"{XM}.reduce_scatter"})
+ALL_TO_ALL = frozenset({f"{XM}.all_to_all"})
 RENDEZVOUS = frozenset({f"{XM}.rendezvous"})
 MESH_REDUCE = frozenset({f"{XM}.mesh_reduce"})
 
@@ -235,6 +239,10 @@ class Collectives(Rule):
             self._all_reduce(node)
         elif qual in ALL_GATHER:
             self._all_gather(node)
+        elif qual in REDUCE_SCATTER:
+            self._reduce_scatter(node)
+        elif qual in ALL_TO_ALL:
+            self._all_to_all(node)
         elif qual in RENDEZVOUS:
             self._rendezvous(node)
         elif qual in MESH_REDUCE:
@@ -295,14 +303,19 @@ class Collectives(Rule):
         factor = None if scale is None or code(scale.value) in ("1", "1.0") else code(scale.value)
         if is_statement(ctx, node) and isinstance(inputs.value, (cst.List, cst.Tuple)):
             # the list form reduces every tensor in place
-            lines = []
-            for element in inputs.value.elements:
-                tensor = code(element.value)
-                lines.append(f"{dist(ctx)}.all_reduce({tensor}, op={op})")
-                if factor is not None:
-                    lines.append(f"{tensor}.mul_({factor})")
-            if draft.report("NM204", node, call=short(node), fixed="; ".join(lines)):
-                replace_statement(ctx, ctx.current.statement, lines)
+            d = dist(ctx)
+
+            def in_place(call: cst.Call) -> list[str]:
+                lines = []
+                for element in arg(call, 1, "inputs").value.elements:
+                    tensor = code(element.value)
+                    lines.append(f"{d}.all_reduce({tensor}, op={op})")
+                    if factor is not None:
+                        lines.append(f"{tensor}.mul_({code(arg(call, 2, 'scale').value)})")
+                return lines
+
+            if draft.report("NM204", node, call=short(node), fixed="; ".join(in_place(node))):
+                replace_statement(ctx, ctx.current.statement, in_place)
             return
         if is_statement(ctx, node) or isinstance(inputs.value, (cst.List, cst.Tuple)):
             return  # a list held in a variable, or a list result used: left to NM199
@@ -334,6 +347,53 @@ class Collectives(Rule):
         if draft.report("NM204", node, call=short(node), fixed=fixed.format(tensor=code(value.value))):
             ctx.replace(node, lambda new: _wrap(new, fixed.format(tensor=code(arg(new, 0, "value").value))))
 
+    def _reduce_scatter(self, node: cst.Call) -> None:
+        """`y = xm.reduce_scatter(op, x, scale, 0, n)`: this rank's 1/n of the reduced `x`, along dim 0."""
+        ctx = self.ctx
+        draft = Draft(ctx)
+        names = ("reduce_type", "input", "scale", "scatter_dim", "shard_count", "groups", "output", "pin_layout")
+        given = [arg(node, i, name) for i, name in enumerate(names)]
+        reduce_type, tensor, scale, dim, count, groups, output, _ = given
+        target = assigned_name(ctx, node)
+        if None in (reduce_type, tensor, scale, dim, count) or output is not None or not only_args(node, *given) \
+                or not _same_name_free(tensor, target) or code(dim.value) != "0" or self._groups(node, groups):
+            return
+        op = self._op(reduce_type.value)
+        if op is None:
+            return
+        d = dist(ctx)
+
+        def scatter(call: cst.Call) -> list[str]:
+            x, n = code(arg(call, 1, "input").value), code(arg(call, 4, "shard_count").value)
+            lines = [f"{target} = {x}.new_empty({x}.shape[0] // {_paren(n)}, *{x}.shape[1:])",
+                     f"{d}.reduce_scatter_tensor({target}, {x}, op={op})"]
+            factor = code(arg(call, 2, "scale").value)
+            return lines + ([f"{target}.mul_({factor})"] if factor not in ("1", "1.0") else [])
+
+        if draft.report("NM204", node, call=short(node), fixed="; ".join(scatter(node))):
+            replace_statement(ctx, ctx.current.statement, scatter)
+
+    def _all_to_all(self, node: cst.Call) -> None:
+        """`y = xm.all_to_all(x, 0, 0, n)`: chunk i of `x` goes to rank i; the received chunks, in rank order."""
+        ctx = self.ctx
+        draft = Draft(ctx)
+        names = ("value", "split_dimension", "concat_dimension", "split_count", "groups", "pin_layout")
+        given = [arg(node, i, name) for i, name in enumerate(names)]
+        tensor, split, concat, count, groups, _ = given
+        target = assigned_name(ctx, node)
+        if None in (tensor, split, concat, count) or not only_args(node, *given) \
+                or not _same_name_free(tensor, target) or {code(split.value), code(concat.value)} != {"0"} \
+                or self._groups(node, groups):
+            return
+        torch, d = ctx.module_ref("torch"), dist(ctx)
+
+        def exchange(call: cst.Call) -> list[str]:
+            x = code(arg(call, 0, "value").value)
+            return [f"{target} = {torch}.empty_like({x})", f"{d}.all_to_all_single({target}, {x})"]
+
+        if draft.report("NM204", node, call=short(node), fixed="; ".join(exchange(node))):
+            replace_statement(ctx, ctx.current.statement, exchange)
+
     def _rendezvous(self, node: cst.Call) -> None:
         ctx = self.ctx
         draft = Draft(ctx)
@@ -357,20 +417,30 @@ class Collectives(Rule):
         if any(gathered in s.bindings or gathered in s.reads for s in ctx.analysis.scopes):
             return
         d = dist(ctx)
-        lines = [f"{gathered} = [None] * {d}.get_world_size()",
-                 f"{d}.all_gather_object({gathered}, {code(data.value)})",
-                 f"{target} = {_paren(code(fn.value))}({gathered})"]
-        if draft.report("NM206", node, call=short(node), fixed="; ".join(lines)):
-            replace_statement(ctx, ctx.current.statement, lines)
+
+        def gather(call: cst.Call) -> list[str]:
+            return [f"{gathered} = [None] * {d}.get_world_size()",
+                    f"{d}.all_gather_object({gathered}, {code(arg(call, 1, 'data').value)})",
+                    f"{target} = {_paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
+
+        if draft.report("NM206", node, call=short(node), fixed="; ".join(gather(node))):
+            replace_statement(ctx, ctx.current.statement, gather)
 
 
-def replace_statement(ctx, statement: cst.CSTNode, lines: list[str]) -> None:
-    """Put `lines` where `statement` was; its comments stay above the first line."""
-    def fn(old: cst.CSTNode) -> cst.FlattenSentinel:
+def replace_statement(ctx, statement: cst.SimpleStatementLine, build: Callable[[cst.Call], list[str]]) -> None:
+    """Put the lines `build` writes for the (already rewritten) call of `statement` where the statement was;
+    its comments stay above the first line."""
+    def fn(old: cst.SimpleStatementLine) -> cst.FlattenSentinel:
+        lines = build(old.body[0].value)
         new = list(cst.parse_module("\n".join(lines) + "\n").body)
         new[0] = new[0].with_changes(leading_lines=old.leading_lines)
         return cst.FlattenSentinel(new)
     ctx.replace(statement, fn)
+
+
+def _same_name_free(tensor: cst.Arg, target: str | None) -> bool:
+    """The input is a plain name other than the assignment target (the new lines read it more than once)."""
+    return target is not None and isinstance(tensor.value, cst.Name) and tensor.value.value != target
 
 
 def _paren(text: str) -> str:

@@ -209,7 +209,7 @@ class GradientAveraging(Rule):
                  f"        {d}.all_reduce({param}.grad)\n"
                  f"        {param}.grad /= {d}.get_world_size()\n")
         if step.replaces_statement:
-            replace_statement(ctx, statement, [block.rstrip()])
+            replace_statement(ctx, statement, lambda _call: [block.rstrip()])
         else:
             ctx.insert_before(statement, block)
 
