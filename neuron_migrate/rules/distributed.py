@@ -195,16 +195,22 @@ class Spawn(Rule):
         method = arg(node, 3, "start_method")
         if fn is None or not only_args(node, fn, args, nprocs, method) or not is_statement(ctx, node):
             return
-        if args is None:
-            rest = []
-        elif isinstance(args.value, cst.Tuple):
-            rest = [f"*{code(e.value)}" if isinstance(e, cst.StarredElement) else code(e.value) for e in args.value.elements]
-        else:
-            rest = [f"*{code(args.value)}"]
-        call = f"{code(fn.value)}({', '.join([local_rank(ctx), *rest])})"
+        index = local_rank(ctx)
+
+        def direct(call: cst.Call) -> str:
+            spawned = arg(call, 1, "args")
+            if spawned is None:
+                rest = []
+            elif isinstance(spawned.value, cst.Tuple):
+                rest = [f"*{code(e.value)}" if isinstance(e, cst.StarredElement) else code(e.value)
+                        for e in spawned.value.elements]
+            else:
+                rest = [f"*{code(spawned.value)}"]
+            return f"{code(arg(call, 0, 'fn').value)}({', '.join([index, *rest])})"
+
         procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
-        if draft.report("NM202", node, call=short(node), fixed=call, nprocs=procs):
-            ctx.replace(node, cst.parse_expression(call))
+        if draft.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs):
+            ctx.replace(node, lambda new: cst.parse_expression(direct(new)))
             if "init_process_group" not in ctx.source.text and self._defined_here(fn.value):
                 init = f"{dist(ctx)}.init_process_group(backend={ctx.string('neuron')}, " \
                        f"init_method={ctx.string('env://')})\n"
