@@ -94,8 +94,8 @@ class DeviceLoaders(Rule):
                 return None
             return loader.value, device.value
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value == "per_device_loader" and isinstance(func.value, cst.Call) \
-                and self.ctx.qualname(func.value.func) in PARALLEL_LOADER:
+        if isinstance(func, cst.Attribute) and func.attr.value == "per_device_loader" \
+                and isinstance(func.value, cst.Call) and self.ctx.qualname(func.value.func) in PARALLEL_LOADER:
             inner = func.value
             loader, device = arg(inner, 0, "loader"), arg(node, 0, "device")
             if loader is None or device is None or not only_args(node, device) or inner.args[0] is not loader:

@@ -123,8 +123,7 @@ class GradientAveraging(Rule):
         if model is None:
             return None
         model_scope = ctx.analysis.lookup(model, opt_scope)
-        found = [p for p in self.placements if p.name == model and ctx.analysis.lookup(model, p.occ.scope) is model_scope
-                 and p.occ.scope is model_scope]
+        found = [p for p in self.placements if p.name == model and p.occ.scope is model_scope]
         if len(found) != 1 or found[0].occ.in_loop or not self._only_module_uses(found[0], model_scope):
             return None
         placement = found[0]
@@ -196,7 +195,8 @@ class GradientAveraging(Rule):
         ctx = self.ctx
         opt = code(step.optimizer)
         statement = step.occ.statement
-        if not isinstance(statement, cst.SimpleStatementLine) or not isinstance(step.optimizer, (cst.Name, cst.Attribute)):
+        named = isinstance(step.optimizer, (cst.Name, cst.Attribute))
+        if not isinstance(statement, cst.SimpleStatementLine) or not named:
             ctx.report("NM209", step.node, call=short(step.node))
             return
         if not self._report(step, f"all-reduce the gradients of {opt} and divide them by the world size"):
