@@ -6,7 +6,7 @@ import libcst as cst
 
 from neuron_migrate.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.distributed import Draft, guard_statement, is_statement, local_rank, only_args, rank
+from neuron_migrate.rewrites import Draft, guard_statement, is_statement, local_rank, only_args, rank
 
 XSER = "torch_xla.utils.serialization"
 SAVE = frozenset({f"{XM}.save", f"{XSER}.save"})

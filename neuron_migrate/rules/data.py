@@ -16,7 +16,7 @@ from neuron_migrate.names import Occurrence, Scope
 from neuron_migrate.patterns import arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import XLA_DEVICE
-from neuron_migrate.rules.distributed import Draft, assigned_name, only_args
+from neuron_migrate.rewrites import Draft, assigned_name, only_args
 
 PL = "torch_xla.distributed.parallel_loader"
 MP_DEVICE_LOADER = frozenset({f"{PL}.MpDeviceLoader"})

@@ -7,11 +7,11 @@ just as torch_xla needed none.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import libcst as cst
 
-from neuron_migrate.patterns import XM, arg, code, has_star, short, string_value
+from neuron_migrate.patterns import XM, arg, code, short, string_value
+from neuron_migrate.rewrites import (LOOSE_PARENTS, Draft, assigned_name, dist, env_int, is_statement, keep_parens,
+                                     local_rank, note_fstring, only_args, paren, rank, replace_statement)
 from neuron_migrate.rules import Rule
 
 XR = "torch_xla.runtime"
@@ -41,82 +41,6 @@ REDUCE_SCATTER = frozenset({f"{XM}.reduce_scatter"})
 ALL_TO_ALL = frozenset({f"{XM}.all_to_all"})
 RENDEZVOUS = frozenset({f"{XM}.rendezvous"})
 MESH_REDUCE = frozenset({f"{XM}.mesh_reduce"})
-
-
-# Places where an expression needs no parentheses of its own.
-LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return, cst.BooleanOperation,
-                 cst.Expr)
-
-
-class Draft:
-    """Reports a fix; the imports that building it added are kept only when the fix is made."""
-
-    def __init__(self, ctx) -> None:
-        self.ctx = ctx
-        self.imports = list(ctx.required_imports)
-
-    def report(self, code: str, node: cst.CSTNode, **fields) -> bool:
-        if self.ctx.report(code, node, **fields):
-            return True
-        self.ctx.required_imports[:] = self.imports
-        return False
-
-
-def env_int(ctx, variable: str, default: str) -> str:
-    """`int(os.environ.get("RANK", 0))`: what torchrun set, or the single-process value."""
-    quote = ctx.shared.get("fstring_quotes", {}).get(id(ctx.current.node), ctx.quote)
-    return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {default}))"
-
-
-def note_fstring(ctx, node: cst.FormattedString) -> None:
-    """Remember the quote that code placed inside this f-string must use (the other one, before Python 3.12)."""
-    quote = "'" if node.start.rstrip().endswith('"') else '"'
-    quotes = ctx.shared.setdefault("fstring_quotes", {})
-    stack = list(node.parts)
-    while stack:
-        child = stack.pop()
-        quotes[id(child)] = quote
-        stack.extend(child.children)
-
-
-def rank(ctx) -> str:
-    return env_int(ctx, "RANK", "0")
-
-
-def local_rank(ctx) -> str:
-    return env_int(ctx, "LOCAL_RANK", "0")
-
-
-def world_size(ctx) -> str:
-    return env_int(ctx, "WORLD_SIZE", "1")
-
-
-def dist(ctx) -> str:
-    return ctx.module_ref("torch.distributed", "dist")
-
-
-def only_args(call: cst.Call, *allowed: cst.Arg | None) -> bool:
-    """Every argument of `call` is one of `allowed` (no star, nothing unknown)."""
-    known = {id(a) for a in allowed if a is not None}
-    return not has_star(call) and all(id(a) in known for a in call.args)
-
-
-def is_statement(ctx, node: cst.CSTNode) -> bool:
-    """The call is a whole expression statement alone on its line."""
-    occ = ctx.current
-    return (isinstance(occ.small, cst.Expr) and occ.small.value is node
-            and isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1)
-
-
-def assigned_name(ctx, node: cst.CSTNode) -> str | None:
-    """`x = <node>` alone on its line: the target name."""
-    occ = ctx.current
-    small = occ.small
-    if (isinstance(small, cst.Assign) and small.value is node and len(small.targets) == 1
-            and isinstance(small.targets[0].target, cst.Name)
-            and isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1):
-        return small.targets[0].target.value
-    return None
 
 
 class RankAndWorldSize(Rule):
@@ -332,11 +256,11 @@ class Collectives(Rule):
             text = f"{functional}.all_reduce({code(arg(call, 1, 'inputs').value)}, op={op})"
             if factor is None:
                 return text
-            text += f" * {_paren(code(arg(call, 2, 'scale').value))}"
+            text += f" * {paren(code(arg(call, 2, 'scale').value))}"
             return text if loose else f"({text})"
 
         if draft.report("NM204", node, call=short(node), fixed=build(node)):
-            ctx.replace(node, lambda new: _wrap(new, build(new)))
+            ctx.replace(node, lambda new: keep_parens(new, build(new)))
 
     def _all_gather(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -351,7 +275,7 @@ class Collectives(Rule):
         functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
         fixed = f"{torch}.cat({functional}.all_gather({{tensor}}), dim={code(dim.value) if dim else 0})"
         if draft.report("NM204", node, call=short(node), fixed=fixed.format(tensor=code(value.value))):
-            ctx.replace(node, lambda new: _wrap(new, fixed.format(tensor=code(arg(new, 0, "value").value))))
+            ctx.replace(node, lambda new: keep_parens(new, fixed.format(tensor=code(arg(new, 0, "value").value))))
 
     def _reduce_scatter(self, node: cst.Call) -> None:
         """`y = xm.reduce_scatter(op, x, scale, 0, n)`: this rank's 1/n of the reduced `x`, along dim 0."""
@@ -371,7 +295,7 @@ class Collectives(Rule):
 
         def scatter(call: cst.Call) -> list[str]:
             x, n = code(arg(call, 1, "input").value), code(arg(call, 4, "shard_count").value)
-            lines = [f"{target} = {x}.new_empty({x}.shape[0] // {_paren(n)}, *{x}.shape[1:])",
+            lines = [f"{target} = {x}.new_empty({x}.shape[0] // {paren(n)}, *{x}.shape[1:])",
                      f"{d}.reduce_scatter_tensor({target}, {x}, op={op})"]
             factor = code(arg(call, 2, "scale").value)
             return lines + ([f"{target}.mul_({factor})"] if factor not in ("1", "1.0") else [])
@@ -427,56 +351,12 @@ class Collectives(Rule):
         def gather(call: cst.Call) -> list[str]:
             return [f"{gathered} = [None] * {d}.get_world_size()",
                     f"{d}.all_gather_object({gathered}, {code(arg(call, 1, 'data').value)})",
-                    f"{target} = {_paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
+                    f"{target} = {paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
 
         if draft.report("NM206", node, call=short(node), fixed="; ".join(gather(node))):
             replace_statement(ctx, ctx.current.statement, gather)
 
 
-def replace_statement(ctx, statement: cst.SimpleStatementLine, build: Callable[[cst.Call], list[str]]) -> None:
-    """Put the lines `build` writes for the (already rewritten) call of `statement` where the statement was;
-    its comments stay above the first line."""
-    def fn(old: cst.SimpleStatementLine) -> cst.FlattenSentinel:
-        lines = build(old.body[0].value)
-        new = list(cst.parse_module("\n".join(lines) + "\n").body)
-        new[0] = new[0].with_changes(leading_lines=old.leading_lines)
-        return cst.FlattenSentinel(new)
-    ctx.replace(statement, fn)
-
-
 def _same_name_free(tensor: cst.Arg, target: str | None) -> bool:
     """The input is a plain name other than the assignment target (the new lines read it more than once)."""
     return target is not None and isinstance(tensor.value, cst.Name) and tensor.value.value != target
-
-
-def _paren(text: str) -> str:
-    try:
-        expr = cst.parse_expression(text)
-    except cst.ParserSyntaxError:
-        return f"({text})"
-    simple = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
-    return text if isinstance(expr, simple) else f"({text})"
-
-
-def _wrap(old: cst.CSTNode, text: str) -> cst.BaseExpression:
-    """The new expression, keeping the parentheses that surrounded the old one."""
-    new = cst.parse_expression(text)
-    if isinstance(old, cst.BaseExpression) and old.lpar:
-        new = new.with_changes(lpar=old.lpar, rpar=old.rpar)
-    return new
-
-
-def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str] = ()) -> None:
-    """Run `statement` (and `extra` lines after it) only when `condition` holds: `if <condition>:` around it."""
-    def fn(old: cst.CSTNode) -> cst.CSTNode:
-        body = [old.with_changes(leading_lines=[]), *cst.parse_module("".join(f"{x}\n" for x in extra)).body]
-        return cst.If(test=cst.parse_expression(condition), body=cst.IndentedBlock(body=body),
-                      leading_lines=old.leading_lines)
-    ctx.replace(statement, fn)
-
-
-def alone_on_line(ctx, node: cst.CSTNode) -> bool:
-    """`node` is the only small statement of a whole line (so the line can become a block)."""
-    occ = ctx.current
-    return isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1 \
-        and occ.small is occ.statement.body[0] and (occ.small is node or getattr(occ.small, "value", None) is node)

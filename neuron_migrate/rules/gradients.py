@@ -17,7 +17,7 @@ from neuron_migrate.names import Occurrence, Scope
 from neuron_migrate.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
-from neuron_migrate.rules.distributed import dist, only_args, replace_statement, world_size
+from neuron_migrate.rewrites import dist, only_args, replace_statement, world_size
 from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, is_data_parallel
 
 REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})

@@ -6,7 +6,7 @@ import libcst as cst
 
 from neuron_migrate.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.distributed import Draft, alone_on_line, guard_statement, is_statement, only_args, rank
+from neuron_migrate.rewrites import Draft, alone_on_line, guard_statement, is_statement, only_args, rank
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
 STEP_CLOSURE = frozenset({f"{XM}.add_step_closure"})
