@@ -76,6 +76,7 @@ def test_migration_leaves_no_torch_xla_and_no_marker(migrated):
     assert "torch_xla" not in program and "TODO(neuron-migrate" not in program
     assert "DistributedDataParallel(model" in program
     assert "torchrun --nproc_per_node=8 train.py" in (migrated / "run.sh").read_text()
+    assert "torch-xla" not in (migrated / "requirements.txt").read_text()
     assert cli("rewrite", "--diff", str(migrated)).returncode == 0  # a second run changes nothing
 
 
