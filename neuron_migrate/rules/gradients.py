@@ -15,9 +15,10 @@ import libcst as cst
 
 from neuron_migrate.names import Occurrence, Scope
 from neuron_migrate.patterns import XM, arg, code, short
+from neuron_migrate.rewrites import dist, only_args, replace_statement, world_size
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
-from neuron_migrate.rewrites import dist, only_args, replace_statement, world_size
+from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP
 from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, is_data_parallel
 
 REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})
@@ -59,6 +60,7 @@ class GradientAveraging(Rule):
         self.placements: list[Placement] = []
         self.optimizers: dict[tuple[int, str], str] = {}  # (scope, optimizer name) -> model name
         self.names: list[tuple[Occurrence, cst.Name]] = []
+        self.inits: list[tuple[Scope, cst.Name]] = []  # scope and first name of each `init_process_group(...)`
 
     # -- what the file holds ---------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -68,6 +70,8 @@ class GradientAveraging(Rule):
             opt = arg(node, 0, "optimizer")
             if opt is not None and not any(a.star for a in node.args):
                 self.steps.append(Step(ctx.current, node, opt.value, False))
+        elif qual in INIT_PROCESS_GROUP:
+            self.inits.append((ctx.current.scope, _head(node.func)))
         elif qual in REDUCE_GRADIENTS:
             opt = arg(node, 0, "optimizer")
             groups = arg(node, 1, "groups")
@@ -146,8 +150,9 @@ class GradientAveraging(Rule):
         order = {id(node): i for i, (_, node) in enumerate(self.names)}
         targets = {id(b.node) for b in bindings}
         placed_at = order[id(placement.node)]
-        if any(order[t] > placed_at for t in targets):
-            return False
+        late_init = any(sc is scope and order[id(n)] > placed_at for sc, n in self.inits)
+        if late_init or any(order[t] > placed_at for t in targets):
+            return False  # the process group is created after the placement, or the model is rebound
         calls = 0
         for occ, node in self.names:
             if node.value != model or id(node) in targets or self.ctx.analysis.lookup(model, occ.scope) is not scope:
@@ -230,3 +235,9 @@ def _body(scope: Scope) -> cst.CSTNode:
     """The block whose statements run unconditionally in the scope."""
     node = scope.node
     return node.body if isinstance(node, cst.FunctionDef) else node
+
+
+def _head(expr: cst.BaseExpression) -> cst.Name:
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return expr
