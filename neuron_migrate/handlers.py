@@ -24,7 +24,8 @@ HANDLERS: dict[str, list[str]] = {
     "setup-cfg": ["neuron_migrate.pin.setup_cfg:process_setup_cfg"],
     "conda-env": ["neuron_migrate.pin.conda:process_conda_env"],
     "dockerfile": ["neuron_migrate.pin.dockerfile:process_dockerfile", "neuron_migrate.envfiles:process_dockerfile"],
-    "shell": ["neuron_migrate.pin.shell:process_shell", "neuron_migrate.envfiles:process_shell"],
+    "shell": ["neuron_migrate.pin.shell:process_shell", "neuron_migrate.envfiles:process_shell",
+              "neuron_migrate.launch:process_shell"],
 }
 
 

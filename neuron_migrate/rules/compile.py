@@ -30,6 +30,14 @@ def _last(expr: cst.BaseExpression) -> str:
     return parts[-1] if parts else ""
 
 
+def placed_object(value: cst.BaseExpression) -> cst.BaseExpression | None:
+    """For `<obj>.to(<dev>)` (also `.to(device=...)`), the moved object; the device is checked by the caller."""
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to":
+        if len(value.args) == 1 and (value.args[0].keyword is None or value.args[0].keyword.value == "device"):
+            return value.func.value
+    return None
+
+
 class CompilePlacedModel(Rule):
     """Insert `model.compile(backend="neuron", dynamic=False)` after a model is moved to the neuron device."""
 
@@ -87,24 +95,16 @@ class CompilePlacedModel(Rule):
             self.device_names.add(name.split(".")[-1])
         if self._is_module_value(node.value):
             self.module_names.add(name)
-        placed = self._placement(node.value)
+        placed = placed_object(node.value)
         if placed is not None:
             self.placements.append((self.ctx.current, node, name, placed))
 
     def visit_Expr(self, node: cst.Expr) -> None:
-        placed = self._placement(node.value)
+        placed = placed_object(node.value)
         if placed is not None:
             name = dotted_str(placed)
             if name is not None:
                 self.placements.append((self.ctx.current, node, name, placed))
-
-    @staticmethod
-    def _placement(value: cst.BaseExpression) -> cst.BaseExpression | None:
-        """For `<obj>.to(<dev>)` (also `.to(device=...)`), the moved object; the device is checked later."""
-        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to":
-            if len(value.args) == 1 and (value.args[0].keyword is None or value.args[0].keyword.value == "device"):
-                return value.func.value
-        return None
 
     def finish(self) -> None:
         ctx = self.ctx

@@ -1,4 +1,4 @@
-"""NM105 / NM106: `xm.optimizer_step(opt)` becomes `opt.step()`; gradient averaging must not vanish."""
+"""NM105: `xm.optimizer_step(opt)` becomes `opt.step()` (its gradient averaging: NM106 in gradients.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ OPTIMIZER_STEP = frozenset({f"{XM}.optimizer_step"})
 
 # What makes a program data-parallel: any of these in its text.
 DATA_PARALLEL = re.compile(
-    r"\b(xmp\.spawn|spawn\(|init_process_group|xrt_world_size|world_size\(|get_ordinal|global_ordinal"
+    r"\b(xmp\.spawn|spawn|init_process_group|xrt_world_size|world_size|get_ordinal|global_ordinal"
     r"|DistributedSampler|all_reduce|reduce_gradients|MpDeviceLoader|ParallelLoader|is_master_ordinal"
     r"|xla_multiprocessing|WORLD_SIZE)\b"
 )
@@ -28,7 +28,7 @@ def is_data_parallel(ctx) -> bool:
 
 
 class OptimizerStep(Rule):
-    codes = ("NM105", "NM106")
+    codes = ("NM105",)
     triggers = (b"optimizer_step",)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -60,7 +60,5 @@ class OptimizerStep(Rule):
         if not isinstance(opt.value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
             target = f"({target})"
         fixed = f"{target}.step({step_args})"
-        if is_data_parallel(ctx):
-            ctx.report("NM106", node, call=short(node), fixed=fixed)
         if ctx.report("NM105", node, call=short(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))

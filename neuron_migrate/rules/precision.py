@@ -1,5 +1,6 @@
-"""NM401 float64 on the device; NM402 XLA and CUDA autocast become `torch.autocast(device_type="neuron")`;
-NM406 torch_xla's sync-free optimizers become their torch.optim namesakes."""
+"""NM401 float64 on the device; NM402 XLA and CUDA autocast become `torch.autocast(device_type="neuron")`.
+
+(torch_xla's sync-free optimizers are renamed by NM227 in misc.py.)"""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ CONVERTED_AFTER = frozenset({"float", "half", "bfloat16", "to", "type", "int", "
 
 XLA_AUTOCAST = frozenset({"torch_xla.amp.autocast", "torch_xla.amp.autocast_mode.autocast"})
 CUDA_AUTOCAST = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"})
-SYNCFREE = {f"torch_xla.amp.syncfree.{name}": name for name in ("Adam", "AdamW", "SGD")}
 
 
 class Float64(Rule):
@@ -137,22 +137,3 @@ class Autocast(Rule):
         fixed = f"{torch}.autocast({', '.join(parts)})"
         if ctx.report("NM402", node, call=short(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))
-
-
-
-class SyncFreeOptimizer(Rule):
-    """`syncfree.AdamW(params, ...)` -> `torch.optim.AdamW(params, ...)`: the same update without a scaler."""
-
-    codes = ("NM406",)
-    triggers = (b"syncfree",)
-
-    def _reference(self, node: cst.CSTNode) -> None:
-        ctx = self.ctx
-        name = SYNCFREE.get(reference(ctx, node) or "")
-        if name is None:
-            return
-        fixed = f"{ctx.module_ref('torch')}.optim.{name}"
-        if ctx.report("NM406", node, name=code(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
-
-    visit_Attribute = visit_Name = _reference

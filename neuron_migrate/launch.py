@@ -1,0 +1,137 @@
+"""Launch scripts (`*.sh`): a program that started its workers with `xmp.spawn` is started by torchrun.
+
+`python train.py ...` becomes `torchrun --nproc_per_node=N train.py ...` (NM240) when train.py, found beside
+the script or under the working folder, calls `xmp.spawn`. N is the spawn's `nprocs`; without one (every
+device) the `NEURON_RT_NUM_CORES` the script sets, else `neuron`, which makes torchrun start one process per
+neuron device. A count the program computes is not guessed: the line is marked (NM241).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from neuron_migrate import catalogue
+from neuron_migrate.edits import MARKER_PREFIX, marker_text
+from neuron_migrate.engine import marker_findings
+from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate.names import Analysis
+from neuron_migrate.patterns import arg
+from neuron_migrate.rules.distributed import SPAWN
+from neuron_migrate.settings import Settings
+from neuron_migrate.sources import SourceError, decode, read_bytes
+
+# `python train.py`, `python3 -u train.py`, `${PYTHON} train.py`, after a line start, `;`, `&&`, `|` or env vars.
+LAUNCH = re.compile(
+    r"(?P<head>^\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*|[;&|(]\s*|\bexec\s+)"
+    r"(?P<python>(?:\S*/)?python(?:3(?:\.\d+)?)?|\$\{?PYTHON\}?)(?P<flags>(?:\s+-u)*)\s+"
+    r"(?P<script>[^\s;&|]+\.py)\b"
+)
+NUM_CORES = re.compile(r"\bNEURON_RT_NUM_CORES=[\"']?(\d+)")
+
+
+ALL_DEVICES = "neuron"  # torchrun's --nproc_per_node=<PrivateUse1 name>: one process per visible device
+
+
+@dataclass(frozen=True)
+class Spawned:
+    nprocs: str | None  # a literal count, ALL_DEVICES (spawn's default), or None: computed by the program
+
+
+def spawned(program: str) -> Spawned | None:
+    """Whether the Python program calls `xmp.spawn` (resolved through its imports), and with how many processes."""
+    if "spawn" not in program:
+        return None
+    try:
+        module = cst.parse_module(program)
+    except cst.ParserSyntaxError:
+        return None
+    analysis = Analysis(module, wanted=(cst.Call,))
+    for occ in analysis.occurrences:
+        if analysis.qualname(occ.node.func, occ.scope) in SPAWN:
+            nprocs = arg(occ.node, 2, "nprocs")
+            if nprocs is None or (isinstance(nprocs.value, cst.Name) and nprocs.value.value == "None"):
+                return Spawned(ALL_DEVICES)
+            return Spawned(nprocs.value.value if isinstance(nprocs.value, cst.Integer) else None)
+    return None
+
+
+def _program(script_path: str, name: str) -> str | None:
+    for folder in (os.path.dirname(script_path), "."):
+        candidate = os.path.normpath(os.path.join(folder, name))
+        if os.path.isfile(candidate):
+            try:
+                return decode(read_bytes(candidate)).text
+            except SourceError:
+                return None
+    return None
+
+
+def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
+    result = FileResult(path, old_bytes=data)
+    if b"python" not in data.lower() and MARKER_PREFIX.encode() not in data:
+        return result
+    source = decode(data)
+    text = source.text
+    cores = NUM_CORES.search(text)
+    lines = text.splitlines(keepends=True)
+    out = []
+    previous = ""
+    for number, line in enumerate(lines, start=1):
+        out.append(_launch_line(path, number, line, previous, cores.group(1) if cores else None, settings, rewrite,
+                                result))
+        previous = line
+    new_text = "".join(out)
+    result.findings += marker_findings(text, path, settings)
+    if rewrite and new_text != text:
+        result.new_bytes = source.encode(new_text)
+        result.manual = marker_findings(new_text, path, settings)
+    result.findings.sort(key=lambda f: f.sort_key())
+    return result
+
+
+def _launch_line(path: str, number: int, line: str, previous: str, cores: str | None, settings: Settings,
+                 rewrite: bool, result: FileResult) -> str:
+    if line.lstrip().startswith("#"):
+        return line
+    match = LAUNCH.search(line)
+    if match is None:
+        return line
+    program = _program(path, match.group("script"))
+    found = spawned(program) if program is not None else None
+    if found is None:
+        return line
+    nprocs = cores if found.nprocs == ALL_DEVICES and cores else found.nprocs
+    text = match.group(0)[len(match.group("head")):].strip()
+    if nprocs is None:
+        if previous.lstrip().startswith(f"{MARKER_PREFIX}NM241)"):
+            return line
+        return _mark(path, number, line, match, text, settings, rewrite, result)
+    fixed = f"torchrun --nproc_per_node={nprocs} {match.group('script')}"
+    info = catalogue.rule("NM240")
+    if not settings.enabled("NM240", path):
+        return line
+    fixable = not (info.fix is FixSafety.UNSAFE and settings.safe_only)
+    result.findings.append(Finding(path, number, match.start("python") + 1, "NM240",
+                                   info.format(text=text, fixed=fixed), fixable))
+    if not (rewrite and fixable):
+        return line
+    result.applied["NM240"] = result.applied.get("NM240", 0) + 1
+    return line[:match.start("python")] + fixed + line[match.end("script"):]
+
+
+def _mark(path: str, number: int, line: str, match: re.Match, text: str, settings: Settings, rewrite: bool,
+          result: FileResult) -> str:
+    if not settings.enabled("NM241", path):
+        return line
+    info = catalogue.rule("NM241")
+    message = info.format(text=text)
+    result.findings.append(Finding(path, number, match.start("python") + 1, "NM241", message))
+    if not rewrite:
+        return line
+    indent = line[: len(line) - len(line.lstrip())]
+    newline = "\r\n" if line.endswith("\r\n") else "\n"
+    return f"{indent}{marker_text('NM241', message, info.link)}{newline}{line}"

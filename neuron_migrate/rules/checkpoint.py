@@ -1,0 +1,70 @@
+"""NM220 / NM221 / NM222: torch_xla checkpoint writers and readers become torch.save / torch.load."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.patterns import XM, arg, code, short
+from neuron_migrate.rules import Rule
+from neuron_migrate.rewrites import Draft, guard_statement, is_statement, local_rank, only_args, rank
+
+XSER = "torch_xla.utils.serialization"
+SAVE = frozenset({f"{XM}.save", f"{XSER}.save"})
+LOAD = frozenset({f"{XSER}.load"})
+
+
+def cpu_copy(ctx, value: str) -> str:
+    pytree = ctx.module_ref("torch.utils._pytree", "pytree")
+    torch = ctx.module_ref("torch")
+    return f"{pytree}.tree_map_only({torch}.Tensor, {torch}.Tensor.cpu, {value})"
+
+
+class Save(Rule):
+    """`xm.save(obj, path, master_only=True, global_master=False)` and `xser.save(...)` (same arguments)."""
+
+    codes = ("NM220", "NM221")
+    triggers = (b"torch_xla",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        draft = Draft(ctx)
+        qual = ctx.qualname(node.func)
+        if qual not in SAVE:
+            return
+        data, path = arg(node, 0, "data"), arg(node, 1, "file_or_path") or arg(node, 1, "path")
+        master_only, global_master = arg(node, 2, "master_only"), arg(node, 3, "global_master")
+        flags = [code(a.value) if a else None for a in (master_only, global_master)]
+        if data is None or path is None or not only_args(node, data, path, master_only, global_master) \
+                or not is_statement(ctx, node) or any(f not in (None, "True", "False") for f in flags):
+            return
+        condition = None
+        if flags[0] != "False":
+            condition = f"{rank(ctx) if flags[1] == 'True' else local_rank(ctx)} == 0"
+        template = f"{ctx.module_ref('torch')}.save({cpu_copy(ctx, '{value}')}, {{target}})"
+
+        def build(call: cst.Call) -> cst.BaseExpression:
+            value = code(arg(call, 0, "data").value)
+            target = code((arg(call, 1, "file_or_path") or arg(call, 1, "path")).value)
+            return cst.parse_expression(template.format(value=value, target=target))
+
+        fixed = code(build(node)) if condition is None else f"if {condition}: {code(build(node))}"
+        code_ = "NM220" if qual.startswith(XM) else "NM221"
+        if draft.report(code_, node, call=short(node), fixed=fixed):
+            ctx.replace(node, build)
+            if condition is not None:
+                guard_statement(ctx, ctx.current.statement, condition)
+
+
+class Load(Rule):
+    codes = ("NM221", "NM222")
+    triggers = (b"serialization",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        draft = Draft(ctx)
+        if ctx.qualname(node.func) not in LOAD:
+            return
+        fixed = f"{ctx.module_ref('torch')}.load"
+        ctx.report("NM222", node, call=short(node))
+        if draft.report("NM221", node, call=short(node), fixed=f"{fixed}(...)"):
+            ctx.replace(node.func, cst.parse_expression(fixed))

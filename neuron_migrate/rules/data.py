@@ -1,0 +1,262 @@
+"""NM210-NM212: torch_xla's device loaders and copies become the plain loader plus an explicit move.
+
+A device loader is replaced by the loader it wrapped only when every loop that reads its batches is found
+(a `for` over it, or over `enumerate(...)` of it, in the same function, its closures, or a function of the
+same file it is passed to); the move goes at the top of each such loop. Anything else is marked (NM211).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from neuron_migrate.names import Occurrence, Scope
+from neuron_migrate.patterns import arg, code, short
+from neuron_migrate.rules import Rule
+from neuron_migrate.rules.compile import XLA_DEVICE
+from neuron_migrate.rewrites import Draft, assigned_name, only_args
+
+PL = "torch_xla.distributed.parallel_loader"
+MP_DEVICE_LOADER = frozenset({f"{PL}.MpDeviceLoader"})
+PARALLEL_LOADER = frozenset({f"{PL}.ParallelLoader"})
+SEND_TO_DEVICE = frozenset({"torch_xla.core.xla_model.send_cpu_data_to_device"})
+# Keyword arguments of MpDeviceLoader that only tune prefetching.
+PREFETCH = frozenset({"loader_prefetch_size", "device_prefetch_size", "host_to_device_transfer_threads",
+                      "batchdim", "fixed_batch_size"})
+
+
+@dataclass
+class Loop:
+    occ: Occurrence
+    node: cst.For
+    enumerated: bool  # `for i, batch in enumerate(loader)`
+
+
+@dataclass
+class DeviceLoader:
+    occ: Occurrence
+    node: cst.Call
+    loader: cst.BaseExpression
+    device: cst.BaseExpression
+
+
+def tree_mover(ctx):
+    """A function giving the code that moves every tensor inside a value (a tensor, or tuples, lists and dicts
+    of them) to a device; the imports it needs are added now."""
+    pytree = ctx.module_ref("torch.utils._pytree", "pytree")
+    torch = ctx.module_ref("torch")
+
+    def move(device: str, value: str, non_blocking: bool = True) -> str:
+        extra = ", non_blocking=True" if non_blocking else ""
+        t = next(n for n in ("t", "tensor", "t_") if not re.search(rf"\b{n}\b", device))
+        return f"{pytree}.tree_map_only({torch}.Tensor, lambda {t}: {t}.to({device}{extra}), {value})"
+    return move
+
+
+class DeviceLoaders(Rule):
+    codes = ("NM210", "NM211")
+    triggers = (b"MpDeviceLoader", b"per_device_loader")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.loaders: list[DeviceLoader] = []
+        self.loops: dict[cst.CSTNode, Loop] = {}  # iterated expression -> its loop
+        self.reads: list[tuple[Occurrence, cst.Name]] = []
+        self.functions: dict[str, list[tuple[Occurrence, cst.FunctionDef]]] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        found = self._device_loader(node)
+        if found is not None:
+            self.loaders.append(DeviceLoader(self.ctx.current, node, *found))
+
+    def visit_For(self, node: cst.For) -> None:
+        iterated = node.iter
+        enumerated = isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Name) \
+            and iterated.func.value == "enumerate" and bool(iterated.args) and iterated.args[0].keyword is None
+        if enumerated:
+            iterated = iterated.args[0].value
+        self.loops[iterated] = Loop(self.ctx.current, node, enumerated)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.reads.append((self.ctx.current, node))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.functions.setdefault(node.name.value, []).append((self.ctx.current, node))
+
+    def _device_loader(self, node: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+        qual = self.ctx.qualname(node.func)
+        if qual in MP_DEVICE_LOADER:
+            loader, device = arg(node, 0, "loader"), arg(node, 1, "device")
+            tuning = [a for a in node.args if a.keyword is not None and a.keyword.value in PREFETCH]
+            if loader is None or device is None or not only_args(node, loader, device, *tuning):
+                return None
+            return loader.value, device.value
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "per_device_loader" \
+                and isinstance(func.value, cst.Call) and self.ctx.qualname(func.value.func) in PARALLEL_LOADER:
+            inner = func.value
+            loader, device = arg(inner, 0, "loader"), arg(node, 0, "device")
+            if loader is None or device is None or not only_args(node, device) or inner.args[0] is not loader:
+                return None
+            return loader.value, device.value
+        return None
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for found in self.loaders:
+            ctx.current = found.occ
+            loops = self._loops(found) if self._known_device(found) else None
+            if loops is None or any(_batch(loop) is None for loop in loops):
+                ctx.report("NM211", found.node, call=short(found.node))
+                continue
+            if not ctx.report("NM210", found.node, call=short(found.node), fixed=code(found.loader)):
+                continue
+            ctx.replace(found.node, _loader_of)
+            ctx.handled.add(found.node.func.value if isinstance(found.node.func, cst.Attribute) else found.node.func)
+            if isinstance(found.node.func, cst.Attribute) and isinstance(found.node.func.value, cst.Call):
+                ctx.handled.add(found.node.func.value.func)
+            device = self._device_code(found)
+            for loop in loops:
+                ctx.current = loop.occ
+                ctx.insert_before(loop.node.body.body[0], self._move(_batch(loop), device) + "\n")
+        ctx.current = None
+
+    def _known_device(self, found: DeviceLoader) -> bool:
+        device = found.device
+        return isinstance(device, cst.Name) or (
+            isinstance(device, cst.Call) and not device.args and self.ctx.qualname(device.func) in XLA_DEVICE)
+
+    def _device_code(self, found: DeviceLoader) -> str:
+        if isinstance(found.device, cst.Name):
+            return found.device.value
+        return f"{self.ctx.module_ref('torch')}.device({self.ctx.string('neuron')})"
+
+    def _loops(self, found: DeviceLoader) -> list[Loop] | None:
+        """Every loop over the device loader's batches, or None when some use of it is out of sight."""
+        ctx = self.ctx
+        occ = found.occ
+        if found.node in self.loops:
+            return [self.loops[found.node]]
+        name = assigned_name(ctx, found.node)
+        if name is None:
+            return None
+        loops = self._reads_as_loops(name, ctx.analysis.lookup(name, occ.scope), depth=1)
+        if loops is None or not loops:
+            return None
+        if not self._device_visible(found, loops):
+            return None
+        return loops
+
+    def _reads_as_loops(self, name: str, scope: Scope | None, depth: int) -> list[Loop] | None:
+        ctx = self.ctx
+        if scope is None or len(scope.bindings.get(name, [])) != 1:
+            return None
+        loops = []
+        for occ, node in self.reads:
+            if node.value != name or ctx.analysis.lookup(name, occ.scope) is not scope:
+                continue
+            if node in self.loops:
+                loops.append(self.loops[node])
+            elif depth and isinstance(occ.parent, cst.Arg) and occ.parent.keyword is None:
+                inner = self._through_call(occ, node, depth)
+                if inner is None:
+                    return None
+                loops.extend(inner)
+            elif not isinstance(occ.parent, (cst.Param, cst.AssignTarget)):
+                return None
+        return loops
+
+    def _through_call(self, occ: Occurrence, node: cst.Name, depth: int) -> list[Loop] | None:
+        """`train_loop(device_loader, ...)` with `def train_loop(loader, ...)` in this file: its loops."""
+        ctx = self.ctx
+        call = next((c for c in self._calls_with_arg(occ.parent)), None)
+        if call is None or not isinstance(call.func, cst.Name):
+            return None
+        defs = self.functions.get(call.func.value, [])
+        if len(defs) != 1:
+            return None
+        def_occ, function = defs[0]
+        if ctx.analysis.lookup(call.func.value, occ.scope) is not def_occ.scope:
+            return None
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        position = next((i for i, a in enumerate(positional) if a is occ.parent), None)
+        if position is None:
+            return None
+        params = function.params.params
+        if position >= len(params):
+            return None
+        param = params[position].name.value
+        body_scope = next((s for s in ctx.analysis.scopes if s.node is function), None)
+        return self._reads_as_loops(param, body_scope, depth - 1)
+
+    def _calls_with_arg(self, argument: cst.Arg):
+        for occ, node in self.reads:
+            parent = occ.parent
+            if isinstance(parent, cst.Call) and parent.func is node and any(a is argument for a in parent.args):
+                yield parent
+
+    def _device_visible(self, found: DeviceLoader, loops: list[Loop]) -> bool:
+        """The device name means the same thing inside every loop as where the loader was built."""
+        device = found.device
+        if not isinstance(device, cst.Name):
+            return True
+        lookup = self.ctx.analysis.lookup
+        home = lookup(device.value, found.occ.scope)
+        return all(lookup(device.value, loop.occ.scope) is home for loop in loops)
+
+    def _move(self, batch: cst.BaseExpression, device: str) -> str:
+        """The statement that moves the loop's batch to the device, keeping its structure."""
+        if isinstance(batch, cst.Name):
+            return f"{batch.value} = {tree_mover(self.ctx)(device, batch.value)}"
+        names = [e.value.value for e in batch.elements]
+        moved = [f"{n}.to({device}, non_blocking=True)" for n in names]
+        return f"{', '.join(names)} = {', '.join(moved)}"
+
+
+def _batch(loop: Loop) -> cst.BaseExpression | None:
+    """What the loop binds each batch to (a name, or a tuple of names), or None when no move can follow it."""
+    node = loop.node
+    if not isinstance(node.body, cst.IndentedBlock):
+        return None
+    target = node.target
+    if loop.enumerated:
+        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != 2:
+            return None
+        target = target.elements[1].value
+    if isinstance(target, cst.Name):
+        return target
+    if isinstance(target, (cst.Tuple, cst.List)) and target.elements \
+            and all(isinstance(e.value, cst.Name) for e in target.elements):
+        return target
+    return None
+
+
+def _loader_of(call: cst.Call) -> cst.BaseExpression:
+    if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Call):
+        call = call.func.value  # ParallelLoader(loader, [device]).per_device_loader(device)
+    value = call.args[0].value
+    return value.with_changes(lpar=[], rpar=[]) if isinstance(value, cst.BaseExpression) else value
+
+
+class SendToDevice(Rule):
+    codes = ("NM212",)
+    triggers = (b"send_cpu_data_to_device",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        draft = Draft(ctx)
+        if ctx.qualname(node.func) not in SEND_TO_DEVICE:
+            return
+        data, device = arg(node, 0, "data"), arg(node, 1, "device")
+        if data is None or device is None or not only_args(node, data, device):
+            return
+        move = tree_mover(ctx)
+
+        def build(call: cst.Call) -> cst.BaseExpression:
+            device, value = code(arg(call, 1, "device").value), code(arg(call, 0, "data").value)
+            return cst.parse_expression(move(device, value, non_blocking=False))
+
+        if draft.report("NM212", node, call=short(node), fixed=code(build(node))):
+            ctx.replace(node, build)

@@ -1,0 +1,243 @@
+"""NM106: the gradient averaging `xm.optimizer_step` / `xm.reduce_gradients` did in a data-parallel program.
+
+Where the model's placement, its optimizer and every use of its name are found, the model is wrapped in
+DistributedDataParallel under a second name right after it is placed (and compiled), and only its forward
+calls go through the wrapper: the model's own name stays bound to the bare module, so `state_dict()` keys
+keep no `module.` prefix and existing checkpoints keep loading. Anywhere else the gradients are averaged
+explicitly before the step, exactly as the legacy call did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from neuron_migrate.names import Occurrence, Scope
+from neuron_migrate.patterns import XM, arg, code, short
+from neuron_migrate.rewrites import dist, only_args, replace_statement, world_size
+from neuron_migrate.rules import Rule
+from neuron_migrate.rules.compile import placed_object
+from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP
+from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, is_data_parallel
+
+REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})
+
+# Uses of the model's name that neither run its forward nor let it escape.
+MODULE_ATTRIBUTES = frozenset({
+    "parameters", "named_parameters", "buffers", "named_buffers", "state_dict", "load_state_dict", "train",
+    "eval", "to", "cpu", "compile", "zero_grad", "children", "named_children", "modules", "named_modules",
+    "requires_grad_", "float", "half", "bfloat16", "double", "training", "config", "device", "dtype",
+})
+
+
+@dataclass
+class Step:
+    occ: Occurrence
+    node: cst.Call
+    optimizer: cst.BaseExpression
+    replaces_statement: bool  # xm.reduce_gradients(opt): the statement itself goes
+
+
+@dataclass
+class Placement:
+    occ: Occurrence
+    node: cst.Name  # the placed name: the target of `model = ....to(device)`, or `model` of `model.to(device)`
+
+    @property
+    def name(self) -> str:
+        return self.node.value
+
+
+class GradientAveraging(Rule):
+    codes = ("NM106", "NM209")
+    triggers = (b"torch_xla",)
+    order = 10  # after NM107 so that the wrapper comes after the inserted model.compile(...)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.steps: list[Step] = []
+        self.placements: list[Placement] = []
+        self.optimizers: dict[tuple[int, str], str] = {}  # (scope, optimizer name) -> model name
+        self.names: list[tuple[Occurrence, cst.Name]] = []
+        self.inits: list[tuple[Scope, cst.Name]] = []  # scope and first name of each `init_process_group(...)`
+
+    # -- what the file holds ---------------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual in OPTIMIZER_STEP and is_data_parallel(ctx):
+            opt = arg(node, 0, "optimizer")
+            if opt is not None and not any(a.star for a in node.args):
+                self.steps.append(Step(ctx.current, node, opt.value, False))
+        elif qual in INIT_PROCESS_GROUP:
+            self.inits.append((ctx.current.scope, _head(node.func)))
+        elif qual in REDUCE_GRADIENTS:
+            opt = arg(node, 0, "optimizer")
+            groups = arg(node, 1, "groups")
+            if opt is not None and only_args(node, opt, groups, arg(node, 2, "pin_layout")) and groups is None:
+                occ = ctx.current
+                if isinstance(occ.small, cst.Expr) and occ.small.value is node and len(occ.statement.body) == 1:
+                    self.steps.append(Step(occ, node, opt.value, True))
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
+            return
+        target = node.targets[0].target
+        if placed_object(node.value) is not None:
+            self.placements.append(Placement(self.ctx.current, target))
+        model = _parameters_of(node.value)
+        if model is not None:
+            self.optimizers[(id(self.ctx.current.scope), target.value)] = model
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        moved = placed_object(node.value)
+        if isinstance(moved, cst.Name):
+            self.placements.append(Placement(self.ctx.current, moved))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.names.append((self.ctx.current, node))
+
+    # -- the decision ----------------------------------------------------------------------------------
+    def finish(self) -> None:
+        ctx = self.ctx
+        wrapped: set[int] = set()
+        for step in self.steps:
+            ctx.current = step.occ
+            placement = self._wrappable(step)
+            if placement is None:
+                self._explicit(step)
+                continue
+            if not self._report(step, f"route {placement.name}(...) through DistributedDataParallel"):
+                continue
+            if id(placement) not in wrapped:
+                wrapped.add(id(placement))
+                self._wrap(placement)
+            if step.replaces_statement:
+                ctx.remove(step.occ.statement)
+        ctx.current = None
+
+    def _wrappable(self, step: Step) -> Placement | None:
+        """The placement of the model this step's optimizer holds, when wrapping it is known to be safe."""
+        ctx = self.ctx
+        if not isinstance(step.optimizer, cst.Name):
+            return None
+        opt_scope = ctx.analysis.lookup(step.optimizer.value, step.occ.scope)
+        model = self.optimizers.get((id(opt_scope), step.optimizer.value)) if opt_scope else None
+        if model is None:
+            return None
+        model_scope = ctx.analysis.lookup(model, opt_scope)
+        found = [p for p in self.placements if p.name == model and p.occ.scope is model_scope]
+        if len(found) != 1 or found[0].occ.in_loop or not self._only_module_uses(found[0], model_scope):
+            return None
+        placement = found[0]
+        statement = placement.occ.statement
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None
+        if placement.occ.block is not _body(model_scope):
+            return None  # placed inside an `if` / `try` / `with`: the wrapper would not exist on every path
+        if self._taken(f"ddp_{model}"):
+            return None
+        return placement
+
+    def _only_module_uses(self, placement: Placement, scope: Scope) -> bool:
+        """No binding of the name follows the placement, and every read calls its forward (at least one, none
+        before the placement in its own scope) or uses a plain module attribute."""
+        model = placement.name
+        bindings = scope.bindings.get(model, [])
+        if not bindings or any(b.kind != "assign" for b in bindings):
+            return False
+        order = {id(node): i for i, (_, node) in enumerate(self.names)}
+        targets = {id(b.node) for b in bindings}
+        placed_at = order[id(placement.node)]
+        late_init = any(sc is scope and order[id(n)] > placed_at for sc, n in self.inits)
+        if late_init or any(order[t] > placed_at for t in targets):
+            return False  # the process group is created after the placement, or the model is rebound
+        calls = 0
+        for occ, node in self.names:
+            if node.value != model or id(node) in targets or self.ctx.analysis.lookup(model, occ.scope) is not scope:
+                continue
+            parent = occ.parent
+            if isinstance(parent, cst.Call) and parent.func is node:
+                if occ.scope is scope and order[id(node)] < placed_at:
+                    return False
+                calls += 1
+            elif not (isinstance(parent, cst.Attribute) and parent.value is node
+                      and parent.attr.value in MODULE_ATTRIBUTES):
+                return False
+        return calls > 0
+
+    def _taken(self, name: str) -> bool:
+        return any(name in s.bindings or name in s.reads for s in self.ctx.analysis.scopes)
+
+    def _wrap(self, placement: Placement) -> None:
+        ctx = self.ctx
+        ctx.current = placement.occ
+        model = placement.name
+        ddp = f"ddp_{model}"
+        nn = ctx.module_ref("torch.nn", "nn")
+        ctx.insert_after(placement.occ.statement, (
+            f"{ddp} = {model}\n"
+            f"if {world_size(ctx)} > 1:\n"
+            f"    {ddp} = {nn}.parallel.DistributedDataParallel({model}, broadcast_buffers=False)\n"))
+        scope = placement.occ.scope
+        for occ, node in self.names:
+            parent = occ.parent
+            if node.value == model and isinstance(parent, cst.Call) and parent.func is node \
+                    and ctx.analysis.lookup(model, occ.scope) is scope:
+                ctx.replace(node, cst.Name(ddp))
+
+    def _report(self, step: Step, fixed: str) -> bool:
+        """Report NM106; when its fix is not made (`--safe-only`, ignored), mark the step so it is not lost."""
+        ctx = self.ctx
+        if ctx.report("NM106", step.node, call=short(step.node), fixed=fixed):
+            return True
+        if ctx.rewrite:
+            ctx.report("NM209", step.node, call=short(step.node))
+        return False
+
+    def _explicit(self, step: Step) -> None:
+        ctx = self.ctx
+        opt = code(step.optimizer)
+        statement = step.occ.statement
+        named = isinstance(step.optimizer, (cst.Name, cst.Attribute))
+        if not isinstance(statement, cst.SimpleStatementLine) or not named:
+            ctx.report("NM209", step.node, call=short(step.node))
+            return
+        if not self._report(step, f"all-reduce the gradients of {opt} and divide them by the world size"):
+            return
+        param = "param" if not self._taken("param") else "_param"
+        d = dist(ctx)
+        block = (f"if {world_size(ctx)} > 1:\n"
+                 f"    for {param} in [p for group in {opt}.param_groups for p in group[{ctx.string('params')}]"
+                 f" if p.grad is not None]:\n"
+                 f"        {d}.all_reduce({param}.grad)\n"
+                 f"        {param}.grad /= {d}.get_world_size()\n")
+        if step.replaces_statement:
+            replace_statement(ctx, statement, lambda _call: [block.rstrip()])
+        else:
+            ctx.insert_before(statement, block)
+
+
+def _parameters_of(value: cst.BaseExpression) -> str | None:
+    """`SGD(model.parameters(), lr=...)`: "model"."""
+    if not isinstance(value, cst.Call):
+        return None
+    first = arg(value, 0, "params")
+    inner = first.value if first is not None else None
+    if (isinstance(inner, cst.Call) and not inner.args and isinstance(inner.func, cst.Attribute)
+            and inner.func.attr.value == "parameters" and isinstance(inner.func.value, cst.Name)):
+        return inner.func.value.value
+    return None
+
+
+def _body(scope: Scope) -> cst.CSTNode:
+    """The block whose statements run unconditionally in the scope."""
+    node = scope.node
+    return node.body if isinstance(node, cst.FunctionDef) else node
+
+
+def _head(expr: cst.BaseExpression) -> cst.Name:
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return expr
