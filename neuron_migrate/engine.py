@@ -20,7 +20,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from neuron_migrate import catalogue
 from neuron_migrate.edits import MARKER_PREFIX, EditSet, apply, has_marker, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
-from neuron_migrate.names import Analysis, Occurrence, Scope
+from neuron_migrate.names import Analysis, Occurrence, Scope, import_target
 from neuron_migrate.rules import Rule, all_rules, all_triggers
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import Source, SourceError, decode
@@ -77,26 +77,40 @@ class FileContext:
 
         `module_ref("torch")` gives "torch" (or "th" after `import torch as th`);
         `module_ref("torch.distributed", "dist")` gives "dist" and adds `import torch.distributed as dist`.
+        A function that imports the module only on some paths gets the import at the top of its body, since
+        its name is local to the whole function.
         """
         scope = scope or self.scope
         local = self.analysis.local_name_for(module, scope)
         if local is not None:
             return local
-        wanted = alias or module.split(".")[0]
-        if alias is None:
-            owner = self.analysis.lookup(wanted, scope)
-            if owner is None or self.analysis.binding_of(wanted, scope) == wanted:
-                self._require(module, None)
-                return module
-        elif self.analysis.lookup(alias, scope) is None and not self._name_taken(alias):
+        if alias is not None and self.analysis.lookup(alias, scope) is None and not self._name_taken(alias):
             self._require(module, alias)
             return alias
-        # the preferred alias is taken by something else: spell the module out
         root = module.split(".")[0]
-        if self.analysis.lookup(root, scope) is None or self.analysis.binding_of(root, scope) == root:
+        owner = self.analysis.lookup(root, scope)
+        if owner is None:
             self._require(module, None)
             return module
-        raise SourceError(f"cannot add an import of {module}: the name {root!r} is taken in this file")
+        if import_target(owner.bindings[root]) != root:
+            raise SourceError(f"cannot add an import of {module}: the name {root!r} is taken in this file")
+        if owner.kind == "module":
+            self._require(module, None)
+        else:
+            self._import_at_top(owner, module)
+        return module
+
+    def _import_at_top(self, function_scope: Scope, module: str) -> None:
+        key = ("top-import", id(function_scope.node), module)
+        if key in self.shared:
+            return
+        self.shared[key] = True
+        body = function_scope.node.body
+        first = body.body[0]
+        if isinstance(body, cst.IndentedBlock) and _is_docstring(first) and len(body.body) > 1:
+            self.insert_after(first, f"import {module}\n")
+        else:
+            self.insert_before(first, f"import {module}\n")
 
     def _name_taken(self, name: str) -> bool:
         return any(name in s.bindings for s in self.analysis.scopes)
@@ -189,6 +203,11 @@ class FileContext:
         """A module-level statement that new code relies on, placed once after the imports."""
         if code not in self.definitions:
             self.definitions.append(code)
+
+
+def _is_docstring(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
+        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
 def node_code(node: cst.CSTNode) -> str:

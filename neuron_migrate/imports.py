@@ -7,6 +7,8 @@ such imports goes away whole, and an `if <feature test>:` guard left empty goes 
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from neuron_migrate.edits import EditSet, apply
@@ -14,6 +16,7 @@ from neuron_migrate.findings import Finding
 from neuron_migrate.names import Analysis, Binding, dotted, dotted_str
 
 LEGACY_ROOTS = ("torch_xla",)
+REPORTING_CALLS = frozenset({"print", "warn", "warning", "info", "debug", "error", "exception", "log"})
 UNUSED_CODE = "NM190"
 
 
@@ -64,9 +67,14 @@ def unused_legacy_findings(ctx, path: str) -> list[Finding]:
 
 def tidy(module: cst.Module, required: list[tuple[str, str | None]],
          definitions: list[str] = ()) -> tuple[cst.Module, int]:
-    module = _add_imports(module, required)
-    module = _add_definitions(module, definitions)
     analysis = Analysis(module)
+    # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
+    unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
+    definitions = [d for d in definitions if d.split("=", 1)[0].strip() in unresolved]
+    if definitions:
+        unresolved |= set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
+    module = _add_imports(module, _still_needed(module, required, unresolved))
+    module = _add_definitions(module, definitions)
     unused = unused_bindings(analysis)
     if not unused:
         return module, 0
@@ -89,6 +97,21 @@ def tidy(module: cst.Module, required: list[tuple[str, str | None]],
     module.visit(finder)
     edits.remove.update(finder.guards)
     return apply(module, edits), len(unused)
+
+
+def _still_needed(module: cst.Module, required: list[tuple[str, str | None]],
+                  unresolved: set[str]) -> list[tuple[str, str | None]]:
+    """The requested imports the rewritten code really uses (a rule may ask for one and then not edit)."""
+    out = []
+    text = None
+    for m, a in required:
+        if (a or m.split(".")[0]) in unresolved:
+            out.append((m, a))
+        elif a is None and "." in m:  # `import torch.distributed` where `torch` is bound: is the submodule used?
+            text = module.code if text is None else text
+            if re.search(rf"(?<![\w.]){re.escape(m)}\b", text):
+                out.append((m, a))
+    return out
 
 
 def _keep_aliases(keep: list[cst.ImportAlias]):
@@ -135,6 +158,9 @@ class _GuardFinder(cst.CSTVisitor):
                     continue
                 if isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.Ellipsis)):
                     continue
+                if isinstance(s, cst.Expr) and isinstance(s.value, cst.Call) and \
+                        (dotted(s.value.func) or [""])[-1] in REPORTING_CALLS:
+                    continue  # "torch_xla not found" messages go with the guard
                 if isinstance(s, cst.Assign) and all(
                     isinstance(t.target, cst.Name) and (t.target.value in self.dead_names
                                                         or t.target.value not in self.read_names)
@@ -181,6 +207,9 @@ def _add_imports(module: cst.Module, required: list[tuple[str, str | None]]) -> 
         # the new import takes the place (and the blank lines above) of the legacy one it replaces
         new[0] = new[0].with_changes(leading_lines=body[index].leading_lines)
         body[index] = body[index].with_changes(leading_lines=[])
+    elif index < len(body) and not body[index].leading_lines and not _is_import_line(body[index]):
+        blank = [cst.EmptyLine()] * (2 if isinstance(body[index], (cst.FunctionDef, cst.ClassDef)) else 1)
+        body[index] = body[index].with_changes(leading_lines=blank)
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
 
 

@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
+NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
 
@@ -27,6 +28,7 @@ class Binding:
     node: cst.CSTNode | None = None  # the Import / ImportFrom small statement, or the binding node
     alias: cst.ImportAlias | None = None
     fallback: bool = False  # an `xm = None` style stand-in in an except handler or guard
+    conditional: bool = False  # inside an if/try/loop/with of its scope: it may not have run at a given read
 
 
 @dataclass(eq=False)
@@ -38,8 +40,10 @@ class Scope:
     reads: dict[str, int] = field(default_factory=dict)
     globals: set[str] = field(default_factory=set)
     nonlocals: set[str] = field(default_factory=set)
+    nesting: int = 0  # compound statements open around the walk's current position (while collecting)
 
     def bind(self, binding: Binding) -> None:
+        binding.conditional = self.nesting > 0
         self.bindings.setdefault(binding.name, []).append(binding)
 
 
@@ -104,6 +108,8 @@ class Collector(cst.CSTVisitor):
         if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self._statements.append(node)
             self._smalls.append(None)
+            if isinstance(node, NESTING) and self._scope is not None:
+                self._scope.nesting += 1
         elif isinstance(node, cst.BaseSmallStatement) and self._smalls:
             self._smalls[-1] = node
         if isinstance(node, (cst.Module, cst.IndentedBlock)):
@@ -124,6 +130,8 @@ class Collector(cst.CSTVisitor):
         if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             self._statements.pop()
             self._smalls.pop()
+            if isinstance(original_node, NESTING) and self._scope is not None:
+                self._scope.nesting -= 1
         if isinstance(original_node, (cst.Module, cst.IndentedBlock)):
             self._blocks.pop()
 
@@ -399,7 +407,8 @@ class Analysis:
                 if name in seen:
                     continue
                 seen.add(name)
-                if import_target(bindings) == qualname and self.lookup(name, scope) is current:
+                if import_target(bindings) == qualname and self.lookup(name, scope) is current and not (
+                        current.kind == "function" and any(b.conditional for b in bindings)):
                     return name
             current = current.parent
         return None
