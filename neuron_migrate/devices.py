@@ -64,3 +64,18 @@ def compile_backend(ctx) -> str:
     if portable(ctx):
         return f"{ctx.string(NEURON)} if {module_device(ctx)}.type == {ctx.string(NEURON)} else {ctx.string('inductor')}"
     return ctx.string(NEURON)
+
+
+def process_group_backend(ctx) -> str:
+    """The process-group backend: `"neuron"`, or the one torch maps the device to (neuron, nccl, gloo)."""
+    if portable(ctx):
+        return f"{ctx.module_ref('torch.distributed', 'dist')}.get_default_backend_for_device({module_device(ctx)})"
+    return ctx.string(NEURON)
+
+
+def select_device_statement(ctx, index: str) -> str:
+    """Make device `index` (the local rank) this process's current device."""
+    torch = ctx.module_ref("torch")
+    if portable(ctx):
+        return f"if {torch}.accelerator.is_available():\n    {torch}.accelerator.set_device_index({index})\n"
+    return f"{torch}.neuron.set_device({index})\n"

@@ -8,6 +8,7 @@ import libcst as cst
 
 from neuron_migrate.names import dotted, dotted_str
 from neuron_migrate.patterns import XM, arg, code, is_device_string, short, string_value
+from neuron_migrate import devices
 from neuron_migrate.rules import Rule
 
 XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
@@ -125,10 +126,15 @@ class CompilePlacedModel(Rule):
             if key in done or _already_compiled(text, name):
                 continue
             done.add(key)
-            fixed = f"{name}.compile(backend={ctx.string('neuron')}, dynamic=False)"
+            fixed = f"{name}.compile(backend={devices.compile_backend(ctx)}, dynamic=False)"
             if ctx.report("NM107", call, statement=occ.statement, target=name, fixed=fixed):
                 ctx.insert_after(occ.statement, fixed + "\n")
         ctx.current = None
+
+
+def _requote(literal: cst.SimpleString, value: str) -> str:
+    """`'openxla'` -> `'neuron'`: the same prefix and quotes around a new value."""
+    return literal.value[: len(literal.prefix) + len(literal.quote)] + value + literal.value[-len(literal.quote):]
 
 
 def _already_compiled(text: str, name: str) -> bool:
@@ -154,7 +160,7 @@ class CompileBackend(Rule):
         ctx = self.ctx
         if ctx.qualname(node.decorator) in TORCH_XLA_COMPILE:
             torch = ctx.module_ref("torch")
-            fixed = f"{torch}.compile(backend={ctx.string('neuron')}, dynamic=False)"
+            fixed = f"{torch}.compile(backend={devices.compile_backend(ctx)}, dynamic=False)"
             if ctx.report("NM110", node.decorator, statement=ctx.current.statement, call=code(node.decorator),
                           fixed=fixed):
                 ctx.replace(node.decorator, cst.parse_expression(fixed))
@@ -164,9 +170,12 @@ class CompileBackend(Rule):
         backend = arg(node, 1, "backend")
         dynamic = arg(node, None, "dynamic")
         if backend is not None and string_value(backend.value) in XLA_BACKENDS:
-            if ctx.report("NM108", backend.value, text=code(backend).strip(" ,"), fixed=f"backend={ctx.string('neuron')}"):
-                ctx.replace(backend.value, lambda old: old.with_changes(
-                    value=old.value[: len(old.prefix) + len(old.quote)] + "neuron" + old.value[-len(old.quote):]))
+            if devices.portable(ctx):
+                new_backend = cst.parse_expression(devices.compile_backend(ctx))
+            else:
+                new_backend = backend.value.with_changes(value=_requote(backend.value, "neuron"))
+            if ctx.report("NM108", backend.value, text=code(backend).strip(" ,"), fixed=f"backend={code(new_backend)}"):
+                ctx.replace(backend.value, new_backend)
         if dynamic is not None and isinstance(dynamic.value, cst.Name) and dynamic.value.value == "True":
             if backend is not None and string_value(backend.value) in XLA_BACKENDS | {"neuron"}:
                 if ctx.report("NM108", dynamic.value, text="dynamic=True", fixed="dynamic=False"):
@@ -181,7 +190,7 @@ class CompileBackend(Rule):
             return
         torch = ctx.module_ref("torch")
         parts = [code(fn.value)] if fn is not None else []
-        parts += [f"backend={ctx.string('neuron')}", "dynamic=False"]
+        parts += [f"backend={devices.compile_backend(ctx)}", "dynamic=False"]
         if full is not None:
             parts.append(f"fullgraph={code(full.value)}")
         fixed = f"{torch}.compile({', '.join(parts)})"

@@ -12,6 +12,7 @@ import libcst as cst
 from neuron_migrate.patterns import XM, arg, code, short, string_value
 from neuron_migrate.rewrites import (LOOSE_PARENTS, Draft, assigned_name, dist, env_int, is_statement, keep_parens,
                                      local_rank, note_fstring, only_args, paren, rank, replace_statement)
+from neuron_migrate import devices
 from neuron_migrate.rules import Rule
 
 XR = "torch_xla.runtime"
@@ -94,12 +95,12 @@ class ProcessGroup(Rule):
                  if a is not None and string_value(a.value) in ("xla", "xla://")]
         if not wrong:
             return
-        fixed = {"xla": "neuron", "xla://": "env://"}
+        fixed = {"xla": devices.process_group_backend(ctx), "xla://": ctx.string("env://")}
         text = ", ".join(code(w) for w in wrong)
-        after = ", ".join(ctx.string(fixed[string_value(w)]) for w in wrong)
+        after = ", ".join(fixed[string_value(w)] for w in wrong)
         if ctx.report("NM201", node, text=text, fixed=after):
             for w in wrong:
-                ctx.replace(w, cst.parse_expression(ctx.string(fixed[string_value(w)])))
+                ctx.replace(w, cst.parse_expression(fixed[string_value(w)]))
 
 
 class Spawn(Rule):
@@ -135,10 +136,11 @@ class Spawn(Rule):
         procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
         if draft.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs):
             ctx.replace(node, lambda new: cst.parse_expression(direct(new)))
+            setup = devices.select_device_statement(ctx, index)
             if "init_process_group" not in ctx.source.text and self._defined_here(fn.value):
-                init = f"{dist(ctx)}.init_process_group(backend={ctx.string('neuron')}, " \
-                       f"init_method={ctx.string('env://')})\n"
-                ctx.insert_before(ctx.current.statement, init)
+                setup += f"{dist(ctx)}.init_process_group(backend={devices.process_group_backend(ctx)}, " \
+                         f"init_method={ctx.string('env://')})\n"
+            ctx.insert_before(ctx.current.statement, setup)
 
 
     def _defined_here(self, fn: cst.BaseExpression) -> bool:
