@@ -1,7 +1,8 @@
 """Every fixture pair in fixtures/: the rewrite gives the expected file, which parses and is a fixed point.
 
 Layout: fixtures/<topic>/<case>.py with <case>.expected.py beside it; a case without an expected file must
-stay byte-identical. A first line `# fixture-settings: compile=False, device_style="accelerator"` passes
+stay byte-identical. <case>.accelerator.expected.py, where present, is the output with
+`--device-style accelerator`; look-alikes must stay byte-identical in that style too. A first line `# fixture-settings: compile=False, device_style="accelerator"` passes
 settings to the engine.
 """
 
@@ -29,6 +30,11 @@ def _cases():
                            id=f"{path.parent.name}/{path.stem}" + ("" if expected.exists() else " (unchanged)"))
 
 
+def _accelerator(case):
+    path = case.with_name(case.name[: -len(".py")] + ".accelerator.expected.py")
+    return path if path.exists() else None
+
+
 def _settings(data: bytes) -> dict:
     m = SETTINGS.search(data)
     if not m:
@@ -38,8 +44,19 @@ def _settings(data: bytes) -> dict:
 
 @pytest.mark.parametrize("case, expected", list(_cases()))
 def test_fixture(case, expected):
+    _check(case, expected, **_settings(case.read_bytes()))
+
+
+@pytest.mark.parametrize("case, expected", [c for c in _cases() if _accelerator(c.values[0]) or c.values[1] is None])
+def test_fixture_in_accelerator_style(case, expected):
+    """`<case>.accelerator.expected.py` is the output with --device-style accelerator; look-alikes stay as they are."""
+    if expected is not None:
+        expected = _accelerator(case)
+    _check(case, expected, **{**_settings(case.read_bytes()), "device_style": "accelerator"})
+
+
+def _check(case, expected, **settings):
     data = case.read_bytes()
-    settings = _settings(data)
     out = rewrite_bytes(data, path=str(case), **settings)
     if expected is None:
         assert out is None, f"{case.name} must stay byte-identical, but the rewrite changed it:\n{out!r}"
