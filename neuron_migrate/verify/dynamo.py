@@ -45,7 +45,7 @@ def _graph_compiler(gm: torch.fx.GraphModule, example_inputs):
         ops[emulator.op_name(node.target)] += 1
     gm.recompile()
 
-    def run(args):
+    def run(*args):
         emulator.STATS.ops.update(ops)
         return gm(*args)
 
