@@ -16,6 +16,7 @@ from neuron_migrate.verify import distributed, dynamo, emulator
 NAME = emulator.NAME
 
 
+@torch._dynamo.disable
 def _run_on_cpu(op, *args, **kwargs):
     return op(*tree_map(emulator.to_cpu, args), **tree_map(emulator.to_cpu, kwargs))
 
@@ -27,13 +28,7 @@ class _CpuAutocast(torch.amp.autocast_mode.autocast):
 
 def install() -> None:
     _setup_privateuseone_for_python_backend(NAME, backend_module=emulator.Module())
-    fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(_run_on_cpu, "PrivateUse1")
-    copies = torch.library.Library("aten", "IMPL")
-    for name in ("copy_", "_copy_from", "_copy_from_and_resize"):
-        op = getattr(torch.ops.aten, name).default
-        copies.impl(name, lambda *args, op=op, **kwargs: _run_on_cpu(op, *args, **kwargs), "PrivateUse1")
-    emulator._state["libraries"] = (fallback, copies)
+    emulator._state["libraries"] = emulator.register_device_kernels(_run_on_cpu)
     torch.autocast = torch.amp.autocast = _CpuAutocast
     dynamo.install()
     distributed.install()

@@ -16,6 +16,7 @@ accept as scalars) raises like a real device would; otherwise the mix is counted
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections import Counter
 
@@ -65,6 +66,8 @@ class NeuronTensor(torch.Tensor):
         return out
 
     def __repr__(self, *, tensor_contents=None):
+        if torch._subclasses.fake_tensor.is_fake(self.cpu_data):  # while torch.compile traces
+            return f"NeuronTensor(fake, size={tuple(self.shape)}, dtype={self.dtype})"
         if tensor_contents is None:
             tensor_contents = torch._tensor_str._tensor_str(self.cpu_data.detach(), len("tensor("))
         return "tensor(" + torch._tensor_str._str(self, tensor_contents=tensor_contents).partition("(")[2]
@@ -98,9 +101,10 @@ class NeuronTensor(torch.Tensor):
 
 def _check_devices(func, flat) -> None:
     name = func._schema.name.split("::", 1)[-1]
-    if name in CROSS_DEVICE_OPS or not any(isinstance(v, NeuronTensor) for v in flat):
+    tensors = [v for v in flat if isinstance(v, torch.Tensor)]
+    if name in CROSS_DEVICE_OPS or not any(v.device.type == NAME for v in tensors):
         return
-    if not any(isinstance(v, torch.Tensor) and not isinstance(v, NeuronTensor) and v.dim() > 0 for v in flat):
+    if not any(v.device.type == "cpu" and v.dim() > 0 for v in tensors):
         return
     STATS.mixed[op_name(func)] += 1
     if _state["strict"]:
@@ -253,6 +257,25 @@ class Module:
         pass
 
 
+@torch._dynamo.disable
+def _device_kernel(op, *args, **kwargs):
+    return _run(op, args, kwargs)
+
+
+def register_device_kernels(kernel) -> tuple[torch.library.Library, ...]:
+    """`kernel(op, *args, **kwargs)` for every operator that reaches the PrivateUse1 key.
+
+    Operators get there without a neuron tensor argument (factories) or from C++ code that hides the Python
+    key (`torch.tensor(..., device=...)` copies there); the boxed fallback cannot run those copies.
+    """
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(kernel, "PrivateUse1")
+    copies = torch.library.Library("aten", "IMPL")
+    for name in ("copy_", "_copy_from", "_copy_from_and_resize"):
+        copies.impl(name, functools.partial(kernel, getattr(aten, name).default), "PrivateUse1")
+    return fallback, copies
+
+
 def install(strict: bool = False) -> None:
     """Register the emulated `neuron` device in this process (once)."""
     _state["strict"] = strict
@@ -261,15 +284,7 @@ def install(strict: bool = False) -> None:
     from neuron_migrate.verify import autocast, distributed, dynamo
 
     _setup_privateuseone_for_python_backend(NAME, backend_module=Module())
-    # Operators reach the PrivateUse1 key without a neuron tensor argument (factories) or from C++ code that
-    # hides the Python key (torch.tensor(..., device=...) copies there); the boxed fallback cannot run copies.
-    fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(lambda op, *args, **kwargs: _run(op, args, kwargs), "PrivateUse1")
-    copies = torch.library.Library("aten", "IMPL")
-    for name in ("copy_", "_copy_from", "_copy_from_and_resize"):
-        op = getattr(aten, name).default
-        copies.impl(name, lambda *args, op=op, **kwargs: _run(op, args, kwargs), "PrivateUse1")
-    _state["libraries"] = (fallback, copies, *autocast.install())
+    _state["libraries"] = (*register_device_kernels(_device_kernel), *autocast.install())
     dynamo.install()
     distributed.install()
     _state["installed"] = True

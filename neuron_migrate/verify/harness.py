@@ -54,11 +54,14 @@ class Recorder:
     def on_module_to(self, module: torch.nn.Module) -> None:
         if not any(m is module for m in self.modules):
             self.modules.append(module)
+            # hooks run outside compiled code: dynamo does not trace nn.Module's own call machinery
+            module.register_forward_pre_hook(lambda *args: None if _compiling() else self._start_clock())
+            module.register_forward_hook(lambda m, args, out: None if _compiling() else self.on_call(m, out))
         self.register_exit()
 
     def on_call(self, module: torch.nn.Module, output) -> None:
         self.autocast = self.autocast or _autocast_enabled()
-        if not (torch.is_grad_enabled() and module.training):
+        if module in self.top_level() and not (torch.is_grad_enabled() and module.training):
             if len(self.outputs) < MAX_OUTPUT_CALLS:
                 self.outputs.append([t.detach().clone() for t in _tensors(output)])
             self.forward_calls += 1
@@ -130,6 +133,10 @@ def _tensors(value) -> list[torch.Tensor]:
     return [t for t in (getattr(value, k, None) for k in ("logits", "last_hidden_state")) if t is not None]
 
 
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
 def _autocast_enabled() -> bool:
     for device_type in ("neuron", "xla", "cpu", "cuda"):
         try:
@@ -190,21 +197,6 @@ def _install_hooks(recorder: Recorder) -> None:
         return out
 
     torch.nn.Module.to = recorded_to
-
-    call = torch.nn.Module.__call__
-
-    def recorded_call(self, *args, **kwargs):
-        if torch.compiler.is_compiling():
-            return call(self, *args, **kwargs)
-        module = getattr(self, "_orig_mod", self)
-        if not any(m is module for m in recorder.modules):
-            return call(self, *args, **kwargs)
-        recorder._start_clock()
-        out = call(self, *args, **kwargs)
-        recorder.on_call(module, out)
-        return out
-
-    torch.nn.Module.__call__ = recorded_call
 
     optimizer_init = torch.optim.Optimizer.__init__
 
