@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -43,8 +42,10 @@ def verify(script, args, migrated, reference_python, target, max_steps, nproc, s
     Arguments after SCRIPT (or after --) go to the script, the same in both runs.
     Exit 0 when equivalent, 1 when not, 2 when a run failed.
     """
-    if importlib.util.find_spec("torch") is None:
-        raise click.ClickException(INSTALL_HINT)
+    try:
+        import torch  # noqa: F401  (the optional extra)
+    except ImportError:
+        raise click.ClickException(INSTALL_HINT) from None
     if quickstart:
         from neuron_migrate.verify.quickstart import quickstart_check
 
