@@ -68,6 +68,8 @@ def test_migrated_program_is_equivalent_on_the_emulated_device(tmp_path):
     assert target["compilations"] >= 1  # the migration compiles the model with backend="neuron"
     names = {c["name"] for c in report["comparison"]["checks"]}
     assert names == {"loss curve", "final parameters"}
+    predicted = {f["op"]: f["count"] for f in report["fallbacks"]["ops"]}
+    assert predicted == {"aten::_linalg_svd": 1}  # svdvals at step 0; --max-steps ends the run before step 10
 
 
 def test_changed_learning_rate_is_caught(tmp_path):
@@ -114,6 +116,12 @@ def test_failing_run_exits_2_with_its_traceback(tmp_path):
     proc = cli("verify", "train.py", "--migrated", str(broken), "--max-steps", "1", cwd=DATA / "mlp")
     assert proc.returncode == 2
     assert "The target run failed" in proc.stdout and "TypeError" in proc.stdout
+
+
+def test_quickstart_device_check():
+    proc = cli("verify", "--quickstart", "--target", "emulated", cwd=DATA)
+    assert proc.returncode == 0, proc.stderr
+    assert "emulated `neuron` device: 64x64 matmul on `neuron`: max abs difference from the CPU 0 (ok)" in proc.stdout
 
 
 def test_bad_input_is_refused():

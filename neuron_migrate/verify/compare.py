@@ -76,7 +76,8 @@ def compare_tensors(name: str, ref: list[torch.Tensor], tgt: list[torch.Tensor],
 
 def compare_losses(name: str, ref: list[float], tgt: list[float], rtol: float, atol: float) -> Check:
     count = min(len(ref), len(tgt))
-    check = compare_tensors(name, [torch.tensor(ref[:count])], [torch.tensor(tgt[:count])], rtol, atol)
+    check = compare_tensors(name, [torch.tensor(ref[:count], dtype=torch.float64)],
+                            [torch.tensor(tgt[:count], dtype=torch.float64)], rtol, atol)
     check.count = count
     if len(ref) != len(tgt):
         check.ok = False

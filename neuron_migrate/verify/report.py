@@ -12,11 +12,13 @@ from neuron_migrate.verify.fallbacks import Fallback
 from neuron_migrate.verify.runs import Migration, RunResult
 
 DEVICE_NAMES = {
-    "cpu": "plain CPU (`neuron` stands for the CPU)",
-    "emulated": "emulated `neuron` device (CPU)",
-    "neuron": "`neuron` device (native torch-neuronx)",
-    "xla": "torch_xla on the CPU (PJRT_DEVICE=CPU)",
+    "cpu": "the plain CPU (`neuron` stands for the CPU)",
+    "emulated": "the emulated `neuron` device (CPU)",
+    "neuron": "the `neuron` device (native torch-neuronx)",
+    "xla": "torch_xla's CPU device (PJRT_DEVICE=CPU)",
 }
+XLA_TIMING = ("under torch_xla a step's time is spent where the lazy graph runs (mark_step), so per-step times "
+              "shift by one step; the steady state is comparable, the first step is not")
 RECOMPILE_HINT = ("every new input shape compiles a new graph: pad inputs to a fixed size or bucket them into a "
                   "few sizes (and use drop_last=True in the DataLoader)")
 STRICT_HINT = "a real device refuses these: move the tensors with .to(device); --strict makes this an error"
@@ -88,6 +90,10 @@ def mixed_ops(result: RunResult) -> dict[str, int]:
     return totals
 
 
+def _torch_version(result: RunResult) -> str:
+    return result.records[0]["meta"]["torch"] if result.records else "?"
+
+
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
 
@@ -123,8 +129,8 @@ def _failure_tail(result: RunResult) -> list[str]:
 def render_text(report: Report) -> str:
     out = [f"neuron-migrate verify {report.script}: {report.verdict}"]
     for r in report.runs:
-        out.append(f"  {r.program.role:<9} {r.program.label} on the {DEVICE_NAMES[r.program.device]}"
-                   f" ({_seconds(r.seconds)}, exit {r.returncode})")
+        out.append(f"  {r.program.role:<9} {r.program.label} on {DEVICE_NAMES[r.program.device]}, "
+                   f"torch {_torch_version(r)} ({_seconds(r.seconds)}, exit {r.returncode})")
     out += _migration_lines(report)
     for r in report.failed_runs:
         out.append(f"\nThe {r.program.role} run failed (exit {r.returncode}):")
@@ -173,9 +179,14 @@ def _performance_lines(report: Report) -> list[str]:
     return out
 
 
+def _shows_fallbacks(report: Report) -> bool:
+    target = report.runs[-1]
+    return target.program.device in ("emulated", "neuron") and bool(target.records)
+
+
 def _fallback_lines(report: Report) -> list[str]:
     target = report.runs[-1]
-    if target.program.device not in ("emulated", "neuron"):
+    if not _shows_fallbacks(report):
         return []
     kind = "observed" if target.program.device == "neuron" else "predicted"
     out = [f"\nCPU fallbacks ({kind}; known-fallback data: {report.fallback_source}):"]
@@ -215,7 +226,7 @@ def _run_json(r: RunResult) -> dict:
     t = timing(r)
     return {
         "role": r.program.role, "program": r.program.label, "device": r.program.device,
-        "python": r.program.python, "returncode": r.returncode, "seconds": r.seconds,
+        "python": r.program.python, "torch": _torch_version(r), "returncode": r.returncode, "seconds": r.seconds,
         "processes": len(r.records), "steps": t.steps, "first_step_seconds": t.first,
         "steady_step_seconds": t.steady,
         "compilations": len(compilations(r)),
@@ -235,8 +246,8 @@ def render_markdown(report: Report) -> str:
     icon = {"equivalent": "✅", "NOT equivalent": "❌"}.get(report.verdict, "⚠️")
     out = [f"### {icon} neuron-migrate verify: `{report.script}` is {report.verdict}", ""]
     out += ["| run | program | device | time | exit |", "| --- | --- | --- | --- | --- |"]
-    out += [f"| {r.program.role} | {r.program.label} | {DEVICE_NAMES[r.program.device]} | {_seconds(r.seconds)} "
-            f"| {r.returncode} |" for r in report.runs]
+    out += [f"| {r.program.role} | {r.program.label} | {DEVICE_NAMES[r.program.device]}, torch {_torch_version(r)} "
+            f"| {_seconds(r.seconds)} | {r.returncode} |" for r in report.runs]
     if report.migration is not None:
         m = report.migration
         out += ["", f"Migration: {plural(len(m.changed), 'file')} rewritten, "
@@ -263,7 +274,7 @@ def render_markdown(report: Report) -> str:
         for rc in recompiles(r):
             out.append(f"\n- {r.program.role}: `{rc.function}` recompiled {len(rc.shapes) - 1}x "
                        f"({_shape_change(rc.shapes)}); {RECOMPILE_HINT}")
-    if report.runs[-1].program.device in ("emulated", "neuron"):
+    if _shows_fallbacks(report):
         out += ["", f"#### CPU fallbacks (known-fallback data: {report.fallback_source})", ""]
         out += [f"- `{f.op}`" + (f" x{f.count}" if f.count else "") + (f": {f.note}" if f.note else "")
                 for f in report.fallbacks] or ["None of the operators the program ran is a known fallback."]

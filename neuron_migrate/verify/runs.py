@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -170,12 +169,3 @@ def check_reference_python(python: str) -> None:
         raise VerifyError(f"--reference-python {python}: cannot import torch and torch_xla there ({tail[0]}); "
                           "name an interpreter with torch_xla installed, e.g. a venv with "
                           "`pip install torch==2.9.0 torch_xla==2.9.0`")
-
-
-def interpreter_versions(python: str) -> str:
-    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
-    return probe.stdout.strip() or "?"
-
-
-def current_python() -> str:
-    return sys.executable

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from neuron_migrate.verify import fallbacks
 from neuron_migrate.verify.compare import compare
-from neuron_migrate.verify.report import Report
+from neuron_migrate.verify.report import XLA_TIMING, Report
 from neuron_migrate.verify.runs import (Migration, Program, VerifyError, check_reference_python, migrate_copy,
                                         run_program, target_device)
 
@@ -71,6 +71,8 @@ def verify_script(script: Path, options: Options, workdir: Path) -> Report:
             report.fallbacks = fallbacks.observed(target_run.records[0].get("fallback_ops", []), known)
     if not report.failed_runs:
         report.comparison = compare([r for r in runs[0].records], target_run.records, options.rtol, options.atol)
+    if reference.device == "xla":
+        report.notes.append(XLA_TIMING)
     if options.max_steps is None:
         report.notes.append("runs were not limited: --max-steps N ends each run after N optimizer steps")
     return report

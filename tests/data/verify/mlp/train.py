@@ -35,6 +35,9 @@ def main():
         loss.backward()
         xm.optimizer_step(optimizer)
         xm.mark_step()
+        if step % 10 == 0:  # the largest singular value of the first layer, to watch for blow-ups
+            top = torch.linalg.svdvals(model.body[0].weight.detach())[0]
+            print(f"step {step} loss {loss.item():.4f} sigma_max {top.item():.3f}")
     model.eval()
     with torch.no_grad():
         print("eval", model(data[0].to(device)).sum().item())
