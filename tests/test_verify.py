@@ -57,19 +57,30 @@ def test_emulated_device_runs_like_a_device():
 
 
 def test_migrated_program_is_equivalent_on_the_emulated_device(tmp_path):
-    proc, report = verify("train.py", "--max-steps", "4", "--", "--steps", "6", cwd=DATA / "mlp")
+    proc, report = verify("train.py", "--", "--steps", "4", cwd=DATA / "mlp")
     assert proc.returncode == 0, proc.stdout
     assert report["verdict"] == "equivalent"
     assert report["migration"]["changed"] == ["train.py"]
     reference, target = report["runs"]
     assert (reference["device"], target["device"]) == ("cpu", "emulated")
-    assert reference["steps"] == target["steps"] == 4  # --max-steps ended both runs
+    assert reference["steps"] == target["steps"] == 4
     assert len(target["losses"]) == 4 and target["losses"] == reference["losses"]
-    assert target["compilations"] >= 1  # the migration compiles the model with backend="neuron"
+    # the migration compiles the model: once for training, once more for the eval call (no_grad, eval mode)
+    assert [c["name"].split(" (")[0] for c in target["compilations"]] == ["forward", "forward"]
+    assert target["first_step_seconds"] > target["compilations"][0]["seconds"]  # the first step compiles
     names = {c["name"] for c in report["comparison"]["checks"]}
-    assert names == {"loss curve", "final parameters"}
+    assert names == {"loss curve", "final parameters", "module outputs (1 call)"}  # the final eval call
     predicted = {f["op"]: f["count"] for f in report["fallbacks"]["ops"]}
     assert predicted == {"aten::_linalg_svd": 1}  # svdvals at step 0; --max-steps ends the run before step 10
+
+
+def test_inference_program_compares_outputs_and_stops_after_n_calls():
+    proc, report = verify("predict.py", "--max-steps", "3", cwd=DATA / "infer")
+    assert proc.returncode == 0, proc.stdout
+    checks = {c["name"]: c for c in report["comparison"]["checks"]}
+    assert set(checks) == {"final parameters", "module outputs (3 calls)"}
+    assert checks["module outputs (3 calls)"]["count"] == 3 * (4 * 2 + 4)  # logits and norms of 3 batches
+    assert [r["forward_calls"] for r in report["runs"]] == [3, 3]
 
 
 def test_changed_learning_rate_is_caught(tmp_path):

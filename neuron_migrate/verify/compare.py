@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from neuron_migrate.output import plural
+
 LOW_PRECISION = ("torch.bfloat16", "torch.float16")
 TOLERANCES = {"fp32": (1e-4, 1e-5), "low": (2e-2, 1e-2)}  # (rtol, atol)
 
@@ -137,6 +139,6 @@ def _compare_rank(prefix: str, ref: dict, tgt: dict, rtol: float, atol: float) -
     if ref["outputs"] or tgt["outputs"]:
         flat_ref = [t for call in ref["outputs"] for t in call]
         flat_tgt = [t for call in tgt["outputs"] for t in call]
-        checks.append(compare_tensors(f"{prefix}module outputs ({len(ref['outputs'])} calls)", flat_ref, flat_tgt,
-                                      rtol, atol))
+        calls = plural(len(ref["outputs"]), "call")
+        checks.append(compare_tensors(f"{prefix}module outputs ({calls})", flat_ref, flat_tgt, rtol, atol))
     return checks

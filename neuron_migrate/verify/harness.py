@@ -30,6 +30,7 @@ class Recorder:
         self.max_steps = config.get("max_steps")
         self.losses: list = []
         self.step_ends: list[float] = []
+        self.call_ends: list[float] = []
         self.first_call: float | None = None
         self.modules: list[torch.nn.Module] = []
         self.outputs: list[list] = []
@@ -51,13 +52,34 @@ class Recorder:
         if self.max_steps and len(self.step_ends) >= self.max_steps:
             self.stop(f"--max-steps {self.max_steps} optimizer steps")
 
+    def recorded(self, module) -> bool:
+        return any(m is module for m in self.modules)
+
     def on_module_to(self, module: torch.nn.Module) -> None:
-        if not any(m is module for m in self.modules):
+        if not self.recorded(module):
             self.modules.append(module)
-            # hooks run outside compiled code: dynamo does not trace nn.Module's own call machinery
+            # Eager calls run the hooks; dynamo traces them as no-ops inside compiled code, where the
+            # compiled entry point is wrapped instead (see on_compile).
             module.register_forward_pre_hook(lambda *args: None if _compiling() else self._start_clock())
             module.register_forward_hook(lambda m, args, out: None if _compiling() else self.on_call(m, out))
+            self.on_compile(module)
         self.register_exit()
+
+    def on_compile(self, module: torch.nn.Module) -> None:
+        """`module.compile()`: time and record calls around the compiled entry point, outside dynamo."""
+        compiled = getattr(module, "_compiled_call_impl", None)
+        if compiled is not None and self.recorded(module) and not getattr(compiled, "_neuron_migrate", False):
+            module._compiled_call_impl = self.wrap(module, compiled)
+
+    def wrap(self, module: torch.nn.Module, call):
+        def recorded_call(*args, **kwargs):
+            self._start_clock()
+            out = call(*args, **kwargs)
+            self.on_call(module, out)
+            return out
+
+        recorded_call._neuron_migrate = True
+        return recorded_call
 
     def on_call(self, module: torch.nn.Module, output) -> None:
         self.autocast = self.autocast or _autocast_enabled()
@@ -65,6 +87,8 @@ class Recorder:
             if len(self.outputs) < MAX_OUTPUT_CALLS:
                 self.outputs.append([t.detach().clone() for t in _tensors(output)])
             self.forward_calls += 1
+            _synchronize(self.config["device"])
+            self.call_ends.append(time.perf_counter())
             if self.optimizers == 0 and self.max_steps and self.forward_calls >= self.max_steps:
                 self.stop(f"--max-steps {self.max_steps} forward calls")
 
@@ -88,11 +112,12 @@ class Recorder:
         inner = {id(sub) for m in self.modules for sub in m.modules() if sub is not m}
         return [m for m in self.modules if id(m) not in inner]
 
-    def step_times(self) -> list[float]:
-        if not self.step_ends:
+    def durations(self, ends: list[float]) -> list[float]:
+        """Time of each step (or call): the first is counted from the first forward call, compilation included."""
+        if not ends:
             return []
-        start = self.first_call if self.first_call is not None else self.step_ends[0]
-        ends = [start, *self.step_ends]
+        start = self.first_call if self.first_call is not None else ends[0]
+        ends = [start, *ends]
         return [b - a for a, b in zip(ends, ends[1:])]
 
     def record(self) -> dict:
@@ -102,7 +127,8 @@ class Recorder:
                      "world_size": int(os.environ.get("WORLD_SIZE", 1)), "pid": os.getpid(),
                      "torch": str(torch.__version__), "stopped": self.stopped, "argv": sys.argv},
             "losses": [float(t.float().cpu()) for t in self.losses],
-            "step_times": self.step_times(),
+            "step_times": self.durations(self.step_ends),
+            "call_times": self.durations(self.call_ends),
             "modules": [type(m).__name__ for m in modules],
             "params": [{k: v.detach().float().cpu() for k, v in m.state_dict().items()
                         if isinstance(v, torch.Tensor) and v.is_floating_point()} for m in modules],
@@ -197,6 +223,24 @@ def _install_hooks(recorder: Recorder) -> None:
         return out
 
     torch.nn.Module.to = recorded_to
+
+    module_compile = torch.nn.Module.compile
+
+    def recorded_compile(self, *args, **kwargs):
+        module_compile(self, *args, **kwargs)
+        recorder.on_compile(self)
+
+    torch.nn.Module.compile = recorded_compile
+
+    torch_compile = torch.compile
+
+    def recorded_torch_compile(model=None, *args, **kwargs):
+        compiled = torch_compile(model, *args, **kwargs) if model is not None else torch_compile(*args, **kwargs)
+        if isinstance(model, torch.nn.Module) and recorder.recorded(model) and hasattr(compiled, "forward"):
+            compiled.forward = recorder.wrap(model, compiled.forward)
+        return compiled
+
+    torch.compile = recorded_torch_compile
 
     optimizer_init = torch.optim.Optimizer.__init__
 

@@ -27,6 +27,7 @@ TRACEBACK_LINES = 25
 
 @dataclass
 class Timing:
+    unit: str  # "step" (optimizer steps) or "call" (forward calls of an inference program)
     steps: int
     first: float | None  # the first step: includes compilation
     steady: float | None  # median of the later steps
@@ -67,8 +68,12 @@ class Report:
 
 
 def timing(result: RunResult) -> Timing:
-    times = result.records[0]["step_times"] if result.records else []
-    return Timing(len(times), times[0] if times else None, statistics.median(times[1:]) if len(times) > 1 else None)
+    record = result.records[0] if result.records else {}
+    times, unit = record.get("step_times", []), "step"
+    if not times and record.get("call_times"):
+        times, unit = record["call_times"], "forward call"
+    return Timing(unit, len(times), times[0] if times else None,
+                  statistics.median(times[1:]) if len(times) > 1 else None)
 
 
 def compilations(result: RunResult) -> list[dict]:
@@ -161,7 +166,7 @@ def _performance_lines(report: Report) -> list[str]:
     out = ["\nPerformance (first step includes compilation; steady state is the median of later steps):"]
     for r in report.runs:
         t = timing(r)
-        line = (f"  {r.program.role:<9} {plural(t.steps, 'step')}, first {_seconds(t.first)}, "
+        line = (f"  {r.program.role:<9} {plural(t.steps, t.unit)}, first {_seconds(t.first)}, "
                 f"steady {_seconds(t.steady)}")
         if r.records and "compilations" in r.records[0]:
             line += f", {plural(len(compilations(r)), 'compiled graph')}"
@@ -227,9 +232,10 @@ def _run_json(r: RunResult) -> dict:
     return {
         "role": r.program.role, "program": r.program.label, "device": r.program.device,
         "python": r.program.python, "torch": _torch_version(r), "returncode": r.returncode, "seconds": r.seconds,
-        "processes": len(r.records), "steps": t.steps, "first_step_seconds": t.first,
+        "processes": len(r.records), "steps": t.steps if t.unit == "step" else 0,
+        "forward_calls": t.steps if t.unit != "step" else None, "first_step_seconds": t.first,
         "steady_step_seconds": t.steady,
-        "compilations": len(compilations(r)),
+        "compilations": compilations(r),
         "recompilations": [{"function": rc.function, "shapes": rc.shapes} for rc in recompiles(r)],
         "mixed_device_ops": mixed_ops(r),
         "losses": r.records[0]["losses"] if r.records else [],
@@ -264,11 +270,11 @@ def render_markdown(report: Report) -> str:
         out += [f"| {ch.name} | {'ok' if ch.ok else '**FAIL**'} | {ch.count} | {_number(ch.max_abs)} | "
                 f"{_number(ch.max_rel)} | {'-' if ch.cosine is None else f'{ch.cosine:.6f}'} | {ch.detail} |"
                 for ch in c.checks]
-    out += ["", "#### Performance", "", "| run | steps | first step | steady state | compiled graphs |",
+    out += ["", "#### Performance", "", "| run | steps or calls | first | steady state | compiled graphs |",
             "| --- | --- | --- | --- | --- |"]
     for r in report.runs:
         t = timing(r)
-        out.append(f"| {r.program.role} | {t.steps} | {_seconds(t.first)} | {_seconds(t.steady)} | "
+        out.append(f"| {r.program.role} | {plural(t.steps, t.unit)} | {_seconds(t.first)} | {_seconds(t.steady)} | "
                    f"{len(compilations(r)) if r.records and 'compilations' in r.records[0] else '-'} |")
     for r in report.runs:
         for rc in recompiles(r):
