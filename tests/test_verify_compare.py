@@ -53,10 +53,11 @@ def test_missing_steps_parameters_and_ranks_are_failures():
 def test_recompilations_and_timing_from_a_record():
     compiled = [{"frame": "0", "name": "forward", "shapes": [[8, 4]], "seconds": 1.0},
                 {"frame": "1", "name": "loss_fn", "shapes": [[8]], "seconds": 0.1},
-                {"frame": "0", "name": "forward", "shapes": [[5, 4]], "seconds": 1.0}]
+                {"frame": "0", "name": "forward", "shapes": [[5, 4]], "seconds": 1.0, "reason": "size mismatch"}]
     result = RunResult(Program("target", "x", "python", None, "emulated"), 0, 1.0, "",
                        [record([1.0] * 4, [], steps=[2.0, 0.1, 0.3, 0.2], compilations=compiled)])
-    assert [(r.function, r.shapes) for r in recompiles(result)] == [("forward", [[[8, 4]], [[5, 4]]])]
+    assert [(r.function, r.shapes, r.reasons) for r in recompiles(result)] == [
+        ("forward", [[[8, 4]], [[5, 4]]], ["size mismatch"])]
     t = timing(result)
     assert (t.steps, t.first, t.steady) == (4, 2.0, 0.2)
 

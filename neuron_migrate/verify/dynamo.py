@@ -25,11 +25,13 @@ class Compilation:
     name: str
     shapes: list[list[int]]
     seconds: float = 0.0
+    reason: str = ""  # why dynamo compiled the frame again (its first failed guard)
 
 
 @dataclass
 class CompileLog:
     compilations: list[Compilation] = field(default_factory=list)
+    reason: str = ""
 
 
 LOG = CompileLog()
@@ -69,13 +71,29 @@ def _frame() -> tuple[str, str]:
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs):
     start = time.perf_counter()
     shapes = [list(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)]
-    entry = Compilation(*_frame(), shapes)
+    entry = Compilation(*_frame(), shapes, reason=LOG.reason)
+    LOG.reason = ""
     compiled = _aot(gm, example_inputs)
     entry.seconds = time.perf_counter() - start
     LOG.compilations.append(entry)
     return compiled
 
 
+def _capture_recompile_reasons() -> None:
+    module = torch._dynamo.convert_frame
+    original = getattr(module, "get_and_maybe_log_recompilation_reasons", None)
+    if original is None:  # a private API: without it the report shows the shapes only
+        return
+
+    def capture(*args, **kwargs):
+        reasons = original(*args, **kwargs)
+        LOG.reason = reasons[0] if reasons else ""
+        return reasons
+
+    module.get_and_maybe_log_recompilation_reasons = capture
+
+
 def install() -> None:
     torch._dynamo.register_backend(name=emulator.NAME)(neuron_backend)
     torch._dynamo.config.automatic_dynamic_shapes = False
+    _capture_recompile_reasons()

@@ -37,6 +37,7 @@ class Timing:
 class Recompile:
     function: str
     shapes: list[list[list[int]]]  # input shapes of each compilation of this function
+    reasons: list[str]  # dynamo's reason for each recompilation
 
 
 @dataclass
@@ -84,7 +85,8 @@ def recompiles(result: RunResult) -> list[Recompile]:
     by_frame: dict[str, list[dict]] = {}
     for c in compilations(result):
         by_frame.setdefault(c["frame"], []).append(c)
-    return [Recompile(cs[0]["name"], [c["shapes"] for c in cs]) for cs in by_frame.values() if len(cs) > 1]
+    return [Recompile(cs[0]["name"], [c["shapes"] for c in cs], [c.get("reason", "") for c in cs[1:]])
+            for cs in by_frame.values() if len(cs) > 1]
 
 
 def mixed_ops(result: RunResult) -> dict[str, int]:
@@ -107,11 +109,15 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _shape_change(shapes: list[list[list[int]]]) -> str:
+def _shapes_changed(recompile: Recompile) -> bool:
+    return any(a != b for a, b in zip(recompile.shapes, recompile.shapes[1:]))
+
+
+def _shape_change(recompile: Recompile) -> str:
     changes = []
-    for before, after in zip(shapes, shapes[1:]):
+    for before, after, reason in zip(recompile.shapes, recompile.shapes[1:], recompile.reasons):
         diff = [f"{tuple(a)} -> {tuple(b)}" for a, b in zip(before, after) if a != b]
-        changes.append(", ".join(diff[:3]) or "same shapes (another guard failed)")
+        changes.append(", ".join(diff[:3]) or f"same shapes: {reason.strip() or 'another guard failed'}")
     return "; ".join(changes)
 
 
@@ -174,8 +180,8 @@ def _performance_lines(report: Report) -> list[str]:
             line += f", {plural(r.records[0]['xla_compilations'], 'XLA compilation')}"
         out.append(line)
         for rc in recompiles(r):
-            out.append(f"    recompiled {rc.function} {len(rc.shapes) - 1}x: {_shape_change(rc.shapes)}")
-        if recompiles(r):
+            out.append(f"    recompiled {rc.function} {len(rc.shapes) - 1}x: {_shape_change(rc)}")
+        if any(_shapes_changed(rc) for rc in recompiles(r)):
             out.append(f"    hint: {RECOMPILE_HINT}")
         mixed = mixed_ops(r)
         if mixed:
@@ -236,7 +242,8 @@ def _run_json(r: RunResult) -> dict:
         "forward_calls": t.steps if t.unit != "step" else None, "first_step_seconds": t.first,
         "steady_step_seconds": t.steady,
         "compilations": compilations(r),
-        "recompilations": [{"function": rc.function, "shapes": rc.shapes} for rc in recompiles(r)],
+        "recompilations": [{"function": rc.function, "shapes": rc.shapes, "reasons": rc.reasons}
+                           for rc in recompiles(r)],
         "mixed_device_ops": mixed_ops(r),
         "losses": r.records[0]["losses"] if r.records else [],
         "error": "\n".join(_failure_tail(r)) if r.failed else None,
@@ -278,8 +285,9 @@ def render_markdown(report: Report) -> str:
                    f"{len(compilations(r)) if r.records and 'compilations' in r.records[0] else '-'} |")
     for r in report.runs:
         for rc in recompiles(r):
+            hint = f"; {RECOMPILE_HINT}" if _shapes_changed(rc) else ""
             out.append(f"\n- {r.program.role}: `{rc.function}` recompiled {len(rc.shapes) - 1}x "
-                       f"({_shape_change(rc.shapes)}); {RECOMPILE_HINT}")
+                       f"({_shape_change(rc)}){hint}")
     if _shows_fallbacks(report):
         out += ["", f"#### CPU fallbacks (known-fallback data: {report.fallback_source})", ""]
         out += [f"- `{f.op}`" + (f" x{f.count}" if f.count else "") + (f": {f.note}" if f.note else "")

@@ -50,6 +50,14 @@ def _programs(script: Path, options: Options, workdir: Path) -> tuple[Program, P
     return reference, target, migration
 
 
+def _show_original_paths(runs, copy: Path, original: Path) -> None:
+    """Compiled functions are named by their file: name the user's file, not the temporary copy."""
+    for run in runs:
+        for record in run.records:
+            for compilation in record.get("compilations", []):
+                compilation["name"] = compilation["name"].replace(str(copy), str(original))
+
+
 def verify_script(script: Path, options: Options, workdir: Path) -> Report:
     if not script.is_file():
         raise VerifyError("no such script")
@@ -57,6 +65,8 @@ def verify_script(script: Path, options: Options, workdir: Path) -> Report:
     runs = [run_program(p, options.args, workdir, nproc=options.nproc, max_steps=options.max_steps,
                         seed=options.seed, strict=options.strict, timeout=options.timeout)
             for p in (reference, target)]
+    if migration is not None:
+        _show_original_paths(runs, migration.folder, script.resolve().parent)
     report = Report(str(script), options.args, runs, migration)
     known, report.fallback_source = fallbacks.known_fallbacks()
     target_run = runs[-1]
