@@ -48,4 +48,4 @@ def predict(op_counts: dict[str, int], known: dict[str, str]) -> list[Fallback]:
 
 def observed(op_names: list[str], known: dict[str, str]) -> list[Fallback]:
     """What the real backend reported (`torch_neuronx.get_fallback_ops()`: names only, no counts)."""
-    return [Fallback(op, 0, known.get(op, "")) for op in sorted(set(op_names))]
+    return [Fallback(op, 0, known.get(op.split(".")[0], "")) for op in sorted(set(op_names))]

@@ -38,6 +38,7 @@ class Recorder:
         self.optimizers = 0
         self.stopped = ""
         self.autocast = False
+        self.exit_registered = False
         self.written = False
 
     # -- events ------------------------------------------------------------------------------------------
@@ -104,9 +105,9 @@ class Recorder:
     # -- the record --------------------------------------------------------------------------------------
     def register_exit(self) -> None:
         """Write at exit; registered late so it runs before the exit handlers of libraries imported earlier."""
-        if not getattr(self, "_exit_registered", False):
+        if not self.exit_registered:
             atexit.register(self.write)
-            self._exit_registered = True
+            self.exit_registered = True
 
     def top_level(self) -> list[torch.nn.Module]:
         inner = {id(sub) for m in self.modules for sub in m.modules() if sub is not m}

@@ -107,12 +107,21 @@ def target_device(requested: str) -> str:
     """auto: the real `neuron` device when the native torch-neuronx is installed, else the emulated one."""
     if requested != "auto":
         return requested
-    if importlib.util.find_spec("torch_neuronx") is None:
-        return "emulated"
-    from importlib.metadata import version
+    return "neuron" if native_torch_neuronx() else "emulated"
 
-    native = version("torch-neuronx").split(".")[:2] >= ["2", "13"]
-    return "neuron" if native else "emulated"
+
+def native_torch_neuronx() -> bool:
+    """torch-neuronx 2.13 and later is the native backend; earlier versions are the legacy XLA library."""
+    if importlib.util.find_spec("torch_neuronx") is None:
+        return False
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    try:
+        return Version(version("torch-neuronx")) >= Version("2.13")
+    except PackageNotFoundError:
+        return False
 
 
 def _sitecustomize_dir(workdir: Path) -> Path:

@@ -10,6 +10,7 @@ from neuron_migrate.verify import fallbacks
 from neuron_migrate.verify.compare import compare
 from neuron_migrate.verify.report import XLA_TIMING, Report
 from neuron_migrate.verify.runs import (Migration, Program, VerifyError, check_reference_python, migrate_copy,
+                                        native_torch_neuronx,
                                         run_program, target_device)
 
 
@@ -42,6 +43,9 @@ def _programs(script: Path, options: Options, workdir: Path) -> tuple[Program, P
     else:
         reference = Program("reference", f"migrated copy of {script.name}", sys.executable, migration.script, "cpu")
     device = target_device(options.target)
+    if device == "neuron" and not native_torch_neuronx():
+        raise VerifyError("--target neuron needs the native torch-neuronx (2.13 or later) in this environment; "
+                          "without it, --target emulated runs on the emulated device")
     if options.migrated:
         target = Program("target", f"given migration {options.migrated}", sys.executable,
                          Path(options.migrated).resolve(), device)
