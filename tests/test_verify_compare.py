@@ -30,6 +30,10 @@ def test_tolerance_follows_the_dtype():
     assert compare([ref], [tgt]).equivalent  # 0.5 % is within bf16 tolerance
     assert not compare([ref], [record([1.005], [{"w": torch.ones(3)}])]).equivalent  # not within fp32's
     assert compare([ref], [record([1.005], [{"w": torch.ones(3)}])], rtol=1e-2).equivalent  # --rtol
+    drifted = record([1.0], [{"w": torch.ones(3) + 2e-4}])
+    assert not compare([ref], [drifted]).equivalent  # the same kernels must agree closely
+    assert compare([ref], [drifted], cross_backend=True).precision == "fp32 across backends"
+    assert compare([ref], [drifted], cross_backend=True).equivalent  # torch_xla rounds differently
 
 
 def test_a_curve_that_drifts_names_the_first_step_that_differs():

@@ -9,7 +9,9 @@ import torch
 from neuron_migrate.output import plural
 
 LOW_PRECISION = ("torch.bfloat16", "torch.float16")
-TOLERANCES = {"fp32": (1e-4, 1e-5), "low": (2e-2, 1e-2)}  # (rtol, atol)
+# (rtol, atol). Two backends (torch_xla or the real device against CPU kernels) round differently, and
+# training compounds it: the bundled example's parameters drift by ~1e-4 in 20 steps under torch_xla.
+TOLERANCES = {"fp32": (1e-4, 1e-5), "fp32 across backends": (1e-3, 1e-3), "low": (2e-2, 1e-2)}
 
 
 @dataclass
@@ -40,10 +42,11 @@ class Comparison:
         return bool(self.checks) and all(c.ok for c in self.checks)
 
 
-def precision_of(records: list[dict]) -> str:
+def precision_of(records: list[dict], cross_backend: bool = False) -> str:
     dtypes = {d for r in records for d in (*r.get("param_dtypes", ()), *r.get("output_dtypes", ()))}
-    autocast = any(r.get("autocast") for r in records)
-    return "low" if autocast or dtypes & set(LOW_PRECISION) else "fp32"
+    if any(r.get("autocast") for r in records) or dtypes & set(LOW_PRECISION):
+        return "low"
+    return "fp32 across backends" if cross_backend else "fp32"
 
 
 def _errors(ref: torch.Tensor, tgt: torch.Tensor) -> tuple[float, float, float | None]:
@@ -110,10 +113,10 @@ def _params(name: str, ref: list[dict], tgt: list[dict], rtol: float, atol: floa
     return checks
 
 
-def compare(reference: list[dict], target: list[dict], rtol: float | None = None,
-            atol: float | None = None) -> Comparison:
+def compare(reference: list[dict], target: list[dict], rtol: float | None = None, atol: float | None = None,
+            cross_backend: bool = False) -> Comparison:
     """Compare rank by rank: the same number of processes, losses, steps, parameters and outputs."""
-    precision = precision_of(reference + target)
+    precision = precision_of(reference + target, cross_backend)
     default_rtol, default_atol = TOLERANCES[precision]
     result = Comparison(rtol if rtol is not None else default_rtol, atol if atol is not None else default_atol,
                         precision)

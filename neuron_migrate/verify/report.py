@@ -148,7 +148,7 @@ def render_text(report: Report) -> str:
         out += [f"  | {line}" for line in _failure_tail(r)]
     if report.comparison is not None:
         c = report.comparison
-        out.append(f"\nNumerics ({'bf16/fp16' if c.precision == 'low' else 'fp32'} tolerances: "
+        out.append(f"\nNumerics ({'bf16/fp16' if c.precision == 'low' else c.precision} tolerances: "
                    f"rtol {c.rtol:g}, atol {c.atol:g}):")
         out += [_check_line(check) for check in c.checks]
     out += _performance_lines(report)

@@ -84,7 +84,8 @@ def verify_script(script: Path, options: Options, workdir: Path) -> Report:
         elif target.device == "neuron":
             report.fallbacks = fallbacks.observed(target_run.records[0].get("fallback_ops", []), known)
     if not report.failed_runs:
-        report.comparison = compare([r for r in runs[0].records], target_run.records, options.rtol, options.atol)
+        cross_backend = reference.device == "xla" or target.device == "neuron"
+        report.comparison = compare(runs[0].records, target_run.records, options.rtol, options.atol, cross_backend)
     if reference.device == "xla":
         report.notes.append(XLA_TIMING)
     if options.max_steps is None:
