@@ -45,6 +45,7 @@ STATS = Stats()
 _state = {"strict": False, "device": 0, "installed": False}
 
 
+@functools.lru_cache(maxsize=None)
 def op_name(func) -> str:
     """`aten::add.Tensor` -> "add.Tensor"; the default overload is left out ("mm")."""
     name = func._schema.name.split("::", 1)[-1]
@@ -100,7 +101,7 @@ class NeuronTensor(torch.Tensor):
 
 
 def _check_devices(func, flat) -> None:
-    name = func._schema.name.split("::", 1)[-1]
+    name = op_name(func).split(".")[0]
     tensors = [v for v in flat if isinstance(v, torch.Tensor)]
     if name in CROSS_DEVICE_OPS or not any(v.device.type == NAME for v in tensors):
         return
