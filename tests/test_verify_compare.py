@@ -6,7 +6,7 @@ import torch
 
 from neuron_migrate.verify.compare import compare, compare_losses, precision_of
 from neuron_migrate.verify.fallbacks import BUILT_IN, predict
-from neuron_migrate.verify.report import recompiles, timing
+from neuron_migrate.verify.report import Report, recompiles, render_markdown, render_text, timing
 from neuron_migrate.verify.runs import Program, RunResult
 
 
@@ -70,3 +70,20 @@ def test_predicted_fallbacks_match_operator_names_with_counts():
     counts = {"mm": 40, "_linalg_svd": 3, "linalg_inv_ex.inverse": 2, "linalg_inv_ex": 1, "svd": 9}
     predicted = predict(counts, BUILT_IN)
     assert [(f.op, f.count) for f in predicted] == [("aten::_linalg_svd", 3), ("aten::linalg_inv_ex", 3)]
+
+
+def test_report_names_the_shapes_that_recompiled_and_hints_at_padding():
+    compiled = [{"frame": "0", "name": "forward (model.py:15)", "shapes": [[32, 784], [10]], "seconds": 1.0},
+                {"frame": "0", "name": "forward (model.py:15)", "shapes": [[17, 784], [10]], "seconds": 1.0,
+                 "reason": "0/0: tensor 'x' size mismatch at index 0. expected 32, actual 17"}]
+    runs = [RunResult(Program(role, "train.py", "python", None, device), 0, 1.0, "",
+                      [record([1.0], [{"w": torch.ones(2)}], compilations=compiled)])
+            for role, device in (("reference", "cpu"), ("target", "emulated"))]
+    report = Report("train.py", [], runs, None)
+    report.comparison = compare(runs[0].records, runs[1].records)
+    text = render_text(report)
+    assert "recompiled forward (model.py:15) 1x: (32, 784) -> (17, 784)" in text
+    assert "hint: every new input shape compiles a new graph: pad inputs" in text
+    assert report.exit_code == 0 and text.startswith("neuron-migrate verify train.py: equivalent")
+    markdown = render_markdown(report)
+    assert "`forward (model.py:15)` recompiled 1x ((32, 784) -> (17, 784)); every new input shape" in markdown
