@@ -17,6 +17,8 @@ DEVICE_NAMES = {
     "neuron": "the `neuron` device (native torch-neuronx)",
     "xla": "torch_xla's CPU device (PJRT_DEVICE=CPU)",
 }
+EMULATED_TIMING = ("the emulated device's times are those of the CPU emulation, not of a NeuronCore: read them for "
+                   "where compilation happens and how often, not as device performance")
 XLA_TIMING = ("under torch_xla a step's time is spent where the lazy graph runs (mark_step), so per-step times "
               "shift by one step; the steady state is comparable, the first step is not")
 RECOMPILE_HINT = ("every new input shape compiles a new graph: pad inputs to a fixed size or bucket them into a "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from neuron_migrate.verify import fallbacks
 from neuron_migrate.verify.compare import compare
-from neuron_migrate.verify.report import XLA_TIMING, Report
+from neuron_migrate.verify.report import EMULATED_TIMING, XLA_TIMING, Report
 from neuron_migrate.verify.runs import (Migration, Program, VerifyError, check_reference_python, migrate_copy,
                                         native_torch_neuronx,
                                         run_program, target_device)
@@ -88,6 +88,8 @@ def verify_script(script: Path, options: Options, workdir: Path) -> Report:
         report.comparison = compare(runs[0].records, target_run.records, options.rtol, options.atol, cross_backend)
     if reference.device == "xla":
         report.notes.append(XLA_TIMING)
+    if target.device == "emulated":
+        report.notes.append(EMULATED_TIMING)
     if options.max_steps is None:
         report.notes.append("runs were not limited: --max-steps N ends each run after N optimizer steps")
     return report
