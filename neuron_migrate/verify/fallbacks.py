@@ -1,21 +1,16 @@
 """Which operators the program ran that the native backend is known to run on the CPU instead.
 
-The known-fallback data is `rules/fallback_ops.toml` (`[ops."aten::<name>"]` with a `note`). Until that file
-ships, a built-in copy of the one list known (the explicit linalg CPU-fallback registrations of the
-pre-release TorchNeuron source) stands in, and the report says so.
+The known-fallback data is `rules/fallback_ops.toml` (`[ops."aten::<name>"]` with a `note`), which `check`
+uses too (NM308).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from neuron_migrate.catalogue import data_dir, load_data
+from neuron_migrate.catalogue import load_data
 
 DATA_FILE = "fallback_ops.toml"
-BUILT_IN = {f"aten::{name}": "a linalg operator the native backend runs on the CPU"
-            for name in ("linalg_qr", "_linalg_svd", "_linalg_eigh", "linalg_cholesky_ex", "linalg_inv_ex",
-                         "linalg_lu_factor_ex", "linalg_ldl_factor_ex", "_linalg_slogdet", "_linalg_det",
-                         "cholesky_inverse", "triangular_solve")}
 
 
 @dataclass(frozen=True)
@@ -25,12 +20,9 @@ class Fallback:
     note: str
 
 
-def known_fallbacks() -> tuple[dict[str, str], str]:
-    """aten operator -> note, and where the data came from."""
-    if (data_dir() / DATA_FILE).is_file():
-        ops = load_data(DATA_FILE).get("ops", {})
-        return {op: entry.get("note", "") for op, entry in ops.items()}, f"rules/{DATA_FILE}"
-    return BUILT_IN, "built-in linalg list (rules/fallback_ops.toml not installed)"
+def known_fallbacks() -> dict[str, str]:
+    """aten operator -> what to know about its fallback."""
+    return {op: entry.get("note", "") for op, entry in load_data(DATA_FILE)["ops"].items()}
 
 
 def predict(op_counts: dict[str, int], known: dict[str, str]) -> list[Fallback]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from neuron_migrate.output import plural
 from neuron_migrate.verify.compare import Check, Comparison
-from neuron_migrate.verify.fallbacks import Fallback
+from neuron_migrate.verify.fallbacks import DATA_FILE, Fallback
 from neuron_migrate.verify.runs import Migration, RunResult
 
 DEVICE_NAMES = {
@@ -50,7 +50,6 @@ class Report:
     migration: Migration | None
     comparison: Comparison | None = None
     fallbacks: list[Fallback] = field(default_factory=list)
-    fallback_source: str = ""
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -202,7 +201,7 @@ def _fallback_lines(report: Report) -> list[str]:
     if not _shows_fallbacks(report):
         return []
     kind = "observed" if target.program.device == "neuron" else "predicted"
-    out = [f"\nCPU fallbacks ({kind}; known-fallback data: {report.fallback_source}):"]
+    out = [f"\nCPU fallbacks ({kind}; known-fallback data: rules/{DATA_FILE}):"]
     if not report.fallbacks:
         return out + ["  none of the operators the program ran is a known fallback"]
     for f in report.fallbacks:
@@ -229,8 +228,7 @@ def to_json(report: Report) -> dict:
             "equivalent": c.equivalent, "precision": c.precision, "rtol": c.rtol, "atol": c.atol,
             "checks": [check.to_json() for check in c.checks],
         },
-        "fallbacks": {"source": report.fallback_source,
-                      "ops": [{"op": f.op, "count": f.count, "note": f.note} for f in report.fallbacks]},
+        "fallbacks": [{"op": f.op, "count": f.count, "note": f.note} for f in report.fallbacks],
         "notes": report.notes,
     }
 
@@ -291,7 +289,7 @@ def render_markdown(report: Report) -> str:
             out.append(f"\n- {r.program.role}: `{rc.function}` recompiled {len(rc.shapes) - 1}x "
                        f"({_shape_change(rc)}){hint}")
     if _shows_fallbacks(report):
-        out += ["", f"#### CPU fallbacks (known-fallback data: {report.fallback_source})", ""]
+        out += ["", f"#### CPU fallbacks (known-fallback data: rules/{DATA_FILE})", ""]
         out += [f"- `{f.op}`" + (f" x{f.count}" if f.count else "") + (f": {f.note}" if f.note else "")
                 for f in report.fallbacks] or ["None of the operators the program ran is a known fallback."]
     out += [f"\n> {n}" for n in report.notes]

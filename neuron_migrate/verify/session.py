@@ -72,7 +72,7 @@ def verify_script(script: Path, options: Options, workdir: Path) -> Report:
     if migration is not None:
         _show_original_paths(runs, migration.folder, script.resolve().parent)
     report = Report(str(script), options.args, runs, migration)
-    known, report.fallback_source = fallbacks.known_fallbacks()
+    known = fallbacks.known_fallbacks()
     target_run = runs[-1]
     if target_run.records:
         if target.device == "emulated":
