@@ -57,7 +57,9 @@ def test_emulated_device_runs_like_a_device():
 
 
 def test_bundled_example_is_equivalent_on_the_emulated_device():
+    before = {p.name: p.read_bytes() for p in EXAMPLE.iterdir()}
     proc, report = verify("train.py", "--", "--steps", "3", cwd=EXAMPLE)
+    assert {p.name: p.read_bytes() for p in EXAMPLE.iterdir()} == before  # a copy was migrated
     assert proc.returncode == 0, proc.stdout
     assert report["verdict"] == "equivalent"
     assert report["migration"]["changed"] == ["train.py"]

@@ -91,11 +91,11 @@ def _link_or_copy(src: str, dst: str) -> None:
 
 
 def migrate_copy(script: Path, workdir: Path) -> Migration:
-    """Copy the script's folder (Python files copied, everything else linked) and migrate the copy."""
+    """Copy the script's folder (Python files copied, everything else linked) and migrate its Python files."""
     folder = workdir / "migrated"
     shutil.copytree(script.parent, folder, ignore=shutil.ignore_patterns(*SKIP_DIRS), copy_function=_link_or_copy,
                     symlinks=True)
-    result = run_engine([str(folder)], Settings(), rewrite=True, jobs=1)
+    result = run_engine([str(folder)], Settings(), rewrite=True, kinds=frozenset({"python"}), jobs=1)
     write_results(result)
     migration = Migration(folder, folder / script.name, errors=result.errors)
     migration.changed = [os.path.relpath(r.path, folder) for r in result.changed]
