@@ -21,6 +21,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "explain": "neuron_migrate.commands:explain",
     "pin": "neuron_migrate.pin.command:pin",
     "doctor": "neuron_migrate.doctor:doctor",
+    "verify": "neuron_migrate.verify.command:verify",
 }
 
 

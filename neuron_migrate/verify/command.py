@@ -1,0 +1,69 @@
+"""The `verify` command. torch is imported only once the command runs (it is an optional extra)."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+EXIT_EQUIVALENT, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+INSTALL_HINT = ('neuron-migrate verify needs PyTorch: pip install "neuron-migrate[verify]" '
+                '(or pip install torch==2.13.0 next to neuron-migrate)')
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("script", type=click.Path(dir_okay=False), required=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--migrated", type=click.Path(dir_okay=False, exists=True),
+              help="The migrated script to check (default: migrate a temporary copy of the script's folder).")
+@click.option("--reference-python", metavar="PY",
+              help="An interpreter with torch_xla: the reference is then the original script under torch_xla "
+                   "on the CPU. Default: the migrated script on the plain CPU.")
+@click.option("--target", type=click.Choice(["auto", "neuron", "emulated"]), default="auto", show_default=True,
+              help="Where the migrated script runs: the real `neuron` device or the emulated one.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None,
+              help="End each run after N optimizer steps (N forward calls for inference).")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Processes per run (launched with torchrun).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed set in both runs before the script starts.")
+@click.option("--rtol", type=float, default=None, help="Relative tolerance (default: by dtype, fp32 tight, bf16 loose).")
+@click.option("--atol", type=float, default=None, help="Absolute tolerance (default: by dtype).")
+@click.option("--strict", is_flag=True, help="On the emulated device, mixing CPU and neuron tensors is an error.")
+@click.option("--timeout", type=float, default=None, help="Seconds each run may take.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--quickstart", is_flag=True, help="Only the quickstart device check (a matmul on neuron vs CPU).")
+def verify(script, args, migrated, reference_python, target, max_steps, nproc, seed, rtol, atol, strict, timeout,
+           fmt, quickstart) -> None:
+    """Run the original and the migrated SCRIPT side by side and compare what they compute.
+
+    \b
+    Arguments after SCRIPT (or after --) go to the script, the same in both runs.
+    Exit 0 when equivalent, 1 when not, 2 when a run failed.
+    """
+    try:
+        import torch  # noqa: F401  (the optional extra)
+    except ImportError:
+        raise click.ClickException(INSTALL_HINT) from None
+    if quickstart:
+        from neuron_migrate.verify.quickstart import quickstart_check
+
+        sys.exit(quickstart_check(target))
+    if script is None:
+        raise click.UsageError("give the SCRIPT to verify (or --quickstart)")
+    from neuron_migrate.verify.session import Options, verify_script
+    from neuron_migrate.verify.report import RENDERERS
+    from neuron_migrate.verify.runs import VerifyError
+
+    options = Options(args=list(args), migrated=migrated, reference_python=reference_python, target=target,
+                      max_steps=max_steps, nproc=nproc, seed=seed, rtol=rtol, atol=atol, strict=strict,
+                      timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="neuron-migrate-verify-") as workdir:
+        try:
+            report = verify_script(Path(script), options, Path(workdir))
+        except VerifyError as exc:
+            click.echo(f"{script}: error: {exc}", err=True)
+            sys.exit(EXIT_ERROR)
+    click.echo(RENDERERS[fmt](report), nl=False)
+    sys.exit(report.exit_code)

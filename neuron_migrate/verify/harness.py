@@ -1,0 +1,293 @@
+"""The recorder injected into each run at start-up (by a `sitecustomize` on the subprocess's path).
+
+It records, without any change to the program: every scalar loss `.backward()` is called on, the top-level
+modules moved to a device (their outputs in eval / no-grad calls, their final parameters), the wall time
+of each optimizer step, the compilations, and the device's operator counts. `max_steps` ends the run cleanly
+after N optimizer steps (N forward calls of the moved modules for a program without an optimizer).
+
+This module runs under the reference interpreter too (torch_xla, another torch version): it uses only the
+standard library and torch, and imports the emulator only when asked to emulate.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import time
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+CONFIG_ENV = "NEURON_MIGRATE_VERIFY"
+MAX_OUTPUT_CALLS = 64
+
+
+class Recorder:
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.max_steps = config.get("max_steps")
+        self.losses: list = []
+        self.step_ends: list[float] = []
+        self.call_ends: list[float] = []
+        self.first_call: float | None = None
+        self.modules: list[torch.nn.Module] = []
+        self.outputs: list[list] = []
+        self.forward_calls = 0
+        self.optimizers = 0
+        self.stopped = ""
+        self.autocast = False
+        self.exit_registered = False
+        self.written = False
+
+    # -- events ------------------------------------------------------------------------------------------
+    def on_backward(self, tensor: torch.Tensor) -> None:
+        if tensor.numel() == 1:
+            self.losses.append(tensor.detach().clone())
+        self._start_clock()
+
+    def on_step(self) -> None:
+        _synchronize(self.config["device"])
+        self.step_ends.append(time.perf_counter())
+        if self.max_steps and len(self.step_ends) >= self.max_steps:
+            self.stop(f"--max-steps {self.max_steps} optimizer steps")
+
+    def recorded(self, module) -> bool:
+        return any(m is module for m in self.modules)
+
+    def on_module_to(self, module: torch.nn.Module) -> None:
+        if not self.recorded(module):
+            self.modules.append(module)
+            # Eager calls run the hooks; dynamo traces them as no-ops inside compiled code, where the
+            # compiled entry point is wrapped instead (see on_compile).
+            module.register_forward_pre_hook(lambda *args: None if _compiling() else self._start_clock())
+            module.register_forward_hook(lambda m, args, out: None if _compiling() else self.on_call(m, out))
+            self.on_compile(module)
+        self.register_exit()
+
+    def on_compile(self, module: torch.nn.Module) -> None:
+        """`module.compile()`: time and record calls around the compiled entry point, outside dynamo."""
+        compiled = getattr(module, "_compiled_call_impl", None)
+        if compiled is not None and self.recorded(module) and not getattr(compiled, "_neuron_migrate", False):
+            module._compiled_call_impl = self.wrap(module, compiled)
+
+    def wrap(self, module: torch.nn.Module, call):
+        def recorded_call(*args, **kwargs):
+            self._start_clock()
+            out = call(*args, **kwargs)
+            self.on_call(module, out)
+            return out
+
+        recorded_call._neuron_migrate = True
+        return recorded_call
+
+    def on_call(self, module: torch.nn.Module, output) -> None:
+        self.autocast = self.autocast or _autocast_enabled()
+        if module in self.top_level() and not (torch.is_grad_enabled() and module.training):
+            if len(self.outputs) < MAX_OUTPUT_CALLS:
+                self.outputs.append([t.detach().clone() for t in _tensors(output)])
+            self.forward_calls += 1
+            _synchronize(self.config["device"])
+            self.call_ends.append(time.perf_counter())
+            if self.optimizers == 0 and self.max_steps and self.forward_calls >= self.max_steps:
+                self.stop(f"--max-steps {self.max_steps} forward calls")
+
+    def _start_clock(self) -> None:
+        if self.first_call is None:
+            self.first_call = time.perf_counter()
+
+    def stop(self, reason: str) -> None:
+        self.stopped = reason
+        self.write()
+        raise SystemExit(0)
+
+    # -- the record --------------------------------------------------------------------------------------
+    def register_exit(self) -> None:
+        """Write at exit; registered late so it runs before the exit handlers of libraries imported earlier."""
+        if not self.exit_registered:
+            atexit.register(self.write)
+            self.exit_registered = True
+
+    def top_level(self) -> list[torch.nn.Module]:
+        inner = {id(sub) for m in self.modules for sub in m.modules() if sub is not m}
+        return [m for m in self.modules if id(m) not in inner]
+
+    def durations(self, ends: list[float]) -> list[float]:
+        """Time of each step (or call): the first is counted from the first forward call, compilation included."""
+        if not ends:
+            return []
+        start = self.first_call if self.first_call is not None else ends[0]
+        ends = [start, *ends]
+        return [b - a for a, b in zip(ends, ends[1:])]
+
+    def record(self) -> dict:
+        modules = self.top_level()
+        return {
+            "meta": {"device": self.config["device"], "rank": int(os.environ.get("RANK", 0)),
+                     "world_size": int(os.environ.get("WORLD_SIZE", 1)), "pid": os.getpid(),
+                     "torch": str(torch.__version__), "stopped": self.stopped, "argv": sys.argv},
+            "losses": [float(t.float().cpu()) for t in self.losses],
+            "step_times": self.durations(self.step_ends),
+            "call_times": self.durations(self.call_ends),
+            "modules": [type(m).__name__ for m in modules],
+            "params": [{k: v.detach().float().cpu() for k, v in m.state_dict().items()
+                        if isinstance(v, torch.Tensor) and v.is_floating_point()} for m in modules],
+            "outputs": [[t.float().cpu() if t.is_floating_point() else t.cpu() for t in call]
+                        for call in self.outputs],
+            "autocast": self.autocast,
+            "output_dtypes": sorted({str(t.dtype) for call in self.outputs for t in call}),
+            "param_dtypes": sorted({str(p.dtype) for m in modules for p in m.parameters()}),
+            **_device_facts(self.config["device"]),
+        }
+
+    def write(self) -> None:
+        if self.written:
+            return
+        self.written = True
+        path = os.path.join(self.config["out"], f"record-{os.getpid()}.pt")
+        torch.save(self.record(), path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return [t for t in (getattr(value, k, None) for k in ("logits", "last_hidden_state")) if t is not None]
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def _autocast_enabled() -> bool:
+    for device_type in ("neuron", "xla", "cpu", "cuda"):
+        try:
+            if torch.is_autocast_enabled(device_type):
+                return True
+        except RuntimeError:  # a device type this torch does not know
+            continue
+    return False
+
+
+def _synchronize(device: str) -> None:
+    if device == "neuron":
+        torch.neuron.synchronize()
+
+
+def _device_facts(device: str) -> dict:
+    if device in ("emulated", "cpu"):
+        from neuron_migrate.verify import dynamo, emulator
+
+        return {"ops": dict(emulator.STATS.ops), "mixed": dict(emulator.STATS.mixed),
+                "compilations": [vars(c) for c in dynamo.LOG.compilations]}
+    if device == "neuron":
+        import torch_neuronx
+
+        return {"fallback_ops": sorted(torch_neuronx.get_fallback_ops()),
+                "dynamo_metrics": repr(torch_neuronx.get_dynamo_metrics())}
+    if device == "xla":
+        import torch_xla.debug.metrics as met
+
+        data = met.metric_data("CompileTime")
+        return {"xla_compilations": data[0] if data else 0}
+    return {}
+
+
+def _is_device(args, kwargs) -> bool:
+    try:
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+    except Exception:  # not a device move this harness understands: the program will raise on its own
+        return False
+    return device is not None and device.type not in ("cpu", "meta")
+
+
+def _install_hooks(recorder: Recorder) -> None:
+    backward = torch.Tensor.backward
+
+    def recorded_backward(self, *args, **kwargs):
+        recorder.on_backward(self)
+        return backward(self, *args, **kwargs)
+
+    torch.Tensor.backward = recorded_backward
+
+    module_to = torch.nn.Module.to
+
+    def recorded_to(self, *args, **kwargs):
+        out = module_to(self, *args, **kwargs)
+        if _is_device(args, kwargs):
+            recorder.on_module_to(self)
+        return out
+
+    torch.nn.Module.to = recorded_to
+
+    module_compile = torch.nn.Module.compile
+
+    def recorded_compile(self, *args, **kwargs):
+        module_compile(self, *args, **kwargs)
+        recorder.on_compile(self)
+
+    torch.nn.Module.compile = recorded_compile
+
+    torch_compile = torch.compile
+
+    def recorded_torch_compile(model=None, *args, **kwargs):
+        compiled = torch_compile(model, *args, **kwargs) if model is not None else torch_compile(*args, **kwargs)
+        if isinstance(model, torch.nn.Module) and recorder.recorded(model) and hasattr(compiled, "forward"):
+            compiled.forward = recorder.wrap(model, compiled.forward)
+        return compiled
+
+    torch.compile = recorded_torch_compile
+
+    optimizer_init = torch.optim.Optimizer.__init__
+
+    def recorded_init(self, *args, **kwargs):
+        recorder.optimizers += 1
+        recorder.register_exit()
+        return optimizer_init(self, *args, **kwargs)
+
+    torch.optim.Optimizer.__init__ = recorded_init
+    register_optimizer_step_post_hook(lambda *args: recorder.on_step())
+
+
+def _setup_device(config: dict) -> None:
+    device = config["device"]
+    if device == "emulated":
+        from neuron_migrate.verify import emulator
+
+        emulator.install(strict=config.get("strict", False))
+    elif device == "cpu":
+        from neuron_migrate.verify import cpu_alias
+
+        cpu_alias.install()
+    elif device == "neuron":
+        import torch_neuronx
+
+        torch_neuronx.clear_op_tracking()
+
+
+def start() -> Recorder | None:
+    """Called by the injected sitecustomize: set up the device and start recording."""
+    text = os.environ.get(CONFIG_ENV)
+    if not text:
+        return None
+    config = json.loads(text)
+    if config.get("nproc", 1) > 1 and "RANK" not in os.environ:
+        return None  # the torchrun launcher: only its workers run the program
+    _setup_device(config)
+    if config.get("seed") is not None:
+        torch.manual_seed(config["seed"])
+    recorder = Recorder(config)
+    _install_hooks(recorder)
+    atexit.register(recorder.write)
+    try:
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, recorder.write, exitpriority=100)  # children exit with os._exit
+    except ImportError:
+        pass
+    return recorder

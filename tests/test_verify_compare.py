@@ -1,0 +1,89 @@
+"""The comparison and the report's figures, on hand-made records (no subprocess)."""
+
+from __future__ import annotations
+
+import torch
+
+from neuron_migrate.verify.compare import compare, compare_losses, precision_of
+from neuron_migrate.verify.fallbacks import known_fallbacks, predict
+from neuron_migrate.verify.report import Report, recompiles, render_markdown, render_text, timing
+from neuron_migrate.verify.runs import Program, RunResult
+
+
+def record(losses, params, steps=None, rank=0, dtypes=("torch.float32",), **extra) -> dict:
+    return {"meta": {"rank": rank, "torch": "2.13.0"}, "losses": losses, "params": params, "outputs": [],
+            "step_times": steps if steps is not None else [0.1] * len(losses), "param_dtypes": list(dtypes),
+            **extra}
+
+
+def test_identical_runs_are_equivalent():
+    params = [{"w": torch.ones(3)}]
+    result = compare([record([1.0, 0.5], params)], [record([1.0, 0.5], params)])
+    assert result.equivalent and result.precision == "fp32" and (result.rtol, result.atol) == (1e-4, 1e-5)
+    assert all(c.max_abs == 0 and abs(c.cosine - 1.0) < 1e-12 for c in result.checks)
+
+
+def test_tolerance_follows_the_dtype():
+    ref = record([1.0], [{"w": torch.ones(3)}])
+    tgt = record([1.005], [{"w": torch.ones(3)}], dtypes=("torch.bfloat16",))
+    assert precision_of([ref, tgt]) == "low"
+    assert compare([ref], [tgt]).equivalent  # 0.5 % is within bf16 tolerance
+    assert not compare([ref], [record([1.005], [{"w": torch.ones(3)}])]).equivalent  # not within fp32's
+    assert compare([ref], [record([1.005], [{"w": torch.ones(3)}])], rtol=1e-2).equivalent  # --rtol
+    drifted = record([1.0], [{"w": torch.ones(3) + 2e-4}])
+    assert not compare([ref], [drifted]).equivalent  # the same kernels must agree closely
+    assert compare([ref], [drifted], cross_backend=True).precision == "fp32 across backends"
+    assert compare([ref], [drifted], cross_backend=True).equivalent  # torch_xla rounds differently
+
+
+def test_a_curve_that_drifts_names_the_first_step_that_differs():
+    check = compare_losses("loss curve", [2.0, 1.5, 1.0], [2.0, 1.6, 1.3], rtol=1e-4, atol=1e-5)
+    assert not check.ok and check.detail == "first differs at loss 2: reference 1.5, target 1.6"
+    assert abs(check.max_abs - 0.3) < 1e-9
+
+
+def test_missing_steps_parameters_and_ranks_are_failures():
+    params = [{"w": torch.ones(2)}]
+    fewer_steps = compare([record([1.0, 1.0], params)], [record([1.0, 1.0], params, steps=[])])
+    assert [c.detail for c in fewer_steps.checks if not c.ok] == ["reference took 2 optimizer steps, target 0"]
+    renamed = compare([record([1.0], params)], [record([1.0], [{"v": torch.ones(2)}])])
+    assert "parameter names differ: v, w" in [c.detail for c in renamed.checks if not c.ok]
+    reshaped = compare([record([1.0], params)], [record([1.0], [{"w": torch.ones(3)}])])
+    assert "shapes differ: reference (2,), target (3,)" in [c.detail for c in reshaped.checks]
+    ranks = compare([record([1.0], params, rank=0), record([1.0], params, rank=1)], [record([1.0], params)])
+    assert not ranks.equivalent and ranks.checks[0].name == "processes"
+
+
+def test_recompilations_and_timing_from_a_record():
+    compiled = [{"frame": "0", "name": "forward", "shapes": [[8, 4]], "seconds": 1.0},
+                {"frame": "1", "name": "loss_fn", "shapes": [[8]], "seconds": 0.1},
+                {"frame": "0", "name": "forward", "shapes": [[5, 4]], "seconds": 1.0, "reason": "size mismatch"}]
+    result = RunResult(Program("target", "x", "python", None, "emulated"), 0, 1.0, "",
+                       [record([1.0] * 4, [], steps=[2.0, 0.1, 0.3, 0.2], compilations=compiled)])
+    assert [(r.function, r.shapes, r.reasons) for r in recompiles(result)] == [
+        ("forward", [[[8, 4]], [[5, 4]]], ["size mismatch"])]
+    t = timing(result)
+    assert (t.steps, t.first, t.steady) == (4, 2.0, 0.2)
+
+
+def test_predicted_fallbacks_match_operator_names_with_counts():
+    counts = {"mm": 40, "_linalg_svd": 3, "linalg_inv_ex.inverse": 2, "linalg_inv_ex": 1, "svd": 9}
+    predicted = predict(counts, known_fallbacks())
+    assert [(f.op, f.count) for f in predicted] == [("aten::_linalg_svd", 3), ("aten::linalg_inv_ex", 3)]
+
+
+def test_report_names_the_shapes_that_recompiled_and_hints_at_padding():
+    compiled = [{"frame": "0", "name": "forward (model.py:15)", "shapes": [[32, 784], [10]], "seconds": 1.0},
+                {"frame": "0", "name": "forward (model.py:15)", "shapes": [[17, 784], [10]], "seconds": 1.0,
+                 "reason": "0/0: tensor 'x' size mismatch at index 0. expected 32, actual 17"}]
+    runs = [RunResult(Program(role, "train.py", "python", None, device), 0, 1.0, "",
+                      [record([1.0], [{"w": torch.ones(2)}], compilations=compiled)])
+            for role, device in (("reference", "cpu"), ("target", "emulated"))]
+    report = Report("train.py", [], runs, None)
+    report.comparison = compare(runs[0].records, runs[1].records)
+    text = render_text(report)
+    assert "recompiled forward (model.py:15) 1x: (32, 784) -> (17, 784)" in text
+    assert "hint: every new input shape compiles a new graph: pad inputs" in text
+    assert report.exit_code == 0 and text.startswith("neuron-migrate verify train.py: equivalent")
+    markdown = render_markdown(report)
+    assert "`forward (model.py:15)` recompiled 1x ((32, 784) -> (17, 784)); every new input shape" in markdown
