@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -37,3 +38,17 @@ def test_styles_differ_only_where_a_device_is_named(tmp_path):
     assert '+device = torch.device("neuron")' in neuron
     assert "+device = DEVICE" in accelerator
     assert "-xm.mark_step()" in neuron and "-xm.mark_step()" in accelerator
+
+
+def test_accelerator_style_computes_the_same_losses_on_the_emulated_neuron_device(tmp_path):
+    """The accelerator-style migration, run on the emulated `neuron` device, against the default migration on the CPU."""
+    example = tmp_path / "xla_mnist"
+    shutil.copytree(ROOT / "examples" / "xla_mnist", example)
+    assert cli("rewrite", "--device-style", "accelerator", str(example)).returncode == 0
+    out = cli("verify", "train.py", "--migrated", str(example / "train.py"), "--target", "emulated",
+              "--max-steps", "3", "--format", "json", "--", "--steps", "3", cwd=ROOT / "examples" / "xla_mnist")
+    report = json.loads(out.stdout)
+    assert out.returncode == 0, out.stdout[-3000:]
+    reference, target = report["runs"]
+    assert (reference["device"], target["device"]) == ("cpu", "emulated")
+    assert len(target["losses"]) == 3 and target["losses"] == reference["losses"]

@@ -1,7 +1,7 @@
-"""The data-parallel example, migrated, trains the same model on 2 processes as on 1 (torchrun, gloo on CPU).
+"""The data-parallel example, migrated, trains the same model on 2 processes as on 1 (torchrun).
 
-Until the emulated `neuron` device exists, the migrated program is pointed at the CPU by hand: the `neuron`
-process group becomes gloo, the `neuron` device the CPU, and the compile backend Dynamo's `eager`.
+The migrated program runs unmodified on the emulated `neuron` device (neuron_migrate.verify.emulator): its
+`neuron` process group, device and compile backend are the emulator's.
 """
 
 from __future__ import annotations
@@ -33,19 +33,20 @@ def migrated(tmp_path_factory):
     return folder
 
 
-def on_cpu(text: str) -> str:
-    text = re.sub(r'init_process_group\("neuron"', 'init_process_group("gloo"', text)
-    text = text.replace('.compile(backend="neuron"', '.compile(backend="eager"')
-    text = re.sub(r"torch\.neuron\.set_device\(.*\)\n", "pass\n", text)
-    return text.replace('torch.device("neuron")', 'torch.device("cpu")')
+# Installs the emulated `neuron` device, then runs the program named on the command line as __main__.
+LAUNCHER = """import runpy, sys
+from neuron_migrate.verify.emulator import install
+install()
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 def start(folder, processes: int, batch_size: int) -> subprocess.Popen:
     """torchrun for several processes; one process runs as `python train.py` with the variables torchrun sets."""
-    script = folder / "train_cpu.py"
-    if not script.exists():
-        script.write_text(on_cpu((folder / "train.py").read_text()))
-    args = [str(script), "--epochs", "1", "--max-steps", "6", "--log-steps", "1", "--batch-size", str(batch_size),
+    launcher = folder / "emulated.py"
+    launcher.write_text(LAUNCHER)
+    args = [str(launcher), str(folder / "train.py"), "--epochs", "1", "--max-steps", "6", "--log-steps", "1", "--batch-size", str(batch_size),
             "--train-size", "256", "--test-size", "128", "--checkpoint", str(folder / f"ckpt{processes}.pt")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     if processes == 1:
@@ -102,9 +103,9 @@ def test_two_processes_train_like_one(migrated):
 def test_checkpoint_loads_into_the_bare_model(migrated):
     sys.path.insert(0, str(migrated))
     try:
-        import train_cpu
+        import train
     finally:
         sys.path.remove(str(migrated))
     state = torch.load(migrated / "ckpt2.pt")
     assert all(t.device.type == "cpu" for t in state.values())
-    train_cpu.MNIST().load_state_dict(state)  # strict: no `module.` / `_orig_mod.` prefixes
+    train.MNIST().load_state_dict(state)  # strict: no `module.` / `_orig_mod.` prefixes
