@@ -306,7 +306,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     if removed and settings.enabled(imports.UNUSED_CODE, path):
         ctx.applied[imports.UNUSED_CODE] = ctx.applied.get(imports.UNUSED_CODE, 0) + removed
     result.applied = {k: v for k, v in ctx.applied.items() if v}
-    new_text = new_module.code
+    new_text = final_newline(source, new_module.code)
     if new_text != source.text:
         result.manual = [f for f in marker_findings(new_text, path, settings)]
     return new_text
@@ -320,6 +320,18 @@ def unused_suppressions(ctx: FileContext) -> list[Pending]:
             what = "`# neuron-migrate: ignore`" if code == "*" else code
             out.append(Pending(UNUSED_SUPPRESSION, comment, info.format(code=what), False, None))
     return out
+
+
+def final_newline(source: Source, new_text: str) -> str:
+    """A file without a final newline keeps it missing only while its last line is untouched.
+
+    Otherwise removing that last line would take the newline off the line before it, a line no rule touched.
+    """
+    old = source.text
+    if not old or old.endswith(("\n", "\r")) or not new_text or new_text.endswith(("\n", "\r")):
+        return new_text
+    last_line = old.splitlines(keepends=True)[-1]
+    return new_text if new_text.endswith(last_line) else new_text + source.newline
 
 
 def _positions(module: cst.Module, pending: list[Pending], path: str) -> list[Finding]:
