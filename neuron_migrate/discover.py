@@ -116,11 +116,14 @@ def _walk(root: Path, root_real: str, exclude_spec, problems: list[Problem]) -> 
     visited: set[str] = set()
     # Stack of (folder, [(spec base, spec), ...]) so nested .gitignore files apply below their folder.
     stack: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, [])]
-    while stack:
-        folder, specs = stack.pop()
+    linked: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = []  # walked after the real folders
+    while stack or linked:
+        folder, specs = stack.pop() if stack else linked.pop(0)
         real = os.path.realpath(folder)
         if real in visited:
-            problems.append(Problem(str(folder), "folder reached again through a symbolic link (loop); skipped"))
+            if _is_loop(folder, real):
+                problems.append(Problem(str(folder), "symbolic link back to a folder that contains it (a loop); "
+                                                     "skipped"))
             continue
         visited.add(real)
         spec = _ignore_spec(folder)
@@ -153,10 +156,16 @@ def _walk(root: Path, root_real: str, exclude_spec, problems: list[Problem]) -> 
                     continue
                 if _is_venv(path):
                     continue
-                subdirs.append((path, specs))
+                (linked if is_link else subdirs).append((path, specs))
             else:
                 yield str(path), os.path.realpath(entry.path), kind_of(entry.name)
         stack.extend(reversed(subdirs))
+
+
+def _is_loop(folder: Path, real: str) -> bool:
+    """A folder whose real path contains the folder it was reached from."""
+    parent = os.path.realpath(folder.parent)
+    return parent == real or parent.startswith(real + os.sep)
 
 
 def _ignored(path: Path, is_dir: bool, specs, root: Path, exclude_spec) -> bool:

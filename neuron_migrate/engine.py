@@ -306,9 +306,11 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     if removed and settings.enabled(imports.UNUSED_CODE, path):
         ctx.applied[imports.UNUSED_CODE] = ctx.applied.get(imports.UNUSED_CODE, 0) + removed
     result.applied = {k: v for k, v in ctx.applied.items() if v}
-    new_text = final_newline(source, new_module.code)
-    if new_text != source.text:
-        result.manual = [f for f in marker_findings(new_text, path, settings)]
+    rendered = new_module.code
+    if rendered == module.code:
+        return source.text  # nothing edited (even where the parser does not give the file back byte for byte)
+    new_text = final_newline(source, rendered)
+    result.manual = marker_findings(new_text, path, settings)
     return new_text
 
 

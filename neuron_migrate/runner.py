@@ -5,7 +5,10 @@ The order of results is the order of discovery, whatever the number of worker pr
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -81,13 +84,37 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
 
 
 def write_results(run: Run) -> list[tuple[str, str]]:
-    """Write every changed file atomically; returns (path, error) for writes that failed (file intact)."""
+    """Write every changed file atomically; returns (path, error) for writes that failed (file intact).
+
+    Ctrl-C or SIGTERM during the writes stops the run after the file being written, so no file is left
+    half-written and no temporary file stays behind.
+    """
     failures = []
-    for result in run.changed:
-        assert result.new_bytes is not None
-        try:
-            write_atomic(result.path, result.new_bytes)
-        except OSError as exc:
-            result.error = f"could not write ({exc.strerror or exc}); the file was left as it was"
-            failures.append((result.path, result.error))
+    with _interrupts_between_files() as stop_requested:
+        for result in run.changed:
+            if stop_requested():
+                raise KeyboardInterrupt
+            assert result.new_bytes is not None
+            try:
+                write_atomic(result.path, result.new_bytes)
+            except OSError as exc:
+                result.error = f"could not write ({exc.strerror or exc}); the file was left as it was"
+                failures.append((result.path, result.error))
     return failures
+
+
+@contextlib.contextmanager
+def _interrupts_between_files():
+    signals = (signal.SIGINT, signal.SIGTERM)
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in signals}
+    try:
+        yield lambda: bool(received)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        raise KeyboardInterrupt

@@ -87,20 +87,23 @@ def write_atomic(path: str, data: bytes) -> None:
     """Replace `path` with `data` so that the file is either untouched or fully written.
 
     The temporary file lives in the same folder (same file system, so the rename is atomic) and takes the
-    original's mode bits; on any failure it is removed and the original stays as it was.
+    original's mode bits and owner; on any failure it is removed and the original stays as it was. A symbolic
+    link stays a link: the file it points to is the one replaced.
     """
-    directory = os.path.dirname(os.path.abspath(path))
+    path = os.path.realpath(path)
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        st = os.stat(path)
     except FileNotFoundError:
-        mode = 0o644
-    fd, tmp = tempfile.mkstemp(prefix=".nm-", suffix=".tmp", dir=directory)
+        st = None
+    fd, tmp = tempfile.mkstemp(prefix=".nm-", suffix=".tmp", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) if st else 0o644)
+        if st is not None:
+            _keep_owner(tmp, st)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -108,3 +111,12 @@ def write_atomic(path: str, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _keep_owner(tmp: str, st: os.stat_result) -> None:
+    new = os.stat(tmp)
+    if (new.st_uid, new.st_gid) != (st.st_uid, st.st_gid):
+        try:
+            os.chown(tmp, st.st_uid, st.st_gid)
+        except PermissionError:
+            pass  # only root may give a file away; the content matters more than the owner
