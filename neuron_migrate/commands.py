@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import click
@@ -40,9 +41,14 @@ def _settings(paths, select, ignore, exclude, **flags) -> config.Resolved:
         sys.exit(EXIT_ERROR)
 
 
+ERROR_LINE = re.compile(r"^line (\d+(?::\d+)?): ")
+
+
 def _report_errors(errors: list[tuple[str, str]]) -> None:
     for path, message in errors:
-        click.echo(f"{path}: error: {message}", err=True)
+        m = ERROR_LINE.match(message)
+        where = f"{path}:{m.group(1)}" if m else path
+        click.echo(f"{where}: error: {message[m.end():] if m else message}", err=True)
 
 
 @click.command()

@@ -143,6 +143,7 @@ def _walk(root: Path, root_real: str, exclude_spec, problems: list[Problem]) -> 
             try:
                 is_dir = entry.is_dir()
                 is_link = entry.is_symlink()
+                is_file = entry.is_file()  # not a pipe, socket or device: reading those blocks or never ends
             except OSError:
                 continue
             if _ignored(path, is_dir, specs, root, exclude_spec):
@@ -157,7 +158,7 @@ def _walk(root: Path, root_real: str, exclude_spec, problems: list[Problem]) -> 
                 if _is_venv(path):
                     continue
                 (linked if is_link else subdirs).append((path, specs))
-            else:
+            elif is_file:
                 yield str(path), os.path.realpath(entry.path), kind_of(entry.name)
         stack.extend(reversed(subdirs))
 

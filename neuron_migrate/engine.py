@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
@@ -29,6 +30,8 @@ from neuron_migrate.suppress import UNUSED_CODE as UNUSED_SUPPRESSION
 
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
 MARKER_CODE = "NM900"
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+ISSUES_URL = "https://github.com/neuron-migrate/neuron-migrate/issues"
 ALWAYS_TRIGGERS = (b"neuron-migrate",)
 
 
@@ -217,25 +220,33 @@ def node_code(node: cst.CSTNode) -> str:
 # -- the pipeline ------------------------------------------------------------------------------------------
 
 def parse(source: Source) -> cst.Module:
+    """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms)."""
+    error = _python_syntax_error(source.text)
+    if error is not None:
+        raise SourceError(error)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return cst.parse_module(source.text)
     except cst.ParserSyntaxError as exc:
-        raise SourceError(_syntax_message(source.text, exc)) from None
+        raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read "
+                          f"this valid Python ({exc.message.splitlines()[0]}); the file was left alone. Please report "
+                          f"it at {ISSUES_URL}") from None
 
 
-def _syntax_message(text: str, exc: cst.ParserSyntaxError) -> str:
-    """Python's own description of the error when it has one (it is the one users know), else LibCST's."""
+def _python_syntax_error(text: str) -> str | None:
+    """Python's own description of a syntax error (it is the one users know, and its positions are right)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ast.parse(text)
-    except SyntaxError as py:
+    except SyntaxError as exc:
         hint = " (this looks like Python 2 code; port it to Python 3 first)" if _looks_like_python2(text) else ""
-        return f"line {py.lineno}:{py.offset or 1}: syntax error: {py.msg}{hint}; fix the syntax, then run again"
-    return (f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read this syntax "
-            f"({exc.message.splitlines()[0]}); the file was left alone")
+        return (f"line {exc.lineno}:{exc.offset or 1}: syntax error (for Python {PYTHON}): {exc.msg}{hint}; "
+                "fix the syntax, then run again")
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return f"line 1: syntax error (for Python {PYTHON}): {exc}"
+    return None
 
 
 _PY2 = re.compile(r"^\s*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
@@ -267,7 +278,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
         if module.code != source.text:
             raise SourceError("the parser does not give back this file byte for byte, so it cannot be rewritten "
                               "without changing lines no rule touched; the file was left alone")
-        validate(new_text, source.text)
+        validate(new_text)
         result.new_bytes = source.encode(new_text)
     return result
 
@@ -363,17 +374,13 @@ def marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
     return out
 
 
-def validate(new_text: str, old_text: str) -> None:
-    """The rewritten file must parse, with LibCST and (when the original did) with Python's own parser."""
+def validate(new_text: str) -> None:
+    """The rewritten file must parse, with LibCST and with Python's own parser (the original did: see parse)."""
     try:
         cst.parse_module(new_text)
     except cst.ParserSyntaxError as exc:
         raise SourceError(f"internal error: the rewrite produced code that does not parse ({exc.message}, line "
                           f"{exc.raw_line}); the file was left alone. Please report this.") from None
-    try:
-        ast.parse(old_text)
-    except SyntaxError:
-        return
     try:
         ast.parse(new_text)
     except SyntaxError as exc:

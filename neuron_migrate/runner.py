@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from neuron_migrate.settings import Settings
 from neuron_migrate.sources import SourceError, read_bytes, write_atomic
 
 PARALLEL_THRESHOLD = 16  # below this many files, worker start-up costs more than it saves
+DEEP_STACK_BYTES = 512 * 1024 * 1024
+DEEP_RECURSION_LIMIT = 30_000
 
 
 @dataclass
@@ -48,7 +51,10 @@ def process_target(target: Target, settings: Settings, rewrite: bool) -> FileRes
     except SourceError as exc:
         return FileResult(target.path, error=str(exc))
     try:
-        result = handlers.process(target.path, data, target.kind, settings, rewrite)
+        try:
+            result = handlers.process(target.path, data, target.kind, settings, rewrite)
+        except RecursionError:
+            result = _with_deep_stack(handlers.process, target.path, data, target.kind, settings, rewrite)
     except SourceError as exc:
         return FileResult(target.path, old_bytes=data, error=str(exc))
     except RecursionError:
@@ -60,6 +66,30 @@ def process_target(target: Target, settings: Settings, rewrite: bool) -> FileRes
     if result is None:
         return FileResult(target.path, old_bytes=data, skipped=f"no handler for {target.kind} files")
     return result
+
+
+def _with_deep_stack(fn, *args):
+    """fn(*args) in a thread with a large stack and recursion limit: a generated table of thousands of implicitly
+    concatenated strings nests that deep in the syntax tree, and LibCST visits it recursively."""
+    outcome: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as exc:  # handed to the calling thread
+            outcome["error"] = exc
+
+    previous_size = threading.stack_size(DEEP_STACK_BYTES)
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_RECURSION_LIMIT))
+    try:
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(previous_size)
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome["value"]
 
 
 def _process_chunk(args: tuple[list[Target], Settings, bool]) -> list[FileResult]:

@@ -53,11 +53,7 @@ def decode(data: bytes) -> Source:
     if b"\0" in data:
         raise SourceError("file contains NUL bytes: not a Python source file; it was left alone")
     bom = data.startswith(codecs.BOM_UTF8)
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError as exc:
-        raise SourceError(f"bad encoding declaration: {exc}") from None
-    codec = "utf-8" if encoding in ("utf-8-sig", "utf-8") else encoding
+    codec = _declared_encoding(data, bom)
     body = data[len(codecs.BOM_UTF8):] if bom else data
     try:
         text = body.decode(codec)
@@ -67,6 +63,21 @@ def decode(data: bytes) -> Source:
                           "add a coding cookie such as `# -*- coding: latin-1 -*-` or convert the file to UTF-8"
                           ) from None
     return Source(text=text, encoding=codec, bom=bom)
+
+
+def _declared_encoding(data: bytes, bom: bool) -> str:
+    """The encoding of the PEP 263 coding cookie, or UTF-8."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:
+        message = str(exc)
+        if message.startswith("unknown encoding"):
+            raise SourceError(f"{message} in the coding cookie; name an encoding Python knows (PEP 263)") from None
+        if bom:
+            raise SourceError("the file starts with a UTF-8 byte order mark but its coding cookie declares another "
+                              "encoding; keep only one of them") from None
+        return "utf-8"  # no usable cookie and bytes that are not UTF-8: decoding says which line holds them
+    return "utf-8" if encoding in ("utf-8-sig", "utf-8") else encoding
 
 
 def read_bytes(path: str) -> bytes:
