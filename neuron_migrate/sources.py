@@ -74,8 +74,8 @@ def _declared_encoding(data: bytes, bom: bool) -> str:
         if message.startswith("unknown encoding"):
             raise SourceError(f"{message} in the coding cookie; name an encoding Python knows (PEP 263)") from None
         if bom:
-            raise SourceError("the file starts with a UTF-8 byte order mark but its coding cookie declares another "
-                              "encoding; keep only one of them") from None
+            raise SourceError("the file starts with a UTF-8 byte order mark but its coding cookie is not `utf-8` "
+                              "(Python refuses such a file); remove the cookie or spell it `utf-8`") from None
         return "utf-8"  # no usable cookie and bytes that are not UTF-8: decoding says which line holds them
     return "utf-8" if encoding in ("utf-8-sig", "utf-8") else encoding
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from neuron_migrate.engine import process_python
 from neuron_migrate.settings import Settings
 
@@ -35,3 +37,6 @@ def cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = Non
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "neuron_migrate", *args], cwd=cwd, env=full_env, input=input,
                           capture_output=True, text=True, timeout=600)
+
+
+SWEEP_REPORT = pytest.StashKey[list]()  # lines printed at the end of the run (sweep sizes)

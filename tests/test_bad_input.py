@@ -43,8 +43,8 @@ BAD_FILES: dict[str, tuple[bytes, str]] = {
                           ": error: unknown encoding: klingon in the coding cookie; name an encoding Python knows "
                           "(PEP 263)"),
     "bom_and_latin1_cookie.py": (codecs.BOM_UTF8 + b"# coding: latin-1\n" + LEGACY,
-                                 ": error: the file starts with a UTF-8 byte order mark but its coding cookie "
-                                 "declares another encoding; keep only one of them"),
+                                 ": error: the file starts with a UTF-8 byte order mark but its coding cookie is "
+                                 "not `utf-8` (Python refuses such a file); remove the cookie or spell it `utf-8`"),
 }
 BIG = "generated_50mb.py"
 

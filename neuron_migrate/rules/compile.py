@@ -146,7 +146,8 @@ class CompileBackend(Rule):
     """NM108 torch.compile(backend="openxla", dynamic=True); NM110 torch_xla.compile(fn)."""
 
     codes = ("NM108", "NM110")
-    triggers = (b"compile",)
+    # Every edit needs one of these: an XLA (or neuron) backend literal, or an import of torch_xla.
+    triggers = (b"torch_xla", b"openxla", b"torchxla", b"neuron")
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

@@ -73,10 +73,15 @@ class XlaDeviceString(Rule):
         self.weak.append((self.ctx.current, literal, kind))
 
     def visit_Call(self, node: cst.Call) -> None:
+        qual = self.ctx.qualname(node.func)
         for a in node.args:
             if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value):
-                self._strong(a.value, TYPE if a.keyword.value == "device_type" else DEVICE)
-        qual = self.ctx.qualname(node.func)
+                kind = TYPE if a.keyword.value == "device_type" else DEVICE
+                # `device_type="xla"` outside autocast is mostly a tag (test decorators, skip lists): weak
+                if a.keyword.value == "device" or _is_autocast(qual):
+                    self._strong(a.value, kind)
+                else:
+                    self._weak(a.value, kind)
         if qual in XLA_DEVICE:
             self.xla_program = True
         first = arg(node, 0, None)
@@ -146,6 +151,10 @@ def _portable(ctx, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression
     if first.value[3:]:
         head.append(first.with_changes(value=first.value[3:]))
     return literal.with_changes(parts=[*head, *literal.parts[1:]])
+
+
+def _is_autocast(qual: str | None) -> bool:
+    return qual is not None and qual.startswith("torch.") and ("autocast" in qual or qual.startswith("torch.amp."))
 
 
 def _is_device_name(target: cst.BaseExpression) -> bool:
