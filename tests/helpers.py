@@ -40,3 +40,16 @@ def cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = Non
 
 
 SWEEP_REPORT = pytest.StashKey[list]()  # lines printed at the end of the run (sweep sizes)
+
+
+def assert_other_lines_kept(data: bytes, is_idiom: list[bool], out: bytes) -> None:
+    """Every line of `data` not flagged as an idiom comes back byte for byte (newline included) and in order;
+    the rewrite may only change idiom lines and insert lines around them."""
+    lines = data.splitlines(keepends=True)
+    assert len(lines) == len(is_idiom)
+    kept = [line for line, idiom in zip(lines, is_idiom) if not idiom]
+    out_lines = out.splitlines(keepends=True)
+    missing = [line for line in kept if line not in out_lines]
+    assert not missing, f"lines without an idiom changed: {missing}"
+    remaining = iter(out_lines)
+    assert all(any(line == o for o in remaining) for line in kept), "lines without an idiom changed order"
