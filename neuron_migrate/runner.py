@@ -126,7 +126,7 @@ def write_results(run: Run) -> list[tuple[str, str]]:
                 raise KeyboardInterrupt
             assert result.new_bytes is not None
             try:
-                write_atomic(result.path, result.new_bytes)
+                write_atomic(result.path, result.new_bytes, expected=result.old_bytes)
             except OSError as exc:
                 result.error = f"could not write ({exc.strerror or exc}); the file was left as it was"
                 failures.append((result.path, result.error))

@@ -8,6 +8,7 @@ byte-identical.
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import os
 import stat
@@ -94,12 +95,18 @@ def read_bytes(path: str) -> bytes:
         raise SourceError(f"cannot read: {exc.strerror or exc}") from None
 
 
-def write_atomic(path: str, data: bytes) -> None:
+class ChangedOnDisk(OSError):
+    def __init__(self) -> None:
+        super().__init__(errno.ESTALE, "the file changed on disk during the run; run again")
+
+
+def write_atomic(path: str, data: bytes, expected: bytes | None = None) -> None:
     """Replace `path` with `data` so that the file is either untouched or fully written.
 
     The temporary file lives in the same folder (same file system, so the rename is atomic) and takes the
     original's mode bits and owner; on any failure it is removed and the original stays as it was. A symbolic
-    link stays a link: the file it points to is the one replaced.
+    link stays a link: the file it points to is the one replaced. With `expected` (the bytes the new content
+    was computed from), a file that someone changed meanwhile (an editor saving) is not overwritten.
     """
     path = os.path.realpath(path)
     try:
@@ -115,13 +122,30 @@ def write_atomic(path: str, data: bytes) -> None:
         os.chmod(tmp, stat.S_IMODE(st.st_mode) if st else 0o644)
         if st is not None:
             _keep_owner(tmp, st)
-        os.replace(tmp, path)
+        if expected is None or _needs_write(path, data, expected):
+            os.replace(tmp, path)
+        else:
+            os.unlink(tmp)
     except BaseException:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
+
+
+def _needs_write(path: str, data: bytes, expected: bytes) -> bool:
+    """False when the file already holds `data` (another run wrote it); ChangedOnDisk when it holds neither."""
+    try:
+        with open(path, "rb") as fh:
+            current = fh.read()
+    except FileNotFoundError:
+        current = None
+    if current == data:
+        return False
+    if current != expected:
+        raise ChangedOnDisk()
+    return True
 
 
 def _keep_owner(tmp: str, st: os.stat_result) -> None:
