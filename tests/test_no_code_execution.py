@@ -44,7 +44,7 @@ def trapped_project(tmp_path) -> tuple[Path, Path]:
     return project, marker
 
 
-@pytest.mark.parametrize("command", [["check"], ["rewrite", "--diff"], ["rewrite"], ["pin"], ["pin", "--check"]])
+@pytest.mark.parametrize("command", [["check"], ["rewrite", "--diff"], ["rewrite"], ["pin"], ["pin", "--diff"]])
 def test_commands_never_run_user_code_nor_import_torch(trapped_project, command):
     project, marker = trapped_project
     proc = subprocess.run([sys.executable, "-c", PROBE, *command, "."], cwd=project, capture_output=True,

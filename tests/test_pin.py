@@ -234,7 +234,7 @@ def test_invalid_utf8_is_an_error_that_names_the_line(tmp_path):
     req.write_bytes(b"torch-xla==2.1\n# caf\xe9\n")
     proc = cli("pin", str(tmp_path))
     assert proc.returncode == 2
-    assert "requirements.txt: error: line 2: bytes are not valid UTF-8 (byte 0xe9)" in proc.stderr
+    assert "requirements.txt:2: error: bytes are not valid UTF-8 (byte 0xe9)" in proc.stderr
     assert req.read_bytes() == b"torch-xla==2.1\n# caf\xe9\n"
 
 
