@@ -171,3 +171,20 @@ def test_table_beyond_what_libcst_parses_is_reported_as_its_limit(tmp_path):
     assert proc.returncode == 2
     assert f"{path}:6006:1: error: the rewriting parser (LibCST) cannot read this valid Python (" in proc.stderr
     assert "the file was left alone. Please report it at https://" in proc.stderr
+
+
+def test_a_notebook_that_is_not_json_is_reported_and_the_rest_goes_on(tmp_path):
+    from neuron_migrate.handlers import HANDLERS
+
+    if "notebook" not in HANDLERS:
+        pytest.skip("no notebook handler registered on this branch yet")
+    notebook = tmp_path / "broken.ipynb"
+    data = b'{"cells": [{"cell_type": "code", "source": ["import torch_xla.core.xla_model as xm\\n"'
+    notebook.write_bytes(data)
+    good = tmp_path / "train.py"
+    good.write_bytes(LEGACY)
+    proc = cli("rewrite", str(tmp_path))
+    assert proc.returncode == 2
+    assert f"{notebook}: error: not a valid notebook: the file is not JSON (" in proc.stderr
+    assert notebook.read_bytes() == data
+    assert good.read_bytes() == MIGRATED

@@ -30,6 +30,8 @@ IMPORT_STYLES = {
     "guarded": (["try:", "    import torch_xla.core.xla_model as xm", "except ImportError:", "    xm = None"],
                 "xm.xla_device", "xm.mark_step", "xm.optimizer_step"),
     "top-level": (["import torch_xla"], "torch_xla.device", "torch_xla.sync", None),
+    "feature-test": (["if is_torch_xla_available():", "    import torch_xla.core.xla_model as xm"],
+                     "xm.xla_device", "xm.mark_step", "xm.optimizer_step"),
 }
 
 
@@ -108,17 +110,25 @@ def programs(draw):
     style = draw(st.sampled_from(sorted(IMPORT_STYLES)))
     counter = [0]
     imports, *_ = IMPORT_STYLES[style]
-    lines = [Line('"""A training script."""', False), Line("import re", False), Line("import torch", False)]
-    lines += [Line(t, True) for t in imports]
-    simple = st.one_of(*_idioms(style), _ordinary(counter))
+    lines = [Line('"""A training script."""', False), Line("import re", False), Line("import torch", False),
+             Line("from transformers.utils import is_torch_xla_available", False)]
+    # Function-local imports: each function imports what it uses, the module level holds no idiom.
+    local = style not in ("guarded", "feature-test") and draw(st.booleans())
+    header = [Line(t, True) for t in imports]
+    ordinary = _ordinary(counter)
+    simple = st.one_of(*_idioms(style), ordinary)
     item = st.one_of(simple, _wrapped(simple, counter), _wrapped(_wrapped(simple, counter), counter))
+    module_item = st.one_of(ordinary, _wrapped(ordinary, counter)) if local else item
+    if not local:
+        lines += header
     for _ in range(draw(st.integers(0, 4))):
-        lines += draw(item)
-    for _ in range(draw(st.integers(0, 3))):
+        lines += draw(module_item)
+    for _ in range(draw(st.integers(1 if local else 0, 3))):
         counter[0] += 1
         lines.append(Line(f"def func_{counter[0]}(model, optimizer):", False))
-        lines += _indented([x for block in draw(st.lists(item, min_size=1, max_size=4)) for x in block])
-    lines += draw(st.lists(item, max_size=3).map(lambda blocks: [x for b in blocks for x in b]))
+        body = [x for block in draw(st.lists(item, min_size=1, max_size=4)) for x in block]
+        lines += _indented((header if local else []) + body)
+    lines += draw(st.lists(module_item, max_size=3).map(lambda blocks: [x for b in blocks for x in b]))
     indent = draw(st.sampled_from(["    ", "\t", "  "]))
     newline = draw(st.sampled_from(["\n", "\r\n"]))
     final_newline = draw(st.booleans())
