@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import libcst as cst
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from neuron_migrate.engine import process_python
+from neuron_migrate.settings import Settings
 from tests.helpers import assert_other_lines_kept, rewrite_bytes
 
 # How a program reaches torch_xla's model module, and how it then spells each API.
@@ -157,4 +159,6 @@ def test_rewrite_parses_is_idempotent_and_keeps_other_lines(program):
     cst.parse_module(text)
     ast.parse(text)
     assert rewrite_bytes(out) is None, "a second run changed the file again"
+    left = process_python("case.py", out, Settings(), False).findings
+    assert {f.code for f in left} <= {"NM900"}, f"check after rewrite reports more than the manual items: {left}"
     assert_other_lines_kept(data, idiom, out)
