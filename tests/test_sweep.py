@@ -1,7 +1,7 @@
 """No-op sweeps over real code nobody here wrote.
 
 The Python standard library and every package installed in the test environment (torch included) hold no
-torch_xla program: `rewrite --diff` over them must change no file (except torch's own torch_xla integration,
+torch_xla program: `rewrite --diff` with the migration rules over them must change no file (except torch's own torch_xla integration,
 listed below), crash nowhere and report no error except the files below that are broken on purpose. A second sweep runs every rule on a sample of those files with the
 pre-filter off, so the rules themselves meet thousands of lines of unfamiliar code. When torch_xla's own
 sources are available, a copy of them is rewritten: every output must parse, a second run must be a no-op and
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate import rules as rules_package
+from neuron_migrate import catalogue, rules as rules_package
 from neuron_migrate.discover import discover
 from neuron_migrate.runner import run
 from neuron_migrate.settings import Settings
@@ -51,6 +51,10 @@ TORCH_XLA_INTEGRATION = {
     "torch/distributed/tensor/_api.py": "DTensor on an `xla` device mesh calls torch_xla.distributed.spmd",
 }
 DIFF_FILE = re.compile(r"^\+\+\+ b/(.*)$", re.M)
+# The migration rules: core (NM1), distributed and data (NM2), dependencies (NM6), the tool's own (NM9). The
+# checks of PyTorch features the native backend lacks (NM3-NM5) report those features wherever they appear,
+# torch's own sources included, so they are left out of this sweep (see the closing note of issue 8).
+MIGRATION_RULES = ("NM1", "NM2", "NM6", "NM9")
 ERROR_LINE = re.compile(r"^(?P<path>.+?)(?::\d+(?::\d+)?)?: error: (?P<message>.*)$")
 
 
@@ -96,7 +100,7 @@ def cache_env(request, tmp_path_factory) -> dict[str, str]:
 def test_rewrite_over_stdlib_and_site_packages_changes_nothing(request, cache_env):
     assert (STDLIB / "os.py").is_file() and any((p / "torch" / "__init__.py").is_file() for p in SITE_PACKAGES), \
         "the sweep needs the standard library and torch installed in the test environment"
-    proc = cli("rewrite", "--diff", *map(str, ROOTS), env=cache_env)
+    proc = cli("rewrite", "--diff", "--select", ",".join(MIGRATION_RULES), *map(str, ROOTS), env=cache_env)
     files, lines = _size(ROOTS)
     _report(request, f"no-op sweep: {files} files, {lines} lines ({', '.join(map(str, ROOTS))})")
     changed = [path for path in DIFF_FILE.findall(proc.stdout)
@@ -123,9 +127,10 @@ def test_every_rule_on_a_sample_of_unrelated_code_changes_nothing(request, monke
     paths = _sample(200, 30_000)
     for rule in rules_package.all_rules():
         monkeypatch.setattr(rule, "triggers", (b"",))  # b"" is in every file: the pre-filter lets all through
+        monkeypatch.setattr(rule, "context", ())
     rules_package.all_triggers.cache_clear()
     try:
-        result = run(paths, Settings(), rewrite=True, jobs=2)
+        result = run(paths, Settings(select=frozenset(MIGRATION_RULES)), rewrite=True, jobs=2)
     finally:
         rules_package.all_triggers.cache_clear()
     lines = sum(Path(p).read_bytes().count(b"\n") for p in paths)
@@ -160,5 +165,6 @@ def test_torch_xla_own_sources_rewrite_to_parsing_code_and_a_fixed_point(request
     second = cli("rewrite", "--diff", str(copy))
     assert second.stdout == "", "a second run changed the migrated torch_xla sources again:\n" + second.stdout[:5000]
     assert _errors(second.stderr) == _errors(first.stderr)
-    left = json.loads(cli("check", "--format", "json", str(copy)).stdout)["findings"]
-    assert {f["code"] for f in left} <= {"NM900"}, "check after rewrite reports more than the manual items"
+    left = {f["code"] for f in json.loads(cli("check", "--format", "json", str(copy)).stdout)["findings"]}
+    manual = {code for code in left if code == "NM900" or catalogue.rule(code).check_only}
+    assert left == manual, "check after rewrite reports more than the manual items (markers, check-only codes)"
