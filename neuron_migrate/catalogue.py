@@ -44,6 +44,9 @@ class RuleInfo:
     after_accelerator: str = ""  # the example after the fix with --device-style accelerator (device-naming rules)
     example_file: str = "example.py"  # the file name the example is checked as (kind: requirements, ...)
     check_only: bool = False  # a report without fix and without marker (performance and precision notes)
+    # `rewrite` marks it only in files moving to neuron (they import torch_xla / torch_neuronx or use the device);
+    # `check` reports it everywhere
+    marks_migrating_only: bool = False
 
     def format(self, **fields: object) -> str:
         try:
@@ -114,6 +117,9 @@ def explain(info: RuleInfo) -> str:
         FixSafety.MANUAL: "Manual: no automatic fix. `neuron-migrate rewrite` leaves a "
         f"`# TODO(neuron-migrate {info.code})` marker that `check` keeps reporting until a person resolves it.",
     }[info.fix]
+    if info.marks_migrating_only:
+        safety += (" The marker goes only into files moving to neuron (they import torch_xla or torch_neuronx, or "
+                   "already use the `neuron` device); elsewhere `check` reports it and `rewrite` leaves the file alone.")
     if info.check_only:
         safety = ("Report only: no automatic fix and no marker; `check` reports it until the code changes or the "
                   "line is suppressed (`# neuron-migrate: ignore[" + info.code + "]`).")

@@ -30,6 +30,9 @@ from neuron_migrate.suppress import UNUSED_CODE as UNUSED_SUPPRESSION
 
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
 MARKER_CODE = "NM900"
+# `.to("neuron")`, `device="neuron:0"`, `torch.device("neuron")`, `autocast("neuron")`, `torch.neuron.synchronize()`
+NEURON_DEVICE_USE = re.compile(
+    r"""(\.to\(\s*|device(_type)?\s*=\s*|\.device\(\s*|autocast\(\s*)["']neuron(:\d+)?["']|\btorch\.neuron\.""")
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 ISSUES_URL = "https://github.com/neuron-migrate/neuron-migrate/issues"
 ALWAYS_TRIGGERS = (b"neuron-migrate",)
@@ -166,7 +169,7 @@ class FileContext:
         if not self.rewrite:
             return False
         if info.fix is FixSafety.MANUAL:
-            if statement is None or info.check_only:
+            if statement is None or info.check_only or (info.marks_migrating_only and not self.moving_to_neuron):
                 return False
             if marker:
                 self.edits.add_marker(statement, marker_text(code, message, info.link))
@@ -176,6 +179,17 @@ class FileContext:
             return False
         self.applied[code] = self.applied.get(code, 0) + 1
         return True
+
+    @property
+    def moving_to_neuron(self) -> bool:
+        """The file belongs to a program moving to the neuron device: it imports torch_xla or torch_neuronx, or
+        already uses the `neuron` device."""
+        if "moving_to_neuron" not in self.shared:
+            self.shared["moving_to_neuron"] = any(
+                b.kind == "import" and (b.qualname or "").split(".")[0] in ("torch_xla", "torch_neuronx")
+                for scope in self.analysis.scopes for bindings in scope.bindings.values() for b in bindings
+            ) or bool(NEURON_DEVICE_USE.search(self.source.text))
+        return bool(self.shared["moving_to_neuron"])
 
     def replace(self, node: cst.CSTNode, new: cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode]) -> None:
         self.edits.add_replace(node, new if callable(new) else (lambda _old, _new=new: _new))

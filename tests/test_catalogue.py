@@ -71,6 +71,10 @@ def test_manual_example_gets_a_marker_unless_check_only(info):
         assert out == info.before
     elif info.check_only:  # performance and precision notes: reported, never marked
         assert "TODO(neuron-migrate" not in out
+    elif info.marks_migrating_only:  # marked only in a file moving to neuron; elsewhere left alone
+        assert result.new_bytes is None
+        moving = _run(info, "import torch_xla\n" + info.before, rewrite=True)
+        assert f"TODO(neuron-migrate {info.code})" in moving.new_bytes.decode()
     else:
         assert f"TODO(neuron-migrate {info.code})" in out
 

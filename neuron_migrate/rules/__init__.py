@@ -12,6 +12,7 @@ import functools
 import importlib
 import inspect
 import pkgutil
+import re
 from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
@@ -25,6 +26,8 @@ class Rule:
     triggers: ClassVar[tuple[bytes, ...]] = ()
     # ... and, when set, one of these too (b"torch" for rules that only match names imported from torch).
     context: ClassVar[tuple[bytes, ...]] = ()
+    # ... and, when set, this pattern too (see `names_pattern`): for names short enough to hide in other words.
+    pattern: ClassVar[re.Pattern[bytes] | None] = None
     # Rules that must run after others (for example to see which statements were removed) set a higher order.
     order: ClassVar[int] = 0
 
@@ -37,7 +40,8 @@ class Rule:
     @classmethod
     def may_match(cls, data: bytes) -> bool:
         """The pre-filter: False when the file cannot hold anything this rule reports."""
-        return any(t in data for t in cls.triggers) and (not cls.context or any(t in data for t in cls.context))
+        return any(t in data for t in cls.triggers) and (not cls.context or any(t in data for t in cls.context)) \
+            and (cls.pattern is None or cls.pattern.search(data) is not None)
 
     @classmethod
     def node_types(cls) -> dict[type, str]:
@@ -49,6 +53,14 @@ class Rule:
                     raise TypeError(f"{cls.__name__}.{name}: no LibCST node type {name[6:]}")
                 out[node_type] = name
         return out
+
+
+def names_pattern(names) -> re.Pattern[bytes]:
+    """Where a module attribute `name` can be reached from: `<anything>.name` (whatever the module is bound to),
+    or an import statement that names it (`from name import`, `import name`, one line or in parentheses)."""
+    alternatives = b"|".join(sorted(re.escape(n.encode()) for n in names))
+    return re.compile(rb"\.(?:%s)\b|\b(?:import|from)\b[^\n]*\b(?:%s)\b|\bimport\s*\([^)]*\b(?:%s)\b"
+                      % (alternatives, alternatives, alternatives))
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import functools
-import re
 
 import libcst as cst
 
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.names import dotted_str
 from neuron_migrate.patterns import arg, short
-from neuron_migrate.rules import Rule
+from neuron_migrate.rules import Rule, names_pattern
 
 # Qualified names (a name or a whole module) -> the code that reports them.
 UNSUPPORTED = {
@@ -72,18 +71,9 @@ def imports_any(ctx, roots: tuple[str, ...]) -> bool:
                for scope in ctx.analysis.scopes for bindings in scope.bindings.values() for b in bindings)
 
 
-# `.to("neuron")`, `device="neuron:0"`, `torch.device("neuron")`, `autocast("neuron")`, `torch.neuron.synchronize()`
-NEURON_DEVICE_USE = re.compile(
-    r"""(\.to\(\s*|device(_type)?\s*=\s*|\.device\(\s*|autocast\(\s*)["']neuron(:\d+)?["']|\btorch\.neuron\.""")
-
-
 def moving_to_neuron(ctx) -> bool:
-    """Whether the file belongs to a program moving to the neuron device: it imports torch_xla or torch_neuronx,
-    or already uses the `neuron` device. Only there are CUDA spellings leftovers rather than a GPU code path."""
-    if "moving_to_neuron" not in ctx.shared:
-        ctx.shared["moving_to_neuron"] = imports_any(ctx, ("torch_xla", "torch_neuronx")) or bool(
-            NEURON_DEVICE_USE.search(ctx.source.text))
-    return bool(ctx.shared["moving_to_neuron"])
+    """Whether the file belongs to a program moving to the neuron device (see FileContext.moving_to_neuron)."""
+    return ctx.moving_to_neuron
 
 
 def is_true(node: cst.CSTNode) -> bool:
@@ -95,6 +85,7 @@ class UnsupportedApi(Rule):
     # every name in the table ends in one of these (`from torch import func`, `torch.sparse_coo`, ...)
     triggers = tuple(sorted({k.rpartition(".")[2].encode() for k in UNSUPPORTED} | {b"sparse"}))
     context = (b"torch",)  # every name above comes from torch or functorch
+    pattern = names_pattern({k.rpartition(".")[2] for k in UNSUPPORTED} | TO_SPARSE | {"sparse", "functorch"})
 
     def _reference(self, node: cst.CSTNode) -> None:
         qual = reference(self.ctx, node)
@@ -152,6 +143,7 @@ class CpuFallbackOp(Rule):
     codes = ("NM308",)
     triggers = tuple(sorted({call.rpartition(".")[2].encode() for call in fallback_calls()}))
     context = (b"torch",)
+    pattern = names_pattern({call.rpartition(".")[2] for call in fallback_calls()})
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
