@@ -182,12 +182,13 @@ class FileContext:
 
     @property
     def moving_to_neuron(self) -> bool:
-        """The file belongs to a program moving to the neuron device: it imports torch_xla or torch_neuronx, or
-        already uses the `neuron` device."""
+        """The file belongs to a program moving to the neuron device: it imports torch_xla or torch_neuronx at
+        module level, or already uses the `neuron` device. (A library that imports torch_xla only inside the
+        function of an XLA code path, as PyTorch itself does, is a multi-backend library, not such a program.)"""
         if "moving_to_neuron" not in self.shared:
             self.shared["moving_to_neuron"] = any(
                 b.kind == "import" and (b.qualname or "").split(".")[0] in ("torch_xla", "torch_neuronx")
-                for scope in self.analysis.scopes for bindings in scope.bindings.values() for b in bindings
+                for bindings in self.analysis.module_scope.bindings.values() for b in bindings
             ) or bool(NEURON_DEVICE_USE.search(self.source.text))
         return bool(self.shared["moving_to_neuron"])
 
