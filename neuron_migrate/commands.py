@@ -26,6 +26,8 @@ def common_options(f):
     f = click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes.")(f)
     f = click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: all cores).")(f)
     f = click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")(f)
+    f = click.option("--no-cache", is_flag=True,
+                     help="Process every file again instead of reusing results from .neuron_migrate_cache/.")(f)
     f = click.argument("paths", nargs=-1, type=click.Path())(f)
     return f
 
@@ -56,20 +58,21 @@ def _report_errors(errors: list[tuple[str, str]]) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
               show_default=True, help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
-def check(paths, select, ignore, jobs, exclude, fmt, exit_zero) -> None:
+def check(paths, select, ignore, jobs, exclude, no_cache, fmt, exit_zero) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
     """
     paths = paths or (".",)
     resolved = _settings(paths, select, ignore, exclude)
-    result = run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude)
+    result = run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache)
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors = result.errors
     if fmt == "json":
         click.echo(json_report(findings, errors))
     elif fmt == "sarif":
-        fixed = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude)
+        fixed = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude,
+                    use_cache=not no_cache)
         click.echo(reports.sarif_report(findings, errors, {r.path: r for r in fixed.changed}))
     elif fmt == "github":
         click.echo(reports.github_annotations(findings, errors))
@@ -90,20 +93,39 @@ def check(paths, select, ignore, jobs, exclude, fmt, exit_zero) -> None:
 @click.option("--device-style", type=click.Choice(["neuron", "accelerator"]), default=None,
               help="neuron (default): write the `neuron` device; accelerator: code that runs on Trainium, GPU and "
               "CPU alike.")
-def rewrite(paths, select, ignore, jobs, exclude, dry_run, no_compile, safe_only, device_style) -> None:
-    """Migrate files in place (or show the diff with --diff)."""
+@click.option("--output-dir", type=click.Path(file_okay=False),
+              help="Write a migrated copy of the tree to this folder and leave the source alone.")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False),
+              help="Write the migration report to FILE.md (a pull-request description) or FILE.json.")
+def rewrite(paths, select, ignore, jobs, exclude, no_cache, dry_run, no_compile, safe_only, device_style,
+            output_dir, report_path) -> None:
+    """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir)."""
+    from neuron_migrate import outdir, report
+
     paths = paths or (".",)
-    resolved = _settings(paths, select, ignore, exclude, compile=False if no_compile else None, safe_only=safe_only,
-                         device_style=device_style)
-    result = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude)
+    resolved = _settings(paths, select, ignore, exclude, compile=False if no_compile else None,
+                         safe_only=safe_only, device_style=device_style)
+    tree = None
+    if output_dir and not dry_run:
+        try:
+            tree = outdir.plan(paths, output_dir)
+        except outdir.OutputDirError as exc:
+            click.echo(f"error: --output-dir: {exc}", err=True)
+            sys.exit(EXIT_ERROR)
+    result = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache)
     if dry_run:
         for r in result.changed:
             click.echo(unified_diff(r), nl=False)
+    elif tree is not None:
+        outdir.write_tree(tree, result)
     else:
         write_results(result)
     _report_errors(result.errors)
     for line in rewrite_summary(result.results, dry_run):
         click.echo(line, err=dry_run)
+    if report_path:
+        mode = "dry run" if dry_run else f"copy in {output_dir}" if tree is not None else "in place"
+        report.write(report_path, report.build(result, mode))
     if result.errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if dry_run and result.changed else EXIT_CLEAN)

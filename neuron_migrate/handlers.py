@@ -18,6 +18,7 @@ Handler = Callable[[str, bytes, Settings, bool], FileResult]
 
 HANDLERS: dict[str, list[str]] = {
     "python": ["neuron_migrate.engine:process_python", "neuron_migrate.pin.setup_py:process_setup_py"],
+    "notebook": ["neuron_migrate.notebook:process_notebook"],
     "requirements": ["neuron_migrate.pin.requirements:process_requirements"],
     "pyproject": ["neuron_migrate.pin.pyproject:process_pyproject"],
     "lockfile": ["neuron_migrate.pin.lockfile:process_lockfile"],

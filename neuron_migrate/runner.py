@@ -1,6 +1,7 @@
 """Run handlers over discovered files: read bytes, process (in parallel), then write or report.
 
-The order of results is the order of discovery, whatever the number of worker processes.
+The order of results is the order of discovery, whatever the number of worker processes. With a cache, a
+file whose bytes, path, settings and tool are unchanged since a previous run is not processed again.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import sys
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Iterator
 
+from neuron_migrate.cache import ResultCache, default_dir, digest
 from neuron_migrate.discover import Problem, Target, discover
 from neuron_migrate.findings import FileResult
 from neuron_migrate import handlers
+from neuron_migrate.progress import Progress
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import SourceError, read_bytes, write_atomic
 
@@ -45,27 +48,44 @@ class Run:
         return [r for r in self.results if r.changed and not r.error]
 
 
+@dataclass
+class Outcome:
+    """A processed file, with what the cache needs: the hash of the bytes processed, and whether the result
+    depends on those bytes only (an internal error does not)."""
+
+    result: FileResult
+    digest: str | None = None
+    cacheable: bool = False
+
+
 def process_target(target: Target, settings: Settings, rewrite: bool) -> FileResult:
-    try:
-        data = read_bytes(target.path)
-    except SourceError as exc:
-        return FileResult(target.path, error=str(exc))
+    return _process(target, settings, rewrite).result
+
+
+def _process(target: Target, settings: Settings, rewrite: bool, data: bytes | None = None) -> Outcome:
+    if data is None:
+        try:
+            data = read_bytes(target.path)
+        except SourceError as exc:
+            return Outcome(FileResult(target.path, error=str(exc)))
+    key = digest(data)
     try:
         try:
             result = handlers.process(target.path, data, target.kind, settings, rewrite)
         except RecursionError:
             result = _with_deep_stack(handlers.process, target.path, data, target.kind, settings, rewrite)
     except SourceError as exc:
-        return FileResult(target.path, old_bytes=data, error=str(exc))
+        return Outcome(FileResult(target.path, old_bytes=data, error=str(exc)), key, cacheable=True)
     except RecursionError:
-        return FileResult(target.path, old_bytes=data, error="nesting too deep to process; the file was left alone")
+        return Outcome(FileResult(target.path, old_bytes=data,
+                                  error="nesting too deep to process; the file was left alone"))
     except Exception as exc:  # an internal error must not stop the run nor touch the file
-        return FileResult(target.path, old_bytes=data,
-                          error=f"internal error ({type(exc).__name__}: {exc}); the file was left alone. "
-                                "Please report it at https://github.com/neuron-migrate/neuron-migrate/issues")
+        return Outcome(FileResult(target.path, old_bytes=data,
+                                  error=f"internal error ({type(exc).__name__}: {exc}); the file was left alone. "
+                                  "Please report it at https://github.com/neuron-migrate/neuron-migrate/issues"))
     if result is None:
-        return FileResult(target.path, old_bytes=data, skipped=f"no handler for {target.kind} files")
-    return result
+        result = FileResult(target.path, old_bytes=data, skipped=f"no handler for {target.kind} files")
+    return Outcome(result, key, cacheable=True)
 
 
 def _with_deep_stack(fn, *args):
@@ -92,25 +112,71 @@ def _with_deep_stack(fn, *args):
     return outcome["value"]
 
 
-def _process_chunk(args: tuple[list[Target], Settings, bool]) -> list[FileResult]:
+def _process_chunk(args: tuple[list[Target], Settings, bool]) -> list[Outcome]:
+    """Worker side. The bytes of unchanged files do not travel back: the parent does not need them."""
     targets, settings, rewrite = args
-    return [process_target(t, settings, rewrite) for t in targets]
+    out = []
+    for target in targets:
+        outcome = _process(target, settings, rewrite)
+        if not outcome.result.changed:
+            outcome.result.old_bytes = None
+        out.append(outcome)
+    return out
+
+
+def _process_all(targets: list[Target], known: dict[str, bytes], settings: Settings, rewrite: bool,
+                 jobs: int) -> Iterator[Outcome]:
+    """Outcomes in the order of `targets`, computed in `jobs` worker processes when that pays."""
+    if jobs <= 1 or len(targets) < PARALLEL_THRESHOLD:
+        for target in targets:
+            yield _process(target, settings, rewrite, known.get(target.path))
+        return
+    size = max(1, min(64, len(targets) // (jobs * 4)))
+    chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for part in pool.map(_process_chunk, [(c, settings, rewrite) for c in chunks]):
+            yield from part
 
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
-        jobs: int | None = None, exclude: Iterable[str] = ()) -> Run:
+        jobs: int | None = None, exclude: Iterable[str] = (), use_cache: bool = False,
+        progress: bool | None = None) -> Run:
+    """Process every file found under `paths`. `use_cache` reads and updates the result cache;
+    `progress` None shows a bar on an interactive stderr for long runs."""
     targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
     jobs = jobs or os.cpu_count() or 1
-    out = Run(problems=problems)
-    if jobs <= 1 or len(targets) < PARALLEL_THRESHOLD:
-        out.results = [process_target(t, settings, rewrite) for t in targets]
-    else:
-        size = max(1, min(64, len(targets) // (jobs * 4)))
-        chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for part in pool.map(_process_chunk, [(c, settings, rewrite) for c in chunks]):
-                out.results.extend(part)
-    return out
+    cache = ResultCache(default_dir(), settings, rewrite) if use_cache else None
+    results: dict[int, FileResult] = {}
+    known: dict[str, bytes] = {}
+    if cache is not None and len(cache):
+        for i, target in enumerate(targets):
+            hit = _lookup(cache, target, known)
+            if hit is not None:
+                results[i] = hit
+    pending = [i for i in range(len(targets)) if i not in results]
+    with Progress(len(targets), enabled=progress) as bar:
+        bar.advance(len(results))
+        outcomes = _process_all([targets[i] for i in pending], known, settings, rewrite, jobs)
+        for i, outcome in zip(pending, outcomes):
+            result = outcome.result
+            if result.old_bytes is None and not result.error:
+                result.old_bytes = known.get(result.path)
+            if cache is not None and outcome.cacheable and outcome.digest is not None:
+                cache.put(result.path, outcome.digest, result)
+            results[i] = result
+            bar.advance()
+    if cache is not None:
+        cache.save()
+    return Run(results=[results[i] for i in range(len(targets))], problems=problems)
+
+
+def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes]) -> FileResult | None:
+    try:
+        data = read_bytes(target.path)
+    except SourceError:
+        return None  # processed (and reported) like any other file
+    known[target.path] = data
+    return cache.get(target.path, digest(data), data)
 
 
 def write_results(run: Run) -> list[tuple[str, str]]:
