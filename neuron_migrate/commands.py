@@ -28,8 +28,19 @@ def common_options(f):
     f = click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")(f)
     f = click.option("--no-cache", is_flag=True,
                      help="Process every file again instead of reusing results from .neuron_migrate_cache/.")(f)
+    f = click.option("--hook", is_flag=True,
+                     help="The paths are files from a pre-commit hook: none means nothing to do, missing files "
+                     "are skipped, exclusions apply to them.")(f)
     f = click.argument("paths", nargs=-1, type=click.Path())(f)
     return f
+
+
+def _paths(paths: tuple[str, ...], hook: bool, exclude: tuple[str, ...]) -> tuple[str, ...]:
+    if hook:
+        from neuron_migrate.hook import hook_paths
+
+        return hook_paths(paths, exclude)
+    return paths or (".",)
 
 
 def _settings(paths, select, ignore, exclude, **flags) -> config.Resolved:
@@ -58,13 +69,13 @@ def _report_errors(errors: list[tuple[str, str]]) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
               show_default=True, help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
-def check(paths, select, ignore, jobs, exclude, no_cache, fmt, exit_zero) -> None:
+def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
     """
-    paths = paths or (".",)
-    resolved = _settings(paths, select, ignore, exclude)
+    resolved = _settings(paths or (".",), select, ignore, exclude)
+    paths = _paths(paths, hook, resolved.exclude)
     result = run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache)
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors = result.errors
@@ -97,14 +108,14 @@ def check(paths, select, ignore, jobs, exclude, no_cache, fmt, exit_zero) -> Non
               help="Write a migrated copy of the tree to this folder and leave the source alone.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the migration report to FILE.md (a pull-request description) or FILE.json.")
-def rewrite(paths, select, ignore, jobs, exclude, no_cache, dry_run, no_compile, safe_only, device_style,
+def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, dry_run, no_compile, safe_only, device_style,
             output_dir, report_path) -> None:
     """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir)."""
     from neuron_migrate import outdir, report
 
-    paths = paths or (".",)
-    resolved = _settings(paths, select, ignore, exclude, compile=False if no_compile else None,
+    resolved = _settings(paths or (".",), select, ignore, exclude, compile=False if no_compile else None,
                          safe_only=safe_only, device_style=device_style)
+    paths = _paths(paths, hook, resolved.exclude)
     tree = None
     if output_dir and not dry_run:
         try:
