@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from neuron_migrate import catalogue
 from neuron_migrate.edits import MARKER_PREFIX, EditSet, apply, has_marker, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.names import Analysis, Occurrence, Scope, import_target
+from neuron_migrate.positions import positions
 from neuron_migrate.rules import Rule, all_rules, all_triggers
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import Source, SourceError, decode
@@ -365,11 +365,10 @@ def final_newline(source: Source, new_text: str) -> str:
 def _positions(module: cst.Module, pending: list[Pending], path: str) -> list[Finding]:
     if not pending:
         return []
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(PositionProvider)
+    found = positions(module)
     out = []
     for p in pending:
-        pos = positions.get(p.node)
+        pos = found.get(p.node)
         line, col = (pos.start.line, pos.start.column + 1) if pos else (1, 1)
         end = (pos.end.line, pos.end.column + 1) if pos else (None, None)
         out.append(Finding(path, line, col, p.code, p.message, p.fixable, end_line=end[0], end_col=end[1]))

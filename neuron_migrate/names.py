@@ -16,6 +16,8 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
+from neuron_migrate.walk import walk
+
 NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
 
@@ -361,7 +363,7 @@ class Analysis:
 
     def __init__(self, module: cst.Module, wanted: Sequence[type] = ()) -> None:
         collector = Collector(wanted)
-        module.visit(collector)
+        walk(module, collector)
         self.module = module
         self.scopes = collector.scopes
         self.module_scope = collector.module_scope
