@@ -99,7 +99,7 @@ def _cli(*args: str, env: dict[str, str]) -> tuple[float, str]:
                           env={**os.environ, **env})
     elapsed = time.perf_counter() - start
     if proc.returncode not in (0, 1):
-        raise SystemExit(f"neuron-migrate {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+        raise SystemExit(f"neuron-migrate {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return elapsed, proc.stdout
 
 

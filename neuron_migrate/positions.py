@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import libcst as cst
-from libcst import CodeRange
+from libcst._position import CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 

@@ -22,14 +22,19 @@ def _fields(node_type: type) -> tuple[str, ...]:
     return ordered + tuple(sorted(declared - set(ordered)))
 
 
+@functools.lru_cache(maxsize=None)
+def _is_node(value_type: type) -> bool:
+    return issubclass(value_type, cst.CSTNode)  # cached: isinstance on LibCST's ABCs is slow
+
+
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     out: list[cst.CSTNode] = []
     for name in _fields(type(node)):
         value = getattr(node, name)
-        if isinstance(value, cst.CSTNode):
+        if _is_node(type(value)):
             out.append(value)
-        elif isinstance(value, (list, tuple)):
-            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+        elif type(value) in (list, tuple):
+            out.extend(v for v in value if _is_node(type(v)))
     return out
 
 
