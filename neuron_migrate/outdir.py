@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_migrate.cache import CACHE_DIR_NAME
+from neuron_migrate.discover import Problem
 from neuron_migrate.runner import Run
 from neuron_migrate.sources import write_atomic
 
@@ -53,20 +54,19 @@ def plan(paths: tuple[str, ...], output_dir: str) -> Tree:
     return Tree(root, out, paths)
 
 
-def write_tree(tree: Tree, run: Run) -> list[tuple[str, str]]:
+def write_tree(tree: Tree, run: Run) -> None:
     """Copy the source tree to the output folder, then write the migrated files there.
 
-    Returns (path, error) for files that could not be written; the source is never touched.
+    Files that cannot be copied or written become errors of the run; the source is never touched.
     """
     tree.out.mkdir(parents=True, exist_ok=True)
     for path in tree.paths:
         real = Path(os.path.realpath(path))
         target = tree.destination(path)
         if real.is_dir():
-            _copy_folder(tree, real, target)
+            _copy_folder(tree, real, target, run)
         elif real.is_file():
-            _copy(tree, real, target)
-    failures = []
+            _copy_reporting(tree, real, target, run)
     for result in run.changed:
         assert result.new_bytes is not None
         target = tree.destination(result.path)
@@ -75,9 +75,7 @@ def write_tree(tree: Tree, run: Run) -> list[tuple[str, str]]:
             target.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(str(target), result.new_bytes)
         except (OutputDirError, OSError) as exc:
-            result.error = f"could not write the migrated copy ({getattr(exc, 'strerror', None) or exc})"
-            failures.append((result.path, result.error))
-    return failures
+            result.error = f"could not write the migrated copy: {_reason(exc)}"
 
 
 def _check_inside(tree: Tree, target: Path) -> None:
@@ -86,14 +84,25 @@ def _check_inside(tree: Tree, target: Path) -> None:
         raise OutputDirError(f"{target} leads out of the output folder through a symbolic link; not written")
 
 
-def _copy_folder(tree: Tree, source: Path, target: Path) -> None:
+def _reason(exc: Exception) -> str:
+    return str(getattr(exc, "strerror", None) or exc)
+
+
+def _copy_reporting(tree: Tree, source: Path, target: Path, run: Run) -> None:
+    try:
+        _copy(tree, source, target)
+    except (OutputDirError, OSError) as exc:
+        run.problems.append(Problem(str(source), f"not copied to the output folder: {_reason(exc)}"))
+
+
+def _copy_folder(tree: Tree, source: Path, target: Path, run: Run) -> None:
     for folder, dirs, files in os.walk(source):
         dirs[:] = [d for d in dirs if d not in NOT_COPIED and not (Path(folder, d) / "pyvenv.cfg").is_file()]
         here = target / Path(folder).relative_to(source)
         links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
         dirs[:] = [d for d in dirs if d not in links]
         for name in sorted(files + links):
-            _copy(tree, Path(folder, name), here / name)
+            _copy_reporting(tree, Path(folder, name), here / name, run)
 
 
 def _copy(tree: Tree, source: Path, target: Path) -> None:
