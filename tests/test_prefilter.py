@@ -1,0 +1,106 @@
+"""The byte pre-filter never changes a result, and the fast tree walk sees what LibCST's walk sees.
+
+The pre-filter skips a rule when none of its trigger byte strings occurs in the file. It is exact when every
+finding a rule can make needs one of its triggers in the file; this holds for rules that match on
+qualified names as long as a trigger is a component of each name, because the last component of a name
+resolved through imports is always spelled in the file (in the import or in the attribute chain). The tests
+run every rule on every file of a corpus with the pre-filter off and check that nothing changes.
+"""
+
+from __future__ import annotations
+
+import random
+import sysconfig
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from bench.generate import module
+from neuron_migrate import catalogue, engine
+from neuron_migrate.imports import LEGACY_ROOTS, UNUSED_CODE
+from neuron_migrate.names import Collector
+from neuron_migrate.rules import all_rules
+from neuron_migrate.settings import Settings
+from neuron_migrate.walk import walk
+from tests.helpers import FIXTURES
+
+
+def _corpus() -> list[tuple[str, bytes]]:
+    out = [(f"{info.code}-before.py", info.before.encode()) for info in catalogue.catalogue().values()]
+    out += [(f"{info.code}-after.py", info.after.encode()) for info in catalogue.catalogue().values()]
+    rng = random.Random(7)
+    out += [(f"synthetic-{kind}-{i}.py", module(kind, rng, 6).encode())
+            for i in range(8) for kind in ("xla", "torch", "plain")]
+    if FIXTURES.is_dir():
+        out += [(str(p), p.read_bytes()) for p in sorted(FIXTURES.rglob("*.py"))]
+    return out
+
+
+CORPUS = _corpus()
+ENGINE_CODES = {UNUSED_CODE: tuple(r.encode() for r in LEGACY_ROOTS), engine.MARKER_CODE: engine.ALWAYS_TRIGGERS}
+
+
+def _result(path: str, data: bytes, rewrite: bool):
+    try:
+        r = engine.process_python(path, data, Settings(), rewrite)
+    except Exception as exc:  # the same error must come with and without the pre-filter
+        return type(exc).__name__, str(exc)
+    return [f.to_json() for f in r.findings], r.new_bytes, r.applied
+
+
+def _without_prefilter(monkeypatch) -> None:
+    monkeypatch.setattr(engine, "all_triggers", lambda: (b"",))
+    monkeypatch.setattr(engine, "active_rules", lambda data, settings, path: [
+        r for r in all_rules() if any(settings.enabled(c, path) for c in r.codes)])
+
+
+@pytest.mark.parametrize("rewrite", [False, True], ids=["check", "rewrite"])
+def test_the_prefilter_changes_no_result(monkeypatch, rewrite):
+    filtered = [_result(path, data, rewrite) for path, data in CORPUS]
+    _without_prefilter(monkeypatch)
+    for (path, data), expected in zip(CORPUS, filtered):
+        assert _result(path, data, rewrite) == expected, path
+
+
+def test_every_finding_comes_from_a_rule_whose_trigger_is_in_the_file(monkeypatch):
+    triggers: dict[str, set[bytes]] = {code: set(t) for code, t in ENGINE_CODES.items()}
+    for rule in all_rules():
+        for code in rule.codes:
+            triggers.setdefault(code, set()).update(rule.triggers)
+    _without_prefilter(monkeypatch)
+    for path, data in CORPUS:
+        try:
+            result = engine.process_python(path, data, Settings(), False)
+        except Exception:
+            continue
+        for finding in result.findings:
+            assert any(t in data for t in triggers[finding.code]), f"{path}: {finding.code} without its trigger"
+
+
+def test_every_rule_declares_byte_triggers():
+    for rule in all_rules():
+        assert rule.triggers and all(isinstance(t, bytes) and t for t in rule.triggers), rule.__name__
+
+
+def _stdlib_sample() -> list[bytes]:
+    folder = Path(sysconfig.get_paths()["stdlib"])
+    return [(folder / name).read_bytes() for name in ("argparse.py", "dataclasses.py", "inspect.py", "typing.py")]
+
+
+def test_fast_walk_visits_like_libcst():
+    wanted = tuple({t for r in all_rules() for t in r.node_types()}) + (cst.Name, cst.Comment, cst.Param)
+    for data in [d for _, d in CORPUS] + _stdlib_sample():
+        try:
+            tree = cst.parse_module(data)
+        except cst.ParserSyntaxError:
+            continue
+        theirs, ours = Collector(wanted), Collector(wanted)
+        tree.visit(theirs)
+        walk(tree, ours)
+        assert [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in ours.occurrences] \
+            == [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in theirs.occurrences]
+        assert [(s.node, {k: [(b.kind, b.qualname) for b in v] for k, v in s.bindings.items()}, s.reads)
+                for s in ours.scopes] == \
+            [(s.node, {k: [(b.kind, b.qualname) for b in v] for k, v in s.bindings.items()}, s.reads)
+             for s in theirs.scopes]
