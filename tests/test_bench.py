@@ -10,7 +10,7 @@ from bench.run import main
 
 
 def test_small_benchmark_prints_ratios(capsys):
-    figures = main(["--files", "120", "--baseline-share", "0.25", "--jobs", "2"])
+    figures = main(["--files", "80", "--baseline-share", "0.25", "--jobs", "2"])
     printed = capsys.readouterr().out
     with capsys.disabled():
         print("\n" + printed)
