@@ -13,6 +13,8 @@ from typing import Callable, Sequence
 
 import libcst as cst
 
+from neuron_migrate.walk import children
+
 Replacer = Callable[[cst.CSTNode], cst.CSTNode]
 
 MARKER_PREFIX = "# TODO(neuron-migrate "
@@ -38,6 +40,9 @@ class EditSet:
     def add_replace(self, node: cst.CSTNode, fn: Replacer) -> None:
         self.replace.setdefault(node, []).append(fn)
 
+    def targets(self) -> set[cst.CSTNode]:
+        return {*self.replace, *self.remove, *self.after, *self.before, *self.markers, *self.unwrap}
+
     def add_marker(self, statement: cst.CSTNode, text: str) -> None:
         texts = self.markers.setdefault(statement, [])
         if text not in texts:
@@ -55,10 +60,14 @@ def has_marker(statement: cst.CSTNode, code: str) -> bool:
 
 
 class Applier(cst.CSTTransformer):
-    def __init__(self, edits: EditSet) -> None:
+    def __init__(self, edits: EditSet, visit: set[cst.CSTNode]) -> None:
         super().__init__()
         self.edits = edits
+        self.visit = visit  # the edited nodes and their ancestors; other subtrees are left as they are
         self._dropped: set[cst.CSTNode] = set()
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        return node in self.visit
 
     def on_leave(self, original_node, updated_node):
         result = updated_node
@@ -166,7 +175,23 @@ def _strip_blank_start(lines: list) -> list:
 def apply(module: cst.Module, edits: EditSet) -> cst.Module:
     if not edits:
         return module
-    return module.visit(Applier(edits))
+    return module.visit(Applier(edits, with_ancestors(module, edits.targets())))
+
+
+def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode]) -> set[cst.CSTNode]:
+    parent: dict[cst.CSTNode, cst.CSTNode] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in children(node):
+            parent[child] = node
+            stack.append(child)
+    out: set[cst.CSTNode] = set()
+    for node in nodes:
+        while node is not None and node not in out:
+            out.add(node)
+            node = parent.get(node)
+    return out
 
 
 def statements(code: str, newline: str = "\n") -> list[cst.BaseStatement]:

@@ -1,4 +1,4 @@
-"""The byte pre-filter never changes a result, and the fast tree walk sees what LibCST's walk sees.
+"""Shortcuts that must never change a result: the byte pre-filter, the fast tree walk, pruned edit application.
 
 The pre-filter skips a rule when none of its trigger byte strings occurs in the file. It is exact when every
 finding a rule can make needs one of its triggers in the file; this holds for rules that match on
@@ -17,12 +17,12 @@ import libcst as cst
 import pytest
 
 from bench.generate import module
-from neuron_migrate import catalogue, engine
+from neuron_migrate import catalogue, edits, engine
 from neuron_migrate.imports import LEGACY_ROOTS, UNUSED_CODE
 from neuron_migrate.names import Collector
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
-from neuron_migrate.walk import walk
+from neuron_migrate.walk import children, walk
 from tests.helpers import FIXTURES
 
 
@@ -104,3 +104,18 @@ def test_fast_walk_visits_like_libcst():
                 for s in ours.scopes] == \
             [(s.node, {k: [(b.kind, b.qualname) for b in v] for k, v in s.bindings.items()}, s.reads)
              for s in theirs.scopes]
+
+
+def test_applying_edits_only_along_their_paths_changes_no_rewrite(monkeypatch):
+    pruned = [_result(path, data, True) for path, data in CORPUS]
+
+    def everything(root, nodes):
+        out, stack = set(), [root]
+        while stack:
+            node = stack.pop()
+            out.add(node)
+            stack.extend(children(node))
+        return out
+
+    monkeypatch.setattr(edits, "with_ancestors", everything)
+    assert [_result(path, data, True) for path, data in CORPUS] == pruned
