@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
@@ -131,6 +130,8 @@ def _process_all(targets: list[Target], known: dict[str, bytes], settings: Setti
         for target in targets:
             yield _process(target, settings, rewrite, known.get(target.path))
         return
+    from concurrent.futures import ProcessPoolExecutor  # only here: its import costs a single-file run time
+
     size = max(1, min(64, len(targets) // (jobs * 4)))
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
