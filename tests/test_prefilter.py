@@ -9,7 +9,9 @@ run every rule on every file of a corpus with the pre-filter off and check that 
 
 from __future__ import annotations
 
+import inspect
 import random
+import re
 import sysconfig
 from pathlib import Path
 
@@ -81,6 +83,13 @@ def test_every_finding_comes_from_a_rule_whose_trigger_is_in_the_file(monkeypatc
 def test_every_rule_declares_byte_triggers():
     for rule in all_rules():
         assert rule.triggers and all(isinstance(t, bytes) and t for t in rule.triggers), rule.__name__
+
+
+def test_rules_declare_every_code_they_report():
+    """A rule runs only when one of its declared codes is enabled: an undeclared code is missed by --select."""
+    for rule in all_rules():
+        reported = set(re.findall(r"report\(\s*[\"'](NM\d{3})[\"']", inspect.getsource(rule)))
+        assert reported <= set(rule.codes), f"{rule.__name__} reports {sorted(reported - set(rule.codes))}"
 
 
 def _stdlib_sample() -> list[bytes]:
