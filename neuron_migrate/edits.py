@@ -9,7 +9,7 @@ comments above a removed statement move to the next statement, a block left empt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import libcst as cst
 
@@ -172,13 +172,26 @@ def _strip_blank_start(lines: list) -> list:
     return list(lines[i:])
 
 
-def apply(module: cst.Module, edits: EditSet) -> cst.Module:
+def apply(module: cst.Module, edits: EditSet,
+          parents: Mapping[cst.CSTNode, cst.CSTNode | None] | None = None) -> cst.Module:
+    """The module with the edits made. `parents` (from the module's Analysis) saves a walk over the tree."""
     if not edits:
         return module
-    return module.visit(Applier(edits, with_ancestors(module, edits.targets())))
+    return module.visit(Applier(edits, with_ancestors(module, edits.targets(), parents)))
 
 
-def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode]) -> set[cst.CSTNode]:
+def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode],
+                   parents: Mapping[cst.CSTNode, cst.CSTNode | None] | None = None) -> set[cst.CSTNode]:
+    parent = parents if parents is not None else _parents(root)
+    out: set[cst.CSTNode] = set()
+    for node in nodes:
+        while node is not None and node not in out:
+            out.add(node)
+            node = parent.get(node)
+    return out
+
+
+def _parents(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
     parent: dict[cst.CSTNode, cst.CSTNode] = {}
     stack = [root]
     while stack:
@@ -186,12 +199,7 @@ def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode]) -> set[cst.CSTNod
         for child in children(node):
             parent[child] = node
             stack.append(child)
-    out: set[cst.CSTNode] = set()
-    for node in nodes:
-        while node is not None and node not in out:
-            out.add(node)
-            node = parent.get(node)
-    return out
+    return parent
 
 
 def statements(code: str, newline: str = "\n") -> list[cst.BaseStatement]:

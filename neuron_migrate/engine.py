@@ -327,7 +327,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
         return None
     if not ctx.edits and not ctx.required_imports and not ctx.definitions and "torch_xla" not in source.text:
         return None
-    new_module = apply(module, ctx.edits)
+    new_module = apply(module, ctx.edits, analysis.parents)
     new_module, removed = imports.tidy(new_module, ctx.required_imports, ctx.definitions)
     if removed and settings.enabled(imports.UNUSED_CODE, path):
         ctx.applied[imports.UNUSED_CODE] = ctx.applied.get(imports.UNUSED_CODE, 0) + removed

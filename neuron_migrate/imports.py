@@ -14,6 +14,7 @@ import libcst as cst
 from neuron_migrate.edits import EditSet, apply
 from neuron_migrate.findings import Finding
 from neuron_migrate.names import Analysis, Binding, dotted, dotted_str
+from neuron_migrate.walk import walk
 
 LEGACY_ROOTS = ("torch_xla",)
 REPORTING_CALLS = frozenset({"print", "warn", "warning", "info", "debug", "error", "exception", "log"})
@@ -94,9 +95,9 @@ def tidy(module: cst.Module, required: list[tuple[str, str | None]],
         elif len(keep) != len(names):
             edits.add_replace(node, _keep_aliases(keep))
     finder = _GuardFinder(emptied, dead_names, analysis)
-    module.visit(finder)
+    walk(module, finder)
     edits.remove.update(finder.guards)
-    return apply(module, edits), len(unused)
+    return apply(module, edits, analysis.parents), len(unused)
 
 
 def _still_needed(module: cst.Module, required: list[tuple[str, str | None]],

@@ -11,6 +11,7 @@ that no rule touches.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -82,6 +83,30 @@ def dotted_str(expr: cst.CSTNode | None) -> str | None:
     return ".".join(parts) if parts else None
 
 
+STATEMENT, SMALL, BLOCK, NESTED = 1, 2, 4, 8
+
+
+@functools.lru_cache(maxsize=None)
+def _role(node_type: type) -> int:
+    """What a node type is to the walk, computed once per type (isinstance on LibCST's ABCs is slow)."""
+    role = 0
+    if issubclass(node_type, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        role |= STATEMENT
+    elif issubclass(node_type, cst.BaseSmallStatement):
+        role |= SMALL
+    if issubclass(node_type, (cst.Module, cst.IndentedBlock)):
+        role |= BLOCK
+    if issubclass(node_type, NESTING):
+        role |= NESTED
+    return role
+
+
+@functools.lru_cache(maxsize=None)
+def _handler(visitor_type: type, prefix: str, node_type: type):
+    """The visitor's `visit_<Type>` / `leave_<Type>` function, as CSTVisitor looks it up for every node."""
+    return getattr(visitor_type, prefix + node_type.__name__, None)
+
+
 _EXCEPT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "RuntimeError", "OSError"}
 
 
@@ -102,40 +127,56 @@ class Collector(cst.CSTVisitor):
         self._skip_names: set[cst.Name] = set()  # Name nodes that are not reads (attr, keyword, targets...)
         self._handler_depth = 0  # inside an except handler of an import guard
         self._loops = 0
+        self._wanted_types: dict[type, bool] = {}
+        self.parents: dict[cst.CSTNode, cst.CSTNode | None] = {}
 
     # -- generic walk -------------------------------------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
         parent = self._stack[-1] if self._stack else None
         self._stack.append(node)
-        if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        self.parents[node] = parent
+        node_type = type(node)
+        role = _role(node_type)
+        if role & STATEMENT:
             self._statements.append(node)
             self._smalls.append(None)
-            if isinstance(node, NESTING) and self._scope is not None:
+            if role & NESTED and self._scope is not None:
                 self._scope.nesting += 1
-        elif isinstance(node, cst.BaseSmallStatement) and self._smalls:
+        elif role & SMALL and self._smalls:
             self._smalls[-1] = node
-        if isinstance(node, (cst.Module, cst.IndentedBlock)):
+        if role & BLOCK:
             self._blocks.append(node)
-        if self.wanted and isinstance(node, self.wanted) and self._scope is not None:
+        if self.wanted and self._wants(node_type) and self._scope is not None:
             self.occurrences.append(Occurrence(
                 node, self._scope, self._statements[-1] if self._statements else node,
                 self._smalls[-1] if self._smalls else None, parent,
-                self._blocks[-2] if isinstance(node, cst.IndentedBlock) and len(self._blocks) > 1
+                self._blocks[-2] if node_type is cst.IndentedBlock and len(self._blocks) > 1
                 else (self._blocks[-1] if self._blocks else None),
                 self._loops > 0,
             ))
-        return super().on_visit(node)
+        visit = _handler(type(self), "visit_", node_type)
+        return visit is None or visit(self, node) is not False
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
+        node_type = type(original_node)
+        leave = _handler(type(self), "leave_", node_type)
+        if leave is not None:
+            leave(self, original_node)
         self._stack.pop()
-        if isinstance(original_node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        role = _role(node_type)
+        if role & STATEMENT:
             self._statements.pop()
             self._smalls.pop()
-            if isinstance(original_node, NESTING) and self._scope is not None:
+            if role & NESTED and self._scope is not None:
                 self._scope.nesting -= 1
-        if isinstance(original_node, (cst.Module, cst.IndentedBlock)):
+        if role & BLOCK:
             self._blocks.pop()
+
+    def _wants(self, node_type: type) -> bool:
+        wanted = self._wanted_types.get(node_type)
+        if wanted is None:
+            wanted = self._wanted_types[node_type] = issubclass(node_type, self.wanted)
+        return wanted
 
     def _push(self, kind: str, node: cst.CSTNode) -> Scope:
         scope = Scope(kind, node, self._scope)
@@ -368,6 +409,7 @@ class Analysis:
         self.scopes = collector.scopes
         self.module_scope = collector.module_scope
         self.occurrences = collector.occurrences
+        self.parents = collector.parents  # every node's parent (None for the module)
 
     @staticmethod
     def lookup(name: str, scope: Scope) -> Scope | None:

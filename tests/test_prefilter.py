@@ -118,7 +118,7 @@ def test_fast_walk_visits_like_libcst():
 def test_applying_edits_only_along_their_paths_changes_no_rewrite(monkeypatch):
     pruned = [_result(path, data, True) for path, data in CORPUS]
 
-    def everything(root, nodes):
+    def everything(root, nodes, parents=None):
         out, stack = set(), [root]
         while stack:
             node = stack.pop()
