@@ -97,7 +97,7 @@ def tidy(module: cst.Module, required: list[tuple[str, str | None]],
     finder = _GuardFinder(emptied, dead_names, analysis)
     walk(module, finder)
     edits.remove.update(finder.guards)
-    return apply(module, edits, analysis.parents), len(unused)
+    return apply(module, edits), len(unused)  # `analysis` is of the module before the imports were added
 
 
 def _still_needed(module: cst.Module, required: list[tuple[str, str | None]],

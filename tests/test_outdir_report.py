@@ -8,10 +8,11 @@ import os
 from tests.helpers import cli
 
 LEGACY = """import torch
+import torch_xla
 import torch_xla.core.xla_model as xm
 
 device = xm.xla_device()
-xm.master_print("ready")
+torch_xla._XLAC._set_ir_debug(True)
 """
 CLEAN = "import torch\n\nx = torch.zeros(3)\n"
 
@@ -72,7 +73,7 @@ def test_markdown_and_json_reports(tmp_path):
     assert "| NM101 | xla-device-call | 1 |" in text
     assert f"- `{src / 'pkg' / 'train.py'}` (" in text
     manual = [line for line in text.splitlines() if line.startswith(f"- [ ] `{src / 'pkg' / 'train.py'}:5` NM199: ")]
-    assert len(manual) == 1 and "`xm.master_print`" in manual[0]
+    assert len(manual) == 1 and "`torch_xla._XLAC._set_ir_debug`" in manual[0]
     assert "([docs](https://" in text
     assert f"- `{src / 'pkg' / 'broken.py'}`: line 2" in text
     assert "Run `neuron-migrate verify`" in text and "Run `neuron-migrate doctor`" in text
