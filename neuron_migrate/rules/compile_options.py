@@ -9,7 +9,7 @@ import libcst as cst
 
 from neuron_migrate.patterns import arg, code, string_value
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.unsupported import is_true, moving_to_neuron
+from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, is_true, moving_to_neuron
 
 CUDA_BACKENDS = frozenset({"inductor", "cudagraphs"})
 NM108_BACKENDS = frozenset({"neuron", "openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})
@@ -26,6 +26,7 @@ def without_keyword(call: cst.Call, keyword: str) -> cst.Call:
 class CompileSettings(Rule):
     codes = ("NM310", "NM311", "NM312", "NM314")
     triggers = (b"compile",)
+    context = MOVING_TO_NEURON  # backend="neuron" or a file moving to neuron
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

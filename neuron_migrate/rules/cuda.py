@@ -14,7 +14,7 @@ from neuron_migrate.names import dotted_str
 from neuron_migrate.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import DEVICE, XlaDeviceString
-from neuron_migrate.rules.unsupported import moving_to_neuron, reference, spelled_as
+from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, moving_to_neuron, reference, spelled_as
 
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 # torch.cuda functions with a namesake in torch.neuron (the TorchNeuron device module).
@@ -58,6 +58,7 @@ class CudaDeviceString(XlaDeviceString):
 
     codes = ("NM321",)
     triggers = (b"cuda",)
+    context = MOVING_TO_NEURON
     is_device = staticmethod(is_cuda_string)
 
     def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
@@ -74,6 +75,7 @@ class CudaMethod(Rule):
 
     codes = ("NM320",)
     triggers = (b".cuda(", b".cuda (")
+    context = MOVING_TO_NEURON
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -111,7 +113,7 @@ class TorchCudaApi(Rule):
 
     codes = ("NM322", "NM323")
     triggers = (b"cuda",)
-    context = (b"torch",)
+    context = MOVING_TO_NEURON
 
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx

@@ -71,6 +71,11 @@ def imports_any(ctx, roots: tuple[str, ...]) -> bool:
                for scope in ctx.analysis.scopes for bindings in scope.bindings.values() for b in bindings)
 
 
+# Bytes a file moving to neuron always holds (see FileContext.moving_to_neuron): the pre-filter context of
+# rules that only report there.
+MOVING_TO_NEURON = (b"torch_xla", b"neuron")
+
+
 def moving_to_neuron(ctx) -> bool:
     """Whether the file belongs to a program moving to the neuron device (see FileContext.moving_to_neuron)."""
     return ctx.moving_to_neuron
