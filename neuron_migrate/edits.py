@@ -182,12 +182,18 @@ def apply(module: cst.Module, edits: EditSet,
 
 def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode],
                    parents: Mapping[cst.CSTNode, cst.CSTNode | None] | None = None) -> set[cst.CSTNode]:
+    """`nodes` and every node above them up to `root`. A `parents` map that does not lead a node up to `root`
+    (it was made for another tree) is not trusted: the tree is walked instead."""
     parent = parents if parents is not None else _parents(root)
-    out: set[cst.CSTNode] = set()
+    out: set[cst.CSTNode] = {root}
     for node in nodes:
-        while node is not None and node not in out:
+        while node not in out:
             out.add(node)
             node = parent.get(node)
+            if node is None:
+                if parents is not None:
+                    return with_ancestors(root, nodes)
+                break  # not in this tree: nothing to apply there
     return out
 
 
