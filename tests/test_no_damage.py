@@ -217,7 +217,7 @@ def test_ctrl_c_between_writes_leaves_every_file_whole(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         real_replace(src, dst)
     monkeypatch.setattr(sources.os, "replace", replace)
-    result = CliRunner().invoke(main, ["rewrite", "-j", "1", str(tmp_path)])
+    result = CliRunner().invoke(main, ["rewrite", "--no-cache", "-j", "1", str(tmp_path)])
     assert result.exit_code == 1 and "Aborted!" in result.output
     contents = [p.read_bytes() for p in paths]
     assert contents.count(MIGRATED) == 2 and contents.count(LEGACY) == 4
