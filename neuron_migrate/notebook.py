@@ -6,7 +6,7 @@ between them; IPython lines that are not Python (`%magic`, `!shell`, `x = !cmd`,
 magic (`%%bash`, `%%writefile`) are left out. After the rewrite, only the `source` values of the cells that
 changed are replaced in the JSON text, so outputs, metadata, key order, indentation and the final newline
 stay byte for byte and the diff shows only changed source lines. Findings carry the cell number (counting
-every cell from 1) and the line inside the cell.
+every cell from 1) and the line inside the cell. `!pip install` / `%pip install` lines go to the pin rules.
 """
 
 from __future__ import annotations
@@ -55,31 +55,46 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
         inner = process_python(path, module.encode("utf-8"), settings, rewrite)
     except SourceError as exc:
         raise SourceError(_locate(str(exc), cells)) from None
-    result = FileResult(path, old_bytes=data, applied=inner.applied,
+    result = FileResult(path, old_bytes=data, applied=dict(inner.applied),
                         findings=[_in_cell(f, cells) for f in inner.findings],
                         manual=[_in_cell(f, cells) for f in inner.manual])
+    sources = _split(inner.new_bytes.decode("utf-8"), cells) if rewrite and inner.new_bytes \
+        else [c.source for c in cells]
+    sources = _pin_installs(path, cells, sources, settings, rewrite, result)
     if rewrite:
-        sources = _split(inner.new_bytes.decode("utf-8"), cells) if inner.new_bytes else [c.source for c in cells]
-        new_text = _splice(text, cells, [_pin_installs(s, settings) for s in sources])
+        new_text = _splice(text, cells, sources)
         if new_text != text:
             result.new_bytes = (data[:3] if data.startswith(b"\xef\xbb\xbf") else b"") + new_text.encode("utf-8")
+    result.findings.sort(key=lambda f: f.sort_key())
     return result
 
 
-def install_line(line: str, settings: Settings) -> str:
-    """The single place where a `!pip install ...` / `%pip install ...` line of a notebook would be pinned.
+def _pin_installs(path: str, cells: list[Cell], sources: list[str], settings: Settings, rewrite: bool,
+                  result: FileResult) -> list[str]:
+    """`!pip install` / `%pip install` lines, pinned like install lines of shell scripts (the pin rules).
 
-    The dependency pinner plugs in here; until it does, install lines are kept exactly as written.
+    Cells run in order, so a package an earlier cell installs is not added again later; findings are placed at
+    their cell and line, and the pins' counts join the result's.
     """
-    return line
+    from neuron_migrate.pin.shell import pin_install_command
 
-
-def _pin_installs(source: str, settings: Settings) -> str:
-    lines = source.splitlines(keepends=True)
-    return "".join(
-        install_line(line.rstrip("\r\n"), settings) + line[len(line.rstrip("\r\n")):]
-        if starts and INSTALL_LINE.match(line) else line
-        for line, starts in zip(lines, _logical_starts(lines)))
+    present: set[str] = set()
+    out = []
+    for cell, source in zip(cells, sources):
+        lines = source.splitlines(keepends=True)
+        for number, (line, starts) in enumerate(zip(lines, _logical_starts(lines)), start=1):
+            body = line.rstrip("\r\n")
+            if not (starts and INSTALL_LINE.match(line)):
+                continue
+            pinned = pin_install_command(body, settings, path=path, rewrite=rewrite, present=frozenset(present))
+            present |= pinned.installs
+            result.findings += [dataclasses.replace(f, path=path, line=number + f.line - 1, cell=cell.index)
+                                for f in pinned.findings]
+            for code, n in pinned.applied.items():
+                result.applied[code] = result.applied.get(code, 0) + n
+            lines[number - 1] = pinned.text + line[len(body):]
+        out.append("".join(lines))
+    return out
 
 
 def _language(notebook: dict) -> str | None:

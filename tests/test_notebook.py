@@ -49,7 +49,9 @@ def test_rewrite_changes_only_source_lines_and_keeps_ipython_lines(tmp_path):
     assert "".join(cells[3]["source"]) == (
         "%%time\ndevice = torch.device(\"neuron\")\nfor step in range(3):\n    loss = model(torch.ones(4)).sum()\n"
         "    !echo done\nfiles = !ls\nx = (1 +\n     2)")
-    assert "".join(cells[1]["source"]).startswith("%pip install torch-neuronx==2.8.0\n!nvidia-smi\n")
+    assert "".join(cells[1]["source"]) == (  # the install line is pinned, the shell line kept
+        '%pip install "torch-neuronx==2.14.3.0.*" "neuronx-cc==2.*" nki '
+        "--extra-index-url https://pip.repos.neuron.amazonaws.com\n!nvidia-smi\nimport torch")
     assert "".join(cells[4]["source"]) == "%%bash\necho xm.mark_step()"
     before = json.loads(old)
     for i in (0, 2, 4):
@@ -66,6 +68,7 @@ def test_check_points_at_cell_and_line(tmp_path):
     assert proc.returncode == 1
     assert f"{path}:cell 4:2:10: NM101" in proc.stdout
     assert f"{path}:cell 4:5:5: NM103" in proc.stdout
+    assert f"{path}:cell 2:1:14: NM602 `torch-neuronx==2.8.0` is the legacy XLA build" in proc.stdout
     assert "cell 5" not in proc.stdout  # the %%bash cell is not Python
 
 
