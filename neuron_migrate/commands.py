@@ -124,19 +124,26 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, dry_run, no_co
             click.echo(f"error: --output-dir: {exc}", err=True)
             sys.exit(EXIT_ERROR)
     result = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache)
-    if dry_run:
-        for r in result.changed:
-            click.echo(unified_diff(r), nl=False)
-    elif tree is not None:
-        outdir.write_tree(tree, result)
-    else:
-        write_results(result)
-    _report_errors(result.errors)
-    for line in rewrite_summary(result.results, dry_run):
-        click.echo(line, err=dry_run)
+    show_or_write(result, dry_run, write=(lambda r: outdir.write_tree(tree, r)) if tree is not None else write_results)
     if report_path:
         mode = "dry run" if dry_run else f"copy in {output_dir}" if tree is not None else "in place"
         report.write(report_path, report.build(result, mode))
+    exit_after_rewrite(result, dry_run)
+
+
+def show_or_write(result, dry_run: bool, write=write_results) -> None:
+    """The diff (dry run) or the writes, then the errors and the summary (shared by rewrite and pin)."""
+    if dry_run:
+        for r in result.changed:
+            click.echo(unified_diff(r), nl=False)
+    else:
+        write(result)
+    _report_errors(result.errors)
+    for line in rewrite_summary(result.results, dry_run):
+        click.echo(line, err=dry_run)
+
+
+def exit_after_rewrite(result, dry_run: bool) -> None:
     if result.errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if dry_run and result.changed else EXIT_CLEAN)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 
 import click
 
-from neuron_migrate.commands import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, _report_errors, _settings
-from neuron_migrate.output import rewrite_summary, unified_diff
+from neuron_migrate.commands import _settings, exit_after_rewrite, show_or_write
 from neuron_migrate.pin.matrix import matrix
-from neuron_migrate.runner import run, write_results
+from neuron_migrate.runner import run
 
 # Only the dependency rules (and their markers): `pin` never rewrites code.
 PIN_CODES = frozenset({"NM6", "NM900"})
@@ -33,14 +31,5 @@ def pin(paths, torch, dry_run, jobs, exclude) -> None:
     resolved = _settings(paths, (), (), exclude, torch=torch)
     settings = replace(resolved.settings, select=PIN_CODES)
     result = run(paths, settings, rewrite=True, jobs=jobs, exclude=resolved.exclude)
-    if dry_run:
-        for r in result.changed:
-            click.echo(unified_diff(r), nl=False)
-    else:
-        write_results(result)
-    _report_errors(result.errors)
-    for line in rewrite_summary(result.results, dry_run):
-        click.echo(line, err=dry_run)
-    if result.errors:
-        sys.exit(EXIT_ERROR)
-    sys.exit(EXIT_FINDINGS if dry_run and result.changed else EXIT_CLEAN)
+    show_or_write(result, dry_run)
+    exit_after_rewrite(result, dry_run)
