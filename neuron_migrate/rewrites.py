@@ -15,20 +15,6 @@ LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfEx
                  cst.Expr)
 
 
-class Draft:
-    """Reports a fix; the imports that building it added are kept only when the fix is made."""
-
-    def __init__(self, ctx) -> None:
-        self.ctx = ctx
-        self.imports = list(ctx.required_imports)
-
-    def report(self, code: str, node: cst.CSTNode, **fields) -> bool:
-        if self.ctx.report(code, node, **fields):
-            return True
-        self.ctx.required_imports[:] = self.imports
-        return False
-
-
 def env_int(ctx, variable: str, default: str) -> str:
     """`int(os.environ.get("RANK", 0))`: what torchrun set, or the single-process value."""
     quote = ctx.shared.get("fstring_quotes", {}).get(id(ctx.current.node), ctx.quote)

@@ -6,7 +6,7 @@ import libcst as cst
 
 from neuron_migrate.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rewrites import Draft, guard_statement, is_statement, local_rank, only_args, rank
+from neuron_migrate.rewrites import guard_statement, is_statement, local_rank, only_args, rank
 
 XSER = "torch_xla.utils.serialization"
 SAVE = frozenset({f"{XM}.save", f"{XSER}.save"})
@@ -27,7 +27,6 @@ class Save(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         qual = ctx.qualname(node.func)
         if qual not in SAVE:
             return
@@ -49,7 +48,7 @@ class Save(Rule):
 
         fixed = code(build(node)) if condition is None else f"if {condition}: {code(build(node))}"
         code_ = "NM220" if qual.startswith(XM) else "NM221"
-        if draft.report(code_, node, call=short(node), fixed=fixed):
+        if ctx.report(code_, node, call=short(node), fixed=fixed):
             ctx.replace(node, build)
             if condition is not None:
                 guard_statement(ctx, ctx.current.statement, condition)
@@ -61,10 +60,9 @@ class Load(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         if ctx.qualname(node.func) not in LOAD:
             return
         fixed = f"{ctx.module_ref('torch')}.load"
         ctx.report("NM222", node, call=short(node))
-        if draft.report("NM221", node, call=short(node), fixed=f"{fixed}(...)"):
+        if ctx.report("NM221", node, call=short(node), fixed=f"{fixed}(...)"):
             ctx.replace(node.func, cst.parse_expression(fixed))

@@ -16,7 +16,7 @@ from neuron_migrate.names import Occurrence, Scope
 from neuron_migrate.patterns import arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import XLA_DEVICE
-from neuron_migrate.rewrites import Draft, assigned_name, only_args
+from neuron_migrate.rewrites import assigned_name, only_args
 
 PL = "torch_xla.distributed.parallel_loader"
 MP_DEVICE_LOADER = frozenset({f"{PL}.MpDeviceLoader"})
@@ -246,7 +246,6 @@ class SendToDevice(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         if ctx.qualname(node.func) not in SEND_TO_DEVICE:
             return
         data, device = arg(node, 0, "data"), arg(node, 1, "device")
@@ -258,5 +257,5 @@ class SendToDevice(Rule):
             device, value = code(arg(call, 1, "device").value), code(arg(call, 0, "data").value)
             return cst.parse_expression(move(device, value, non_blocking=False))
 
-        if draft.report("NM212", node, call=short(node), fixed=code(build(node))):
+        if ctx.report("NM212", node, call=short(node), fixed=code(build(node))):
             ctx.replace(node, build)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.patterns import XM, arg, code, short, string_value
-from neuron_migrate.rewrites import (LOOSE_PARENTS, Draft, assigned_name, dist, env_int, is_statement, keep_parens,
+from neuron_migrate.rewrites import (LOOSE_PARENTS, assigned_name, dist, env_int, is_statement, keep_parens,
                                      local_rank, note_fstring, only_args, paren, rank, replace_statement)
 from neuron_migrate import devices
 from neuron_migrate.rules import Rule
@@ -55,7 +55,6 @@ class RankAndWorldSize(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         qual = ctx.qualname(node.func)
         if qual in RANK_CALLS:
             variable, default = RANK_CALLS[qual]
@@ -75,7 +74,7 @@ class RankAndWorldSize(Rule):
                 fixed = f"({fixed})"
         else:
             return
-        if draft.report("NM203", node, call=short(node), fixed=fixed):
+        if ctx.report("NM203", node, call=short(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))
 
 
@@ -111,7 +110,6 @@ class Spawn(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         if ctx.qualname(node.func) not in SPAWN:
             return
         fn = arg(node, 0, "fn")
@@ -134,7 +132,7 @@ class Spawn(Rule):
             return f"{code(arg(call, 0, 'fn').value)}({', '.join([index, *rest])})"
 
         procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
-        if draft.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs):
+        if ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs):
             ctx.replace(node, lambda new: cst.parse_expression(direct(new)))
             setup = devices.select_device_statement(ctx, index)
             if "init_process_group" not in ctx.source.text and self._defined_here(fn.value):
@@ -206,20 +204,18 @@ class Collectives(Rule):
 
     def _constant(self, node: cst.CSTNode) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         if node in self.consumed:
             return
         name = REDUCE_CONSTANTS.get(ctx.qualname(node))
         if name is None or isinstance(ctx.current.small, (cst.Import, cst.ImportFrom)):
             return
         fixed = f"{dist(ctx)}.ReduceOp.{name}"
-        if draft.report("NM207", node, text=code(node), fixed=fixed):
+        if ctx.report("NM207", node, text=code(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))
 
     # -- the calls -------------------------------------------------------------------------------------
     def _all_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         reduce_type = arg(node, 0, "reduce_type")
         inputs = arg(node, 1, "inputs")
         scale = arg(node, 2, "scale")
@@ -246,7 +242,7 @@ class Collectives(Rule):
                         lines.append(f"{tensor}.mul_({code(arg(call, 2, 'scale').value)})")
                 return lines
 
-            if draft.report("NM204", node, call=short(node), fixed="; ".join(in_place(node))):
+            if ctx.report("NM204", node, call=short(node), fixed="; ".join(in_place(node))):
                 replace_statement(ctx, ctx.current.statement, in_place)
             return
         if is_statement(ctx, node) or isinstance(inputs.value, (cst.List, cst.Tuple)):
@@ -261,12 +257,11 @@ class Collectives(Rule):
             text += f" * {paren(code(arg(call, 2, 'scale').value))}"
             return text if loose else f"({text})"
 
-        if draft.report("NM204", node, call=short(node), fixed=build(node)):
+        if ctx.report("NM204", node, call=short(node), fixed=build(node)):
             ctx.replace(node, lambda new: keep_parens(new, build(new)))
 
     def _all_gather(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         value = arg(node, 0, "value")
         dim = arg(node, 1, "dim")
         groups = arg(node, 2, "groups")
@@ -276,13 +271,12 @@ class Collectives(Rule):
         torch = ctx.module_ref("torch")
         functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
         fixed = f"{torch}.cat({functional}.all_gather({{tensor}}), dim={code(dim.value) if dim else 0})"
-        if draft.report("NM204", node, call=short(node), fixed=fixed.format(tensor=code(value.value))):
+        if ctx.report("NM204", node, call=short(node), fixed=fixed.format(tensor=code(value.value))):
             ctx.replace(node, lambda new: keep_parens(new, fixed.format(tensor=code(arg(new, 0, "value").value))))
 
     def _reduce_scatter(self, node: cst.Call) -> None:
         """`y = xm.reduce_scatter(op, x, scale, 0, n)`: this rank's 1/n of the reduced `x`, along dim 0."""
         ctx = self.ctx
-        draft = Draft(ctx)
         names = ("reduce_type", "input", "scale", "scatter_dim", "shard_count", "groups", "output", "pin_layout")
         given = [arg(node, i, name) for i, name in enumerate(names)]
         reduce_type, tensor, scale, dim, count, groups, output, _ = given
@@ -302,13 +296,12 @@ class Collectives(Rule):
             factor = code(arg(call, 2, "scale").value)
             return lines + ([f"{target}.mul_({factor})"] if factor not in ("1", "1.0") else [])
 
-        if draft.report("NM204", node, call=short(node), fixed="; ".join(scatter(node))):
+        if ctx.report("NM204", node, call=short(node), fixed="; ".join(scatter(node))):
             replace_statement(ctx, ctx.current.statement, scatter)
 
     def _all_to_all(self, node: cst.Call) -> None:
         """`y = xm.all_to_all(x, 0, 0, n)`: chunk i of `x` goes to rank i; the received chunks, in rank order."""
         ctx = self.ctx
-        draft = Draft(ctx)
         names = ("value", "split_dimension", "concat_dimension", "split_count", "groups", "pin_layout")
         given = [arg(node, i, name) for i, name in enumerate(names)]
         tensor, split, concat, count, groups, _ = given
@@ -323,22 +316,20 @@ class Collectives(Rule):
             x = code(arg(call, 0, "value").value)
             return [f"{target} = {torch}.empty_like({x})", f"{d}.all_to_all_single({target}, {x})"]
 
-        if draft.report("NM204", node, call=short(node), fixed="; ".join(exchange(node))):
+        if ctx.report("NM204", node, call=short(node), fixed="; ".join(exchange(node))):
             replace_statement(ctx, ctx.current.statement, exchange)
 
     def _rendezvous(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         tag = arg(node, 0, "tag")
         if not only_args(node, tag) or not is_statement(ctx, node):
             return  # a payload to exchange: left to NM199 (all_gather_object)
         fixed = f"{dist(ctx)}.barrier()"
-        if draft.report("NM205", node, call=short(node), fixed=fixed):
+        if ctx.report("NM205", node, call=short(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))
 
     def _mesh_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         tag = arg(node, 0, "tag")
         data = arg(node, 1, "data")
         fn = arg(node, 2, "reduce_fn")
@@ -355,7 +346,7 @@ class Collectives(Rule):
                     f"{d}.all_gather_object({gathered}, {code(arg(call, 1, 'data').value)})",
                     f"{target} = {paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
 
-        if draft.report("NM206", node, call=short(node), fixed="; ".join(gather(node))):
+        if ctx.report("NM206", node, call=short(node), fixed="; ".join(gather(node))):
             replace_statement(ctx, ctx.current.statement, gather)
 
 

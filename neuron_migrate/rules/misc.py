@@ -6,7 +6,7 @@ import libcst as cst
 
 from neuron_migrate.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rewrites import Draft, alone_on_line, guard_statement, is_statement, only_args, rank
+from neuron_migrate.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
 STEP_CLOSURE = frozenset({f"{XM}.add_step_closure"})
@@ -41,7 +41,6 @@ class MasterPrint(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         if ctx.qualname(node.func) not in MASTER_PRINT or not alone_on_line(ctx, node) or not is_statement(ctx, node):
             return
         fd, finalizer = arg(node, None, "fd"), arg(node, None, "finalizer")
@@ -64,7 +63,7 @@ class MasterPrint(Rule):
                 args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return call.with_changes(func=cst.Name("print"), args=args)
 
-        if draft.report("NM223", node, call=short(node), fixed=f"if {condition}: {code(build(node))}"):
+        if ctx.report("NM223", node, call=short(node), fixed=f"if {condition}: {code(build(node))}"):
             ctx.replace(node, build)
             guard_statement(ctx, ctx.current.statement, condition, extra)
 
@@ -100,14 +99,13 @@ class Seed(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         if ctx.qualname(node.func) not in SEED:
             return
         seed = arg(node, 0, "seed")
         if seed is None or not only_args(node, seed):
             return  # device=: left to NM199
         fixed = f"{ctx.module_ref('torch')}.neuron.manual_seed"
-        if draft.report("NM225", node, call=short(node), fixed=f"{fixed}({code(seed.value)})"):
+        if ctx.report("NM225", node, call=short(node), fixed=f"{fixed}({code(seed.value)})"):
             ctx.replace(node.func, cst.parse_expression(fixed))
 
 
@@ -119,7 +117,6 @@ class Renamed(Rule):
 
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx
-        draft = Draft(ctx)
         occ = ctx.current
         if isinstance(occ.parent, cst.Attribute) and occ.parent.value is node:
             return  # only the whole chain
@@ -130,7 +127,7 @@ class Renamed(Rule):
             return
         rule, module, attribute = found
         fixed = f"{ctx.module_ref(module)}.{attribute}"
-        if draft.report(rule, node, call=code(node), fixed=fixed):
+        if ctx.report(rule, node, call=code(node), fixed=fixed):
             ctx.replace(node, cst.parse_expression(fixed))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
