@@ -9,7 +9,7 @@ comments above a removed statement move to the next statement, a block left empt
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 import libcst as cst
 
@@ -206,16 +206,3 @@ def _parents(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
             parent[child] = node
             stack.append(child)
     return parent
-
-
-def statements(code: str, newline: str = "\n") -> list[cst.BaseStatement]:
-    """Parse statements written by a rule (one per line, no indentation)."""
-    return list(cst.parse_module(code).body)
-
-
-def expression(code: str) -> cst.BaseExpression:
-    return cst.parse_expression(code)
-
-
-def remove_all(edits: EditSet, nodes: Sequence[cst.CSTNode]) -> None:
-    edits.remove.update(nodes)

@@ -228,10 +228,6 @@ def _is_docstring(stmt: cst.CSTNode) -> bool:
         and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
 
-def node_code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
-
-
 # -- the pipeline ------------------------------------------------------------------------------------------
 
 def parse(source: Source) -> cst.Module:

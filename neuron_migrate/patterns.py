@@ -33,10 +33,6 @@ def has_star(call: cst.Call) -> bool:
     return any(a.star for a in call.args)
 
 
-def keywords(call: cst.Call) -> set[str]:
-    return {a.keyword.value for a in call.args if a.keyword is not None}
-
-
 def positional_count(call: cst.Call) -> int:
     return sum(1 for a in call.args if a.keyword is None and not a.star)
 
@@ -79,9 +75,3 @@ def code(node: cst.CSTNode) -> str:
 def short(node: cst.CSTNode, limit: int = 60) -> str:
     text = " ".join(code(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def call_name(call: cst.Call) -> str:
-    """How the call is spelled at its site, for messages (`xm.mark_step()`)."""
-    text = code(call.func)
-    return f"{text}()" if not call.args else f"{text}(...)"

@@ -57,10 +57,6 @@ class Outcome:
     cacheable: bool = False
 
 
-def process_target(target: Target, settings: Settings, rewrite: bool) -> FileResult:
-    return _process(target, settings, rewrite).result
-
-
 def _process(target: Target, settings: Settings, rewrite: bool, data: bytes | None = None) -> Outcome:
     if data is None:
         try:

@@ -57,6 +57,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 import migrated
 
 print(json.dumps(migrated.run()), flush=True)
+import torch.distributed as dist
+if dist.is_initialized():  # no rank leaves while another is still in a collective
+    dist.barrier()
+    dist.destroy_process_group()
 '''
 
 
