@@ -20,6 +20,8 @@ import libcst as cst
 from neuron_migrate import catalogue
 from neuron_migrate.edits import MARKER_PREFIX, EditSet, apply, has_marker, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate import imports
+from neuron_migrate.imports import is_docstring
 from neuron_migrate.names import Analysis, Occurrence, Scope, import_target
 from neuron_migrate.positions import positions
 from neuron_migrate.rules import Rule, all_rules, all_triggers
@@ -113,7 +115,7 @@ class FileContext:
         self.shared[key] = True
         body = function_scope.node.body
         first = body.body[0]
-        if isinstance(body, cst.IndentedBlock) and _is_docstring(first) and len(body.body) > 1:
+        if isinstance(body, cst.IndentedBlock) and is_docstring(first) and len(body.body) > 1:
             self.insert_after(first, f"import {module}\n")
         else:
             self.insert_before(first, f"import {module}\n")
@@ -223,11 +225,6 @@ class FileContext:
             self.definitions.append(code)
 
 
-def _is_docstring(stmt: cst.CSTNode) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
-        and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-
-
 # -- the pipeline ------------------------------------------------------------------------------------------
 
 def parse(source: Source) -> cst.Module:
@@ -311,7 +308,6 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     for rule in instances:
         rule.finish()
 
-    from neuron_migrate import imports  # the import tidy-up is itself a stage
 
     if not rewrite:
         if may_suppress and settings.enabled(UNUSED_SUPPRESSION, path):

@@ -222,7 +222,7 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
     body = list(module.body)
     index = 0
     for i, stmt in enumerate(body):
-        if _is_import_line(stmt) or _mentions_legacy_import(stmt) or (i == 0 and _is_docstring(stmt)):
+        if _is_import_line(stmt) or _mentions_legacy_import(stmt) or (i == 0 and is_docstring(stmt)):
             index = i + 1
             continue
         break
@@ -238,7 +238,7 @@ def _is_import_line(stmt: cst.BaseStatement) -> bool:
                                                              for s in stmt.body)
 
 
-def _is_docstring(stmt: cst.BaseStatement) -> bool:
+def is_docstring(stmt: cst.BaseStatement) -> bool:
     return isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 and isinstance(stmt.body[0], cst.Expr) \
         and isinstance(stmt.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
 
