@@ -24,7 +24,7 @@ from neuron_migrate import imports
 from neuron_migrate.imports import is_docstring
 from neuron_migrate.names import Analysis, Occurrence, Scope, import_target
 from neuron_migrate.positions import positions
-from neuron_migrate.rules import Rule, all_rules, all_triggers
+from neuron_migrate.rules import Present, Rule, all_rules
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import Source, SourceError, decode
 from neuron_migrate.suppress import MAY_SUPPRESS, Suppressions
@@ -265,16 +265,14 @@ def _looks_like_python2(text: str) -> bool:
 
 
 def active_rules(data: bytes, settings: Settings, path: str) -> list[type[Rule]]:
+    present = Present(data)
     return [r for r in all_rules()
-            if r.may_match(data) and any(settings.enabled(c, path) for c in r.codes)]
+            if r.may_match(data, present) and any(settings.enabled(c, path) for c in r.codes)]
 
 
 def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     source = decode(data)
     result = FileResult(path, old_bytes=data)
-    if not any(t in data for t in all_triggers()) and not any(t in data for t in ALWAYS_TRIGGERS) \
-            and not MAY_SUPPRESS.search(data):
-        return result
     rules = active_rules(data, settings, path)
     has_markers = MARKER_PREFIX.encode() in data
     may_suppress = MAY_SUPPRESS.search(data) is not None

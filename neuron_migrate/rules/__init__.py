@@ -21,13 +21,41 @@ if TYPE_CHECKING:
     from neuron_migrate.engine import FileContext
 
 
+class Present:
+    """Which byte strings one file holds, each searched for once however many rules ask."""
+
+    __slots__ = ("data", "_seen", "_imports")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._seen: dict[bytes, bool] = {}
+        self._imports: bytes | None = None
+
+    @property
+    def imports(self) -> bytes:
+        """The text of the file's import statements (see IMPORT_STATEMENTS), found once."""
+        if self._imports is None:
+            self._imports = b"\n".join(IMPORT_STATEMENTS.findall(self.data))
+        return self._imports
+
+    def any(self, needles: tuple[bytes, ...]) -> bool:
+        seen = self._seen
+        for needle in needles:
+            hit = seen.get(needle)
+            if hit is None:
+                hit = seen[needle] = needle in self.data
+            if hit:
+                return True
+        return False
+
+
 class Rule:
     codes: ClassVar[tuple[str, ...]] = ()
     triggers: ClassVar[tuple[bytes, ...]] = ()
     # ... and, when set, one of these too (b"torch" for rules that only match names imported from torch).
     context: ClassVar[tuple[bytes, ...]] = ()
     # ... and, when set, this pattern too (see `names_pattern`): for names short enough to hide in other words.
-    pattern: ClassVar[re.Pattern[bytes] | None] = None
+    pattern: ClassVar[NamesPattern | re.Pattern[bytes] | None] = None
     # Rules that must run after others (for example to see which statements were removed) set a higher order.
     order: ClassVar[int] = 0
 
@@ -38,10 +66,12 @@ class Rule:
         """Called once after every node was visited."""
 
     @classmethod
-    def may_match(cls, data: bytes) -> bool:
-        """The pre-filter: False when the file cannot hold anything this rule reports."""
-        return any(t in data for t in cls.triggers) and (not cls.context or any(t in data for t in cls.context)) \
-            and (cls.pattern is None or cls.pattern.search(data) is not None)
+    def may_match(cls, data: bytes, present: Present | None = None) -> bool:
+        """The pre-filter: False when the file cannot hold anything this rule reports. `present` shares the
+        byte-string lookups among the rules deciding on the same file."""
+        present = present or Present(data)
+        return (not cls.context or present.any(cls.context)) and present.any(cls.triggers) \
+            and (cls.pattern is None or _search(cls.pattern, data, present))
 
     @classmethod
     def node_types(cls) -> dict[type, str]:
@@ -55,12 +85,37 @@ class Rule:
         return out
 
 
-def names_pattern(names) -> re.Pattern[bytes]:
-    """Where a module attribute `name` can be reached from: `<anything>.name` (whatever the module is bound to),
-    or an import statement that names it (`from name import`, `import name`, one line or in parentheses)."""
-    alternatives = b"|".join(sorted(re.escape(n.encode()) for n in names))
-    return re.compile(rb"\.(?:%s)\b|\b(?:import|from)\b[^\n]*\b(?:%s)\b|\bimport\s*\([^)]*\b(?:%s)\b"
-                      % (alternatives, alternatives, alternatives))
+# Import statements, found cheaply: from a line start or after `;` / `:`, with backslash continuations and a
+# parenthesised name list that spans lines. A superset (a docstring line starting with "from" counts too).
+IMPORT_STATEMENTS = re.compile(rb"(?:^|[;:])[ \t]*(?:from|import)\b(?:[^\n\\(]|\\[\s\S])*(?:\([^)]*\)[^\n]*)?",
+                               re.M)
+
+
+class NamesPattern:
+    """Where a module attribute `name` can be reached from: `<anything>.name` (whatever the module is bound to,
+    `torch . sparse` and `torch.\\` continuations too), or an import statement that names it (`from name import`,
+    `import name`, `from m import (a,\n name)`, with backslash continuations)."""
+
+    def __init__(self, names) -> None:
+        alternatives = b"|".join(sorted(re.escape(n.encode()) for n in names))
+        self._attribute = re.compile(rb"\.(?:\s|\\)*(?:%s)\b" % alternatives)
+        self._imported = re.compile(rb"\b(?:%s)\b" % alternatives)
+
+    def search(self, data: bytes, present: Present | None = None) -> bool:
+        if self._attribute.search(data):
+            return True
+        imports = present.imports if present is not None else b"\n".join(IMPORT_STATEMENTS.findall(data))
+        return self._imported.search(imports) is not None
+
+
+def _search(pattern: NamesPattern | re.Pattern[bytes], data: bytes, present: Present) -> bool:
+    if isinstance(pattern, NamesPattern):
+        return pattern.search(data, present)
+    return pattern.search(data) is not None
+
+
+def names_pattern(names) -> NamesPattern:
+    return NamesPattern(names)
 
 
 @functools.lru_cache(maxsize=1)

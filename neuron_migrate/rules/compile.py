@@ -10,6 +10,7 @@ from neuron_migrate.names import dotted, dotted_str
 from neuron_migrate.patterns import XM, arg, code, is_device_string, short, string_value
 from neuron_migrate import devices
 from neuron_migrate.rules import Rule
+from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
 
 XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
 XLA_BACKENDS = frozenset({"openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})
@@ -44,6 +45,7 @@ class CompilePlacedModel(Rule):
 
     codes = ("NM107",)
     triggers = (b"xla",)
+    pattern = XLA_IN_DEVICE_POSITION  # a placement needs a device: the XLA device or an "xla" device literal
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

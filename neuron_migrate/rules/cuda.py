@@ -59,6 +59,7 @@ class CudaDeviceString(XlaDeviceString):
     codes = ("NM321",)
     triggers = (b"cuda",)
     context = MOVING_TO_NEURON
+    pattern = None
     is_device = staticmethod(is_cuda_string)
 
     def _flag(self, literal: cst.BaseExpression, kind: str) -> None:

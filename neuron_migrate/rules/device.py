@@ -17,6 +17,11 @@ DEVICE_FIRST_ARG = frozenset({"torch.device", "torch.autocast", "torch.amp.autoc
 DEVICE_KEYWORDS = frozenset({"device", "device_type"})
 DEVICE, TYPE = "device", "type"  # what a position expects: a device, or a device type string
 DEVICE_NAME = re.compile(r"(^|_)device(_type)?$|^dev$", re.I)
+# What a file needs before "xla" can be a device here: torch_xla (an import, `xm.xla_device()`), or the literal
+# where an argument or a value starts, after `(` or `=` (`.to("xla")`, `torch.device('xla:0')`, `device="xla"`,
+# `dev = f"xla:{i}"`, `x.device.type == "xla"`), with blanks, comments and line continuations between.
+# `choices=("cpu", "cuda", "xla")` alone has no device position.
+XLA_IN_DEVICE_POSITION = re.compile(rb"torch_xla|[(=](?:\s|\\|#[^\n]*)*[rRuUfFbB]{0,2}[\"']{1,3}xla\b")
 
 
 class XlaDeviceCall(Rule):
@@ -49,6 +54,7 @@ class XlaDeviceString(Rule):
 
     codes = ("NM102",)
     triggers = (b"xla",)
+    pattern = XLA_IN_DEVICE_POSITION
     is_device = staticmethod(is_device_string)  # which literals name the device this rule respells
 
     def __init__(self, ctx) -> None:

@@ -83,6 +83,7 @@ class ProcessGroup(Rule):
 
     codes = ("NM201",)
     triggers = (b"xla",)
+    context = (b"init_process_group",)  # the last component of every name in INIT_PROCESS_GROUP
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
