@@ -68,6 +68,7 @@ class FileContext:
     shared: dict[str, object] = field(default_factory=dict)  # facts rules share (e.g. "data_parallel")
     handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
     suppressions: Suppressions = field(default_factory=Suppressions)
+    may_suppress: bool = True  # False when the file holds no suppression comment (MAY_SUPPRESS): skip the lookups
 
     # -- names -----------------------------------------------------------------------------------------
     @property
@@ -159,7 +160,8 @@ class FileContext:
             self.handled.add(node.func)
         if not self.enabled(code):
             return False
-        if self.suppressions.suppresses(self.current.statement if self.current else statement, code):
+        if self.may_suppress and self.suppressions.suppresses(self.current.statement if self.current else statement,
+                                                              code):
             return False
         info = catalogue.rule(code)
         statement = statement or (self.current.statement if self.current else None)
@@ -293,7 +295,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
               rewrite: bool, result: FileResult, may_suppress: bool = False) -> str | None:
     dispatch: dict[type, list[Callable]] = {}
     analysis = Analysis(module, wanted=tuple({t for r in rules for t in r.node_types()}))
-    ctx = FileContext(path, source, module, analysis, settings, rewrite)
+    ctx = FileContext(path, source, module, analysis, settings, rewrite, may_suppress=may_suppress)
     instances = [r(ctx) for r in rules]
     for rule in instances:
         for node_type, method in rule.node_types().items():

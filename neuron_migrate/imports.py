@@ -95,7 +95,7 @@ def tidy(module: cst.Module, required: list[tuple[str, str | None]],
         elif len(keep) != len(names):
             edits.add_replace(node, _keep_aliases(keep))
     finder = _GuardFinder(emptied, dead_names, analysis)
-    walk(module, finder)
+    walk(module, finder, tokens=False)
     edits.remove.update(finder.guards)
     return apply(module, edits), len(unused)  # `analysis` is of the module before the imports were added
 

@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from neuron_migrate.walk import walk
+from neuron_migrate.walk import walk, wants_tokens
 
 NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -404,7 +404,7 @@ class Analysis:
 
     def __init__(self, module: cst.Module, wanted: Sequence[type] = ()) -> None:
         collector = Collector(wanted)
-        walk(module, collector)
+        walk(module, collector, tokens=wants_tokens(wanted))  # no binding, read or scope is in a token
         self.module = module
         self.scopes = collector.scopes
         self.module_scope = collector.module_scope

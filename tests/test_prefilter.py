@@ -24,7 +24,7 @@ from neuron_migrate.imports import LEGACY_ROOTS, UNUSED_CODE
 from neuron_migrate.names import Collector
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
-from neuron_migrate.walk import children, walk
+from neuron_migrate.walk import children, walk, wants_tokens
 from tests.helpers import FIXTURES
 
 
@@ -149,6 +149,27 @@ def test_fast_walk_visits_like_libcst():
                 for s in ours.scopes] == \
             [(s.node, {k: [(b.kind, b.qualname) for b in v] for k, v in s.bindings.items()}, s.reads)
              for s in theirs.scopes]
+
+
+def test_a_walk_without_tokens_finds_the_same_scopes_and_nodes():
+    """Whitespace, comments and punctuation hold no binding, read or node a rule asks for."""
+    wanted = tuple({t for r in all_rules() for t in r.node_types()})
+    assert not wants_tokens(wanted) and wants_tokens((cst.Comment,)) and wants_tokens((cst.CSTNode,))
+    for data in [d for _, d in CORPUS] + _stdlib_sample():
+        try:
+            tree = cst.parse_module(data)
+        except cst.ParserSyntaxError:
+            continue
+        full, lean = Collector(wanted), Collector(wanted)
+        walk(tree, full)
+        walk(tree, lean, tokens=False)
+        assert [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in lean.occurrences] \
+            == [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in full.occurrences]
+        assert [(s.node, {k: [(b.kind, b.qualname, b.fallback, b.conditional) for b in v] for k, v in s.bindings.items()},
+                 s.reads, s.globals, s.nonlocals) for s in lean.scopes] == \
+            [(s.node, {k: [(b.kind, b.qualname, b.fallback, b.conditional) for b in v] for k, v in s.bindings.items()},
+              s.reads, s.globals, s.nonlocals) for s in full.scopes]
+        assert len(lean.parents) < len(full.parents) or not tree.body
 
 
 def test_applying_edits_only_along_their_paths_changes_no_rewrite(monkeypatch):
