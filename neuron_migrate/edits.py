@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState
 
 from neuron_migrate.walk import children
 
@@ -170,6 +171,39 @@ def _strip_blank_start(lines: list) -> list:
     while i < len(lines) and lines[i].comment is None:
         i += 1
     return list(lines[i:])
+
+
+class Renderer:
+    """The code of a module, generated statement by statement and remembered per top-level statement, so that after
+    an edit only the statements it touched are generated again. The same text as `module.code`."""
+
+    def __init__(self) -> None:
+        self._statements: dict[cst.CSTNode, tuple[str, int]] = {}  # code, length of its final newline
+        self._modules: dict[cst.Module, str] = {}
+
+    def code(self, module: cst.Module) -> str:
+        text = self._modules.get(module)
+        if text is None:
+            text = self._modules[module] = self._render(module)
+        return text
+
+    def _render(self, module: cst.Module) -> str:
+        parts: list[str] = []
+        last_newline = 0
+        for node in (*module.header, *module.body, *module.footer):
+            done = self._statements.get(node)
+            if done is None:
+                state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+                node._codegen(state)
+                done = ("".join(state.tokens), len(state.tokens[-1]) if state.tokens else 0)
+                if isinstance(node, cst.BaseStatement):
+                    self._statements[node] = done
+            parts.append(done[0])
+            last_newline = done[1]
+        text = "".join(parts)
+        if module.has_trailing_newline:
+            return text or module.default_newline
+        return text[:-last_newline] if text and last_newline else text  # Module drops the final newline token
 
 
 def apply(module: cst.Module, edits: EditSet,

@@ -8,13 +8,15 @@ such imports goes away whole, and an `if <feature test>:` guard left empty goes 
 from __future__ import annotations
 
 import re
+from collections import ChainMap
+from typing import Callable, Mapping
 
 import libcst as cst
 
 from neuron_migrate.edits import EditSet, apply
 from neuron_migrate.findings import Finding
 from neuron_migrate.names import Analysis, Binding, dotted, dotted_str
-from neuron_migrate.walk import walk
+from neuron_migrate.walk import children, walk
 
 LEGACY_ROOTS = ("torch_xla",)
 REPORTING_CALLS = frozenset({"print", "warn", "warning", "info", "debug", "error", "exception", "log"})
@@ -66,15 +68,16 @@ def unused_legacy_findings(ctx, path: str) -> list[Finding]:
     return _positions(ctx.module, pending, path)
 
 
-def tidy(module: cst.Module, required: list[tuple[str, str | None]],
-         definitions: list[str] = ()) -> tuple[cst.Module, int]:
+def tidy(module: cst.Module, required: list[tuple[str, str | None]], definitions: list[str] = (),
+         render: Callable[[cst.Module], str] = lambda m: m.code) -> tuple[cst.Module, int]:
     analysis = Analysis(module)
+    analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
     definitions = [d for d in definitions if d.split("=", 1)[0].strip() in unresolved]
     if definitions:
         unresolved |= set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
-    module = _add_imports(module, _still_needed(module, required, unresolved))
+    module = _add_imports(module, _still_needed(module, required, unresolved, render))
     module = _add_definitions(module, definitions)
     unused = unused_bindings(analysis)
     if not unused:
@@ -97,11 +100,24 @@ def tidy(module: cst.Module, required: list[tuple[str, str | None]],
     finder = _GuardFinder(emptied, dead_names, analysis)
     walk(module, finder, tokens=False)
     edits.remove.update(finder.guards)
-    return apply(module, edits), len(unused)  # `analysis` is of the module before the imports were added
+    return apply(module, edits, _parents_after_additions(analysed, module, analysis.parents)), len(unused)
 
 
-def _still_needed(module: cst.Module, required: list[tuple[str, str | None]],
-                  unresolved: set[str]) -> list[tuple[str, str | None]]:
+def _parents_after_additions(before: cst.Module, after: cst.Module,
+                             parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> Mapping[cst.CSTNode, cst.CSTNode | None]:
+    """The parent map of `after`, a copy of `before` with top-level statements added or given new leading lines:
+    `before`'s map, with the new module and the new statements in front."""
+    overlay: dict[cst.CSTNode, cst.CSTNode | None] = {after: None}
+    for statement in after.body:
+        overlay[statement] = after
+        if parents.get(statement) is not before:  # new, or a copy of an old statement: its children move with it
+            for child in children(statement, tokens=False):
+                overlay[child] = statement
+    return ChainMap(overlay, parents)
+
+
+def _still_needed(module: cst.Module, required: list[tuple[str, str | None]], unresolved: set[str],
+                  render: Callable[[cst.Module], str]) -> list[tuple[str, str | None]]:
     """The requested imports the rewritten code really uses (a rule may ask for one and then not edit)."""
     out = []
     text = None
@@ -109,7 +125,7 @@ def _still_needed(module: cst.Module, required: list[tuple[str, str | None]],
         if (a or m.split(".")[0]) in unresolved:
             out.append((m, a))
         elif a is None and "." in m:  # `import torch.distributed` where `torch` is bound: is the submodule used?
-            text = module.code if text is None else text
+            text = render(module) if text is None else text
             if re.search(rf"(?<![\w.]){re.escape(m)}\b", text):
                 out.append((m, a))
     return out

@@ -38,7 +38,14 @@ def positional_count(call: cst.Call) -> int:
 
 
 def string_value(node: cst.CSTNode | None) -> str | None:
+    """The value of a str literal (not bytes, not an f-string); None for anything else."""
     if isinstance(node, cst.SimpleString):
+        prefix = node.prefix.lower()
+        if prefix in ("", "u", "r"):
+            quote = node.quote
+            body = node.value[len(prefix) + len(quote):-len(quote)]
+            if "\\" not in body and "\r" not in body:
+                return body  # no escapes, no newline to normalise: the text is the value (evaluated_value compiles)
         value = node.evaluated_value
         return value if isinstance(value, str) else None
     return None

@@ -75,6 +75,15 @@ class Rule:
 
     @classmethod
     def node_types(cls) -> dict[type, str]:
+        """{LibCST node type: name of the method that visits it}, found once per class."""
+        found = cls.__dict__.get("_node_types")
+        if found is None:
+            found = cls._find_node_types()
+            cls._node_types = found
+        return found
+
+    @classmethod
+    def _find_node_types(cls) -> dict[type, str]:
         out = {}
         for name, _ in inspect.getmembers(cls, inspect.isfunction):
             if name.startswith("visit_"):
