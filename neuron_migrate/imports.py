@@ -16,7 +16,7 @@ import libcst as cst
 from neuron_migrate.edits import EditSet, apply
 from neuron_migrate.findings import Finding
 from neuron_migrate.names import Analysis, Binding, dotted, dotted_str
-from neuron_migrate.walk import children, walk
+from neuron_migrate.walk import children
 
 LEGACY_ROOTS = ("torch_xla",)
 REPORTING_CALLS = frozenset({"print", "warn", "warning", "info", "debug", "error", "exception", "log"})
@@ -97,10 +97,22 @@ def tidy(module: cst.Module, required: list[tuple[str, str | None]], definitions
             emptied.add(node)
         elif len(keep) != len(names):
             edits.add_replace(node, _keep_aliases(keep))
-    finder = _GuardFinder(emptied, dead_names, analysis)
-    walk(module, finder, tokens=False)
-    edits.remove.update(finder.guards)
-    return apply(module, edits, _parents_after_additions(analysed, module, analysis.parents)), len(unused)
+    parents = _parents_after_additions(analysed, module, analysis.parents)
+    guards = _Guards(emptied, dead_names, analysis)
+    edits.remove.update(s for s in _enclosing_statements(emptied, parents) if guards.only_guards_dead_imports(s))
+    return apply(module, edits, parents), len(unused)
+
+
+def _enclosing_statements(statements: set[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> list:
+    """The compound statements whose own block holds each small statement (small -> line -> block -> statement)."""
+    out = []
+    for small in statements:
+        line = parents.get(small)
+        block = parents.get(line) if line is not None else None
+        owner = parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+        if owner is not None and getattr(owner, "body", None) is block and owner not in out:
+            out.append(owner)
+    return out
 
 
 def _parents_after_additions(before: cst.Module, after: cst.Module,
@@ -141,15 +153,21 @@ def _keep_aliases(keep: list[cst.ImportAlias]):
     return fn
 
 
-class _GuardFinder(cst.CSTVisitor):
-    """`try`/`if` statements that only guarded legacy imports which are all going away."""
+class _Guards:
+    """Tells the `try`/`if` statements that only guarded legacy imports which are all going away."""
 
     def __init__(self, emptied: set[cst.CSTNode], dead_names: set[str], analysis: Analysis) -> None:
-        super().__init__()
         self.emptied = emptied
         self.dead_names = dead_names
         self.read_names = {n for s in analysis.scopes for n in s.reads}
-        self.guards: list[cst.CSTNode] = []
+
+    def only_guards_dead_imports(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Try):
+            return node.orelse is None and node.finalbody is None and self._only_dead_imports(node.body) and all(
+                self._harmless(h.body) for h in node.handlers)
+        if isinstance(node, cst.If):
+            return node.orelse is None and self._only_dead_imports(node.body) and _pure_test(node.test)
+        return False
 
     def _only_dead_imports(self, block: cst.BaseSuite) -> bool:
         if not isinstance(block, cst.IndentedBlock):
@@ -186,16 +204,6 @@ class _GuardFinder(cst.CSTVisitor):
                     continue
                 return False
         return True
-
-    def visit_Try(self, node: cst.Try) -> None:
-        if node.orelse is None and node.finalbody is None and self._only_dead_imports(node.body) and all(
-            self._harmless(h.body) for h in node.handlers
-        ):
-            self.guards.append(node)
-
-    def visit_If(self, node: cst.If) -> None:
-        if node.orelse is None and self._only_dead_imports(node.body) and _pure_test(node.test):
-            self.guards.append(node)
 
 
 def _pure_test(test: cst.BaseExpression) -> bool:
