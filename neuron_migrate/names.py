@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from neuron_migrate.walk import walk, wants_tokens
+from neuron_migrate.walk import NOT_A_NODE, SYNTAX, TOKEN, node_kind, syntax_fields, visit_fields, wants_tokens
 
 NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -171,6 +171,75 @@ class Collector(cst.CSTVisitor):
                 self._scope.nesting -= 1
         if role & BLOCK:
             self._blocks.pop()
+
+    def collect(self, root: cst.CSTNode, tokens: bool = True) -> None:
+        """What `walk(root, self, tokens)` does, with the walk and the visitor's dispatch fused into one loop: the
+        analysis visits every node of every file that passes the pre-filter, so this is the hot path."""
+        least = TOKEN if tokens else SYNTAX
+        fields_of = visit_fields if tokens else syntax_fields
+        kinds: dict[type, int] = {}
+        infos: dict[type, tuple] = {}
+        visitor_type = type(self)
+        parents, statements, smalls, blocks = self.parents, self._statements, self._smalls, self._blocks
+        stack: list[tuple[cst.CSTNode, cst.CSTNode | None, bool]] = [(root, None, False)]
+        while stack:
+            node, parent, leaving = stack.pop()
+            node_type = type(node)
+            info = infos.get(node_type)
+            if info is None:
+                info = infos[node_type] = (
+                    _role(node_type), _handler(visitor_type, "visit_", node_type),
+                    _handler(visitor_type, "leave_", node_type), bool(self.wanted) and self._wants(node_type),
+                    fields_of(node_type))
+            role, visit, leave, wanted, fields = info
+            if leaving:
+                if leave is not None:
+                    leave(self, node)
+                if role & STATEMENT:
+                    statements.pop()
+                    smalls.pop()
+                    if role & NESTED and self._scope is not None:
+                        self._scope.nesting -= 1
+                if role & BLOCK:
+                    blocks.pop()
+                continue
+            parents[node] = parent
+            if role & STATEMENT:
+                statements.append(node)
+                smalls.append(None)
+                if role & NESTED and self._scope is not None:
+                    self._scope.nesting += 1
+            elif role & SMALL and smalls:
+                smalls[-1] = node
+            if role & BLOCK:
+                blocks.append(node)
+            if wanted and self._scope is not None:
+                self.occurrences.append(Occurrence(
+                    node, self._scope, statements[-1] if statements else node, smalls[-1] if smalls else None,
+                    parent, blocks[-2] if node_type is cst.IndentedBlock and len(blocks) > 1
+                    else (blocks[-1] if blocks else None), self._loops > 0))
+            stack.append((node, parent, True))
+            if visit is not None and visit(self, node) is False:
+                continue
+            found: list[cst.CSTNode] = []
+            for name in fields:
+                value = getattr(node, name)
+                value_type = type(value)
+                kind = kinds.get(value_type)
+                if kind is None:
+                    kind = kinds[value_type] = node_kind(value_type)
+                if kind >= least:
+                    found.append(value)
+                elif kind == NOT_A_NODE and (value_type is list or value_type is tuple):
+                    for item in value:
+                        item_type = type(item)
+                        kind = kinds.get(item_type)
+                        if kind is None:
+                            kind = kinds[item_type] = node_kind(item_type)
+                        if kind >= least:
+                            found.append(item)
+            for child in reversed(found):
+                stack.append((child, node, False))
 
     def _wants(self, node_type: type) -> bool:
         wanted = self._wanted_types.get(node_type)
@@ -404,7 +473,7 @@ class Analysis:
 
     def __init__(self, module: cst.Module, wanted: Sequence[type] = ()) -> None:
         collector = Collector(wanted)
-        walk(module, collector, tokens=wants_tokens(wanted))  # no binding, read or scope is in a token
+        collector.collect(module, tokens=wants_tokens(wanted))  # no binding, read or scope is in a token
         self.module = module
         self.scopes = collector.scopes
         self.module_scope = collector.module_scope

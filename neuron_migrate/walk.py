@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import typing
 
 import libcst as cst
 
 @functools.lru_cache(maxsize=None)
-def _fields(node_type: type) -> tuple[str, ...]:
+def visit_fields(node_type: type) -> tuple[str, ...]:
     """The node's fields in the order LibCST visits them. Its `_visit_and_replace_children` passes each
     field's name as a string to the visit helper, so the code object's constants list them in that order."""
     declared = {f.name for f in dataclasses.fields(node_type)}
@@ -35,11 +36,35 @@ NOT_A_NODE, TOKEN, SYNTAX = 0, 1, 2
 
 
 @functools.lru_cache(maxsize=None)
-def _kind(value_type: type) -> int:
+def node_kind(value_type: type) -> int:
     """Cached: isinstance on LibCST's ABCs is slow."""
     if not issubclass(value_type, cst.CSTNode):
         return NOT_A_NODE
     return TOKEN if issubclass(value_type, TOKENS) else SYNTAX
+
+
+@functools.lru_cache(maxsize=None)
+def syntax_fields(node_type: type) -> tuple[str, ...]:
+    """The fields of `visit_fields(node_type)` whose declared type admits a node other than a token: the rest (a
+    node's whitespace, its parentheses and commas) can be skipped without reading them."""
+    try:
+        hints = typing.get_type_hints(node_type)
+    except Exception:  # an annotation that does not resolve: keep every field
+        return visit_fields(node_type)
+    return tuple(name for name in visit_fields(node_type) if _may_hold_syntax(hints.get(name, object)))
+
+
+def _may_hold_syntax(hint) -> bool:
+    origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return False
+    if origin is not None:  # Union, Optional, Sequence, ...
+        return any(_may_hold_syntax(a) for a in typing.get_args(hint))
+    if isinstance(hint, type):
+        if issubclass(hint, cst.CSTNode):
+            return not issubclass(hint, TOKENS)
+        return hint is object  # str, bool, MaybeSentinel, NoneType: no node
+    return True  # a forward reference or a type variable: cannot tell
 
 
 def wants_tokens(node_types) -> bool:
@@ -50,13 +75,13 @@ def wants_tokens(node_types) -> bool:
 def children(node: cst.CSTNode, tokens: bool = True) -> list[cst.CSTNode]:
     least = TOKEN if tokens else SYNTAX
     out: list[cst.CSTNode] = []
-    for name in _fields(type(node)):
+    for name in (visit_fields if tokens else syntax_fields)(type(node)):
         value = getattr(node, name)
-        kind = _kind(type(value))
+        kind = node_kind(type(value))
         if kind >= least:
             out.append(value)
         elif kind == NOT_A_NODE and type(value) in (list, tuple):
-            out.extend(v for v in value if _kind(type(v)) >= least)
+            out.extend(v for v in value if node_kind(type(v)) >= least)
     return out
 
 

@@ -142,7 +142,7 @@ def test_fast_walk_visits_like_libcst():
             continue
         theirs, ours = Collector(wanted), Collector(wanted)
         tree.visit(theirs)
-        walk(tree, ours)
+        ours.collect(tree)
         assert [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in ours.occurrences] \
             == [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in theirs.occurrences]
         assert [(s.node, {k: [(b.kind, b.qualname) for b in v] for k, v in s.bindings.items()}, s.reads)
@@ -160,9 +160,13 @@ def test_a_walk_without_tokens_finds_the_same_scopes_and_nodes():
             tree = cst.parse_module(data)
         except cst.ParserSyntaxError:
             continue
-        full, lean = Collector(wanted), Collector(wanted)
+        full, lean, fused = Collector(wanted), Collector(wanted), Collector(wanted)
         walk(tree, full)
         walk(tree, lean, tokens=False)
+        fused.collect(tree, tokens=False)
+        assert fused.parents == lean.parents
+        assert [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in fused.occurrences] \
+            == [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in lean.occurrences]
         assert [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in lean.occurrences] \
             == [(o.node, o.parent, o.statement, o.small, o.block, o.in_loop, o.scope.node) for o in full.occurrences]
         assert [(s.node, {k: [(b.kind, b.qualname, b.fallback, b.conditional) for b in v] for k, v in s.bindings.items()},
