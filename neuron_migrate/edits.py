@@ -71,6 +71,8 @@ class Applier(cst.CSTTransformer):
         return node in self.visit
 
     def on_leave(self, original_node, updated_node):
+        if original_node not in self.visit:
+            return updated_node  # no edit in or under it (LibCST calls on_leave also for the children it skipped)
         result = updated_node
         for fn in self.edits.replace.get(original_node, ()):
             result = fn(result)
