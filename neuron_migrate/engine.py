@@ -18,6 +18,7 @@ from typing import Callable
 import libcst as cst
 
 from neuron_migrate import catalogue
+from neuron_migrate.cstparse import parse_module
 from neuron_migrate.edits import MARKER_PREFIX, EditSet, Renderer, apply, has_marker, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate import imports
@@ -243,9 +244,7 @@ def parse(source: Source) -> cst.Module:
     if error is not None:
         raise SourceError(error)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return cst.parse_module(source.text)
+        return parse_module(source.text)
     except cst.ParserSyntaxError as exc:
         raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read "
                           f"this valid Python ({exc.message.splitlines()[0]}); the file was left alone. Please report "

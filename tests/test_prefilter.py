@@ -19,7 +19,7 @@ import libcst as cst
 import pytest
 
 from bench.generate import module
-from neuron_migrate import catalogue, edits, engine, suppress
+from neuron_migrate import catalogue, cstparse, edits, engine, suppress
 from neuron_migrate.imports import LEGACY_ROOTS, UNUSED_CODE
 from neuron_migrate.names import Collector
 from neuron_migrate.rules import all_rules
@@ -174,6 +174,20 @@ def test_a_walk_without_tokens_finds_the_same_scopes_and_nodes():
             [(s.node, {k: [(b.kind, b.qualname, b.fallback, b.conditional) for b in v] for k, v in s.bindings.items()},
               s.reads, s.globals, s.nonlocals) for s in full.scopes]
         assert len(lean.parents) < len(full.parents) or not tree.body
+
+
+def test_the_unchecked_parse_builds_the_same_trees_and_leaves_checks_on():
+    for data in [d for _, d in CORPUS] + _stdlib_sample():
+        text = data.decode("utf-8", "replace")
+        try:
+            expected = cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            with pytest.raises(cst.ParserSyntaxError):
+                cstparse.parse_module(text)
+            continue
+        assert cstparse.parse_module(text).deep_equals(expected)
+    with pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")  # nodes built after the parse are checked again
 
 
 def test_applying_edits_only_along_their_paths_changes_no_rewrite(monkeypatch):
