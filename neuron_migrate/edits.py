@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from neuron_migrate.walk import children
+from neuron_migrate.walk import children, visit_fields
 
 Replacer = Callable[[cst.CSTNode], cst.CSTNode]
 
@@ -60,19 +60,39 @@ def has_marker(statement: cst.CSTNode, code: str) -> bool:
     return any(c.startswith(tag) for c in existing_comments(statement))
 
 
-class Applier(cst.CSTTransformer):
+class Applier:
+    """Rebuilds the nodes on the paths to the edited ones, bottom-up, as a LibCST transformer would, without
+    visiting the subtrees that hold no edit."""
+
     def __init__(self, edits: EditSet, visit: set[cst.CSTNode]) -> None:
-        super().__init__()
         self.edits = edits
         self.visit = visit  # the edited nodes and their ancestors; other subtrees are left as they are
         self._dropped: set[cst.CSTNode] = set()
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        return node in self.visit
+    def rebuild(self, node: cst.CSTNode):
+        """`node` (on a path) with its children on paths rebuilt, then its own edits made. In a list of
+        statements, a FlattenSentinel result stands for several statements."""
+        visit = self.visit
+        changes = {}
+        for name in visit_fields(type(node)):
+            value = getattr(node, name)
+            if type(value) in (list, tuple):
+                if any(item in visit for item in value if isinstance(item, cst.CSTNode)):
+                    items: list = []
+                    for item in value:
+                        new = self.rebuild(item) if isinstance(item, cst.CSTNode) and item in visit else item
+                        if isinstance(new, cst.FlattenSentinel):
+                            items.extend(new.nodes)
+                        elif new is not cst.RemovalSentinel.REMOVE:
+                            items.append(new)
+                    changes[name] = tuple(items)
+            elif isinstance(value, cst.CSTNode) and value in visit:
+                new = self.rebuild(value)
+                if new is not value:
+                    changes[name] = new
+        return self.on_leave(node, node.with_changes(**changes) if changes else node)
 
     def on_leave(self, original_node, updated_node):
-        if original_node not in self.visit:
-            return updated_node  # no edit in or under it (LibCST calls on_leave also for the children it skipped)
         result = updated_node
         for fn in self.edits.replace.get(original_node, ()):
             result = fn(result)
@@ -213,7 +233,7 @@ def apply(module: cst.Module, edits: EditSet,
     """The module with the edits made. `parents` (from the module's Analysis) saves a walk over the tree."""
     if not edits:
         return module
-    return module.visit(Applier(edits, with_ancestors(module, edits.targets(), parents)))
+    return Applier(edits, with_ancestors(module, edits.targets(), parents)).rebuild(module)
 
 
 def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode],
