@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from neuron_migrate.walk import children, visit_fields
+from neuron_migrate.walk import children, node_kind, visit_fields
 
 Replacer = Callable[[cst.CSTNode], cst.CSTNode]
 
@@ -77,16 +77,16 @@ class Applier:
         for name in visit_fields(type(node)):
             value = getattr(node, name)
             if type(value) in (list, tuple):
-                if any(item in visit for item in value if isinstance(item, cst.CSTNode)):
+                if any(node_kind(type(item)) and item in visit for item in value):
                     items: list = []
                     for item in value:
-                        new = self.rebuild(item) if isinstance(item, cst.CSTNode) and item in visit else item
+                        new = self.rebuild(item) if node_kind(type(item)) and item in visit else item
                         if isinstance(new, cst.FlattenSentinel):
                             items.extend(new.nodes)
                         elif new is not cst.RemovalSentinel.REMOVE:
                             items.append(new)
                     changes[name] = tuple(items)
-            elif isinstance(value, cst.CSTNode) and value in visit:
+            elif node_kind(type(value)) and value in visit:
                 new = self.rebuild(value)
                 if new is not value:
                     changes[name] = new

@@ -303,7 +303,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
               rewrite: bool, result: FileResult, may_suppress: bool = False,
               renderer: Renderer | None = None) -> str | None:
     dispatch: dict[type, list[Callable]] = {}
-    analysis = Analysis(module, wanted=tuple({t for r in rules for t in r.node_types()}))
+    analysis = Analysis(module, wanted=tuple({t for r in rules for t in r.node_types()}), record=rewrite)
     ctx = FileContext(path, source, module, analysis, settings, rewrite, may_suppress=may_suppress)
     instances = [r(ctx) for r in rules]
     for rule in instances:
@@ -331,7 +331,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     renderer = renderer or Renderer()
     original = renderer.code(module)  # first: the new module's untouched statements reuse this code
     new_module = apply(module, ctx.edits, analysis.parents)
-    new_module, removed = imports.tidy(new_module, ctx.required_imports, ctx.definitions, renderer.code)
+    new_module, removed = imports.tidy(new_module, ctx.required_imports, ctx.definitions, renderer.code, analysis)
     if removed and settings.enabled(imports.UNUSED_CODE, path):
         ctx.applied[imports.UNUSED_CODE] = ctx.applied.get(imports.UNUSED_CODE, 0) + removed
     result.applied = {k: v for k, v in ctx.applied.items() if v}

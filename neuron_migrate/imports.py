@@ -69,8 +69,11 @@ def unused_legacy_findings(ctx, path: str) -> list[Finding]:
 
 
 def tidy(module: cst.Module, required: list[tuple[str, str | None]], definitions: list[str] = (),
-         render: Callable[[cst.Module], str] = lambda m: m.code) -> tuple[cst.Module, int]:
-    analysis = Analysis(module)
+         render: Callable[[cst.Module], str] = lambda m: m.code,
+         before: Analysis | None = None) -> tuple[cst.Module, int]:
+    """`before`: a recording analysis of the module the edits were made on (its untouched statements are not
+    walked again)."""
+    analysis = Analysis(module, reuse=before)
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}

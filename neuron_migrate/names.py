@@ -11,7 +11,9 @@ that no rule touches.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections import ChainMap
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
@@ -44,10 +46,34 @@ class Scope:
     globals: set[str] = field(default_factory=set)
     nonlocals: set[str] = field(default_factory=set)
     nesting: int = 0  # compound statements open around the walk's current position (while collecting)
+    log: list[tuple] | None = None  # while collecting a top-level statement: what it does to this (module) scope
 
     def bind(self, binding: Binding) -> None:
         binding.conditional = self.nesting > 0
         self.bindings.setdefault(binding.name, []).append(binding)
+        if self.log is not None:
+            self.log.append(("bind", binding))
+
+    def read(self, name: str) -> None:
+        self.reads[name] = self.reads.get(name, 0) + 1
+        if self.log is not None:
+            self.log.append(("read", name))
+
+    def declare(self, which: str, name: str) -> None:
+        """`global name` (which="globals") or `nonlocal name` (which="nonlocals") in this scope."""
+        getattr(self, which).add(name)
+        if self.log is not None:
+            self.log.append(("declare", which, name))
+
+    def replay(self, log: list[tuple]) -> None:
+        """Do again what a top-level statement did to the module scope it was collected in."""
+        for event in log:
+            if event[0] == "bind":
+                self.bindings.setdefault(event[1].name, []).append(event[1])  # as bound, conditional or not
+            elif event[0] == "read":
+                self.reads[event[1]] = self.reads.get(event[1], 0) + 1
+            else:
+                getattr(self, event[1]).add(event[2])
 
 
 @dataclass(eq=False)
@@ -129,6 +155,8 @@ class Collector(cst.CSTVisitor):
         self._loops = 0
         self._wanted_types: dict[type, bool] = {}
         self.parents: dict[cst.CSTNode, cst.CSTNode | None] = {}
+        # top-level statement -> (what it did to the module scope, the slice of `scopes` it created)
+        self.contributions: dict[cst.CSTNode, tuple[list[tuple], tuple[int, int]]] = {}
 
     # -- generic walk -------------------------------------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -172,9 +200,16 @@ class Collector(cst.CSTVisitor):
         if role & BLOCK:
             self._blocks.pop()
 
-    def collect(self, root: cst.CSTNode, tokens: bool = True) -> None:
+    def collect(self, root: cst.CSTNode, tokens: bool = True, record: bool = False,
+                reuse: Analysis | None = None) -> None:
         """What `walk(root, self, tokens)` does, with the walk and the visitor's dispatch fused into one loop: the
-        analysis visits every node of every file that passes the pre-filter, so this is the hot path."""
+        analysis visits every node of every file that passes the pre-filter, so this is the hot path.
+
+        `record` keeps what each top-level statement contributes (`contributions`); with `reuse`, an analysis
+        that recorded, a top-level statement it saw is not walked again: its contribution is replayed."""
+        reused = reuse.contributions if reuse is not None else {}
+        if reused and self.wanted:
+            raise ValueError("a replayed statement yields no occurrences: reuse is for analyses without wanted nodes")
         least = TOKEN if tokens else SYNTAX
         fields_of = visit_fields if tokens else syntax_fields
         kinds: dict[type, int] = {}
@@ -192,9 +227,17 @@ class Collector(cst.CSTVisitor):
                     _handler(visitor_type, "leave_", node_type), bool(self.wanted) and self._wants(node_type),
                     fields_of(node_type))
             role, visit, leave, wanted, fields = info
+            top_level = parent is root and role & STATEMENT
+            if top_level and not leaving and node in reused:
+                parents[node] = parent
+                self._replay(node, reuse)
+                continue
             if leaving:
                 if leave is not None:
                     leave(self, node)
+                if top_level and record:
+                    self.contributions[node] = (self.module_scope.log, (self._first_scope, len(self.scopes)))
+                    self.module_scope.log = None
                 if role & STATEMENT:
                     statements.pop()
                     smalls.pop()
@@ -204,6 +247,9 @@ class Collector(cst.CSTVisitor):
                     blocks.pop()
                 continue
             parents[node] = parent
+            if top_level and record:
+                self.module_scope.log = []
+                self._first_scope = len(self.scopes)
             if role & STATEMENT:
                 statements.append(node)
                 smalls.append(None)
@@ -240,6 +286,15 @@ class Collector(cst.CSTVisitor):
                             found.append(item)
             for child in reversed(found):
                 stack.append((child, node, False))
+
+    def _replay(self, statement: cst.CSTNode, reuse: Analysis) -> None:
+        log, (first, last) = reuse.contributions[statement]
+        self.module_scope.replay(log)
+        moved: dict[Scope, Scope] = {reuse.module_scope: self.module_scope}
+        for old in reuse.scopes[first:last]:  # in creation order: a scope's parent comes before it
+            new = dataclasses.replace(old, parent=moved.get(old.parent, old.parent))
+            moved[old] = new
+            self.scopes.append(new)
 
     def _wants(self, node_type: type) -> bool:
         wanted = self._wanted_types.get(node_type)
@@ -322,13 +377,13 @@ class Collector(cst.CSTVisitor):
         for item in node.names:
             self._skip_names.add(item.name)
             assert self._scope is not None
-            self._scope.globals.add(item.name.value)
+            self._scope.declare("globals", item.name.value)
 
     def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
         for item in node.names:
             self._skip_names.add(item.name)
             assert self._scope is not None
-            self._scope.nonlocals.add(item.name.value)
+            self._scope.declare("nonlocals", item.name.value)
 
     # -- loops and guards ---------------------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
@@ -434,7 +489,7 @@ class Collector(cst.CSTVisitor):
             return
         scope = self._scope
         if scope is not None:
-            scope.reads[node.value] = scope.reads.get(node.value, 0) + 1
+            scope.read(node.value)
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         # `__all__ = ["name"]` keeps an imported name alive.
@@ -444,7 +499,7 @@ class Collector(cst.CSTVisitor):
             if any(isinstance(t, cst.Name) and t.value == "__all__" for t in targets):
                 value = node.evaluated_value
                 if isinstance(value, str):
-                    self.module_scope.reads[value] = self.module_scope.reads.get(value, 0) + 1
+                    self.module_scope.read(value)
 
 
 def _names_in(expr: cst.CSTNode) -> list[cst.Name]:
@@ -471,14 +526,20 @@ def _is_stand_in(value: cst.BaseExpression) -> bool:
 class Analysis:
     """The scope table of one module, with name resolution."""
 
-    def __init__(self, module: cst.Module, wanted: Sequence[type] = ()) -> None:
+    def __init__(self, module: cst.Module, wanted: Sequence[type] = (), record: bool = False,
+                 reuse: Analysis | None = None) -> None:
+        """`record`: remember what each top-level statement contributes, so that the analysis of an edited copy
+        of the module (`reuse=` this one) walks only the top-level statements the edits replaced."""
         collector = Collector(wanted)
-        collector.collect(module, tokens=wants_tokens(wanted))  # no binding, read or scope is in a token
+        # no binding, read or scope is in a token
+        collector.collect(module, tokens=wants_tokens(wanted), record=record, reuse=reuse)
         self.module = module
         self.scopes = collector.scopes
         self.module_scope = collector.module_scope
         self.occurrences = collector.occurrences
-        self.parents = collector.parents  # every node's parent (None for the module)
+        self.contributions = collector.contributions
+        # every node's parent (None for the module); below reused statements, the parents `reuse` found
+        self.parents = ChainMap(collector.parents, reuse.parents) if reuse is not None else collector.parents
 
     @staticmethod
     def lookup(name: str, scope: Scope) -> Scope | None:

@@ -75,8 +75,14 @@ def respell_device(node: cst.BaseExpression, new: str = "neuron") -> cst.BaseExp
     return node
 
 
+_EMPTY_MODULE = cst.Module(body=[])
+_LEAVES = (cst.Name, cst.SimpleString, cst.Integer, cst.Float)
+
+
 def code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
+    if type(node) in _LEAVES and not node.lpar:
+        return node.value  # the common case, without a code-generation pass
+    return _EMPTY_MODULE.code_for_node(node)
 
 
 def short(node: cst.CSTNode, limit: int = 60) -> str:

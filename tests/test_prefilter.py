@@ -21,7 +21,7 @@ import pytest
 from bench.generate import module
 from neuron_migrate import catalogue, cstparse, edits, engine, suppress
 from neuron_migrate.imports import LEGACY_ROOTS, UNUSED_CODE
-from neuron_migrate.names import Collector
+from neuron_migrate.names import Analysis, Collector
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
 from neuron_migrate.walk import children, walk, wants_tokens
@@ -174,6 +174,30 @@ def test_a_walk_without_tokens_finds_the_same_scopes_and_nodes():
             [(s.node, {k: [(b.kind, b.qualname, b.fallback, b.conditional) for b in v] for k, v in s.bindings.items()},
               s.reads, s.globals, s.nonlocals) for s in full.scopes]
         assert len(lean.parents) < len(full.parents) or not tree.body
+
+
+def _scope_table(analysis: Analysis) -> list:
+    return [(s.kind, s.node, s.parent.node if s.parent else None, s.reads, s.globals, s.nonlocals,
+             {k: [(b.kind, b.qualname, b.node, b.alias, b.fallback, b.conditional) for b in v]
+              for k, v in s.bindings.items()}) for s in analysis.scopes]
+
+
+def test_an_analysis_that_replays_untouched_statements_equals_a_full_one():
+    """The import tidy-up analyses the edited module reusing the first analysis for the statements left alone."""
+    for data in [d for _, d in CORPUS] + _stdlib_sample():
+        try:
+            module = cst.parse_module(data)
+        except cst.ParserSyntaxError:
+            continue
+        first = Analysis(module, wanted=(cst.Call,), record=True)
+        body = []
+        for i, statement in enumerate(module.body):  # every other statement replaced by a fresh copy
+            body.extend([statement] if i % 2 else cst.parse_module(module.code_for_node(statement)).body)
+        edited = module.with_changes(body=body)
+        full, replayed = Analysis(edited), Analysis(edited, reuse=first)
+        assert _scope_table(replayed) == _scope_table(full)
+        for node, parent in full.parents.items():
+            assert replayed.parents[node] is parent
 
 
 def test_the_unchecked_parse_builds_the_same_trees_and_leaves_checks_on():
