@@ -18,6 +18,7 @@ from typing import Callable
 import libcst as cst
 
 from neuron_migrate import catalogue
+from neuron_migrate import cstparse
 from neuron_migrate.cstparse import parse_module
 from neuron_migrate.edits import MARKER_PREFIX, EditSet, Renderer, apply, has_marker, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
@@ -288,6 +289,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     if not rules and not has_markers and not may_suppress:
         return result
     module = parse(source)
+    cstparse.new_file()  # the rules' replacement nodes are unique within this file
     renderer = Renderer()
     new_text = transform(path, source, module, rules, settings, rewrite, result, may_suppress, renderer)
     if new_text is not None and new_text != source.text:

@@ -236,7 +236,7 @@ def _add_imports(module: cst.Module, required: list[tuple[str, str | None]]) -> 
         new[0] = new[0].with_changes(leading_lines=body[index].leading_lines)
         body[index] = body[index].with_changes(leading_lines=[])
     elif index < len(body) and not body[index].leading_lines and not _is_import_line(body[index]):
-        blank = [cst.EmptyLine()] * (2 if isinstance(body[index], (cst.FunctionDef, cst.ClassDef)) else 1)
+        blank = [cst.EmptyLine() for _ in range(2 if isinstance(body[index], (cst.FunctionDef, cst.ClassDef)) else 1)]
         body[index] = body[index].with_changes(leading_lines=blank)
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
 
@@ -253,10 +253,9 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
             index = i + 1
             continue
         break
-    blank = [cst.EmptyLine()]
-    new[0] = new[0].with_changes(leading_lines=blank)
+    new[0] = new[0].with_changes(leading_lines=[cst.EmptyLine()])
     if index < len(body) and not body[index].leading_lines:
-        body[index] = body[index].with_changes(leading_lines=blank)
+        body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
 
 

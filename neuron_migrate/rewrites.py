@@ -9,6 +9,7 @@ from typing import Callable
 import libcst as cst
 
 from neuron_migrate.patterns import has_star
+from neuron_migrate.cstparse import expression
 
 # Places where an expression needs no parentheses of its own.
 LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return, cst.BooleanOperation,
@@ -85,7 +86,7 @@ def replace_statement(ctx, statement: cst.SimpleStatementLine, build: Callable[[
 
 def paren(text: str) -> str:
     try:
-        expr = cst.parse_expression(text)
+        expr = expression(text)
     except cst.ParserSyntaxError:
         return f"({text})"
     simple = (cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.Integer, cst.Float, cst.SimpleString)
@@ -94,7 +95,7 @@ def paren(text: str) -> str:
 
 def keep_parens(old: cst.CSTNode, text: str) -> cst.BaseExpression:
     """The new expression, keeping the parentheses that surrounded the old one."""
-    new = cst.parse_expression(text)
+    new = expression(text)
     if isinstance(old, cst.BaseExpression) and old.lpar:
         new = new.with_changes(lpar=old.lpar, rpar=old.rpar)
     return new
@@ -104,7 +105,7 @@ def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str
     """Run `statement` (and `extra` lines after it) only when `condition` holds: `if <condition>:` around it."""
     def fn(old: cst.CSTNode) -> cst.CSTNode:
         body = [old.with_changes(leading_lines=[]), *cst.parse_module("".join(f"{x}\n" for x in extra)).body]
-        return cst.If(test=cst.parse_expression(condition), body=cst.IndentedBlock(body=body),
+        return cst.If(test=expression(condition), body=cst.IndentedBlock(body=body),
                       leading_lines=old.leading_lines)
     ctx.replace(statement, fn)
 

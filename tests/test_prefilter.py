@@ -200,6 +200,36 @@ def test_an_analysis_that_replays_untouched_statements_equals_a_full_one():
             assert replayed.parents[node] is parent
 
 
+def test_a_cached_expression_is_shared_across_files_never_within_one():
+    cstparse.new_file()
+    first, again = cstparse.expression("torch.neuron.synchronize()"), cstparse.expression("torch.neuron.synchronize()")
+    assert first is not again and first.deep_equals(again)
+    cstparse.new_file()
+    assert cstparse.expression("torch.neuron.synchronize()") is first
+
+
+def test_a_rewritten_tree_holds_every_node_once(monkeypatch):
+    """The engine keys its maps by node: a replacement node shared between two places would be mistaken."""
+    seen_trees = []
+    real_render = edits.Renderer.code
+
+    def render(self, module):
+        seen_trees.append(module)
+        return real_render(self, module)
+
+    monkeypatch.setattr(edits.Renderer, "code", render)
+    for path, data in CORPUS:
+        seen_trees.clear()
+        _result(path, data, True)
+        for tree in seen_trees:
+            nodes, stack = [], [tree]
+            while stack:
+                node = stack.pop()
+                nodes.append(node)
+                stack.extend(children(node))
+            assert len({id(n) for n in nodes}) == len(nodes), path
+
+
 def test_the_unchecked_parse_builds_the_same_trees_and_leaves_checks_on():
     for data in [d for _, d in CORPUS] + _stdlib_sample():
         text = data.decode("utf-8", "replace")

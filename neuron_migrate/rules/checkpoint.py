@@ -7,6 +7,7 @@ import libcst as cst
 from neuron_migrate.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rewrites import guard_statement, is_statement, local_rank, only_args, rank
+from neuron_migrate.cstparse import expression
 
 XSER = "torch_xla.utils.serialization"
 SAVE = frozenset({f"{XM}.save", f"{XSER}.save"})
@@ -44,7 +45,7 @@ class Save(Rule):
         def build(call: cst.Call) -> cst.BaseExpression:
             value = code(arg(call, 0, "data").value)
             target = code((arg(call, 1, "file_or_path") or arg(call, 1, "path")).value)
-            return cst.parse_expression(template.format(value=value, target=target))
+            return expression(template.format(value=value, target=target))
 
         fixed = code(build(node)) if condition is None else f"if {condition}: {code(build(node))}"
         code_ = "NM220" if qual.startswith(XM) else "NM221"
@@ -65,4 +66,4 @@ class Load(Rule):
         fixed = f"{ctx.module_ref('torch')}.load"
         ctx.report("NM222", node, call=short(node))
         if ctx.report("NM221", node, call=short(node), fixed=f"{fixed}(...)"):
-            ctx.replace(node.func, cst.parse_expression(fixed))
+            ctx.replace(node.func, expression(fixed))

@@ -11,6 +11,7 @@ from neuron_migrate.patterns import XM, arg, code, is_device_string, short, stri
 from neuron_migrate import devices
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
+from neuron_migrate.cstparse import expression
 
 XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
 XLA_BACKENDS = frozenset({"openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})
@@ -166,7 +167,7 @@ class CompileBackend(Rule):
             fixed = f"{torch}.compile(backend={devices.compile_backend(ctx)}, dynamic=False)"
             if ctx.report("NM110", node.decorator, statement=ctx.current.statement, call=code(node.decorator),
                           fixed=fixed):
-                ctx.replace(node.decorator, cst.parse_expression(fixed))
+                ctx.replace(node.decorator, expression(fixed))
 
     def _torch_compile(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -174,7 +175,7 @@ class CompileBackend(Rule):
         dynamic = arg(node, None, "dynamic")
         if backend is not None and string_value(backend.value) in XLA_BACKENDS:
             if devices.portable(ctx):
-                new_backend = cst.parse_expression(devices.compile_backend(ctx))
+                new_backend = expression(devices.compile_backend(ctx))
             else:
                 new_backend = backend.value.with_changes(value=_requote(backend.value, "neuron"))
             if ctx.report("NM108", backend.value, text=code(backend).strip(" ,"), fixed=f"backend={code(new_backend)}"):
@@ -198,4 +199,4 @@ class CompileBackend(Rule):
             parts.append(f"fullgraph={code(full.value)}")
         fixed = f"{torch}.compile({', '.join(parts)})"
         if ctx.report("NM110", node, call=short(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))

@@ -10,6 +10,7 @@ import libcst as cst
 from neuron_migrate.patterns import arg, code, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, is_true, moving_to_neuron
+from neuron_migrate.cstparse import expression
 
 CUDA_BACKENDS = frozenset({"inductor", "cudagraphs"})
 NM108_BACKENDS = frozenset({"neuron", "openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})
@@ -46,7 +47,7 @@ class CompileSettings(Rule):
         if backend is not None and string_value(backend.value) in CUDA_BACKENDS:
             if ctx.report("NM311", backend.value, text=code(backend).strip(" ,"),
                           fixed=f"backend={ctx.string('neuron')}"):
-                ctx.replace(backend.value, cst.parse_expression(ctx.string("neuron")))
+                ctx.replace(backend.value, expression(ctx.string("neuron")))
         dynamic = arg(node, None, "dynamic")
         already_nm108 = not method and string_value(getattr(backend, "value", None)) in NM108_BACKENDS
         if dynamic is not None and is_true(dynamic.value) and not already_nm108:

@@ -15,6 +15,7 @@ from neuron_migrate.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import DEVICE, XlaDeviceString
 from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, moving_to_neuron, reference, spelled_as
+from neuron_migrate.cstparse import expression
 
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 # torch.cuda functions with a namesake in torch.neuron (the TorchNeuron device module).
@@ -47,10 +48,10 @@ def _portable(ctx, literal: cst.SimpleString, kind: str) -> cst.BaseExpression:
     """`"cuda"` -> `DEVICE` / `DEVICE.type`; `"cuda:1"` -> `torch.device(DEVICE.type, 1)` or `f"{DEVICE.type}:1"`."""
     index = string_value(literal)[len("cuda:"):]
     if not index:
-        return cst.parse_expression(devices.module_device(ctx) if kind == DEVICE else devices.device_type(ctx))
+        return expression(devices.module_device(ctx) if kind == DEVICE else devices.device_type(ctx))
     if kind == DEVICE:
-        return cst.parse_expression(devices.device(ctx, index))
-    return cst.parse_expression(f"f{literal.quote}{{{devices.device_type(ctx)}}}:{index}{literal.quote}")
+        return expression(devices.device(ctx, index))
+    return expression(f"f{literal.quote}{{{devices.device_type(ctx)}}}:{index}{literal.quote}")
 
 
 class CudaDeviceString(XlaDeviceString):
@@ -96,7 +97,7 @@ class CudaMethod(Rule):
         fixed = f"{code(func.value)}.to({target}{extra})"
         if ctx.report("NM320", node, call=short(node), fixed=fixed):
             ctx.replace(node, lambda old: old.with_changes(
-                func=old.func.with_changes(attr=cst.Name("to")), args=cst.parse_expression(f"f({target}{extra})").args))
+                func=old.func.with_changes(attr=cst.Name("to")), args=expression(f"f({target}{extra})").args))
 
     def _target(self, index: cst.Arg | None) -> str | None:
         ctx = self.ctx
@@ -128,7 +129,7 @@ class TorchCudaApi(Rule):
         if name in NEURON_NAMESAKES:
             fixed = self._replacement(name)
             if ctx.report("NM322", node, name=spelled, fixed=fixed):
-                ctx.replace(node, cst.parse_expression(fixed))
+                ctx.replace(node, expression(fixed))
         else:
             ctx.report("NM323", node, **spelled_as(node, qual))
 

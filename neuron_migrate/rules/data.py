@@ -17,6 +17,7 @@ from neuron_migrate.patterns import arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import XLA_DEVICE
 from neuron_migrate.rewrites import assigned_name, only_args
+from neuron_migrate.cstparse import expression
 
 PL = "torch_xla.distributed.parallel_loader"
 MP_DEVICE_LOADER = frozenset({f"{PL}.MpDeviceLoader"})
@@ -255,7 +256,7 @@ class SendToDevice(Rule):
 
         def build(call: cst.Call) -> cst.BaseExpression:
             device, value = code(arg(call, 1, "device").value), code(arg(call, 0, "data").value)
-            return cst.parse_expression(move(device, value, non_blocking=False))
+            return expression(move(device, value, non_blocking=False))
 
         if ctx.report("NM212", node, call=short(node), fixed=code(build(node))):
             ctx.replace(node, build)

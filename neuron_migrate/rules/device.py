@@ -10,6 +10,7 @@ from neuron_migrate.patterns import (XM, arg, code, is_device_string, positional
                                      string_value)
 from neuron_migrate import devices
 from neuron_migrate.rules import Rule
+from neuron_migrate.cstparse import expression
 
 XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
 # Calls whose first positional argument is a device (or device type).
@@ -39,7 +40,7 @@ class XlaDeviceCall(Rule):
             return  # devkind= and friends: left to NM199
         new = devices.device(ctx, code(index.value) if index else None)
         if ctx.report("NM101", node, call=short(node), fixed=new):
-            ctx.replace(node, cst.parse_expression(new))
+            ctx.replace(node, expression(new))
 
 
 class XlaDeviceString(Rule):
@@ -148,12 +149,12 @@ def _portable(ctx, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression
     """`"xla"` -> `DEVICE` / `DEVICE.type`; `"xla:0"` -> `f"{DEVICE.type}:0"`; `f"xla:{i}"` -> `f"{DEVICE.type}:{i}"`."""
     device_type = devices.device_type(ctx)
     if string_value(literal) == "xla":
-        return cst.parse_expression(devices.module_device(ctx) if kind == DEVICE else device_type)
+        return expression(devices.module_device(ctx) if kind == DEVICE else device_type)
     if isinstance(literal, cst.SimpleString):
         rest = literal.evaluated_value[3:].replace("{", "{{").replace("}", "}}")
-        return cst.parse_expression(f"f{literal.quote}{{{device_type}}}{rest}{literal.quote}")
+        return expression(f"f{literal.quote}{{{device_type}}}{rest}{literal.quote}")
     first = literal.parts[0]
-    head = [cst.FormattedStringExpression(cst.parse_expression(device_type))]
+    head = [cst.FormattedStringExpression(expression(device_type))]
     if first.value[3:]:
         head.append(first.with_changes(value=first.value[3:]))
     return literal.with_changes(parts=[*head, *literal.parts[1:]])

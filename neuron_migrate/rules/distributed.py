@@ -14,6 +14,7 @@ from neuron_migrate.rewrites import (LOOSE_PARENTS, assigned_name, dist, env_int
                                      local_rank, note_fstring, only_args, paren, rank, replace_statement)
 from neuron_migrate import devices
 from neuron_migrate.rules import Rule
+from neuron_migrate.cstparse import expression
 
 XR = "torch_xla.runtime"
 XMP = "torch_xla.distributed.xla_multiprocessing"
@@ -75,7 +76,7 @@ class RankAndWorldSize(Rule):
         else:
             return
         if ctx.report("NM203", node, call=short(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))
 
 
 class ProcessGroup(Rule):
@@ -100,7 +101,7 @@ class ProcessGroup(Rule):
         after = ", ".join(fixed[string_value(w)] for w in wrong)
         if ctx.report("NM201", node, text=text, fixed=after):
             for w in wrong:
-                ctx.replace(w, cst.parse_expression(fixed[string_value(w)]))
+                ctx.replace(w, expression(fixed[string_value(w)]))
 
 
 class Spawn(Rule):
@@ -134,7 +135,7 @@ class Spawn(Rule):
 
         procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
         if ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs):
-            ctx.replace(node, lambda new: cst.parse_expression(direct(new)))
+            ctx.replace(node, lambda new: expression(direct(new)))
             setup = devices.select_device_statement(ctx, index)
             if "init_process_group" not in ctx.source.text and self._defined_here(fn.value):
                 setup += f"{dist(ctx)}.init_process_group(backend={devices.process_group_backend(ctx)}, " \
@@ -212,7 +213,7 @@ class Collectives(Rule):
             return
         fixed = f"{dist(ctx)}.ReduceOp.{name}"
         if ctx.report("NM207", node, text=code(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))
 
     # -- the calls -------------------------------------------------------------------------------------
     def _all_reduce(self, node: cst.Call) -> None:
@@ -327,7 +328,7 @@ class Collectives(Rule):
             return  # a payload to exchange: left to NM199 (all_gather_object)
         fixed = f"{dist(ctx)}.barrier()"
         if ctx.report("NM205", node, call=short(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))
 
     def _mesh_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx

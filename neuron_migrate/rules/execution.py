@@ -7,6 +7,7 @@ import libcst as cst
 from neuron_migrate.patterns import XM, arg, short
 from neuron_migrate import devices
 from neuron_migrate.rules import Rule
+from neuron_migrate.cstparse import expression
 
 MARK_STEP = frozenset({f"{XM}.mark_step", "torch_xla.sync", "torch_xla.torch_xla.sync"})
 WAIT = frozenset({f"{XM}.wait_device_ops"})
@@ -20,11 +21,11 @@ def wait_for_device(ctx, node: cst.Call, code: str, **fields) -> None:
     if devices.portable(ctx) and alone:
         statement = devices.synchronize_statement(ctx)
         if ctx.report(code, node, fixed=" ".join(statement.split()), **fields):
-            ctx.replace_small_statement(statement) or ctx.replace(node, cst.parse_expression(_inline(ctx)))
+            ctx.replace_small_statement(statement) or ctx.replace(node, expression(_inline(ctx)))
     else:
         fixed = _inline(ctx)
         if ctx.report(code, node, fixed=fixed, **fields):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))
 
 
 def _inline(ctx) -> str:

@@ -12,6 +12,7 @@ from neuron_migrate.names import dotted_str
 from neuron_migrate.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
+from neuron_migrate.cstparse import expression
 
 TRACE = "torch_neuronx.trace"
 JIT_ARTIFACT = frozenset({"torch.jit.save", "torch.jit.load"})
@@ -55,7 +56,7 @@ class NeuronxTrace(Rule):
             return
         fixed = f"{ctx.module_ref('torch')}.compile({code(fn.value)}, backend={ctx.string('neuron')}, fullgraph=True)"
         if ctx.report("NM501", node, call=short(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))
 
     def _uses_neuronx(self) -> bool:
         if "imports_neuronx" not in self.ctx.shared:

@@ -7,6 +7,7 @@ import libcst as cst
 from neuron_migrate.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank
+from neuron_migrate.cstparse import expression
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
 STEP_CLOSURE = frozenset({f"{XM}.add_step_closure"})
@@ -90,7 +91,7 @@ class StepClosure(Rule):
             target = f"({target})"
         fixed = f"{target}({rest})"
         if ctx.report("NM224", node, call=short(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))
 
 
 class Seed(Rule):
@@ -106,7 +107,7 @@ class Seed(Rule):
             return  # device=: left to NM199
         fixed = f"{ctx.module_ref('torch')}.neuron.manual_seed"
         if ctx.report("NM225", node, call=short(node), fixed=f"{fixed}({code(seed.value)})"):
-            ctx.replace(node.func, cst.parse_expression(fixed))
+            ctx.replace(node.func, expression(fixed))
 
 
 class Renamed(Rule):
@@ -128,7 +129,7 @@ class Renamed(Rule):
         rule, module, attribute = found
         fixed = f"{ctx.module_ref(module)}.{attribute}"
         if ctx.report(rule, node, call=code(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._reference(node)

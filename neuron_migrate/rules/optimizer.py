@@ -8,6 +8,7 @@ import libcst as cst
 
 from neuron_migrate.patterns import XM, arg, code, has_star, short
 from neuron_migrate.rules import Rule
+from neuron_migrate.cstparse import expression
 
 OPTIMIZER_STEP = frozenset({f"{XM}.optimizer_step"})
 
@@ -61,4 +62,4 @@ class OptimizerStep(Rule):
             target = f"({target})"
         fixed = f"{target}.step({step_args})"
         if ctx.report("NM105", node, call=short(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))

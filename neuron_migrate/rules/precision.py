@@ -9,6 +9,7 @@ import libcst as cst
 from neuron_migrate.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import moving_to_neuron, reference
+from neuron_migrate.cstparse import expression
 
 FLOAT64 = frozenset({"torch.float64", "torch.double", "torch.complex128", "torch.cdouble", "torch.DoubleTensor",
                      "torch.cuda.DoubleTensor"})
@@ -136,4 +137,4 @@ class Autocast(Rule):
         parts += [f"{p}={code(given[p].value)}" for p in ("enabled", "cache_enabled") if given.get(p) is not None]
         fixed = f"{torch}.autocast({', '.join(parts)})"
         if ctx.report("NM402", node, call=short(node), fixed=fixed):
-            ctx.replace(node, cst.parse_expression(fixed))
+            ctx.replace(node, expression(fixed))
