@@ -6,6 +6,8 @@ import re
 
 import libcst as cst
 
+from neuron_migrate.edits import PlainCodegenState
+
 XM = "torch_xla.core.xla_model"
 
 DEVICE_STRING = re.compile(r"^xla(:\d+)?$")
@@ -82,7 +84,10 @@ _LEAVES = (cst.Name, cst.SimpleString, cst.Integer, cst.Float)
 def code(node: cst.CSTNode) -> str:
     if type(node) in _LEAVES and not node.lpar:
         return node.value  # the common case, without a code-generation pass
-    return _EMPTY_MODULE.code_for_node(node)
+    state = PlainCodegenState(default_indent=_EMPTY_MODULE.default_indent,
+                              default_newline=_EMPTY_MODULE.default_newline)
+    node._codegen(state)
+    return "".join(state.tokens)
 
 
 def short(node: cst.CSTNode, limit: int = 60) -> str:
