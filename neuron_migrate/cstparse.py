@@ -44,7 +44,7 @@ def parse_module(text: str) -> cst.Module:
 # text's length. Nodes are immutable, so one parsed expression can serve any number of files; within one file a
 # node must appear only once (the engine keys its maps by node), so a text asked for twice in a file is parsed
 # again. `new_file()` starts a file.
-_EXPRESSIONS: dict[str, list] = {}  # text -> [node, the file it was last handed out in]
+_EXPRESSIONS: dict[tuple[str, str], list] = {}  # (kind, text) -> [node(s), the file last handed out in]
 _MAX_EXPRESSIONS = 4096
 _file = 0
 
@@ -56,13 +56,22 @@ def new_file() -> None:
 
 def expression(text: str) -> cst.BaseExpression:
     """`libcst.parse_expression(text)`, a node not handed out before in the current file."""
-    entry = _EXPRESSIONS.get(text)
+    return _parsed(("expression", text), lambda: cst.parse_expression(text))
+
+
+def statements(text: str) -> tuple[cst.BaseStatement, ...]:
+    """The statements of `libcst.parse_module(text)`, nodes not handed out before in the current file."""
+    return _parsed(("statements", text), lambda: tuple(cst.parse_module(text).body))
+
+
+def _parsed(key: tuple[str, str], parse):
+    entry = _EXPRESSIONS.get(key)
     if entry is not None and entry[1] != _file:
         entry[1] = _file
         return entry[0]
-    node = cst.parse_expression(text)
+    node = parse()
     if entry is None:
         if len(_EXPRESSIONS) >= _MAX_EXPRESSIONS:
             _EXPRESSIONS.clear()
-        _EXPRESSIONS[text] = [node, _file]
+        _EXPRESSIONS[key] = [node, _file]
     return node

@@ -213,10 +213,10 @@ class FileContext:
         self.edits.remove.add(node)
 
     def insert_after(self, statement: cst.CSTNode, code: str) -> None:
-        self.edits.after.setdefault(statement, []).extend(cst.parse_module(code).body)
+        self.edits.after.setdefault(statement, []).extend(cstparse.statements(code))
 
     def insert_before(self, statement: cst.CSTNode, code: str) -> None:
-        self.edits.before.setdefault(statement, []).extend(cst.parse_module(code).body)
+        self.edits.before.setdefault(statement, []).extend(cstparse.statements(code))
 
     def unwrap(self, statement: cst.CSTNode) -> None:
         self.edits.unwrap.add(statement)
