@@ -11,6 +11,8 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from neuron_migrate import positions
+from neuron_migrate.engine import process_python
+from neuron_migrate.settings import Settings
 from neuron_migrate.sources import SourceError, decode
 from neuron_migrate.walk import children
 from tests.helpers import FIXTURES
@@ -284,3 +286,46 @@ def test_text_that_is_not_the_source_falls_back_to_the_whole_module():
     positions.remember(module, "a = 1\nb = 3\n", ast.parse(text))
     statement = module.body[1]
     assert positions._source.positions([(statement, statement)]) is None
+
+
+UNUSED_SUPPRESSIONS = """\
+import torch
+import torch_xla.core.xla_model as xm
+x = torch.zeros(3)  # noqa: NM401
+y = 1  # neuron-migrate: ignore
+
+
+class C:
+    @staticmethod  # neuron-migrate: ignore[NM301]
+    def f():
+        with open("f") as handle:  # noqa: NM320
+            if handle: z = 2  # neuron-migrate: ignore
+"""
+
+
+def test_check_finds_the_positions_of_the_whole_module_pass(monkeypatch):
+    """The engine and the import tidy-up pass each finding's statement (NM901 comments and unused legacy
+    imports included): `check` reports what it reported with the whole-module pass, without that pass."""
+    files = [(str(path), path.read_bytes())
+             for path in sorted(FIXTURES.rglob("*.py")) + sorted((FIXTURES.parent / "examples").rglob("*.py"))]
+    files.append(("unused_suppressions.py", UNUSED_SUPPRESSIONS.encode()))
+
+    def findings() -> list[tuple]:
+        out = []
+        for path, data in files:
+            try:
+                result = process_python(path, data, Settings(), False)
+            except SourceError:
+                continue
+            out.extend((path, f.line, f.col, f.end_line, f.end_col, f.code) for f in result.findings)
+        return out
+
+    whole = positions.positions
+    calls = []
+    monkeypatch.setattr(positions, "positions", lambda module: calls.append(module) or whole(module))
+    fast = findings()
+    assert calls == []
+    assert {"NM190", "NM901"} <= {f[-1] for f in fast} and len({f[-1] for f in fast}) > 10
+    assert len([f for f in fast if f[0] == "unused_suppressions.py" and f[-1] == "NM901"]) == 5
+    monkeypatch.setattr(positions, "positions_of", lambda module, wanted: whole(module))
+    assert findings() == fast
