@@ -8,8 +8,8 @@ run on the file by the engine) puts it:
     pair LibCST statements with ast statements (same pre-order) -> first line and indentation of each statement
     -> position-tracking codegen of that statement alone -> its text must be the source text at that place
 
-Whenever something does not line up (the two trees, or the generated text and the source), the whole module
-is computed instead, as `positions` does.
+Whenever something does not line up (the two trees, or the generated text and the source), or where LibCST
+does not give the text back line for line, the whole module is computed instead, as `positions` does.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ from libcst.metadata.position_provider import PositionProvidingCodegenState
 # The line ends of Python's tokenizer and of LibCST's position counting (str.splitlines also splits at
 # \v \f \x1c-\x1e \x85 \u2028 \u2029, which are not line ends in Python).
 LINE_END = re.compile(r"\r\n?|\n")
+
+# A line holding only a backslash continuation, before a statement: LibCST drops it, so its positions further
+# on are those of a text one line shorter than the source (only the whole-module pass gives those numbers).
+DROPPED_LINE = re.compile(r"(?:\A|\n|\r)[ \t\f]*\\(?:\r\n?|\n)")
 
 _SMALL: dict[type, tuple[type, ...]] = {
     cst.Expr: (ast.Expr,), cst.Assign: (ast.Assign,), cst.AnnAssign: (ast.AnnAssign,),
@@ -99,7 +103,8 @@ class _Located:
         if self.starts is None:
             self.starts = {}
             try:
-                self._block(self.module.body, self.tree.body, ())
+                if DROPPED_LINE.search(self.text) is None:
+                    self._block(self.module.body, self.tree.body, ())
             except (_Mismatch, RecursionError):
                 self.starts = {}  # no statement is found
                 return None

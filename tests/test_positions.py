@@ -235,11 +235,22 @@ def test_hand_written_positions(text):
 FALL_BACK = {
     # LibCST drops this form feed: the generated text is not the source, the check sees it
     "a form feed before a statement": "a = 1\n\x0cb = 2\nif a:\n    c = 3\n",
+    # LibCST drops a line holding only a backslash continuation: its line numbers further on are one less
+    "a backslash line before a statement": "x = 1\n\\\ny = 2\nz = 3\n",
+    "a backslash line before a def": "\\\ndef f():\n    pass\n",
+    "an indented backslash line": "if a:\n    x = 1\n    \\\n    y = 2\n",
+    "a backslash line, CRLF": "x = 1\r\n\\\r\ny = 2\r\n",
 }
 
 
 @pytest.mark.parametrize("text", FALL_BACK.values(), ids=FALL_BACK.keys())
-def test_falls_back_where_generated_text_is_not_the_source(text):
+def test_falls_back_where_the_generated_text_is_not_the_source(text):
+    module = cst.parse_module(text)
+    assert module.code != text
+    expected = provider_positions(module)
+    wanted = [(node, statement) for node, statement in with_statements(module)
+              if statement is not None and node in expected]
+    assert positions._Located(module, text, ast.parse(text)).positions(wanted) is None
     assert_same_positions(text, fast=False)
 
 
