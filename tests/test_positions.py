@@ -14,7 +14,6 @@ from neuron_migrate import positions
 from neuron_migrate.engine import process_python
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import SourceError, decode
-from neuron_migrate.walk import children
 from tests.helpers import FIXTURES
 
 STDLIB_SAMPLE = 150
@@ -30,7 +29,7 @@ def with_statements(module: cst.Module) -> list[tuple[cst.CSTNode, cst.CSTNode |
         if isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
             statement = node
         out.append((node, statement))
-        stack.extend((child, statement) for child in children(node))
+        stack.extend((child, statement) for child in node.children)
     return out
 
 
