@@ -25,7 +25,7 @@ from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate import imports
 from neuron_migrate.imports import is_docstring
 from neuron_migrate.names import Analysis, Occurrence, Scope, import_target
-from neuron_migrate.positions import positions
+from neuron_migrate import positions
 from neuron_migrate.rules import Present, Rule, all_rules
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import Source, SourceError, decode
@@ -241,30 +241,30 @@ class FileContext:
 
 def parse(source: Source) -> cst.Module:
     """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms)."""
-    error = _python_syntax_error(source.text)
-    if error is not None:
-        raise SourceError(error)
+    tree = _python_tree(source.text)
     try:
-        return parse_module(source.text)
+        module = parse_module(source.text)
     except cst.ParserSyntaxError as exc:
         raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read "
                           f"this valid Python ({exc.message.splitlines()[0]}); the file was left alone. Please report "
                           f"it at {ISSUES_URL}") from None
+    positions.remember(module, source.text, tree)  # findings are placed by Python's statement lines
+    return module
 
 
-def _python_syntax_error(text: str) -> str | None:
-    """Python's own description of a syntax error (it is the one users know, and its positions are right)."""
+def _python_tree(text: str) -> ast.Module:
+    """Python's own tree; a syntax error is described as Python describes it (users know it, its positions
+    are right)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ast.parse(text)
+            return ast.parse(text)
     except SyntaxError as exc:
         hint = " (this looks like Python 2 code; port it to Python 3 first)" if _looks_like_python2(text) else ""
-        return (f"line {exc.lineno}:{exc.offset or 1}: syntax error (for Python {PYTHON}): {exc.msg}{hint}; "
-                "fix the syntax, then run again")
+        raise SourceError(f"line {exc.lineno}:{exc.offset or 1}: syntax error (for Python {PYTHON}): {exc.msg}"
+                          f"{hint}; fix the syntax, then run again") from None
     except (ValueError, RecursionError, MemoryError) as exc:
-        return f"line 1: syntax error (for Python {PYTHON}): {exc}"
-    return None
+        raise SourceError(f"line 1: syntax error (for Python {PYTHON}): {exc}") from None
 
 
 _PY2 = re.compile(r"^\s*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
@@ -348,10 +348,10 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
 def unused_suppressions(ctx: FileContext) -> list[Pending]:
     info = catalogue.rule(UNUSED_SUPPRESSION)
     out = []
-    for comment, code in ctx.suppressions.unused(ctx.module):
+    for comment, code, statement in ctx.suppressions.unused(ctx.module):
         if code == "*" or ctx.enabled(code):
             what = "`# neuron-migrate: ignore`" if code == "*" else code
-            out.append(Pending(UNUSED_SUPPRESSION, comment, info.format(code=what), False, None))
+            out.append(Pending(UNUSED_SUPPRESSION, comment, info.format(code=what), False, statement))
     return out
 
 
@@ -370,7 +370,7 @@ def final_newline(source: Source, new_text: str) -> str:
 def _positions(module: cst.Module, pending: list[Pending], path: str) -> list[Finding]:
     if not pending:
         return []
-    found = positions(module)
+    found = positions.positions_of(module, [(p.node, p.statement) for p in pending])
     out = []
     for p in pending:
         pos = found.get(p.node)

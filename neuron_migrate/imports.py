@@ -63,7 +63,8 @@ def unused_legacy_findings(ctx, path: str) -> list[Finding]:
     if not ctx.enabled(UNUSED_CODE):
         return []
     info = catalogue.rule(UNUSED_CODE)
-    pending = [Pending(UNUSED_CODE, b.alias, info.format(module=_legacy_module_of(b)), True, None)
+    parents = ctx.analysis.parents  # a binding's node is its Import / ImportFrom; the statement line holds it
+    pending = [Pending(UNUSED_CODE, b.alias, info.format(module=_legacy_module_of(b)), True, parents.get(b.node))
                for b in unused_bindings(ctx.analysis)]
     return _positions(ctx.module, pending, path)
 

@@ -81,8 +81,9 @@ class Suppressions:
             return True
         return False
 
-    def unused(self, module: cst.Module) -> list[tuple[cst.Comment, str]]:
-        """(comment, code) for every suppressed code that silenced nothing; code "*" for a bare ignore."""
+    def unused(self, module: cst.Module) -> list[tuple[cst.Comment, str, cst.CSTNode]]:
+        """(comment, code, statement) for every suppressed code that silenced nothing; code "*" for a bare
+        ignore."""
         collector = _Statements()
         module.visit(collector)
         out = []
@@ -92,7 +93,7 @@ class Suppressions:
             for code in sorted(codes):
                 if (statement, code) not in self._used:
                     comment = next((c for c in comments if code in codes_in(c.value)), comments[0])
-                    out.append((comment, code))
+                    out.append((comment, code, statement))
         return out
 
 
