@@ -239,16 +239,23 @@ class FileContext:
 
 # -- the pipeline ------------------------------------------------------------------------------------------
 
-def parse(source: Source) -> cst.Module:
-    """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms)."""
-    tree = _python_tree(source.text)
+def parse(source: Source, python_first: bool = True) -> cst.Module:
+    """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms).
+
+    `python_first` parses with Python first, which also gives `positions` the statement lines findings are placed
+    by. Without it (a rewrite, which places no finding), Python's parser is asked only where LibCST fails; the
+    caller asks it later (see `process_python`)."""
+    tree = _python_tree(source.text) if python_first else None
     try:
         module = parse_module(source.text)
     except cst.ParserSyntaxError as exc:
+        if tree is None:
+            _python_tree(source.text)  # Python's own message, where Python rejects the file too
         raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read "
                           f"this valid Python ({exc.message.splitlines()[0]}); the file was left alone. Please report "
                           f"it at {ISSUES_URL}") from None
-    positions.remember(module, source.text, tree)  # findings are placed by Python's statement lines
+    if tree is not None:
+        positions.remember(module, source.text, tree)  # findings are placed by Python's statement lines
     return module
 
 
@@ -288,16 +295,23 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     may_suppress = MAY_SUPPRESS.search(data) is not None
     if not rules and not has_markers and not may_suppress:
         return result
-    module = parse(source)
+    module = parse(source, python_first=not rewrite)
     cstparse.new_file()  # the rules' replacement nodes are unique within this file
     renderer = Renderer()
-    new_text = transform(path, source, module, rules, settings, rewrite, result, may_suppress, renderer)
-    if new_text is not None and new_text != source.text:
-        if renderer.code(module) != source.text:
-            raise SourceError("the parser does not give back this file byte for byte, so it cannot be rewritten "
-                              "without changing lines no rule touched; the file was left alone")
-        validate(new_text)
-        result.new_bytes = source.encode(new_text)
+    try:
+        new_text = transform(path, source, module, rules, settings, rewrite, result, may_suppress, renderer)
+        if new_text is not None and new_text != source.text:
+            if renderer.code(module) != source.text:
+                raise SourceError("the parser does not give back this file byte for byte, so it cannot be rewritten "
+                                  "without changing lines no rule touched; the file was left alone")
+            validate(new_text)  # Python accepts the result: the file was Python to begin with
+            result.new_bytes = source.encode(new_text)
+        elif rewrite:
+            _python_tree(source.text)  # nothing to write; a file Python rejects is still reported
+    except SourceError:
+        if rewrite:
+            _python_tree(source.text)  # where Python rejects the file, its syntax error is the message
+        raise
     return result
 
 

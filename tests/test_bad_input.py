@@ -46,6 +46,10 @@ BAD_FILES: dict[str, tuple[bytes, str]] = {
                                  ": error: the file starts with a UTF-8 byte order mark but its coding cookie is "
                                  "not `utf-8` (Python refuses such a file); remove the cookie or spell it `utf-8`"),
 }
+if sys.version_info < (3, 12):  # syntax LibCST reads but this Python does not: Python's message, in both modes
+    BAD_FILES["newer_python.py"] = (LEGACY + b"type Alias = int\n",
+                                    ":5:6: error: syntax error (for Python 3.{minor}): invalid syntax; fix the syntax, "
+                                    "then run again")
 BIG = "generated_50mb.py"
 
 
