@@ -92,10 +92,10 @@ class Occurrence:
 def dotted(expr: cst.CSTNode) -> list[str] | None:
     """`a.b.c` -> ["a", "b", "c"]; None for anything that is not a plain name chain."""
     parts: list[str] = []
-    while isinstance(expr, cst.Attribute):
+    while type(expr) is cst.Attribute:  # exact types: isinstance on LibCST's ABCs is slow, and this is hot
         parts.append(expr.attr.value)
         expr = expr.value
-    if isinstance(expr, cst.Name):
+    if type(expr) is cst.Name:
         parts.append(expr.value)
         parts.reverse()
         return parts

@@ -184,7 +184,7 @@ class Collectives(Rule):
         self._constant(node)
 
     def visit_Name(self, node: cst.Name) -> None:
-        if not isinstance(self.ctx.current.parent, cst.Attribute):
+        if type(self.ctx.current.parent) is not cst.Attribute:
             self._constant(node)
 
     # -- helpers ---------------------------------------------------------------------------------------

@@ -39,12 +39,16 @@ MODULE_HINT = ("the torch_xla module itself is used as a value, e.g. an availabi
                "installed with the native backend: decide what this code should do there")
 
 
+_TARGET_OWNERS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)
+_BINDERS = (cst.AsName, cst.Param, cst.Global, cst.Nonlocal)
+_IMPORTS = (cst.Import, cst.ImportFrom)
+
+
 def _is_target(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
-    if isinstance(parent, cst.AssignTarget):
+    kind = type(parent)  # exact types: isinstance on LibCST's ABCs is slow, and every name comes here
+    if kind in _TARGET_OWNERS:
         return parent.target is node
-    if isinstance(parent, (cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)):
-        return parent.target is node
-    return isinstance(parent, (cst.AsName, cst.Param, cst.Global, cst.Nonlocal))
+    return kind in _BINDERS
 
 
 class LegacyApi(Rule):
@@ -59,11 +63,11 @@ class LegacyApi(Rule):
     def _reference(self, node: cst.CSTNode) -> None:
         occ = self.ctx.current
         parent = occ.parent
-        if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
+        if type(parent) is cst.Attribute and (parent.value is node or parent.attr is node):
             return  # only the whole chain counts
         if _is_target(node, parent):
             return  # a binding (`xm = None`), not a use
-        if isinstance(occ.small, (cst.Import, cst.ImportFrom)):
+        if type(occ.small) in _IMPORTS:
             return
         qual = self.ctx.qualname(node)
         if is_legacy(qual):

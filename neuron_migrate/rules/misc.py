@@ -119,9 +119,9 @@ class Renamed(Rule):
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx
         occ = ctx.current
-        if isinstance(occ.parent, cst.Attribute) and occ.parent.value is node:
+        if type(occ.parent) is cst.Attribute and occ.parent.value is node:
             return  # only the whole chain
-        if isinstance(occ.small, (cst.Import, cst.ImportFrom)):
+        if type(occ.small) in (cst.Import, cst.ImportFrom):  # exact types: isinstance on LibCST's ABCs is slow
             return
         found = RENAMES.get(ctx.qualname(node))
         if found is None:
@@ -135,7 +135,7 @@ class Renamed(Rule):
         self._reference(node)
 
     def visit_Name(self, node: cst.Name) -> None:
-        if not isinstance(self.ctx.current.parent, cst.Attribute) or self.ctx.current.parent.value is node:
+        if type(self.ctx.current.parent) is not cst.Attribute or self.ctx.current.parent.value is node:
             self._reference(node)
 
 

@@ -50,11 +50,12 @@ def lookup(table: dict[str, str], qualname: str | None) -> str | None:
 def reference(ctx, node: cst.CSTNode) -> str | None:
     """The qualified name of a whole name chain read in code (not a part of a chain, an import, a keyword)."""
     parent = ctx.current.parent
-    if isinstance(parent, cst.Attribute) and (parent.value is node or parent.attr is node):
+    kind = type(parent)  # exact types: isinstance on LibCST's ABCs is slow, and every name comes here
+    if kind is cst.Attribute and (parent.value is node or parent.attr is node):
         return None
-    if isinstance(parent, cst.Arg) and parent.keyword is node:
+    if kind is cst.Arg and parent.keyword is node:
         return None
-    if isinstance(ctx.current.small, (cst.Import, cst.ImportFrom)):
+    if type(ctx.current.small) in (cst.Import, cst.ImportFrom):
         return None
     return ctx.qualname(node)
 
