@@ -19,7 +19,7 @@ import re
 from typing import Iterable, Mapping
 
 import libcst as cst
-from libcst._position import CodeRange
+from libcst._position import CodePosition, CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 # The line ends of Python's tokenizer and of LibCST's position counting (str.splitlines also splits at
@@ -55,6 +55,55 @@ class _Sink:
         self._computed: dict[cst.CSTNode, CodeRange] = {} if computed is None else computed
 
 
+class _SelectiveState(PositionProvidingCodegenState):
+    """Positions of the wanted nodes and of what lies inside them (a node's syntactic position may be hoisted
+    from a child's), nothing else: most nodes of a generated statement are not asked about."""
+
+    def select(self, wanted: set[cst.CSTNode] | frozenset[cst.CSTNode]) -> _SelectiveState:
+        self.wanted = wanted
+        self.inside = 0  # wanted nodes open around the current one
+        return self
+
+    def _update_position(self, value: str) -> None:
+        if "\n" in value or "\r" in value:
+            super()._update_position(value)
+        else:
+            self.column += len(value)
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if self.inside or node in self.wanted:
+            self.inside += 1
+            self._stack.append(CodePosition(self.line, self.column))
+        else:
+            self._stack.append(None)
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        start = self._stack.pop()
+        if start is None:
+            return
+        self.inside -= 1
+        if node not in self.provider._computed:
+            self.provider._computed[node] = CodeRange(start, CodePosition(self.line, self.column))
+
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):
+        if self.inside:
+            return super().record_syntactic_position(node, start_node=start_node, end_node=end_node)
+        return _NOTHING
+
+
+class _Nothing:
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+
+_NOTHING = _Nothing()
+
+
 class _Mismatch(Exception):
     """The LibCST and ast statement trees do not pair up."""
 
@@ -85,12 +134,14 @@ class _Located:
 
     def positions(self, wanted: Iterable[tuple[cst.CSTNode, cst.CSTNode | None]]) -> Mapping | None:
         """Positions holding every wanted node, or None where the fast way cannot vouch for one."""
+        wanted = list(wanted)
+        nodes = frozenset(node for node, _ in wanted)
         for node, statement in wanted:
             if node in self.computed:
                 continue
             if statement is None or statement in self.computed:  # a statement inside one generated before
                 return None
-            found = self.statement_positions(statement)
+            found = self.statement_positions(statement, nodes)
             if found is None:
                 return None
             self.computed.update(found)
@@ -98,8 +149,10 @@ class _Located:
                 return None
         return self.computed
 
-    def statement_positions(self, statement: cst.CSTNode) -> dict[cst.CSTNode, CodeRange] | None:
-        """The positions of one statement's nodes, generated alone; None where they cannot be vouched for."""
+    def statement_positions(self, statement: cst.CSTNode, wanted: frozenset[cst.CSTNode] | None = None
+                            ) -> dict[cst.CSTNode, CodeRange] | None:
+        """The positions of one statement's nodes (only the `wanted` ones and what they hold, when given),
+        generated alone; None where they cannot be vouched for."""
         if self.starts is None:
             self.starts = {}
             try:
@@ -113,9 +166,11 @@ class _Located:
             return None
         line, indent, is_elif = start
         computed: dict[cst.CSTNode, CodeRange] = {}
-        state = PositionProvidingCodegenState(default_indent=self.module.default_indent,
-                                              default_newline=self.module.default_newline,
-                                              provider=_Sink(computed), indent_tokens=list(indent), line=line)
+        state_type = PositionProvidingCodegenState if wanted is None else _SelectiveState
+        state = state_type(default_indent=self.module.default_indent, default_newline=self.module.default_newline,
+                           provider=_Sink(computed), indent_tokens=list(indent), line=line)
+        if wanted is not None:
+            state.select(wanted)
         if is_elif:
             statement._codegen(state, is_elif=True)
         else:
