@@ -76,7 +76,7 @@ class Scope:
                 getattr(self, event[1]).add(event[2])
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Occurrence:
     """A node a rule asked for, with where it sits."""
 
