@@ -216,12 +216,45 @@ class PlainCodegenState(CodegenState):
         return _NO_POSITIONS
 
 
+class _RememberingState(PlainCodegenState):
+    """Generates each statement once per file: `statements` maps (statement, indentation, elif) to its code."""
+
+    statements: dict
+
+
+_GENERATE = cst.CSTNode._codegen
+
+
+def _remembered_codegen(self: cst.CSTNode, state, **kwargs) -> None:
+    """A statement's `_codegen`: from the Renderer's memory where it was generated before at the same place."""
+    memory = state.statements if type(state) is _RememberingState else None
+    if memory is None:
+        _GENERATE(self, state, **kwargs)
+        return
+    key = (self, tuple(state.indent_tokens), kwargs.get("is_elif", False))
+    text = memory.get(key)
+    if text is None:
+        first = len(state.tokens)
+        _GENERATE(self, state, **kwargs)
+        text = memory[key] = "".join(state.tokens[first:])
+        del state.tokens[first:]
+    state.tokens.append(text)
+
+
+# A statement's code depends on the statement, its indentation and the module's defaults only, so the Renderer
+# may reuse it: the classes of statements generate through the memory when a Renderer asks (and as LibCST does
+# for anybody else).
+for _statement_class in (cst.SimpleStatementLine, cst.If, cst.For, cst.While, cst.With, cst.Try, cst.TryStar,
+                         cst.FunctionDef, cst.ClassDef, cst.Match):
+    _statement_class._codegen = _remembered_codegen  # type: ignore[method-assign]
+
+
 class Renderer:
-    """The code of a module, generated statement by statement and remembered per top-level statement, so that after
-    an edit only the statements it touched are generated again. The same text as `module.code`."""
+    """The code of a module (the same text as `module.code`), each statement generated once: after the edits, the
+    statements they did not touch, at any depth, are not generated again."""
 
     def __init__(self) -> None:
-        self._statements: dict[cst.CSTNode, tuple[str, int]] = {}  # code, length of its final newline
+        self._statements: dict[tuple, str] = {}
         self._modules: dict[cst.Module, str] = {}
 
     def code(self, module: cst.Module) -> str:
@@ -231,23 +264,15 @@ class Renderer:
         return text
 
     def _render(self, module: cst.Module) -> str:
-        parts: list[str] = []
-        last_newline = 0
+        state = _RememberingState(default_indent=module.default_indent, default_newline=module.default_newline)
+        state.statements = self._statements
         for node in (*module.header, *module.body, *module.footer):
-            done = self._statements.get(node)
-            if done is None:
-                state = PlainCodegenState(default_indent=module.default_indent,
-                                          default_newline=module.default_newline)
-                node._codegen(state)
-                done = ("".join(state.tokens), len(state.tokens[-1]) if state.tokens else 0)
-                if isinstance(node, cst.BaseStatement):
-                    self._statements[node] = done
-            parts.append(done[0])
-            last_newline = done[1]
-        text = "".join(parts)
+            node._codegen(state)
+        text = "".join(state.tokens)
         if module.has_trailing_newline:
             return text or module.default_newline
-        return text[:-last_newline] if text and last_newline else text  # Module drops the final newline token
+        # Module drops its final token, the last line's newline
+        return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith(("\n", "\r")) else text
 
 
 def apply(module: cst.Module, edits: EditSet,

@@ -209,13 +209,16 @@ def test_a_cached_expression_is_shared_across_files_never_within_one():
 
 
 def test_a_rewritten_tree_holds_every_node_once(monkeypatch):
-    """The engine keys its maps by node: a replacement node shared between two places would be mistaken."""
+    """The engine keys its maps by node: a replacement node shared between two places would be mistaken. And the
+    code of each tree is what LibCST gives, though statements left alone are not generated twice."""
     seen_trees = []
     real_render = edits.Renderer.code
 
     def render(self, module):
         seen_trees.append(module)
-        return real_render(self, module)
+        text = real_render(self, module)
+        assert text == module.code  # statements remembered from the tree before the edits give the same code
+        return text
 
     monkeypatch.setattr(edits.Renderer, "code", render)
     for path, data in CORPUS:
