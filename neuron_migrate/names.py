@@ -136,6 +136,12 @@ def _handler(visitor_type: type, prefix: str, node_type: type):
 _EXCEPT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "RuntimeError", "OSError"}
 
 
+# What the walk needs to know of a node type, worked out once per process: its kind as a child (walk.node_kind),
+# and per (visitor class, wanted types, tokens): its role, visit and leave methods, whether it is wanted, its fields.
+_KINDS: dict[type, int] = {}
+_INFOS: dict[tuple, dict[type, tuple]] = {}
+
+
 class Collector(cst.CSTVisitor):
     """One walk that builds the scope table and gathers the nodes of the requested types."""
 
@@ -212,9 +218,9 @@ class Collector(cst.CSTVisitor):
             raise ValueError("a replayed statement yields no occurrences: reuse is for analyses without wanted nodes")
         least = TOKEN if tokens else SYNTAX
         fields_of = visit_fields if tokens else syntax_fields
-        kinds: dict[type, int] = {}
-        infos: dict[type, tuple] = {}
+        kinds = _KINDS
         visitor_type = type(self)
+        infos = _INFOS.setdefault((visitor_type, frozenset(self.wanted), tokens), {})  # per node type, see below
         parents, statements, smalls, blocks = self.parents, self._statements, self._smalls, self._blocks
         stack: list[tuple[cst.CSTNode, cst.CSTNode | None, bool]] = [(root, None, False)]
         while stack:
