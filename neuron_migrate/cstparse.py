@@ -17,6 +17,22 @@ import libcst as cst
 from libcst._nodes.base import CSTNode
 
 
+def _identity_hash_in_c() -> None:
+    """LibCST nodes hash by identity through a Python method (`return id(self)`), copied into every node class;
+    every dict and set keyed by nodes (parents, edits, the analysis) pays a Python call per lookup. `object`'s
+    own hash is the same identity hash, in C."""
+    python_hash = CSTNode.__dict__["__hash__"]
+    classes = [CSTNode]
+    while classes:
+        cls = classes.pop()
+        if cls.__dict__.get("__hash__") is python_hash:
+            cls.__hash__ = object.__hash__  # type: ignore[method-assign]
+        classes.extend(cls.__subclasses__())
+
+
+_identity_hash_in_c()
+
+
 def _unchecked(self: CSTNode) -> None:
     pass
 
