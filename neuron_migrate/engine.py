@@ -250,7 +250,7 @@ def parse(source: Source, python_first: bool = True) -> cst.Module:
         module = parse_module(source.text)
     except cst.ParserSyntaxError as exc:
         if tree is None:
-            _python_tree(source.text)  # Python's own message, where Python rejects the file too
+            _python_accepts(source.text)  # Python's own message, where Python rejects the file too
         raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read "
                           f"this valid Python ({exc.message.splitlines()[0]}); the file was left alone. Please report "
                           f"it at {ISSUES_URL}") from None
@@ -262,10 +262,24 @@ def parse(source: Source, python_first: bool = True) -> cst.Module:
 def _python_tree(text: str) -> ast.Module:
     """Python's own tree; a syntax error is described as Python describes it (users know it, its positions
     are right)."""
+    return _python(text, tree=True)
+
+
+def _python_accepts(text: str) -> None:
+    """Raises where Python rejects `text`, as `_python_tree` does. Compiling builds no tree of Python objects (a
+    third of the time of `ast.parse`), and also finds what Python rejects only when it compiles (`return`
+    outside a function, `nonlocal` at module level)."""
+    _python(text, tree=False)
+
+
+def _python(text: str, tree: bool) -> ast.Module | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return ast.parse(text)
+            if tree:
+                return ast.parse(text)
+            compile(text, "<file>", "exec", dont_inherit=True)
+            return None
     except SyntaxError as exc:
         hint = " (this looks like Python 2 code; port it to Python 3 first)" if _looks_like_python2(text) else ""
         raise SourceError(f"line {exc.lineno}:{exc.offset or 1}: syntax error (for Python {PYTHON}): {exc.msg}"
@@ -307,10 +321,10 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
             validate(new_text)  # Python accepts the result: the file was Python to begin with
             result.new_bytes = source.encode(new_text)
         elif rewrite:
-            _python_tree(source.text)  # nothing to write; a file Python rejects is still reported
+            _python_accepts(source.text)  # nothing to write; a file Python rejects is still reported
     except SourceError:
         if rewrite:
-            _python_tree(source.text)  # where Python rejects the file, its syntax error is the message
+            _python_accepts(source.text)  # where Python rejects the file, its syntax error is the message
         raise
     return result
 
@@ -408,14 +422,14 @@ def marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
 
 
 def validate(new_text: str) -> None:
-    """The rewritten file must parse with Python's own parser (the original did: see parse).
+    """The rewritten file must compile with Python's own compiler (the caller checks the original where not).
 
     Re-parsing with LibCST too would cost as much as the first parse; what it could catch, code LibCST cannot
     read back, is covered by the idempotency tests (a second run parses every rewritten file with LibCST)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ast.parse(new_text)
+            compile(new_text, "<rewritten>", "exec", dont_inherit=True)  # as strict as an import, no tree built
     except SyntaxError as exc:
         raise SourceError(f"internal error: the rewrite produced code that does not parse ({exc.msg}, line "
                           f"{exc.lineno}); the file was left alone. Please report this at {ISSUES_URL}") from None

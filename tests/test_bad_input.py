@@ -192,3 +192,16 @@ def test_a_notebook_that_is_not_json_is_reported_and_the_rest_goes_on(tmp_path):
     assert f"{notebook}: error: not a valid notebook: the file is not JSON (" in proc.stderr
     assert notebook.read_bytes() == data
     assert good.read_bytes() == MIGRATED
+
+
+def test_code_python_rejects_only_when_compiling_is_not_rewritten(tmp_path):
+    """`return` outside a function parses but does not compile: Python refuses to import the file, so the rewrite
+    does not write it and says what Python says."""
+    path = tmp_path / "train.py"
+    data = LEGACY + b"return 5\n"
+    path.write_bytes(data)
+    proc = cli("rewrite", str(tmp_path))
+    assert proc.returncode == 2
+    assert f"{path}:5:1: error: syntax error (for Python 3.{sys.version_info.minor}): 'return' outside function" \
+        in proc.stderr
+    assert path.read_bytes() == data
