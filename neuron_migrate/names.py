@@ -228,11 +228,13 @@ class Collector(cst.CSTVisitor):
             node_type = type(node)
             info = infos.get(node_type)
             if info is None:
+                role = _role(node_type)
+                leave = _handler(visitor_type, "leave_", node_type)
                 info = infos[node_type] = (
-                    _role(node_type), _handler(visitor_type, "visit_", node_type),
-                    _handler(visitor_type, "leave_", node_type), bool(self.wanted) and self._wants(node_type),
-                    fields_of(node_type))
-            role, visit, leave, wanted, fields = info
+                    role, _handler(visitor_type, "visit_", node_type), leave,
+                    bool(self.wanted) and self._wants(node_type), fields_of(node_type),
+                    leave is not None or bool(role & (STATEMENT | BLOCK)))  # something to do on leaving
+            role, visit, leave, wanted, fields, on_leave = info
             top_level = parent is root and role & STATEMENT
             if top_level and not leaving and node in reused:
                 parents[node] = parent
@@ -270,7 +272,8 @@ class Collector(cst.CSTVisitor):
                     node, self._scope, statements[-1] if statements else node, smalls[-1] if smalls else None,
                     parent, blocks[-2] if node_type is cst.IndentedBlock and len(blocks) > 1
                     else (blocks[-1] if blocks else None), self._loops > 0))
-            stack.append((node, parent, True))
+            if on_leave:
+                stack.append((node, parent, True))
             if visit is not None and visit(self, node) is False:
                 continue
             found: list[cst.CSTNode] = []
