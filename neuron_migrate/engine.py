@@ -84,11 +84,10 @@ class FileContext:
         """The dotted name `expr` stands for through the file's imports; asked by many rules, resolved once."""
         if expr is None:
             return None
-        scope = scope or self.scope
-        key = (expr, scope)
+        key = (expr, scope or self.current.scope)
         found = self._qualnames.get(key, _UNKNOWN)
         if found is _UNKNOWN:
-            found = self._qualnames[key] = self.analysis.qualname(expr, scope)
+            found = self._qualnames[key] = self.analysis.qualname(expr, key[1])
         return found
 
     def module_ref(self, module: str, alias: str | None = None, scope: Scope | None = None) -> str:

@@ -139,6 +139,7 @@ _EXCEPT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseExcept
 # What the walk needs to know of a node type, worked out once per process: its kind as a child (walk.node_kind),
 # and per (visitor class, wanted types, tokens): its role, visit and leave methods, whether it is wanted, its fields.
 _KINDS: dict[type, int] = {}
+_UNKNOWN = object()
 _INFOS: dict[tuple, dict[type, tuple]] = {}
 
 
@@ -547,6 +548,7 @@ class Analysis:
         self.module_scope = collector.module_scope
         self.occurrences = collector.occurrences
         self.contributions = collector.contributions
+        self._bound: dict[tuple[str, Scope], str | None] = {}  # binding_of, once the tables are complete
         # every node's parent (None for the module); below reused statements, the parents `reuse` found
         self.parents = ChainMap(collector.parents, reuse.parents) if reuse is not None else collector.parents
 
@@ -567,10 +569,12 @@ class Analysis:
 
     def binding_of(self, name: str, scope: Scope) -> str | None:
         """The dotted import path `name` stands for in `scope`, or None when it is not an unambiguous import."""
-        owner = self.lookup(name, scope)
-        if owner is None:
-            return None
-        return import_target(owner.bindings[name])
+        key = (name, scope)
+        found = self._bound.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            owner = self.lookup(name, scope)
+            found = self._bound[key] = None if owner is None else import_target(owner.bindings[name])
+        return found
 
     def qualname(self, expr: cst.CSTNode, scope: Scope) -> str | None:
         parts = dotted(expr)

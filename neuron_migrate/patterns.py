@@ -78,12 +78,32 @@ def respell_device(node: cst.BaseExpression, new: str = "neuron") -> cst.BaseExp
 
 
 _EMPTY_MODULE = cst.Module(body=[])
+
+
+def _plain_chain(node: cst.CSTNode) -> str | None:
+    """`a.b.c` written without parentheses or blanks around its dots, as text; None for anything else."""
+    parts = []
+    while type(node) is cst.Attribute and not node.lpar:
+        dot = node.dot
+        if type(dot.whitespace_before) is not cst.SimpleWhitespace or dot.whitespace_before.value \
+                or type(dot.whitespace_after) is not cst.SimpleWhitespace or dot.whitespace_after.value \
+                or node.attr.lpar:
+            return None
+        parts.append(node.attr.value)
+        node = node.value
+    if type(node) is not cst.Name or node.lpar or not parts:
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
 _LEAVES = (cst.Name, cst.SimpleString, cst.Integer, cst.Float)
 
 
 def code(node: cst.CSTNode) -> str:
     if type(node) in _LEAVES and not node.lpar:
         return node.value  # the common case, without a code-generation pass
+    chain = _plain_chain(node)
+    if chain is not None:
+        return chain
     state = PlainCodegenState(default_indent=_EMPTY_MODULE.default_indent,
                               default_newline=_EMPTY_MODULE.default_newline)
     node._codegen(state)
