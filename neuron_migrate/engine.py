@@ -294,6 +294,12 @@ def _looks_like_python2(text: str) -> bool:
     return bool(_PY2.search(text))
 
 
+def prepare() -> None:
+    """Load the rules and the catalogue (see handlers.prepare)."""
+    all_rules()
+    catalogue.catalogue()
+
+
 def active_rules(data: bytes, settings: Settings, path: str) -> list[type[Rule]]:
     present = Present(data)
     return [r for r in all_rules()

@@ -8,6 +8,7 @@ Handlers never write; the runner does (atomically). Modules are imported on firs
 
 from __future__ import annotations
 
+import functools
 import importlib
 from typing import Callable
 
@@ -30,12 +31,23 @@ HANDLERS: dict[str, list[str]] = {
 }
 
 
-def handlers_for(kind: str) -> list[Handler]:
+@functools.lru_cache(maxsize=None)
+def handlers_for(kind: str) -> tuple[Handler, ...]:
     out = []
     for spec in HANDLERS.get(kind, ()):
         module, _, func = spec.partition(":")
         out.append(getattr(importlib.import_module(module), func))
-    return out
+    return tuple(out)
+
+
+def prepare(kinds) -> None:
+    """Import (and let load their data, through a module's own `prepare()`) the handlers of `kinds` now, before
+    worker processes are forked: they inherit it all instead of each doing it again."""
+    for kind in kinds:
+        for handler in handlers_for(kind):
+            ready = getattr(importlib.import_module(handler.__module__), "prepare", None)
+            if ready is not None:
+                ready()
 
 
 def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool) -> FileResult | None:

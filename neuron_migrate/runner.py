@@ -128,6 +128,8 @@ def _process_all(targets: list[Target], known: dict[str, bytes], settings: Setti
         return
     from concurrent.futures import ProcessPoolExecutor  # only here: its import costs a single-file run time
 
+    handlers.prepare({target.kind for target in targets})
+
     size = max(1, min(64, len(targets) // (jobs * 8)))  # small enough that the workers finish together
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
