@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import libcst as cst
+from libcst._nodes.expression import _BaseParenthesizedNode
 from libcst._nodes.internal import CodegenState
 
 from neuron_migrate.walk import children, node_kind, visit_fields
@@ -214,6 +215,20 @@ class PlainCodegenState(CodegenState):
 
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # noqa: ARG002
         return _NO_POSITIONS
+
+
+_PARENTHESIZE = _BaseParenthesizedNode._parenthesize
+
+
+def _parenthesize(self, state):
+    """LibCST's `_parenthesize` (a generator-based context manager, around every expression) where it does
+    something: parentheses to write, or positions to record. Otherwise nothing to enter, for our own states."""
+    if not self.lpar and not self.rpar and (type(state) is PlainCodegenState or type(state) is _RememberingState):
+        return _NO_POSITIONS
+    return _PARENTHESIZE(self, state)
+
+
+_BaseParenthesizedNode._parenthesize = _parenthesize  # type: ignore[method-assign]
 
 
 class _RememberingState(PlainCodegenState):
