@@ -58,10 +58,10 @@ def parse_module(text: str) -> cst.Module:
 # Rules build their replacements from text, and the same few texts come back in file after file
 # (`int(os.environ.get("LOCAL_RANK", 0))`, `"neuron"`): LibCST's parser costs about 0.1 ms a call whatever the
 # text's length. Nodes are immutable, so one parsed expression can serve any number of files; within one file a
-# node must appear only once (the engine keys its maps by node), so a text asked for twice in a file is parsed
-# again. `new_file()` starts a file.
-_EXPRESSIONS: dict[tuple[str, str], list] = {}  # (kind, text) -> [node(s), the file last handed out in]
-_MAX_EXPRESSIONS = 4096
+# node must appear only once (the engine keys its maps by node), so the n-th use of a text in a file takes the
+# n-th copy parsed of it (parsed when no file needed that many before). `new_file()` starts a file.
+_PARSED: dict[tuple[str, str], list] = {}  # (kind, text) -> [copies, the file last handed out in, copies used there]
+_MAX_TEXTS = 4096
 _file = 0
 
 
@@ -81,13 +81,15 @@ def statements(text: str) -> tuple[cst.BaseStatement, ...]:
 
 
 def _parsed(key: tuple[str, str], parse):
-    entry = _EXPRESSIONS.get(key)
-    if entry is not None and entry[1] != _file:
-        entry[1] = _file
-        return entry[0]
-    node = parse()
+    entry = _PARSED.get(key)
     if entry is None:
-        if len(_EXPRESSIONS) >= _MAX_EXPRESSIONS:
-            _EXPRESSIONS.clear()
-        _EXPRESSIONS[key] = [node, _file]
-    return node
+        if len(_PARSED) >= _MAX_TEXTS:
+            _PARSED.clear()
+        entry = _PARSED[key] = [[], _file, 0]
+    elif entry[1] != _file:
+        entry[1], entry[2] = _file, 0
+    copies, used = entry[0], entry[2]
+    if used == len(copies):
+        copies.append(parse())
+    entry[2] = used + 1
+    return copies[used]

@@ -206,6 +206,9 @@ def test_a_cached_expression_is_shared_across_files_never_within_one():
     assert first is not again and first.deep_equals(again)
     cstparse.new_file()
     assert cstparse.expression("torch.neuron.synchronize()") is first
+    assert cstparse.expression("torch.neuron.synchronize()") is again  # the second copy, parsed before
+    third = cstparse.expression("torch.neuron.synchronize()")
+    assert third is not first and third is not again
 
 
 def test_a_rewritten_tree_holds_every_node_once(monkeypatch):
