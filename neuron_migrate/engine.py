@@ -1,7 +1,7 @@
 """One Python file, start to end: read bytes, resolve names, decide edits, render, validate.
 
     decode -> pre-filter -> parse -> analyse scopes -> rules decide -> apply edits -> tidy imports
-           -> render -> re-parse -> encode
+           -> render -> compile (Python must accept the result) -> encode
 
 Nothing here writes: the runner writes the returned bytes (atomically) or prints the diff.
 """
