@@ -8,6 +8,7 @@ comments above a removed statement move to the next statement, a block left empt
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -196,17 +197,7 @@ def _strip_blank_start(lines: list) -> list:
     return list(lines[i:])
 
 
-class _NoPositions:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> bool:
-        return False
-
-
-_NO_POSITIONS = _NoPositions()
+NOTHING = contextlib.nullcontext()  # a context manager with nothing to do, entered again and again
 
 
 class PlainCodegenState(CodegenState):
@@ -214,7 +205,7 @@ class PlainCodegenState(CodegenState):
     is a plain object instead of a generator-based context manager: a third less time per module."""
 
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # noqa: ARG002
-        return _NO_POSITIONS
+        return NOTHING
 
 
 _PARENTHESIZE = _BaseParenthesizedNode._parenthesize
@@ -224,7 +215,7 @@ def _parenthesize(self, state):
     """LibCST's `_parenthesize` (a generator-based context manager, around every expression) where it does
     something: parentheses to write, or positions to record. Otherwise nothing to enter, for our own states."""
     if not self.lpar and not self.rpar and (type(state) is PlainCodegenState or type(state) is _RememberingState):
-        return _NO_POSITIONS
+        return NOTHING
     return _PARENTHESIZE(self, state)
 
 

@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from neuron_migrate.walk import NOT_A_NODE, SYNTAX, TOKEN, node_kind, syntax_fields, visit_fields, wants_tokens
+from neuron_migrate.walk import SYNTAX, TOKEN, node_kind, syntax_fields, visit_fields, wants_tokens
 
 NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -280,20 +280,13 @@ class Collector(cst.CSTVisitor):
             found: list[cst.CSTNode] = []
             for name in fields:
                 value = getattr(node, name)
-                value_type = type(value)
-                kind = kinds.get(value_type)
-                if kind is None:
-                    kind = kinds[value_type] = node_kind(value_type)
-                if kind >= least:
-                    found.append(value)
-                elif kind == NOT_A_NODE and (value_type is list or value_type is tuple):
-                    for item in value:
-                        item_type = type(item)
-                        kind = kinds.get(item_type)
-                        if kind is None:
-                            kind = kinds[item_type] = node_kind(item_type)
-                        if kind >= least:
-                            found.append(item)
+                for item in value if type(value) is tuple or type(value) is list else (value,):
+                    item_type = type(item)
+                    kind = kinds.get(item_type)
+                    if kind is None:
+                        kind = kinds[item_type] = node_kind(item_type)
+                    if kind >= least:
+                        found.append(item)
             for child in reversed(found):
                 stack.append((child, node, False))
 

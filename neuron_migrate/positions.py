@@ -22,6 +22,8 @@ import libcst as cst
 from libcst._position import CodePosition, CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
+from neuron_migrate.edits import NOTHING
+
 # The line ends of Python's tokenizer and of LibCST's position counting (str.splitlines also splits at
 # \v \f \x1c-\x1e \x85 \u2028 \u2029, which are not line ends in Python).
 LINE_END = re.compile(r"\r\n?|\n")
@@ -88,20 +90,7 @@ class _SelectiveState(PositionProvidingCodegenState):
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):
         if self.inside:
             return super().record_syntactic_position(node, start_node=start_node, end_node=end_node)
-        return _NOTHING
-
-
-class _Nothing:
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc) -> bool:
-        return False
-
-
-_NOTHING = _Nothing()
+        return NOTHING
 
 
 class _Mismatch(Exception):
