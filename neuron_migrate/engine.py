@@ -39,7 +39,6 @@ NEURON_DEVICE_USE = re.compile(
     r"""(\.to\(\s*|device(_type)?\s*=\s*|\.device\(\s*|autocast\(\s*)["']neuron(:\d+)?["']|\btorch\.neuron\.""")
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 ISSUES_URL = "https://github.com/neuron-migrate/neuron-migrate/issues"
-ALWAYS_TRIGGERS = (b"neuron-migrate",)
 _UNKNOWN = object()
 
 

@@ -128,11 +128,8 @@ def test_every_rule_on_a_sample_of_unrelated_code_changes_nothing(request, monke
     for rule in rules_package.all_rules():
         monkeypatch.setattr(rule, "triggers", (b"",))  # b"" is in every file: the pre-filter lets all through
         monkeypatch.setattr(rule, "context", ())
-    rules_package.all_triggers.cache_clear()
-    try:
-        result = run(paths, Settings(select=frozenset(MIGRATION_RULES)), rewrite=True, jobs=2)
-    finally:
-        rules_package.all_triggers.cache_clear()
+        monkeypatch.setattr(rule, "pattern", None)
+    result = run(paths, Settings(select=frozenset(MIGRATION_RULES)), rewrite=True, jobs=2)
     lines = sum(Path(p).read_bytes().count(b"\n") for p in paths)
     _report(request, f"every-rule sample: {len(paths)} files, {lines} lines")
     assert [r.path for r in result.changed] == []

@@ -136,8 +136,3 @@ def all_rules() -> tuple[type[Rule], ...]:
             if inspect.isclass(obj) and issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
                 found.append(obj)
     return tuple(sorted(found, key=lambda r: (r.order, r.codes)))
-
-
-@functools.lru_cache(maxsize=1)
-def all_triggers() -> tuple[bytes, ...]:
-    return tuple(sorted({t for r in all_rules() for t in r.triggers}))
