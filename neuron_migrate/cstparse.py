@@ -1,10 +1,12 @@
-"""LibCST's parser without its per-node checks.
+"""LibCST, adjusted for speed where the result cannot differ (the code generation side is in `edits.py`).
 
-Every LibCST node checks itself when it is built (`CSTNode.__post_init__` calls `_validate`): right for trees
-that code assembles, wasted on the nodes LibCST's own parser builds from source that parsed, which are valid by
-construction (LibCST's source says so at that method: "It might make more sense to move validation work into
-the visitor, which would allow us to avoid validating the tree when parsing a file"). The checks are about a
-seventh of a parse. Nodes built after the parse (the rules' replacements) are still checked.
+- Parsing without the per-node checks. Every LibCST node checks itself when it is built (`CSTNode.__post_init__`
+  calls `_validate`): right for trees that code assembles, wasted on the nodes LibCST's own parser builds from
+  source that parsed, which are valid by construction (LibCST's source says so at that method: "It might make
+  more sense to move validation work into the visitor, which would allow us to avoid validating the tree when
+  parsing a file"). The checks are about a seventh of a parse. Nodes built after the parse are still checked.
+- Identity hashing in C instead of LibCST's Python method (the same hash).
+- The replacement texts rules write, parsed once per process (see `expression`).
 """
 
 from __future__ import annotations
