@@ -197,6 +197,13 @@ def _strip_blank_start(lines: list) -> list:
     return list(lines[i:])
 
 
+# -- code generation ---------------------------------------------------------------------------------------
+# LibCST generates code through a state object and per-node methods; for our own states (no positions to
+# record) three of its steps do nothing and cost a Python call each, around every node: the before/after hooks,
+# `record_syntactic_position` and, for expressions without parentheses, `_parenthesize`. The adjustments below
+# skip them for those states only (any other state goes the LibCST way), and let the Renderer reuse statements.
+# Tests hold the Renderer's text equal to `module.code` on the fixtures and standard-library modules.
+
 NOTHING = contextlib.nullcontext()  # a context manager with nothing to do, entered again and again
 
 
@@ -207,6 +214,19 @@ class PlainCodegenState(CodegenState):
     def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # noqa: ARG002
         return NOTHING
 
+
+_GENERATE_WITH_HOOKS = cst.CSTNode._codegen
+
+
+def _codegen(self: cst.CSTNode, state, **kwargs) -> None:
+    """LibCST's `_codegen`, without the calls of the state's before/after hooks where those do nothing."""
+    if type(state) is _RememberingState or type(state) is PlainCodegenState:
+        self._codegen_impl(state, **kwargs)
+    else:
+        _GENERATE_WITH_HOOKS(self, state, **kwargs)
+
+
+cst.CSTNode._codegen = _codegen  # type: ignore[method-assign]
 
 _PARENTHESIZE = _BaseParenthesizedNode._parenthesize
 
@@ -228,20 +248,17 @@ class _RememberingState(PlainCodegenState):
     statements: dict
 
 
-_GENERATE = cst.CSTNode._codegen
-
-
 def _remembered_codegen(self: cst.CSTNode, state, **kwargs) -> None:
     """A statement's `_codegen`: from the Renderer's memory where it was generated before at the same place."""
     memory = state.statements if type(state) is _RememberingState else None
     if memory is None:
-        _GENERATE(self, state, **kwargs)
+        _codegen(self, state, **kwargs)
         return
     key = (self, tuple(state.indent_tokens), kwargs.get("is_elif", False))
     text = memory.get(key)
     if text is None:
         first = len(state.tokens)
-        _GENERATE(self, state, **kwargs)
+        _codegen(self, state, **kwargs)
         text = memory[key] = "".join(state.tokens[first:])
         del state.tokens[first:]
     state.tokens.append(text)

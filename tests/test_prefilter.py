@@ -236,6 +236,20 @@ def test_a_rewritten_tree_holds_every_node_once(monkeypatch):
             assert len({id(n) for n in nodes}) == len(nodes), path
 
 
+def test_the_renderer_writes_what_libcst_writes():
+    """Statements remembered at any depth, the hooks skipped: the same text as `module.code`, also for a copy of
+    the module with its statements reordered (remembered code reused at other places)."""
+    for data in [d for _, d in CORPUS] + _stdlib_sample():
+        try:
+            module = cst.parse_module(data)
+        except cst.ParserSyntaxError:
+            continue
+        renderer = edits.Renderer()
+        assert renderer.code(module) == module.code
+        reordered = module.with_changes(body=list(reversed(module.body)))
+        assert renderer.code(reordered) == reordered.code
+
+
 def test_the_unchecked_parse_builds_the_same_trees_and_leaves_checks_on():
     for data in [d for _, d in CORPUS] + _stdlib_sample():
         text = data.decode("utf-8", "replace")
