@@ -334,8 +334,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
 
 
 def transform(path: str, source: Source, module: cst.Module, rules: list[type[Rule]], settings: Settings,
-              rewrite: bool, result: FileResult, may_suppress: bool = False,
-              renderer: Renderer | None = None) -> str | None:
+              rewrite: bool, result: FileResult, may_suppress: bool, renderer: Renderer) -> str | None:
     dispatch: dict[type, list[Callable]] = {}
     analysis = Analysis(module, wanted=tuple({t for r in rules for t in r.node_types()}), record=rewrite)
     ctx = FileContext(path, source, module, analysis, settings, rewrite, may_suppress=may_suppress)
@@ -362,10 +361,10 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
         return None
     if not ctx.edits and not ctx.required_imports and not ctx.definitions and "torch_xla" not in source.text:
         return None
-    renderer = renderer or Renderer()
     original = renderer.code(module)  # first: the new module's untouched statements reuse this code
     new_module = apply(module, ctx.edits, analysis.parents)
-    new_module, removed = imports.tidy(new_module, ctx.required_imports, ctx.definitions, renderer.code, analysis)
+    new_module, removed = imports.tidy(new_module, ctx.required_imports, ctx.definitions,
+                                          render=renderer.code, before=analysis)
     if removed and settings.enabled(imports.UNUSED_CODE, path):
         ctx.applied[imports.UNUSED_CODE] = ctx.applied.get(imports.UNUSED_CODE, 0) + removed
     result.applied = {k: v for k, v in ctx.applied.items() if v}

@@ -69,11 +69,10 @@ def unused_legacy_findings(ctx, path: str) -> list[Finding]:
     return _positions(ctx.module, pending, path)
 
 
-def tidy(module: cst.Module, required: list[tuple[str, str | None]], definitions: list[str] = (),
-         render: Callable[[cst.Module], str] = lambda m: m.code,
-         before: Analysis | None = None) -> tuple[cst.Module, int]:
-    """`before`: a recording analysis of the module the edits were made on (its untouched statements are not
-    walked again)."""
+def tidy(module: cst.Module, required: list[tuple[str, str | None]], definitions: list[str], *,
+         render: Callable[[cst.Module], str], before: Analysis) -> tuple[cst.Module, int]:
+    """`render` gives a module's code; `before` is the recording analysis of the module the edits were made on
+    (its untouched statements are not walked again)."""
     analysis = Analysis(module, reuse=before)
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit

@@ -113,8 +113,7 @@ class NamesPattern:
     def search(self, data: bytes, present: Present | None = None) -> bool:
         if self._attribute.search(data):
             return True
-        imports = present.imports if present is not None else b"\n".join(IMPORT_STATEMENTS.findall(data))
-        return self._imported.search(imports) is not None
+        return self._imported.search((present or Present(data)).imports) is not None
 
 
 def _search(pattern: NamesPattern | re.Pattern[bytes], data: bytes, present: Present) -> bool:
