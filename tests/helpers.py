@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate.engine import process_python
+from neuron_migrate.engine.python import process_python
 from neuron_migrate.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]

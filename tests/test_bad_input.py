@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from neuron_migrate import sources
+from neuron_migrate.engine import sources
 from neuron_migrate.cli import main
 from tests.helpers import cli, rewrite_bytes
 
@@ -178,7 +178,7 @@ def test_table_beyond_what_libcst_parses_is_reported_as_its_limit(tmp_path):
 
 
 def test_a_notebook_that_is_not_json_is_reported_and_the_rest_goes_on(tmp_path):
-    from neuron_migrate.handlers import HANDLERS
+    from neuron_migrate.engine.handlers import HANDLERS
 
     if "notebook" not in HANDLERS:
         pytest.skip("no notebook handler registered on this branch yet")

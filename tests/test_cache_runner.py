@@ -9,8 +9,9 @@ import sys
 
 import pytest
 
-from neuron_migrate import handlers, progress
-from neuron_migrate.runner import run
+from neuron_migrate.engine import handlers
+from neuron_migrate.cli import progress
+from neuron_migrate.engine.runner import run
 from neuron_migrate.settings import Settings
 from tests.helpers import cli
 

@@ -7,9 +7,9 @@ import re
 import pytest
 
 from neuron_migrate import catalogue
-from neuron_migrate.discover import kind_of
+from neuron_migrate.engine.discover import kind_of
 from neuron_migrate.findings import FixSafety
-from neuron_migrate.handlers import process
+from neuron_migrate.engine.handlers import process
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
 from tests.helpers import ROOT, cli

@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from neuron_migrate.engine import process_python
-from neuron_migrate.envfiles import process_dockerfile, process_shell
+from neuron_migrate.engine.python import process_python
+from neuron_migrate.files.envfiles import process_dockerfile, process_shell
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, check_codes

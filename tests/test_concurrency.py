@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from neuron_migrate.runner import run, write_results
+from neuron_migrate.engine.runner import run, write_results
 from neuron_migrate.settings import Settings
 from tests.test_no_damage import LEGACY, MIGRATED, legacy_tree, temp_files
 

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from neuron_migrate import doctor
-from neuron_migrate.doctor import Status, diagnose
+from neuron_migrate.cli import doctor
+from neuron_migrate.cli.doctor import Status, diagnose
 from tests.helpers import cli
 
 NATIVE_214 = {"torch": "2.14.0", "torch-neuronx": "2.14.3.0.4021", "neuronx-cc": "2.28.7631.0", "nki": "0.7.0",

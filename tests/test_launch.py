@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from neuron_migrate.launch import process_shell
+from neuron_migrate.files.launch import process_shell
 from neuron_migrate.settings import Settings
 
 SPAWNED = """\

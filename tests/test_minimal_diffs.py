@@ -12,9 +12,9 @@ import codecs
 
 import pytest
 
-from neuron_migrate.engine import process_python
+from neuron_migrate.engine.python import process_python
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import SourceError, decode
+from neuron_migrate.engine.sources import SourceError, decode
 from tests.helpers import assert_other_lines_kept, cli, rewrite_bytes
 
 I, O = True, False  # idiom line / ordinary line

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from neuron_migrate import sources
+from neuron_migrate.engine import sources
 from neuron_migrate.cli import main
-from neuron_migrate.sources import write_atomic
+from neuron_migrate.engine.sources import write_atomic
 from tests.helpers import cli, rewrite_bytes
 
 LEGACY = b'''import torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 
-from neuron_migrate.notebook import _logical_starts
+from neuron_migrate.files.notebook import _logical_starts
 from tests.helpers import cli
 
 

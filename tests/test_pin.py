@@ -309,8 +309,8 @@ def test_versions_from_shell_variables_are_pinned_where_the_variable_is_set():
     ("Dockerfile", "FROM ubuntu:22.04\nRUN apt-get update && apt-get install -y postgresql\n"),
 ])
 def test_python_and_images_are_judged_only_for_torch_or_neuron_projects(name, text):
-    from neuron_migrate.handlers import process
-    from neuron_migrate.discover import kind_of
+    from neuron_migrate.engine.handlers import process
+    from neuron_migrate.engine.discover import kind_of
 
     assert process(name, text.encode(), kind_of(name), Settings(), False).findings == []
     with_torch = {"pyproject.toml": text.replace('"requests"', '"torch"'),

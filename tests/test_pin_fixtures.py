@@ -12,9 +12,9 @@ import tomllib
 
 import pytest
 
-from neuron_migrate.discover import kind_of
+from neuron_migrate.engine.discover import kind_of
 from neuron_migrate.pin.command import PIN_CODES
-from neuron_migrate.runner import run, write_results
+from neuron_migrate.engine.runner import run, write_results
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES
 

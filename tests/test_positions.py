@@ -10,10 +10,10 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from neuron_migrate import positions
-from neuron_migrate.engine import process_python
+from neuron_migrate.syntax import positions
+from neuron_migrate.engine.python import process_python
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import SourceError, decode
+from neuron_migrate.engine.sources import SourceError, decode
 from tests.helpers import FIXTURES
 
 STDLIB_SAMPLE = 150

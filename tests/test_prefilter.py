@@ -19,12 +19,15 @@ import libcst as cst
 import pytest
 
 from bench.generate import module
-from neuron_migrate import catalogue, cstparse, edits, engine, suppress
-from neuron_migrate.imports import LEGACY_ROOTS, UNUSED_CODE
-from neuron_migrate.names import Analysis, Collector
+from neuron_migrate import catalogue, suppress
+from neuron_migrate.syntax import parse as cstparse
+from neuron_migrate.engine import edits
+from neuron_migrate.engine import python as engine
+from neuron_migrate.engine.imports import LEGACY_ROOTS, UNUSED_CODE
+from neuron_migrate.engine.names import Analysis, Collector
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
-from neuron_migrate.walk import children, walk, wants_tokens
+from neuron_migrate.syntax.walk import children, walk, wants_tokens
 from tests.helpers import FIXTURES
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from neuron_migrate.engine import process_python
+from neuron_migrate.engine.python import process_python
 from neuron_migrate.settings import Settings
 from tests.helpers import assert_other_lines_kept, rewrite_bytes
 

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from neuron_migrate import catalogue, rules as rules_package
-from neuron_migrate.discover import discover
-from neuron_migrate.runner import run
+from neuron_migrate.engine.discover import discover
+from neuron_migrate.engine.runner import run
 from neuron_migrate.settings import Settings
 from tests.helpers import SWEEP_REPORT, cli
 

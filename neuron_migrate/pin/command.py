@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import click
 
-from neuron_migrate.commands import _settings, exit_after_rewrite, show_or_write
+from neuron_migrate.cli.commands import _settings, exit_after_rewrite, show_or_write
 from neuron_migrate.pin.matrix import matrix
-from neuron_migrate.runner import run
+from neuron_migrate.engine.runner import run
 
 # Only the dependency rules (and their markers): `pin` never rewrites code.
 PIN_CODES = frozenset({"NM6", "NM900"})

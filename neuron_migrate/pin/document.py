@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass, field
 
 from neuron_migrate import catalogue
-from neuron_migrate.edits import MARKER_PREFIX, marker_text
+from neuron_migrate.engine.edits import MARKER_PREFIX, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.pin.matrix import Family, matrix
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import Source, SourceError
+from neuron_migrate.engine.sources import Source, SourceError
 
 OWN_MARKERS = re.compile(r"#\s*TODO\(neuron-migrate (NM6\d\d)\):\s*(.*)$")
 

@@ -18,7 +18,7 @@ from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import matrix, python_fields
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import SourceError
+from neuron_migrate.engine.sources import SourceError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -16,7 +16,7 @@ from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.lines import LineEntry, pin_entries
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import SourceError, decode
+from neuron_migrate.engine.sources import SourceError, decode
 
 _COMMENT = re.compile(r"(^|\s)#.*$")
 _OPTION_START = re.compile(r"(^|\s)-")

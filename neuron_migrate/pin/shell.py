@@ -17,7 +17,7 @@ from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import Source
+from neuron_migrate.engine.sources import Source
 
 _SEPARATORS = ";&|()\n"
 _NEEDS_QUOTES = re.compile(r"[\s*?\[\]<>|&;()$`\"'\\{}!~#]")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar
 import libcst as cst
 
 if TYPE_CHECKING:
-    from neuron_migrate.engine import FileContext
+    from neuron_migrate.engine.python import FileContext
 
 
 class Present:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.patterns import XM, arg, code, short
+from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rewrites import guard_statement, is_statement, local_rank, only_args, rank
-from neuron_migrate.cstparse import expression
+from neuron_migrate.rules.rewrites import guard_statement, is_statement, local_rank, only_args, rank
+from neuron_migrate.syntax.parse import expression
 
 XSER = "torch_xla.utils.serialization"
 SAVE = frozenset({f"{XM}.save", f"{XSER}.save"})

@@ -6,12 +6,12 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.names import dotted, dotted_str
-from neuron_migrate.patterns import XM, arg, code, is_device_string, short, string_value
-from neuron_migrate import devices
+from neuron_migrate.engine.names import dotted, dotted_str
+from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short, string_value
+from neuron_migrate.rules import devices
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
 XLA_BACKENDS = frozenset({"openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.patterns import arg, code, string_value
+from neuron_migrate.rules.patterns import arg, code, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, is_true, moving_to_neuron
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 CUDA_BACKENDS = frozenset({"inductor", "cudagraphs"})
 NM108_BACKENDS = frozenset({"neuron", "openxla", "openxla_eval", "aot_torchxla_trace_once", "torchxla_trace_once"})

@@ -9,13 +9,13 @@ import re
 
 import libcst as cst
 
-from neuron_migrate import devices
-from neuron_migrate.names import dotted_str
-from neuron_migrate.patterns import arg, code, short, string_value
+from neuron_migrate.rules import devices
+from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.rules.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import DEVICE, XlaDeviceString
 from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, moving_to_neuron, reference, spelled_as
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 # torch.cuda functions with a namesake in torch.neuron (the TorchNeuron device module).

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from neuron_migrate.names import Occurrence, Scope
-from neuron_migrate.patterns import arg, code, short
+from neuron_migrate.engine.names import Occurrence, Scope
+from neuron_migrate.rules.patterns import arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import XLA_DEVICE
-from neuron_migrate.rewrites import assigned_name, only_args
-from neuron_migrate.cstparse import expression
+from neuron_migrate.rules.rewrites import assigned_name, only_args
+from neuron_migrate.syntax.parse import expression
 
 PL = "torch_xla.distributed.parallel_loader"
 MP_DEVICE_LOADER = frozenset({f"{PL}.MpDeviceLoader"})

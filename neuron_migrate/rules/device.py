@@ -6,11 +6,11 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.patterns import (XM, arg, code, is_device_string, positional_count, respell_device, short,
+from neuron_migrate.rules.patterns import (XM, arg, code, is_device_string, positional_count, respell_device, short,
                                      string_value)
-from neuron_migrate import devices
+from neuron_migrate.rules import devices
 from neuron_migrate.rules import Rule
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
 # Calls whose first positional argument is a device (or device type).

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.patterns import XM, arg, code, short, string_value
-from neuron_migrate.rewrites import (LOOSE_PARENTS, assigned_name, dist, env_int, is_statement, keep_parens,
+from neuron_migrate.rules.patterns import XM, arg, code, short, string_value
+from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, assigned_name, dist, env_int, is_statement, keep_parens,
                                      local_rank, note_fstring, only_args, paren, rank, replace_statement)
-from neuron_migrate import devices
+from neuron_migrate.rules import devices
 from neuron_migrate.rules import Rule
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 XR = "torch_xla.runtime"
 XMP = "torch_xla.distributed.xla_multiprocessing"

@@ -1,6 +1,6 @@
 """NM403-NM405: environment variables of the XLA-based stack, set or read in Python code.
 
-The same table (`rules/environment.toml`) serves shell scripts and Dockerfiles (`neuron_migrate/envfiles.py`).
+The same table (`rules/environment.toml`) serves shell scripts and Dockerfiles (`neuron_migrate/files/envfiles.py`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 import libcst as cst
 
 from neuron_migrate.catalogue import load_data
-from neuron_migrate.patterns import arg, string_value
+from neuron_migrate.rules.patterns import arg, string_value
 from neuron_migrate.rules import Rule
 
 OS_ENVIRON = "os.environ"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.patterns import XM, arg, short
-from neuron_migrate import devices
+from neuron_migrate.rules.patterns import XM, arg, short
+from neuron_migrate.rules import devices
 from neuron_migrate.rules import Rule
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 MARK_STEP = frozenset({f"{XM}.mark_step", "torch_xla.sync", "torch_xla.torch_xla.sync"})
 WAIT = frozenset({f"{XM}.wait_device_ops"})

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from neuron_migrate.names import Occurrence, Scope
-from neuron_migrate.patterns import XM, arg, code, short
-from neuron_migrate.rewrites import dist, only_args, replace_statement, world_size
+from neuron_migrate.engine.names import Occurrence, Scope
+from neuron_migrate.rules.patterns import XM, arg, code, short
+from neuron_migrate.rules.rewrites import dist, only_args, replace_statement, world_size
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
 from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP

@@ -7,12 +7,12 @@ import functools
 import libcst as cst
 
 from neuron_migrate.catalogue import load_data
-from neuron_migrate.envfiles import TRN1
-from neuron_migrate.names import dotted_str
-from neuron_migrate.patterns import arg, code, has_star, short, string_value
+from neuron_migrate.files.envfiles import TRN1
+from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 TRACE = "torch_neuronx.trace"
 JIT_ARTIFACT = frozenset({"torch.jit.save", "torch.jit.load"})

@@ -7,9 +7,9 @@ import functools
 import libcst as cst
 
 from neuron_migrate.catalogue import load_data, rule
-from neuron_migrate.edits import marker_text
-from neuron_migrate.imports import is_legacy
-from neuron_migrate.names import dotted_str
+from neuron_migrate.engine.edits import marker_text
+from neuron_migrate.engine.imports import is_legacy
+from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules import Rule
 
 

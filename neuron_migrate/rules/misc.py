@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.patterns import XM, arg, code, short
+from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank
-from neuron_migrate.cstparse import expression
+from neuron_migrate.rules.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank
+from neuron_migrate.syntax.parse import expression
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
 STEP_CLOSURE = frozenset({f"{XM}.add_step_closure"})

@@ -6,9 +6,9 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.patterns import XM, arg, code, has_star, short
+from neuron_migrate.rules.patterns import XM, arg, code, has_star, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 OPTIMIZER_STEP = frozenset({f"{XM}.optimizer_step"})
 

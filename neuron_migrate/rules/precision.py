@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.patterns import arg, code, has_star, short, string_value
+from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import moving_to_neuron, reference
-from neuron_migrate.cstparse import expression
+from neuron_migrate.syntax.parse import expression
 
 FLOAT64 = frozenset({"torch.float64", "torch.double", "torch.complex128", "torch.cdouble", "torch.DoubleTensor",
                      "torch.cuda.DoubleTensor"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.patterns import arg, short, string_value
+from neuron_migrate.rules.patterns import arg, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import imports_any, is_true
 

@@ -7,8 +7,8 @@ import functools
 import libcst as cst
 
 from neuron_migrate.catalogue import load_data
-from neuron_migrate.names import dotted_str
-from neuron_migrate.patterns import arg, short
+from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.rules.patterns import arg, short
 from neuron_migrate.rules import Rule, names_pattern
 
 # Qualified names (a name or a whole module) -> the code that reports them.

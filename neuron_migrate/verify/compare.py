@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from neuron_migrate.output import plural
+from neuron_migrate.cli.output import plural
 
 LOW_PRECISION = ("torch.bfloat16", "torch.float16")
 # (rtol, atol). Two backends (torch_xla or the real device against CPU kernels) round differently, and

@@ -29,7 +29,7 @@ def quickstart_check(requested: str) -> int:
         ok, message = emulated_check()
         click.echo(f"emulated `neuron` device: {message}")
         return 0 if ok else 1
-    from neuron_migrate.doctor import Status, device_check
+    from neuron_migrate.cli.doctor import Status, device_check
 
     check, _ = device_check()
     click.echo(f"`neuron` device: {check.message}")

@@ -6,7 +6,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 
-from neuron_migrate.output import plural
+from neuron_migrate.cli.output import plural
 from neuron_migrate.verify.compare import Check, Comparison
 from neuron_migrate.verify.fallbacks import DATA_FILE, Fallback
 from neuron_migrate.verify.runs import Migration, RunResult

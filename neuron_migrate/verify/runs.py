@@ -14,7 +14,7 @@ from pathlib import Path
 
 import neuron_migrate
 from neuron_migrate.findings import Finding
-from neuron_migrate.runner import run as run_engine, write_results
+from neuron_migrate.engine.runner import run as run_engine, write_results
 from neuron_migrate.settings import Settings
 from neuron_migrate.verify.harness import CONFIG_ENV
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from neuron_migrate import catalogue
 from neuron_migrate.catalogue import CatalogueError
-from neuron_migrate.discover import kind_of
-from neuron_migrate.output import plural
-from neuron_migrate.runner import Run
-from neuron_migrate.sources import write_atomic
+from neuron_migrate.engine.discover import kind_of
+from neuron_migrate.cli.output import plural
+from neuron_migrate.engine.runner import Run
+from neuron_migrate.engine.sources import write_atomic
 
 NEXT_STEPS = (
     ("neuron-migrate check .", "to list what is left: the markers above and APIs the native backend lacks"),

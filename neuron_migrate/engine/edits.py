@@ -16,7 +16,7 @@ import libcst as cst
 from libcst._nodes.expression import _BaseParenthesizedNode
 from libcst._nodes.internal import CodegenState
 
-from neuron_migrate.walk import children, node_kind, visit_fields
+from neuron_migrate.syntax.walk import children, node_kind, visit_fields
 
 Replacer = Callable[[cst.CSTNode], cst.CSTNode]
 

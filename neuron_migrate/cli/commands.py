@@ -7,9 +7,10 @@ import sys
 
 import click
 
-from neuron_migrate import catalogue, config, reports
-from neuron_migrate.output import check_summary, finding_line, json_report, rewrite_summary, unified_diff
-from neuron_migrate.runner import run, write_results
+from neuron_migrate import catalogue, config
+from neuron_migrate.cli import formats as reports
+from neuron_migrate.cli.output import check_summary, finding_line, json_report, rewrite_summary, unified_diff
+from neuron_migrate.engine.runner import run, write_results
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -37,7 +38,7 @@ def common_options(f):
 
 def _paths(paths: tuple[str, ...], hook: bool, exclude: tuple[str, ...]) -> tuple[str, ...]:
     if hook:
-        from neuron_migrate.hook import hook_paths
+        from neuron_migrate.cli.hook import hook_paths
 
         return hook_paths(paths, exclude)
     return paths or (".",)
@@ -111,7 +112,8 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero) 
 def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, dry_run, no_compile, safe_only, device_style,
             output_dir, report_path) -> None:
     """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir)."""
-    from neuron_migrate import outdir, report
+    from neuron_migrate.engine import outdir
+    from neuron_migrate.cli import report
 
     resolved = _settings(paths or (".",), select, ignore, exclude, compile=False if no_compile else None,
                          safe_only=safe_only, device_style=device_style)

@@ -18,17 +18,17 @@ from typing import Callable
 import libcst as cst
 
 from neuron_migrate import catalogue
-from neuron_migrate import cstparse
-from neuron_migrate.cstparse import parse_module
-from neuron_migrate.edits import MARKER_PREFIX, EditSet, Renderer, apply, has_marker, marker_text
+from neuron_migrate.syntax import parse as cstparse
+from neuron_migrate.syntax.parse import parse_module
+from neuron_migrate.engine.edits import MARKER_PREFIX, EditSet, Renderer, apply, has_marker, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
-from neuron_migrate import imports
-from neuron_migrate.imports import is_docstring
-from neuron_migrate.names import Analysis, Occurrence, Scope, import_target
-from neuron_migrate import positions
+from neuron_migrate.engine import imports
+from neuron_migrate.engine.imports import is_docstring
+from neuron_migrate.engine.names import Analysis, Occurrence, Scope, import_target
+from neuron_migrate.syntax import positions
 from neuron_migrate.rules import Present, Rule, all_rules
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import Source, SourceError, decode
+from neuron_migrate.engine.sources import Source, SourceError, decode
 from neuron_migrate.suppress import MAY_SUPPRESS, Suppressions
 from neuron_migrate.suppress import UNUSED_CODE as UNUSED_SUPPRESSION
 

@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from neuron_migrate.walk import SYNTAX, TOKEN, node_kind, syntax_fields, visit_fields, wants_tokens
+from neuron_migrate.syntax.walk import SYNTAX, TOKEN, node_kind, syntax_fields, visit_fields, wants_tokens
 
 NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)

@@ -15,12 +15,12 @@ from neuron_migrate import __version__
 
 # name -> "module:attribute" of a click command, imported on first use.
 LAZY_COMMANDS: dict[str, str] = {
-    "check": "neuron_migrate.commands:check",
-    "rewrite": "neuron_migrate.commands:rewrite",
-    "rules": "neuron_migrate.commands:rules",
-    "explain": "neuron_migrate.commands:explain",
+    "check": "neuron_migrate.cli.commands:check",
+    "rewrite": "neuron_migrate.cli.commands:rewrite",
+    "rules": "neuron_migrate.cli.commands:rules",
+    "explain": "neuron_migrate.cli.commands:explain",
     "pin": "neuron_migrate.pin.command:pin",
-    "doctor": "neuron_migrate.doctor:doctor",
+    "doctor": "neuron_migrate.cli.doctor:doctor",
     "verify": "neuron_migrate.verify.command:verify",
 }
 

@@ -6,7 +6,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.edits import PlainCodegenState
+from neuron_migrate.engine.edits import PlainCodegenState
 
 XM = "torch_xla.core.xla_model"
 

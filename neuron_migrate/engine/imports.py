@@ -13,10 +13,10 @@ from typing import Callable, Mapping
 
 import libcst as cst
 
-from neuron_migrate.edits import EditSet, apply
+from neuron_migrate.engine.edits import EditSet, apply
 from neuron_migrate.findings import Finding
-from neuron_migrate.names import Analysis, Binding, dotted, dotted_str
-from neuron_migrate.walk import children
+from neuron_migrate.engine.names import Analysis, Binding, dotted, dotted_str
+from neuron_migrate.syntax.walk import children
 
 LEGACY_ROOTS = ("torch_xla",)
 REPORTING_CALLS = frozenset({"print", "warn", "warning", "info", "debug", "error", "exception", "log"})
@@ -58,7 +58,7 @@ def unused_bindings(analysis: Analysis) -> list[Binding]:
 
 def unused_legacy_findings(ctx, path: str) -> list[Finding]:
     from neuron_migrate import catalogue
-    from neuron_migrate.engine import Pending, _positions
+    from neuron_migrate.engine.python import Pending, _positions
 
     if not ctx.enabled(UNUSED_CODE):
         return []

@@ -21,7 +21,7 @@ from pathlib import Path
 from neuron_migrate import __version__
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import write_atomic
+from neuron_migrate.engine.sources import write_atomic
 
 CACHE_DIR_NAME = ".neuron_migrate_cache"
 ENV_DIR = "NEURON_MIGRATE_CACHE_DIR"
@@ -36,7 +36,7 @@ def digest(data: bytes) -> str:
 @functools.lru_cache(maxsize=1)
 def tool_fingerprint() -> str:
     """The version plus the size and mtime of every module and data file of the installed tool."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # the neuron_migrate package
     from neuron_migrate.catalogue import data_dir
 
     parts = [__version__, str(FORMAT)]

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 
 from neuron_migrate import catalogue
-from neuron_migrate.edits import MARKER_PREFIX, marker_text
-from neuron_migrate.engine import MARKER_CODE, MARKER_RE
+from neuron_migrate.engine.edits import MARKER_PREFIX, marker_text
+from neuron_migrate.engine.python import MARKER_CODE, MARKER_RE
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.rules.environment import code_for, env_pattern, env_table
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import decode
+from neuron_migrate.engine.sources import decode
 from neuron_migrate.suppress import codes_in
 
 TRN1 = re.compile(r"(?<![\w.-])(ml\.)?trn1n?\.\d*x?large\b")

@@ -8,8 +8,8 @@ from typing import Callable
 
 import libcst as cst
 
-from neuron_migrate.patterns import has_star
-from neuron_migrate.cstparse import expression
+from neuron_migrate.rules.patterns import has_star
+from neuron_migrate.syntax.parse import expression
 
 # Places where an expression needs no parentheses of its own.
 LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return, cst.BooleanOperation,

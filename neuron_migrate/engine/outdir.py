@@ -12,10 +12,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from neuron_migrate.cache import CACHE_DIR_NAME
-from neuron_migrate.discover import Problem
-from neuron_migrate.runner import Run
-from neuron_migrate.sources import write_atomic
+from neuron_migrate.engine.cache import CACHE_DIR_NAME
+from neuron_migrate.engine.discover import Problem
+from neuron_migrate.engine.runner import Run
+from neuron_migrate.engine.sources import write_atomic
 
 NOT_COPIED = (".git", ".hg", ".svn", "__pycache__", CACHE_DIR_NAME, ".venv", ".tox", ".nox", ".mypy_cache",
               ".pytest_cache", ".ruff_cache")

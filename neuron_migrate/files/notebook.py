@@ -18,10 +18,10 @@ import re
 from dataclasses import dataclass
 from json.decoder import scanstring
 
-from neuron_migrate.engine import process_python
+from neuron_migrate.engine.python import process_python
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import SourceError
+from neuron_migrate.engine.sources import SourceError
 
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
 MAGIC_LINE = re.compile(r"\s*([%!]|[\w.]+\s*=\s*[%!](?!=)|\?|[\w.]+\?{1,2}\s*$)")

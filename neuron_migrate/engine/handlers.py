@@ -18,16 +18,16 @@ from neuron_migrate.settings import Settings
 Handler = Callable[[str, bytes, Settings, bool], FileResult]
 
 HANDLERS: dict[str, list[str]] = {
-    "python": ["neuron_migrate.engine:process_python", "neuron_migrate.pin.setup_py:process_setup_py"],
-    "notebook": ["neuron_migrate.notebook:process_notebook"],
+    "python": ["neuron_migrate.engine.python:process_python", "neuron_migrate.pin.setup_py:process_setup_py"],
+    "notebook": ["neuron_migrate.files.notebook:process_notebook"],
     "requirements": ["neuron_migrate.pin.requirements:process_requirements"],
     "pyproject": ["neuron_migrate.pin.pyproject:process_pyproject"],
     "lockfile": ["neuron_migrate.pin.lockfile:process_lockfile"],
     "setup-cfg": ["neuron_migrate.pin.setup_cfg:process_setup_cfg"],
     "conda-env": ["neuron_migrate.pin.conda:process_conda_env"],
-    "dockerfile": ["neuron_migrate.pin.dockerfile:process_dockerfile", "neuron_migrate.envfiles:process_dockerfile"],
-    "shell": ["neuron_migrate.pin.shell:process_shell", "neuron_migrate.envfiles:process_shell",
-              "neuron_migrate.launch:process_shell"],
+    "dockerfile": ["neuron_migrate.pin.dockerfile:process_dockerfile", "neuron_migrate.files.envfiles:process_dockerfile"],
+    "shell": ["neuron_migrate.pin.shell:process_shell", "neuron_migrate.files.envfiles:process_shell",
+              "neuron_migrate.files.launch:process_shell"],
 }
 
 

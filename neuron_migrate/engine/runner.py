@@ -14,13 +14,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from neuron_migrate.cache import ResultCache, default_dir, digest
-from neuron_migrate.discover import Problem, Target, discover
+from neuron_migrate.engine.cache import ResultCache, default_dir, digest
+from neuron_migrate.engine.discover import Problem, Target, discover
 from neuron_migrate.findings import FileResult
-from neuron_migrate import handlers
-from neuron_migrate.progress import Progress
+from neuron_migrate.engine import handlers
+from neuron_migrate.cli.progress import Progress
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import SourceError, read_bytes, write_atomic
+from neuron_migrate.engine.sources import SourceError, read_bytes, write_atomic
 
 PARALLEL_THRESHOLD = 16  # below this many files, worker start-up costs more than it saves
 DEEP_STACK_BYTES = 512 * 1024 * 1024

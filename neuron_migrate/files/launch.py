@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import libcst as cst
 
 from neuron_migrate import catalogue
-from neuron_migrate.edits import MARKER_PREFIX, marker_text
-from neuron_migrate.engine import marker_findings
+from neuron_migrate.engine.edits import MARKER_PREFIX, marker_text
+from neuron_migrate.engine.python import marker_findings
 from neuron_migrate.findings import FileResult, Finding, FixSafety
-from neuron_migrate.names import Analysis
-from neuron_migrate.patterns import arg
+from neuron_migrate.engine.names import Analysis
+from neuron_migrate.rules.patterns import arg
 from neuron_migrate.rules.distributed import SPAWN
 from neuron_migrate.settings import Settings
-from neuron_migrate.sources import SourceError, decode, read_bytes
+from neuron_migrate.engine.sources import SourceError, decode, read_bytes
 
 # `python train.py`, `python3 -u train.py`, `${PYTHON} train.py`, after a line start, `;`, `&&`, `|` or env vars.
 LAUNCH = re.compile(

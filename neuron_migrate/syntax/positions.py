@@ -22,7 +22,7 @@ import libcst as cst
 from libcst._position import CodePosition, CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from neuron_migrate.edits import NOTHING
+from neuron_migrate.engine.edits import NOTHING
 
 # The line ends of Python's tokenizer and of LibCST's position counting (str.splitlines also splits at
 # \v \f \x1c-\x1e \x85 \u2028 \u2029, which are not line ends in Python).

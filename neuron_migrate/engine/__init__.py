@@ -1,0 +1,1 @@
+"""Per-file processing: find files, read bytes, resolve names, decide, apply, validate, write."""

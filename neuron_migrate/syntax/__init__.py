@@ -1,0 +1,1 @@
+"""LibCST behind one door: parsing, code generation, positions and the walk."""
