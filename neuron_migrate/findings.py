@@ -34,6 +34,8 @@ class Finding:
     cell: int | None = None
     end_line: int | None = None
     end_col: int | None = None
+    # What `rewrite` did about it: "fixed", "marked" (a TODO marker stands above it) or "left"; None from `check`.
+    status: str | None = None
 
     def sort_key(self) -> tuple:
         return (self.path, self.cell or 0, self.line, self.col, self.code, self.message)

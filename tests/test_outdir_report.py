@@ -72,7 +72,7 @@ def test_markdown_and_json_reports(tmp_path):
     assert text.startswith("## Migrate to the native PyTorch `neuron` device\n")
     assert "| NM101 | xla-device-call | 1 |" in text
     assert f"- `{src / 'pkg' / 'train.py'}` (" in text
-    manual = [line for line in text.splitlines() if line.startswith(f"- [ ] `{src / 'pkg' / 'train.py'}:5` NM199: ")]
+    manual = [line for line in text.splitlines() if line.startswith(f"- [ ] `{src / 'pkg' / 'train.py'}:6` NM199: ")]
     assert len(manual) == 1 and "`torch_xla._XLAC._set_ir_debug`" in manual[0]
     assert "([docs](https://" in text
     assert f"- `{src / 'pkg' / 'broken.py'}`: line 2" in text
@@ -86,5 +86,5 @@ def test_markdown_and_json_reports(tmp_path):
     assert [c["path"] for c in report["changed"]] == [str(src / "pkg" / "late.py")]
     assert {r["code"] for r in report["per_rule"]} >= {"NM101"}
     item = report["manual"][0]
-    assert (item["line"], item["code"]) == (5, "NM199") and item["link"].startswith("https://")
+    assert (item["line"], item["code"]) == (6, "NM199")  # the line before the rewrite and item["link"].startswith("https://")
     assert [s["command"] for s in report["next_steps"]][-2:] == ["neuron-migrate verify", "neuron-migrate doctor"]

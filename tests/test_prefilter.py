@@ -21,7 +21,7 @@ import pytest
 from bench.generate import module
 from neuron_migrate import catalogue, suppress
 from neuron_migrate.syntax import parse as cstparse
-from neuron_migrate.engine import edits
+from neuron_migrate.engine import edits, leftovers
 from neuron_migrate.engine import python as engine
 from neuron_migrate.engine.imports import LEGACY_ROOTS, UNUSED_CODE
 from neuron_migrate.engine.names import Analysis, Collector
@@ -74,6 +74,7 @@ def test_edge_cases_have_findings():
     assert sum(found) >= len(EDGE_CASES) - 2, found
 # Codes the engine reports itself, and what must be in the file for each.
 ENGINE_CODES = {
+    leftovers.CODE: lambda data: any(t in data for t in leftovers.TRIGGERS),
     UNUSED_CODE: lambda data: any(r.encode() in data for r in LEGACY_ROOTS),
     engine.MARKER_CODE: lambda data: edits.MARKER_PREFIX.encode() in data,
     suppress.UNUSED_CODE: lambda data: suppress.MAY_SUPPRESS.search(data) is not None,
@@ -89,8 +90,9 @@ def _result(path: str, data: bytes, rewrite: bool):
 
 
 def _without_prefilter(monkeypatch) -> None:
-    monkeypatch.setattr(engine, "active_rules", lambda data, settings, path: [
-        r for r in all_rules() if any(settings.enabled(c, path) for c in r.codes)])
+    """Every rule and the NM199 step run on every file (NM199 is enabled, so every rule runs, enabled or not)."""
+    monkeypatch.setattr(engine, "active_rules", lambda data, settings, path, present=None: list(all_rules()))
+    monkeypatch.setattr(leftovers, "active", lambda present, settings, path: settings.enabled(leftovers.CODE, path))
 
 
 @pytest.mark.parametrize("rewrite", [False, True], ids=["check", "rewrite"])

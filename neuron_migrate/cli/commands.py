@@ -77,15 +77,15 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero) 
     """
     resolved = _settings(paths or (".",), select, ignore, exclude)
     paths = _paths(paths, hook, resolved.exclude)
-    result = run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache)
+    # One pass gives the findings and, where SARIF carries them, the fixed files (the findings are the same).
+    result = run(paths, resolved.settings, rewrite=fmt == "sarif", jobs=jobs, exclude=resolved.exclude,
+                 use_cache=not no_cache)
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors = result.errors
     if fmt == "json":
         click.echo(json_report(findings, errors))
     elif fmt == "sarif":
-        fixed = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude,
-                    use_cache=not no_cache)
-        click.echo(reports.sarif_report(findings, errors, {r.path: r for r in fixed.changed}))
+        click.echo(reports.sarif_report(findings, errors, {r.path: r for r in result.changed}))
     elif fmt == "github":
         click.echo(reports.github_annotations(findings, errors))
     else:

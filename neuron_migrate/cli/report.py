@@ -107,7 +107,7 @@ def markdown(report: Report) -> str:
     if report.manual:
         out += ["### Left for a person", "",
                 "Each item is marked in the code with `# TODO(neuron-migrate NMxxx)`; `neuron-migrate check` "
-                "reports the markers until they are resolved.", ""]
+                "reports the markers until they are resolved. Lines are those of the files before the rewrite.", ""]
         out += [f"- [ ] `{_where(m)}` {m['code']}: {m['message']}" + (f" ([docs]({m['link']}))" if m["link"] else "")
                 for m in report.manual]
         out.append("")

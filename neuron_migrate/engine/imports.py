@@ -14,7 +14,6 @@ from typing import Callable, Mapping
 import libcst as cst
 
 from neuron_migrate.engine.edits import EditSet, apply
-from neuron_migrate.findings import Finding
 from neuron_migrate.engine.names import Analysis, Binding, dotted, dotted_str
 from neuron_migrate.syntax.walk import children
 
@@ -56,24 +55,28 @@ def unused_bindings(analysis: Analysis) -> list[Binding]:
     return out
 
 
-def unused_legacy_findings(ctx, path: str) -> list[Finding]:
+def unused_decisions(ctx, unused: list[Binding]) -> list:
+    """NM190 for each legacy import the fixed file no longer uses (its fix: the tidy-up removes it). Placed at
+    the import, which the fixes do not touch; the message says when the fixes are what leave it unused."""
     from neuron_migrate import catalogue
-    from neuron_migrate.engine.python import Pending, _positions
+    from neuron_migrate.engine.context import FIXED, Decision
 
-    if not ctx.enabled(UNUSED_CODE):
-        return []
     info = catalogue.rule(UNUSED_CODE)
+    already = {id(b.alias) for b in unused_bindings(ctx.analysis)}
     parents = ctx.analysis.parents  # a binding's node is its Import / ImportFrom; the statement line holds it
-    pending = [Pending(UNUSED_CODE, b.alias, info.format(module=_legacy_module_of(b)), True, parents.get(b.node))
-               for b in unused_bindings(ctx.analysis)]
-    return _positions(ctx.module, pending, path)
+    out = []
+    for b in unused:
+        after = "" if id(b.alias) in already else " once the other fixes are made"
+        out.append(Decision(UNUSED_CODE, b.alias, info.format(module=_legacy_module_of(b), after=after), True,
+                            parents.get(b.node), status=FIXED))
+    return out
 
 
-def tidy(module: cst.Module, required: list[tuple[str, str | None]], definitions: list[str], *,
-         render: Callable[[cst.Module], str], before: Analysis) -> tuple[cst.Module, int]:
-    """`render` gives a module's code; `before` is the recording analysis of the module the edits were made on
-    (its untouched statements are not walked again)."""
-    analysis = Analysis(module, reuse=before)
+def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
+         definitions: list[str], *, render: Callable[[cst.Module], str]) -> cst.Module:
+    """Add the imports and definitions the fixed `module` needs, drop the `unused` legacy imports (and the guards
+    that only held them). `analysis` is that of `module` (see `fix` in python.py); `render` gives a module's
+    code."""
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
@@ -82,9 +85,8 @@ def tidy(module: cst.Module, required: list[tuple[str, str | None]], definitions
         unresolved |= set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
     module = _add_definitions(module, definitions)
-    unused = unused_bindings(analysis)
     if not unused:
-        return module, 0
+        return module
     dead_aliases = {id(b.alias) for b in unused}
     dead_names = {b.name for b in unused}
     edits = EditSet()
@@ -103,7 +105,7 @@ def tidy(module: cst.Module, required: list[tuple[str, str | None]], definitions
     parents = _parents_after_additions(analysed, module, analysis.parents)
     guards = _Guards(emptied, dead_names, analysis)
     edits.remove.update(s for s in _enclosing_statements(emptied, parents) if guards.only_guards_dead_imports(s))
-    return apply(module, edits, parents), len(unused)
+    return apply(module, edits, parents)
 
 
 def _enclosing_statements(statements: set[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> list:

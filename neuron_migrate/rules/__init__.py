@@ -56,8 +56,6 @@ class Rule:
     context: ClassVar[tuple[bytes, ...]] = ()
     # ... and, when set, this pattern too (see `names_pattern`): for names short enough to hide in other words.
     pattern: ClassVar[NamesPattern | re.Pattern[bytes] | None] = None
-    # Rules that must run after others (for example to see which statements were removed) set a higher order.
-    order: ClassVar[int] = 0
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
@@ -134,4 +132,12 @@ def all_rules() -> tuple[type[Rule], ...]:
         for obj in vars(module).values():
             if inspect.isclass(obj) and issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
                 found.append(obj)
-    return tuple(sorted(found, key=lambda r: (r.order, r.codes)))
+    return tuple(sorted(found, key=lambda r: (_AFTER.get(r.__name__, 0), r.codes)))
+
+
+# The orderings that matter, all of them; every other rule decides in the order of its codes. Rules see every node
+# in file order; a later rule's `finish()` runs after an earlier one's, and its edits to the same statement come
+# after the earlier rule's. (NM199, which needs every rule's reports, is not a rule: an engine step after them.)
+_AFTER = {
+    "GradientAveraging": 1,  # NM106 after NM107: the DDP wrapper it inserts comes after the inserted model.compile()
+}

@@ -10,6 +10,8 @@ per file, and every rewritten device reference uses it (`DEVICE`, `DEVICE.type`)
 
 from __future__ import annotations
 
+from neuron_migrate.engine.facts import fact
+
 NEURON = "neuron"
 ACCELERATOR = "accelerator"
 STYLES = (NEURON, ACCELERATOR)
@@ -20,17 +22,20 @@ def portable(ctx) -> bool:
     return ctx.settings.device_style == ACCELERATOR
 
 
+@fact
+def device_variable(ctx) -> str:
+    """The name of the file's module-level device variable (accelerator style), defined after the imports when
+    first asked for."""
+    scope = ctx.analysis.module_scope
+    name = next((n for n in DEVICE_NAMES if not ctx._name_taken(n)), DEVICE_NAMES[-1])
+    torch = ctx.module_ref("torch", scope=scope)
+    ctx.define(f"{name} = {torch}.accelerator.current_accelerator(check_available=True) or "
+               f"{torch}.device({ctx.string('cpu')})")
+    return name
+
+
 def module_device(ctx) -> str:
-    """The name of the file's module-level device variable, defined once on first use."""
-    name = ctx.shared.get("device_name")
-    if name is None:
-        scope = ctx.analysis.module_scope
-        name = next((n for n in DEVICE_NAMES if not ctx._name_taken(n)), DEVICE_NAMES[-1])
-        torch = ctx.module_ref("torch", scope=scope)
-        ctx.define(f"{name} = {torch}.accelerator.current_accelerator(check_available=True) or "
-                   f"{torch}.device({ctx.string('cpu')})")
-        ctx.shared["device_name"] = name
-    return name  # type: ignore[return-value]
+    return ctx.facts.device_variable
 
 
 def device(ctx, index: str | None = None) -> str:

@@ -11,7 +11,7 @@ import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, code, short, string_value
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, assigned_name, dist, env_int, is_statement, keep_parens,
-                                     local_rank, note_fstring, only_args, paren, rank, replace_statement)
+                                     local_rank, only_args, paren, rank, replace_statement)
 from neuron_migrate.rules import devices
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -50,9 +50,6 @@ class RankAndWorldSize(Rule):
 
     codes = ("NM203",)
     triggers = (b"torch_xla",)
-
-    def visit_FormattedString(self, node: cst.FormattedString) -> None:
-        note_fstring(self.ctx, node)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

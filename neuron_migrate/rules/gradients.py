@@ -52,7 +52,6 @@ class Placement:
 class GradientAveraging(Rule):
     codes = ("NM106", "NM209")
     triggers = (b"torch_xla",)
-    order = 10  # after NM107 so that the wrapper comes after the inserted model.compile(...)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -192,8 +191,7 @@ class GradientAveraging(Rule):
         ctx = self.ctx
         if ctx.report("NM106", step.node, call=short(step.node), fixed=fixed):
             return True
-        if ctx.rewrite:
-            ctx.report("NM209", step.node, call=short(step.node))
+        ctx.report("NM209", step.node, call=short(step.node))
         return False
 
     def _explicit(self, step: Step) -> None:

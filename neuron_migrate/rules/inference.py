@@ -10,6 +10,7 @@ from neuron_migrate.catalogue import load_data
 from neuron_migrate.files.envfiles import TRN1
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
+from neuron_migrate.engine.facts import fact
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
 from neuron_migrate.syntax.parse import expression
@@ -32,6 +33,12 @@ NEURON_ROOTS = ("torch_neuronx", "torch_neuron")
 def library_hints() -> dict[str, str]:
     return load_data("inference.toml")["libraries"]
 
+
+
+@fact
+def imports_neuron_libraries(ctx) -> bool:
+    """The file imports one of the Neuron libraries (NEURON_ROOTS)."""
+    return imports_any(ctx, NEURON_ROOTS)
 
 class NeuronxTrace(Rule):
     codes = ("NM501", "NM502", "NM503", "NM504", "NM505")
@@ -59,9 +66,7 @@ class NeuronxTrace(Rule):
             ctx.replace(node, expression(fixed))
 
     def _uses_neuronx(self) -> bool:
-        if "imports_neuronx" not in self.ctx.shared:
-            self.ctx.shared["imports_neuronx"] = imports_any(self.ctx, NEURON_ROOTS)
-        return bool(self.ctx.shared["imports_neuronx"])
+        return self.ctx.facts.imports_neuron_libraries
 
     def _reference(self, node: cst.CSTNode) -> None:
         if node in self.ctx.handled:

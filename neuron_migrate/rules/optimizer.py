@@ -7,6 +7,7 @@ import re
 import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, code, has_star, short
+from neuron_migrate.engine.facts import fact
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
 
@@ -20,12 +21,14 @@ DATA_PARALLEL = re.compile(
 )
 
 
+@fact
+def data_parallel(ctx) -> bool:
+    """The file reads like a data-parallel program (DATA_PARALLEL)."""
+    return bool(DATA_PARALLEL.search(ctx.source.text))
+
+
 def is_data_parallel(ctx) -> bool:
-    value = ctx.shared.get("data_parallel")
-    if value is None:
-        value = bool(DATA_PARALLEL.search(ctx.source.text))
-        ctx.shared["data_parallel"] = value
-    return bool(value)
+    return ctx.facts.data_parallel
 
 
 class OptimizerStep(Rule):

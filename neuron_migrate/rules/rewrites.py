@@ -18,19 +18,8 @@ LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfEx
 
 def env_int(ctx, variable: str, default: str) -> str:
     """`int(os.environ.get("RANK", 0))`: what torchrun set, or the single-process value."""
-    quote = ctx.shared.get("fstring_quotes", {}).get(id(ctx.current.node), ctx.quote)
+    quote = ctx.facts.fstring_quotes.get(id(ctx.current.node), ctx.quote)
     return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {default}))"
-
-
-def note_fstring(ctx, node: cst.FormattedString) -> None:
-    """Remember the quote that code placed inside this f-string must use (the other one, before Python 3.12)."""
-    quote = "'" if node.start.rstrip().endswith('"') else '"'
-    quotes = ctx.shared.setdefault("fstring_quotes", {})
-    stack = list(node.parts)
-    while stack:
-        child = stack.pop()
-        quotes[id(child)] = quote
-        stack.extend(child.children)
 
 
 def rank(ctx) -> str:

@@ -1,0 +1,213 @@
+"""What a rule sees of the file it decides on, and how it reports findings with their fixes.
+
+One decide pass serves `check` and `rewrite` alike: a rule reports a finding (`ctx.report`) and, when the policy
+lets the finding be fixed, makes the edits that fix it. The engine then applies the edits (to write or show them,
+and to learn which legacy imports the fixes leave unused) and turns the decisions into findings. So both
+commands see the same findings; `rewrite` also says of each whether it was fixed, marked or left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import libcst as cst
+
+from neuron_migrate import catalogue
+from neuron_migrate.engine.edits import EditSet, has_marker, marker_text
+from neuron_migrate.engine.facts import Facts
+from neuron_migrate.engine.imports import is_docstring
+from neuron_migrate.engine.names import Analysis, Occurrence, Scope, import_target
+from neuron_migrate.engine.sources import Source, SourceError
+from neuron_migrate.findings import FixSafety
+from neuron_migrate.settings import Settings
+from neuron_migrate.suppress import Suppressions
+from neuron_migrate.syntax import parse as cstparse
+
+_UNKNOWN = object()
+
+FIXED, MARKED, LEFT = "fixed", "marked", "left"  # what `rewrite` did about a finding
+
+
+@dataclass
+class Decision:
+    """A finding a rule reported, before it is placed: its node, message, and what the policy lets be done."""
+
+    code: str
+    node: cst.CSTNode
+    message: str
+    fixable: bool  # the policy allows the fix (safe, or unsafe without --safe-only)
+    statement: cst.CSTNode | None
+    status: str = LEFT  # FIXED: its edits are made; MARKED: a marker stands above its statement; LEFT: neither
+
+
+@dataclass
+class FileContext:
+    """What a rule sees of the file it is deciding on, and how it reports and edits."""
+
+    path: str
+    source: Source
+    module: cst.Module
+    analysis: Analysis
+    settings: Settings
+    edits: EditSet = field(default_factory=EditSet)
+    decisions: list[Decision] = field(default_factory=list)
+    required_imports: list[tuple[str, str | None]] = field(default_factory=list)
+    definitions: list[str] = field(default_factory=list)
+    current: Occurrence | None = None
+    handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
+    suppressions: Suppressions = field(default_factory=Suppressions)
+    may_suppress: bool = True  # False when the file holds no suppression comment (MAY_SUPPRESS): skip the lookups
+    _qualnames: dict[tuple[cst.CSTNode, Scope], str | None] = field(default_factory=dict)
+    _top_imports: set[tuple[int, str]] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.facts = Facts(self)
+
+    # -- names -----------------------------------------------------------------------------------------
+    @property
+    def scope(self) -> Scope:
+        assert self.current is not None
+        return self.current.scope
+
+    def qualname(self, expr: cst.CSTNode | None, scope: Scope | None = None) -> str | None:
+        """The dotted name `expr` stands for through the file's imports; asked by many rules, resolved once."""
+        if expr is None:
+            return None
+        key = (expr, scope or self.current.scope)
+        found = self._qualnames.get(key, _UNKNOWN)
+        if found is _UNKNOWN:
+            found = self._qualnames[key] = self.analysis.qualname(expr, key[1])
+        return found
+
+    def module_ref(self, module: str, alias: str | None = None, scope: Scope | None = None) -> str:
+        """The expression text that names `module` in the current scope, adding an import when none exists.
+
+        `module_ref("torch")` gives "torch" (or "th" after `import torch as th`);
+        `module_ref("torch.distributed", "dist")` gives "dist" and adds `import torch.distributed as dist`.
+        A function that imports the module only on some paths gets the import at the top of its body, since
+        its name is local to the whole function.
+        """
+        scope = scope or self.scope
+        local = self.analysis.local_name_for(module, scope)
+        if local is not None:
+            return local
+        if alias is not None and self.analysis.lookup(alias, scope) is None and not self._name_taken(alias):
+            self._require(module, alias)
+            return alias
+        root = module.split(".")[0]
+        owner = self.analysis.lookup(root, scope)
+        if owner is None:
+            self._require(module, None)
+            return module
+        if import_target(owner.bindings[root]) != root:
+            raise SourceError(f"cannot add an import of {module}: the name {root!r} is taken in this file")
+        if owner.kind == "module":
+            self._require(module, None)
+        else:
+            self._import_at_top(owner, module)
+        return module
+
+    def _import_at_top(self, function_scope: Scope, module: str) -> None:
+        key = (id(function_scope.node), module)
+        if key in self._top_imports:
+            return
+        self._top_imports.add(key)
+        body = function_scope.node.body
+        first = body.body[0]
+        if isinstance(body, cst.IndentedBlock) and is_docstring(first) and len(body.body) > 1:
+            self.insert_after(first, f"import {module}\n")
+        else:
+            self.insert_before(first, f"import {module}\n")
+
+    def _name_taken(self, name: str) -> bool:
+        return any(name in s.bindings for s in self.analysis.scopes)
+
+    def _require(self, module: str, alias: str | None) -> None:
+        if (module, alias) not in self.required_imports:
+            self.required_imports.append((module, alias))
+
+    @property
+    def quote(self) -> str:
+        """The quote character the file prefers for new string literals."""
+        return self.facts.quote
+
+    def string(self, value: str) -> str:
+        return f"{self.quote}{value}{self.quote}"
+
+    @property
+    def moving_to_neuron(self) -> bool:
+        return self.facts.moving_to_neuron
+
+    # -- findings and edits ------------------------------------------------------------------------------
+    def enabled(self, code: str) -> bool:
+        return self.settings.enabled(code, self.path)
+
+    def report(self, code: str, node: cst.CSTNode, statement: cst.CSTNode | None = None, marker: bool = True,
+               **fields) -> bool:
+        """Record a finding. Returns True when the rule should now make its edits for it.
+
+        The answer is the same for `check` and `rewrite`: True when the code is enabled, not suppressed on its
+        line, and its fix allowed (safe, or unsafe without `--safe-only`). For manual rules the marker is placed
+        here (above `statement`, by default the current statement) and False is returned; with `marker=False`
+        True is returned and the caller places one marker for several findings. Check-only rules get no marker.
+        A finding on a statement that already carries this code's marker is not repeated: the marker (NM900)
+        stands for it. Every reported node counts as handled, enabled or not, so NM199 never reports it.
+        """
+        self.handled.add(node)
+        if isinstance(node, cst.Call):
+            self.handled.add(node.func)
+        if not self.enabled(code):
+            return False
+        if self.may_suppress and self.suppressions.suppresses(self.current.statement if self.current else statement,
+                                                              code):
+            return False
+        info = catalogue.rule(code)
+        statement = statement or (self.current.statement if self.current else None)
+        if statement is not None and has_marker(statement, code):
+            return False
+        fixable = info.fix is not FixSafety.MANUAL and not (info.fix is FixSafety.UNSAFE and self.settings.safe_only)
+        decision = Decision(code, node, info.format(**fields), fixable, statement)
+        self.decisions.append(decision)
+        if info.fix is FixSafety.MANUAL:
+            if statement is None or info.check_only or (info.marks_migrating_only and not self.moving_to_neuron):
+                return False
+            decision.status = MARKED
+            if marker:
+                self.edits.add_marker(statement, marker_text(code, decision.message, info.link))
+                return False
+            return True  # the caller places one marker for several findings
+        if not fixable:
+            return False
+        decision.status = FIXED
+        return True
+
+    def replace(self, node: cst.CSTNode, new: cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode]) -> None:
+        self.edits.add_replace(node, new if callable(new) else (lambda _old, _new=new: _new))
+
+    def remove(self, node: cst.CSTNode) -> None:
+        self.edits.remove.add(node)
+
+    def insert_after(self, statement: cst.CSTNode, code: str) -> None:
+        self.edits.after.setdefault(statement, []).extend(cstparse.statements(code))
+
+    def insert_before(self, statement: cst.CSTNode, code: str) -> None:
+        self.edits.before.setdefault(statement, []).extend(cstparse.statements(code))
+
+    def unwrap(self, statement: cst.CSTNode) -> None:
+        self.edits.unwrap.add(statement)
+
+    def replace_small_statement(self, code: str) -> bool:
+        """Replace the current small statement by `code` (statements); False where that cannot be done in place."""
+        occ = self.current
+        line = occ.statement if occ is not None else None
+        if not isinstance(line, cst.SimpleStatementLine) or occ.small is not line.body[-1]:
+            return False
+        self.remove(occ.small)
+        self.insert_after(line, code)
+        return True
+
+    def define(self, code: str) -> None:
+        """A module-level statement that new code relies on, placed once after the imports."""
+        if code not in self.definitions:
+            self.definitions.append(code)

@@ -1,0 +1,101 @@
+"""NM199, an engine step after the rules: every torch_xla reference that no rule reported on (enabled or not) is
+reported and marked, so nothing is left behind silently. A new rule only has to report on a node (a `Call` counts
+for its `func` too) to take it over."""
+
+from __future__ import annotations
+
+import functools
+
+import libcst as cst
+
+from neuron_migrate.catalogue import load_data, rule
+from neuron_migrate.engine.edits import marker_text
+from neuron_migrate.engine.imports import is_legacy
+from neuron_migrate.engine.names import dotted_str
+
+
+@functools.lru_cache(maxsize=1)
+def _hints() -> dict[str, str]:
+    return load_data("mappings.toml")["hints"]
+
+
+def _is_module(qualname: str) -> bool:
+    """A torch_xla module (rather than a function or class of one), as far as the mapping data knows."""
+    return qualname == "torch_xla" or any(key.startswith(qualname + ".") for key in _hints())
+
+
+def hint_for(qualname: str) -> str:
+    hints = _hints()
+    if qualname in hints:
+        return hints[qualname]
+    parts = qualname.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        key = ".".join(parts[:i]) + ".*"
+        if key in hints:
+            return hints[key]
+    return ""
+
+
+MODULE_HINT = ("the torch_xla module itself is used as a value, e.g. an availability test; torch_xla is not "
+               "installed with the native backend: decide what this code should do there")
+
+
+_TARGET_OWNERS = (cst.AssignTarget, cst.AnnAssign, cst.AugAssign, cst.For, cst.CompFor)
+_BINDERS = (cst.AsName, cst.Param, cst.Global, cst.Nonlocal)
+_IMPORTS = (cst.Import, cst.ImportFrom)
+
+
+def _is_target(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+    kind = type(parent)  # exact types: isinstance on LibCST's ABCs is slow, and every name comes here
+    if kind in _TARGET_OWNERS:
+        return parent.target is node
+    return kind in _BINDERS
+
+
+CODE = "NM199"
+TRIGGERS = (b"torch_xla",)
+NODE_TYPES = (cst.Attribute, cst.Name)
+
+
+def active(present, settings, path: str) -> bool:
+    """Whether the step runs on this file (its pre-filter and the selection)."""
+    return present.any(TRIGGERS) and settings.enabled(CODE, path)
+
+
+def _reference(ctx, occ) -> str | None:
+    """The legacy qualified name `occ.node` stands for, where it is a whole name chain that is used (not bound,
+    not imported)."""
+    node, parent = occ.node, occ.parent
+    if type(parent) is cst.Attribute and (parent.value is node or parent.attr is node):
+        return None  # only the whole chain counts
+    if _is_target(node, parent):
+        return None  # a binding (`xm = None`), not a use
+    if type(occ.small) in _IMPORTS:
+        return None
+    ctx.current = occ
+    qual = ctx.qualname(node)
+    return qual if is_legacy(qual) else None
+
+
+def report_leftovers(ctx) -> None:
+    """After every rule decided: report and mark each legacy reference no rule reported on."""
+    by_statement: dict[cst.CSTNode, list[str]] = {}
+    for occ in ctx.analysis.occurrences:
+        node = occ.node
+        if type(node) not in NODE_TYPES or node in ctx.handled:
+            continue
+        qual = _reference(ctx, occ)
+        if qual is None:
+            continue
+        name = dotted_str(node) or qual
+        hint = MODULE_HINT if isinstance(node, cst.Name) and _is_module(qual) else hint_for(qual)
+        if ctx.report(CODE, node, marker=False, name=name, qualname=qual, hint=f"; {hint}" if hint else ""):
+            items = by_statement.setdefault(occ.statement, [])
+            item = f"`{name}` ({hint})" if hint else f"`{name}`"
+            if item not in items:
+                items.append(item)
+    ctx.current = None
+    info = rule(CODE)
+    for statement, items in by_statement.items():
+        text = "torch_xla API without an automatic rewrite: " + ", ".join(items)
+        ctx.edits.add_marker(statement, marker_text(CODE, text, info.link))

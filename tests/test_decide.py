@@ -1,0 +1,135 @@
+"""One decide pass: `check` and `rewrite` report the same findings, and rewrite says what it did with each."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from neuron_migrate.engine import leftovers
+from neuron_migrate.engine.context import FIXED, LEFT, MARKED
+from neuron_migrate.engine.python import process_python
+from neuron_migrate.findings import FixSafety
+from neuron_migrate import catalogue
+from neuron_migrate.rules import Rule, all_rules
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, ROOT, cli
+
+CASES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith(".expected.py"))
+EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
+
+
+def _key(f):
+    return (f.path, f.cell, f.line, f.col, f.code, f.message, f.fixable)
+
+
+def _both(path, settings=Settings()):
+    data = path.read_bytes()
+    return (process_python(str(path), data, settings, False), process_python(str(path), data, settings, True))
+
+
+@pytest.mark.parametrize("path", CASES + EXAMPLES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_check_and_rewrite_report_the_same_findings(path):
+    checked, rewritten = _both(path)
+    assert [_key(f) for f in checked.findings] == [_key(f) for f in rewritten.findings]
+    assert all(f.status is None for f in checked.findings)
+    assert all(f.status in (FIXED, MARKED, LEFT) for f in rewritten.findings)
+    # the counts of the summary are the findings that were fixed, rule by rule
+    assert rewritten.applied == dict(Counter(f.code for f in rewritten.findings if f.status == FIXED))
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_status_follows_the_policy(path):
+    for f in _both(path)[1].findings:
+        info = catalogue.rule(f.code)
+        if f.status == FIXED:
+            assert f.fixable and info.fix is not FixSafety.MANUAL
+        elif f.status == MARKED:
+            assert info.fix is FixSafety.MANUAL and not info.check_only
+        elif info.fix is not FixSafety.MANUAL and f.code != "NM900":
+            assert not f.fixable, f  # a fixable finding is fixed
+
+
+def test_safe_only_leaves_unsafe_fixes_in_both_modes():
+    path = FIXTURES / "NM209-gradient-averaging-manual" / "safe_only.py"
+    checked, rewritten = _both(path, Settings(safe_only=True))
+    assert [_key(f) for f in checked.findings] == [_key(f) for f in rewritten.findings]
+    unsafe = [f for f in rewritten.findings if catalogue.rule(f.code).fix is FixSafety.UNSAFE]
+    assert unsafe and all(f.status == LEFT and not f.fixable for f in unsafe)
+
+
+def test_the_bundled_example_counts_the_same_in_check_and_rewrite(tmp_path):
+    """`check` used to find 6 things in the example's train.py and `rewrite` to make 7 rewrites: the import the
+    other fixes leave unused is a finding too."""
+    train = ROOT / "examples" / "xla_mnist" / "train.py"
+    checked, rewritten = _both(train)
+    assert len(checked.findings) == sum(rewritten.applied.values()) + len(rewritten.manual)
+    nm190 = [f for f in checked.findings if f.code == "NM190"]
+    assert len(nm190) == 1 and "once the other fixes are made" in nm190[0].message
+    assert nm190[0].line == train.read_text().splitlines().index("import torch_xla.core.xla_model as xm") + 1
+
+
+def test_an_import_already_unused_says_so_plainly():
+    text = "import torch_xla.core.xla_model as xm\nimport torch\nx = torch.ones(2)\n"
+    found = process_python("case.py", text.encode(), Settings(), False).findings
+    assert [(f.code, f.message.split(";")[0]) for f in found] == [
+        ("NM190", "`torch_xla.core.xla_model` is imported but not used")]
+
+
+SELECTION = """\
+import torch
+import torch_xla.core.xla_model as xm
+
+device = xm.xla_device()
+rank = xm.get_ordinal()
+total = xm.all_reduce(xm.REDUCE_SUM, torch.ones(1, device=device))
+xm.mark_step()
+"""
+
+
+@pytest.mark.parametrize("settings", [Settings(select=frozenset({"NM1"})), Settings(ignore=frozenset({"NM2"})),
+                                      Settings(select=frozenset({"NM199"}))], ids=["select-NM1", "ignore-NM2",
+                                                                                  "select-NM199"])
+def test_selection_never_turns_a_handled_idiom_into_nm199(settings):
+    """The NM2xx rules still take their nodes when their codes are not selected: no false NM199."""
+    full = process_python("case.py", SELECTION.encode(), Settings(), False).findings
+    assert {"NM203", "NM204"} <= {f.code for f in full} and "NM199" not in {f.code for f in full}
+    for rewrite in (False, True):
+        found = process_python("case.py", SELECTION.encode(), settings, rewrite)
+        assert "NM199" not in {f.code for f in found.findings}
+        assert all(settings.enabled(f.code) for f in found.findings)
+    rewritten = process_python("case.py", SELECTION.encode(), settings, True).new_bytes or b""
+    assert b"xm.get_ordinal()" in rewritten or not rewritten  # a code left out is not fixed
+
+
+def test_nm199_is_an_engine_step_not_a_rule():
+    assert all("NM199" not in r.codes for r in all_rules())
+    assert not hasattr(Rule, "order")
+    text = "import torch_xla.core.xla_model as xm\nprint(xm.get_memory_info())\n"
+    found = process_python("case.py", text.encode(), Settings(), False).findings
+    assert [f.code for f in found] == [leftovers.CODE]
+
+
+def test_sarif_runs_the_pipeline_once_and_carries_the_fixes(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from neuron_migrate.cli import commands
+
+    (tmp_path / "train.py").write_text("import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n")
+    calls = []
+    real = commands.run
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("rewrite"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(commands, "run", counting)
+    monkeypatch.chdir(tmp_path)
+    out = CliRunner().invoke(commands.check, ["--format", "sarif", "--no-cache", "train.py"])
+    assert len(calls) == 1
+    results = json.loads(out.output)["runs"][0]["results"]
+    assert {r["ruleId"] for r in results} == {"NM101", "NM190"}
+    assert all(r.get("fixes") for r in results)
+    text = CliRunner().invoke(commands.check, ["--no-cache", "train.py"]).output
+    assert text.count("NM1") == len(results)
