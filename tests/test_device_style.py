@@ -12,9 +12,9 @@ import pytest
 
 from tests.helpers import ROOT, cli
 
-torch = pytest.importorskip("torch", reason="running the migrated example needs torch (the [verify] extra)")
 
 
+@pytest.mark.needs_torch
 def test_bundled_example_in_accelerator_style_trains_on_the_plain_cpu(tmp_path):
     example = tmp_path / "xla_mnist"
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)
@@ -40,6 +40,7 @@ def test_styles_differ_only_where_a_device_is_named(tmp_path):
     assert "-xm.mark_step()" in neuron and "-xm.mark_step()" in accelerator
 
 
+@pytest.mark.needs_torch
 def test_accelerator_style_computes_the_same_losses_on_the_emulated_neuron_device(tmp_path):
     """The accelerator-style migration, run on the emulated `neuron` device, against the default migration on the CPU."""
     example = tmp_path / "xla_mnist"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import torch
+import pytest
+
+torch = pytest.importorskip("torch", reason="verify compares tensors: needs PyTorch (the [verify] extra)")
 
 from neuron_migrate.verify.compare import compare, compare_losses, precision_of
 from neuron_migrate.verify.fallbacks import known_fallbacks, predict
