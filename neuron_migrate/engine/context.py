@@ -41,6 +41,19 @@ class Decision:
     status: str = LEFT  # FIXED: its edits are made; MARKED: a marker stands above its statement; LEFT: neither
 
 
+def add_edit(edits: EditSet, kind: str, node: cst.CSTNode, value: object) -> None:
+    if kind == "replace":
+        edits.add_replace(node, value)
+    elif kind == "remove":
+        edits.remove.add(node)
+    elif kind == "unwrap":
+        edits.unwrap.add(node)
+    elif kind == "marker":
+        edits.add_marker(node, value)
+    else:  # "after" / "before": statements to insert
+        getattr(edits, kind).setdefault(node, []).extend(value)
+
+
 @dataclass
 class FileContext:
     """What a rule sees of the file it is deciding on, and how it reports and edits."""
@@ -58,8 +71,12 @@ class FileContext:
     handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
     suppressions: Suppressions = field(default_factory=Suppressions)
     may_suppress: bool = True  # False when the file holds no suppression comment (MAY_SUPPRESS): skip the lookups
+    # every edit, in order, with the decision it fixes (the latest one reported; -1 before any): one edit that
+    # fails is dropped with its decision's other edits, and the rest of the file is still fixed
+    journal: list[tuple[int, str, cst.CSTNode, object]] = field(default_factory=list)
     _qualnames: dict[tuple[cst.CSTNode, Scope], str | None] = field(default_factory=dict)
-    _top_imports: set[tuple[int, str]] = field(default_factory=set)
+    # imports placed at a function's top (see module_ref): kept whatever edit is dropped, they harm nothing
+    _top_imports: dict[tuple[int, str], tuple[str, cst.CSTNode, object]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.facts = Facts(self)
@@ -112,13 +129,11 @@ class FileContext:
         key = (id(function_scope.node), module)
         if key in self._top_imports:
             return
-        self._top_imports.add(key)
         body = function_scope.node.body
         first = body.body[0]
-        if isinstance(body, cst.IndentedBlock) and is_docstring(first) and len(body.body) > 1:
-            self.insert_after(first, f"import {module}\n")
-        else:
-            self.insert_before(first, f"import {module}\n")
+        after = isinstance(body, cst.IndentedBlock) and is_docstring(first) and len(body.body) > 1
+        self._top_imports[key] = edit = ("after" if after else "before", first, cstparse.statements(f"import {module}\n"))
+        add_edit(self.edits, *edit)
 
     def _name_taken(self, name: str) -> bool:
         return any(name in s.bindings for s in self.analysis.scopes)
@@ -174,7 +189,7 @@ class FileContext:
                 return False
             decision.status = MARKED
             if marker:
-                self.edits.add_marker(statement, marker_text(code, decision.message, info.link))
+                self.mark(statement, marker_text(code, decision.message, info.link))
                 return False
             return True  # the caller places one marker for several findings
         if not fixable:
@@ -183,19 +198,58 @@ class FileContext:
         return True
 
     def replace(self, node: cst.CSTNode, new: cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode]) -> None:
-        self.edits.add_replace(node, new if callable(new) else (lambda _old, _new=new: _new))
+        self._edit("replace", node, new if callable(new) else (lambda _old, _new=new: _new))
 
     def remove(self, node: cst.CSTNode) -> None:
-        self.edits.remove.add(node)
+        self._edit("remove", node, None)
 
     def insert_after(self, statement: cst.CSTNode, code: str) -> None:
-        self.edits.after.setdefault(statement, []).extend(cstparse.statements(code))
+        self._edit("after", statement, cstparse.statements(code))
 
     def insert_before(self, statement: cst.CSTNode, code: str) -> None:
-        self.edits.before.setdefault(statement, []).extend(cstparse.statements(code))
+        self._edit("before", statement, cstparse.statements(code))
 
     def unwrap(self, statement: cst.CSTNode) -> None:
-        self.edits.unwrap.add(statement)
+        self._edit("unwrap", statement, None)
+
+    def mark(self, statement: cst.CSTNode, text: str) -> None:
+        """A `# TODO(neuron-migrate ...)` marker above `statement` (once per text)."""
+        self._edit("marker", statement, text)
+
+    def _edit(self, kind: str, node: cst.CSTNode, value: object, owner: int | None = None) -> None:
+        self.journal.append((len(self.decisions) - 1 if owner is None else owner, kind, node, value))
+        add_edit(self.edits, kind, node, value)
+
+    # -- edit isolation ------------------------------------------------------------------------------------
+    def checkpoint(self) -> tuple[int, int]:
+        return len(self.journal), len(self.decisions)
+
+    def rollback(self, mark: tuple[int, int]) -> list[Decision]:
+        """Undo the edits and decisions since `mark`; returns the decisions taken back."""
+        edits, decisions = mark
+        del self.journal[edits:]
+        taken = self.decisions[decisions:]
+        del self.decisions[decisions:]
+        self.edits = self.without(set())
+        return taken
+
+    def without(self, dropped: set[int]) -> EditSet:
+        """The edits of every decision but those numbered in `dropped`."""
+        edits = EditSet()
+        for edit in self._top_imports.values():
+            add_edit(edits, *edit)
+        for decision, kind, node, value in self.journal:
+            if decision not in dropped:
+                add_edit(edits, kind, node, value)
+        return edits
+
+    def fix_failed(self, decision: Decision, reason: str) -> None:
+        """`decision`'s fix could not be made: a marker says so above its statement, and says what to do."""
+        info = catalogue.rule(decision.code)
+        decision.status = MARKED if decision.statement is not None else LEFT
+        if decision.statement is not None:  # owned by no decision: no later drop takes it away
+            text = marker_text(decision.code, f"not rewritten automatically ({reason}): {decision.message}", info.link)
+            self._edit("marker", decision.statement, text, owner=-1)
 
     def replace_small_statement(self, code: str) -> bool:
         """Replace the current small statement by `code` (statements); False where that cannot be done in place."""

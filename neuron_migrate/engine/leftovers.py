@@ -98,4 +98,4 @@ def report_leftovers(ctx) -> None:
     info = rule(CODE)
     for statement, items in by_statement.items():
         text = "torch_xla API without an automatic rewrite: " + ", ".join(items)
-        ctx.edits.add_marker(statement, marker_text(CODE, text, info.link))
+        ctx.mark(statement, marker_text(CODE, text, info.link))

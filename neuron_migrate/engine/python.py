@@ -129,7 +129,6 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
             if renderer.code(module) != source.text:
                 raise SourceError("the parser does not give back this file byte for byte, so it cannot be rewritten "
                                   "without changing lines no rule touched; the file was left alone")
-            validate(new_text)  # Python accepts the result: the file was Python to begin with
             result.new_bytes = source.encode(new_text)
         else:
             _python_accepts(source.text)  # nothing to write; a file Python refuses to compile is still reported
@@ -164,41 +163,107 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
 
 
 def decide(ctx: FileContext, rules: list[type[Rule]], step: bool) -> None:
-    """Every rule sees the nodes it asked for, in file order, then finishes; then NM199 takes what is left."""
+    """Every rule sees the nodes it asked for, in file order, then finishes; then NM199 takes what is left. A rule
+    that fails on one node loses what it decided there (its findings are marked instead), not the file."""
     dispatch: dict[type, list] = {}
     instances = [r(ctx) for r in rules]
     for rule in instances:
         for node_type, method in rule.node_types().items():
             dispatch.setdefault(node_type, []).append(getattr(rule, method))
     for occ in ctx.analysis.occurrences:
-        ctx.current = occ
         for handler in dispatch.get(type(occ.node), ()):
-            handler(occ.node)
+            ctx.current = occ
+            _isolated(ctx, handler, occ.node)
     ctx.current = None
     for rule in instances:
-        rule.finish()
+        _isolated(ctx, rule.finish)
     if step:
         leftovers.report_leftovers(ctx)
 
 
+def _isolated(ctx: FileContext, call, *args) -> None:
+    mark = ctx.checkpoint()
+    try:
+        call(*args)
+    except RecursionError:
+        raise  # the runner retries the whole file with a deeper stack
+    except Exception as exc:
+        for decision in ctx.rollback(mark):
+            ctx.decisions.append(decision)
+            ctx.fix_failed(decision, f"the rule failed here: {type(exc).__name__}")
+
+
 def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
     """Apply the decided edits and tidy the imports. The legacy imports the fixed file no longer uses are NM190
-    findings (fixed: the tidy-up removes them); `rewrite` also renders the fixed file."""
-    source, module, analysis = ctx.source, ctx.module, ctx.analysis
-    original = renderer.code(module) if rewrite else None  # first: the new module's untouched statements reuse it
-    new_module = apply(module, ctx.edits, analysis.parents)
-    after = Analysis(new_module, reuse=analysis)
-    unused = imports.unused_bindings(after)
+    findings (fixed: the tidy-up removes them); `rewrite` also renders the fixed file, which must compile. Where
+    the fixed file cannot be built or does not compile, the decision whose edits cause it is found (by halving
+    the decisions), its fix dropped and marked, and the rest made."""
+    original = renderer.code(ctx.module) if rewrite else None  # first: the new module's untouched statements reuse it
+    dropped: set[int] = set()
+    while True:
+        try:
+            new_text, unused = _fixed(ctx, ctx.without(dropped) if dropped else ctx.edits, renderer, rewrite, original)
+            break
+        except RecursionError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, SourceError):
+                _python_accepts(ctx.source.text)  # where Python refuses the original too, say what Python says
+            culprit = _culprit(ctx, renderer, rewrite, original, dropped)
+            if culprit is None:
+                raise
+            dropped.add(culprit)
+            reason = "its rewrite did not compile" if isinstance(exc, SourceError) else \
+                f"its rewrite failed: {type(exc).__name__}"
+            ctx.fix_failed(ctx.decisions[culprit], reason)
     if unused and ctx.enabled(imports.UNUSED_CODE):
         ctx.decisions += imports.unused_decisions(ctx, unused)
+    return new_text
+
+
+def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original: str | None):
+    """(the fixed text or None, the legacy import bindings it no longer uses); raises where it cannot be made."""
+    module, analysis = ctx.module, ctx.analysis
+    new_module = apply(module, edits, analysis.parents)
+    after = Analysis(new_module, reuse=analysis)
+    unused = imports.unused_bindings(after)
     if not rewrite:
-        return None
+        return None, unused
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
                               render=renderer.code)
     rendered = renderer.code(new_module)
     if rendered == original:
-        return source.text  # nothing edited (even where the parser does not give the file back byte for byte)
-    return final_newline(source, rendered)
+        return ctx.source.text, unused  # nothing edited (even where the parser does not give the file back)
+    new_text = final_newline(ctx.source, rendered)
+    validate(new_text)  # Python accepts the result: the file was Python to begin with
+    return new_text, unused
+
+
+def _culprit(ctx: FileContext, renderer: Renderer, rewrite: bool, original: str | None,
+             dropped: set[int]) -> int | None:
+    """The decision whose edits, added to those of the decisions before it, make the fixed file fail; None where
+    the file fails without any decision's edits."""
+    candidates = sorted({d for d, *_ in ctx.journal if d >= 0 and d not in dropped})
+
+    def fails(excluded) -> bool:
+        try:
+            _fixed(ctx, ctx.without(dropped | set(excluded)), renderer, rewrite, original)
+        except RecursionError:
+            raise
+        except Exception:
+            return True
+        return False
+
+    if not candidates or fails(candidates):
+        return None
+    low, high = 0, len(candidates)  # the first `low` decisions pass together, the first `high` fail
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fails(candidates[middle:]):
+            high = middle
+        else:
+            low = middle
+    return candidates[high - 1]
 
 
 def _count(decisions: list[Decision], status: str) -> dict[str, int]:

@@ -81,17 +81,27 @@ class StepClosure(Rule):
         if fn is None or not only_args(node, fn, args, run_async):
             return
         if args is None:
-            rest = ""
+            call_args = []
         elif isinstance(args.value, cst.Tuple):
-            rest = ", ".join(code(e) .rstrip(", ") for e in args.value.elements)
+            call_args = [_as_arg(e, last=i == len(args.value.elements) - 1) for i, e in enumerate(args.value.elements)]
         else:
-            rest = f"*{code(args.value)}"
-        target = code(fn.value)
-        if not isinstance(fn.value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
-            target = f"({target})"
-        fixed = f"{target}({rest})"
-        if ctx.report("NM224", node, call=short(node), fixed=fixed):
-            ctx.replace(node, expression(fixed))
+            call_args = [cst.Arg(value=args.value, star="*")]
+        target = fn.value
+        if not isinstance(target, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not target.lpar:
+            target = target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        # built from the nodes, so comments between the arguments stay where they were
+        fixed = cst.Call(func=target, args=call_args)
+        said = ", ".join(("*" if a.star else "") + code(a.value) for a in call_args)  # without the comments
+        if ctx.report("NM224", node, call=short(node), fixed=f"{code(target)}({said})"):
+            ctx.replace(node, fixed)
+
+
+def _as_arg(element: cst.BaseElement, last: bool) -> cst.Arg:
+    """A tuple element as a call argument; a last comma goes unless a comment or line break follows it."""
+    comma = element.comma
+    if last and isinstance(comma, cst.Comma) and isinstance(comma.whitespace_after, cst.SimpleWhitespace):
+        comma = cst.MaybeSentinel.DEFAULT
+    return cst.Arg(value=element.value, star="*" if isinstance(element, cst.StarredElement) else "", comma=comma)
 
 
 class Seed(Rule):
