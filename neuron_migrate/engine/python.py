@@ -17,10 +17,11 @@ from typing import Callable
 
 import libcst as cst
 
-from neuron_migrate import catalogue
+from neuron_migrate import catalogue, syntax
 from neuron_migrate.syntax import parse as cstparse
 from neuron_migrate.syntax.parse import parse_module
-from neuron_migrate.engine.edits import MARKER_PREFIX, EditSet, Renderer, apply, has_marker, marker_text
+from neuron_migrate.syntax.codegen import Renderer
+from neuron_migrate.engine.edits import MARKER_PREFIX, EditSet, apply, has_marker, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.engine import imports
 from neuron_migrate.engine.imports import is_docstring
@@ -305,6 +306,7 @@ def active_rules(data: bytes, settings: Settings, path: str) -> list[type[Rule]]
             if r.may_match(data, present) and any(settings.enabled(c, path) for c in r.codes)]
 
 
+@syntax.session()  # the file's syntax state; LibCST's speed-ups are in place only during this call
 def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     source = decode(data)
     result = FileResult(path, old_bytes=data)
@@ -314,7 +316,6 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     if not rules and not has_markers and not may_suppress:
         return result
     module = parse(source, python_first=not rewrite)
-    cstparse.new_file()  # the rules' replacement nodes are unique within this file
     renderer = Renderer()
     try:
         new_text = transform(path, source, module, rules, settings, rewrite, result, may_suppress, renderer)
