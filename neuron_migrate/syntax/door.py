@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 # The LibCST releases the suite ran against (keep equal to `libcst` in pyproject.toml; CI runs the floor too).
 # 1.0.1 is below: its parser rejects a file mixing \r and \r\n line ends (tests/test_positions.py).
-TESTED = ">=1.1,<1.10"
+TESTED = ">=1.1.0,<1.10"
 STOCK_ENV = "NEURON_MIGRATE_STOCK_LIBCST"  # set to 1: run LibCST unpatched even where the release is tested
 
 
