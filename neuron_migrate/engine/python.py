@@ -306,7 +306,6 @@ def active_rules(data: bytes, settings: Settings, path: str) -> list[type[Rule]]
             if r.may_match(data, present) and any(settings.enabled(c, path) for c in r.codes)]
 
 
-@syntax.session()  # the file's syntax state; LibCST's speed-ups are in place only during this call
 def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     source = decode(data)
     result = FileResult(path, old_bytes=data)
@@ -315,22 +314,23 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     may_suppress = MAY_SUPPRESS.search(data) is not None
     if not rules and not has_markers and not may_suppress:
         return result
-    module = parse(source, python_first=not rewrite)
-    renderer = Renderer()
-    try:
-        new_text = transform(path, source, module, rules, settings, rewrite, result, may_suppress, renderer)
-        if new_text is not None and new_text != source.text:
-            if renderer.code(module) != source.text:
-                raise SourceError("the parser does not give back this file byte for byte, so it cannot be rewritten "
-                                  "without changing lines no rule touched; the file was left alone")
-            validate(new_text)  # Python accepts the result: the file was Python to begin with
-            result.new_bytes = source.encode(new_text)
-        elif rewrite:
-            _python_accepts(source.text)  # nothing to write; a file Python rejects is still reported
-    except SourceError:
-        if rewrite:
-            _python_accepts(source.text)  # where Python rejects the file, its syntax error is the message
-        raise
+    with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
+        module = parse(source, python_first=not rewrite)
+        renderer = Renderer()
+        try:
+            new_text = transform(path, source, module, rules, settings, rewrite, result, may_suppress, renderer)
+            if new_text is not None and new_text != source.text:
+                if renderer.code(module) != source.text:
+                    raise SourceError("the parser does not give back this file byte for byte, so it cannot be "
+                                      "rewritten without changing lines no rule touched; the file was left alone")
+                validate(new_text)  # Python accepts the result: the file was Python to begin with
+                result.new_bytes = source.encode(new_text)
+            elif rewrite:
+                _python_accepts(source.text)  # nothing to write; a file Python rejects is still reported
+        except SourceError:
+            if rewrite:
+                _python_accepts(source.text)  # where Python rejects the file, its syntax error is the message
+            raise
     return result
 
 

@@ -5,11 +5,13 @@ Everything in the tool that touches LibCST's internals is in this package; other
 engine opens a `session()` around each file, and only inside it are LibCST's methods replaced.
 """
 
-from neuron_migrate.syntax.door import TESTED, Installation, Session, current, fast, install, installation, patched, session
+from neuron_migrate.syntax.door import (TESTED, Installation, Session, current, fast, install, installation, patched,
+                                        session)
 from neuron_migrate.syntax.parse import expression, parse_module, statements
 from neuron_migrate.syntax.codegen import Renderer, code
 from neuron_migrate.syntax.positions import Positions, positions_of, remember
-from neuron_migrate.syntax.walk import children, field_order, node_kind, syntax_fields, visit_fields, walk, wants_tokens
+from neuron_migrate.syntax.walk import (children, field_order, node_kind, syntax_fields, visit_fields, walk,
+                                        wants_tokens)
 
 __all__ = [
     "TESTED", "Installation", "Positions", "Renderer", "Session", "children", "code", "current", "expression",
