@@ -27,7 +27,7 @@ from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
 from neuron_migrate.syntax import codegen, door
 from neuron_migrate.syntax import parse as cstparse
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, cli
 from tests.test_positions import stdlib_sample
 
 TORCH_XLA = Path("/work/bed/corpus/torch_xla")
@@ -164,6 +164,14 @@ def test_a_release_outside_the_tested_range_runs_unpatched(monkeypatch):
     finally:
         monkeypatch.undo()
         assert syntax.install().fast
+
+
+def test_doctor_says_whether_the_speed_ups_are_on():
+    on = cli("doctor", "--no-device")
+    assert f"info  neuron-migrate itself: LibCST {door._libcst_version()}, tested ({syntax.TESTED}): speed-ups on" \
+        in on.stdout
+    off = cli("doctor", "--no-device", env={door.STOCK_ENV: "1"})
+    assert f"info  neuron-migrate itself: LibCST unpatched ({door.STOCK_ENV} is set)" in off.stdout
 
 
 def test_the_tested_range_is_the_pin_in_pyproject():
