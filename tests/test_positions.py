@@ -56,18 +56,20 @@ def assert_same_positions(text: str, fast: bool = True) -> None:
             assert found is not None, f"statement at line {expected[statement].start.line} not found"
             assert all(node in found for node in nodes)
             assert [n for n, position in found.items() if position != expected.get(n)] == []
-    positions.remember(module, text, tree)
-    found = positions.positions_of(module, wanted)
+    file = positions.Positions()  # the state of one file
+    file.remember(module, text, tree)
+    found = file.positions_of(module, wanted)
     if fast:
-        assert positions._last is None or positions._last[0] is not module, "fell back to the whole module"
+        assert file.whole is None, "fell back to the whole module"
     assert [(type(n).__name__, found.get(n), expected[n]) for n, _ in wanted if found.get(n) != expected[n]] == []
     # a few nodes, as findings are: the others in their statements are not recorded, the few are still right
     few = wanted[::7]
-    positions.remember(module, text, tree)
-    found = positions.positions_of(module, few)
+    file = positions.Positions()
+    file.remember(module, text, tree)
+    found = file.positions_of(module, few)
     assert [(type(n).__name__, found.get(n), expected[n]) for n, _ in few if found.get(n) != expected[n]] == []
     if fast:
-        assert positions._last is None or positions._last[0] is not module, "fell back to the whole module"
+        assert file.whole is None, "fell back to the whole module"
 
 
 def stdlib_sample() -> list[Path]:
@@ -261,48 +263,53 @@ def test_falls_back_where_the_generated_text_is_not_the_source(text):
 
 
 def test_nodes_without_a_statement_fall_back_to_the_whole_module():
+    file = positions.Positions()
     text = "# header\nx = 1\n# footer\n"
     module = cst.parse_module(text)
-    positions.remember(module, text, ast.parse(text))
+    file.remember(module, text, ast.parse(text))
     wanted = with_statements(module)
-    assert positions._source.positions(wanted) is None
-    found = positions.positions_of(module, wanted)
+    assert file.source.positions(wanted) is None
+    found = file.positions_of(module, wanted)
     expected = provider_positions(module)
     assert all(found[node] == expected[node] for node, _ in wanted)
 
 
 def test_a_module_not_remembered_falls_back_to_the_whole_module():
+    file = positions.Positions()
     module = cst.parse_module("x = 1\n")
-    positions.remember(cst.parse_module("x = 1\n"), "x = 1\n", ast.parse("x = 1\n"))
-    found = positions.positions_of(module, [(module.body[0], module.body[0])])
+    file.remember(cst.parse_module("x = 1\n"), "x = 1\n", ast.parse("x = 1\n"))
+    found = file.positions_of(module, [(module.body[0], module.body[0])])
     assert found[module.body[0]] == provider_positions(module)[module.body[0]]
 
 
 def test_a_wrong_statement_falls_back_to_the_whole_module():
+    file = positions.Positions()
     text = "a = 1\nb = 2\n"
     module = cst.parse_module(text)
-    positions.remember(module, text, ast.parse(text))
+    file.remember(module, text, ast.parse(text))
     node = module.body[1].body[0]
-    assert positions._source.positions([(node, module.body[0])]) is None
-    assert positions.positions_of(module, [(node, module.body[0])])[node] == provider_positions(module)[node]
+    assert file.source.positions([(node, module.body[0])]) is None
+    assert file.positions_of(module, [(node, module.body[0])])[node] == provider_positions(module)[node]
 
 
 def test_trees_that_do_not_pair_up_fall_back_to_the_whole_module():
+    file = positions.Positions()
     text = "a = 1\nb = 2\n"
     module = cst.parse_module(text)
-    positions.remember(module, text, ast.parse("a = 1\n"))
+    file.remember(module, text, ast.parse("a = 1\n"))
     statement = module.body[0]
-    assert positions._source.positions([(statement, statement)]) is None
-    assert positions.positions_of(module, [(statement, statement)])[statement] == \
+    assert file.source.positions([(statement, statement)]) is None
+    assert file.positions_of(module, [(statement, statement)])[statement] == \
         provider_positions(module)[statement]
 
 
 def test_text_that_is_not_the_source_falls_back_to_the_whole_module():
+    file = positions.Positions()
     text = "a = 1\nb = 2\n"
     module = cst.parse_module(text)
-    positions.remember(module, "a = 1\nb = 3\n", ast.parse(text))
+    file.remember(module, "a = 1\nb = 3\n", ast.parse(text))
     statement = module.body[1]
-    assert positions._source.positions([(statement, statement)]) is None
+    assert file.source.positions([(statement, statement)]) is None
 
 
 UNUSED_SUPPRESSIONS = """\

@@ -20,6 +20,8 @@ import pytest
 
 from bench.generate import module
 from neuron_migrate import catalogue, suppress
+from neuron_migrate import syntax
+from neuron_migrate.syntax import codegen
 from neuron_migrate.syntax import parse as cstparse
 from neuron_migrate.engine import edits, leftovers
 from neuron_migrate.engine import python as engine
@@ -206,21 +208,23 @@ def test_an_analysis_that_replays_untouched_statements_equals_a_full_one():
 
 
 def test_a_cached_expression_is_shared_across_files_never_within_one():
-    cstparse.new_file()
-    first, again = cstparse.expression("torch.neuron.synchronize()"), cstparse.expression("torch.neuron.synchronize()")
+    text = "torch.neuron.synchronize()"
+    with syntax.session():  # one file
+        first, again = cstparse.expression(text), cstparse.expression(text)
     assert first is not again and first.deep_equals(again)
-    cstparse.new_file()
-    assert cstparse.expression("torch.neuron.synchronize()") is first
-    assert cstparse.expression("torch.neuron.synchronize()") is again  # the second copy, parsed before
-    third = cstparse.expression("torch.neuron.synchronize()")
+    with syntax.session():  # the next file
+        assert cstparse.expression(text) is first
+        assert cstparse.expression(text) is again  # the second copy, parsed before
+        third = cstparse.expression(text)
     assert third is not first and third is not again
+    assert cstparse.expression(text) not in (first, again, third)  # outside a file: a node of its own
 
 
 def test_a_rewritten_tree_holds_every_node_once(monkeypatch):
     """The engine keys its maps by node: a replacement node shared between two places would be mistaken. And the
     code of each tree is what LibCST gives, though statements left alone are not generated twice."""
     seen_trees = []
-    real_render = edits.Renderer.code
+    real_render = codegen.Renderer.code
 
     def render(self, module):
         seen_trees.append(module)
@@ -228,7 +232,7 @@ def test_a_rewritten_tree_holds_every_node_once(monkeypatch):
         assert text == module.code  # statements remembered from the tree before the edits give the same code
         return text
 
-    monkeypatch.setattr(edits.Renderer, "code", render)
+    monkeypatch.setattr(codegen.Renderer, "code", render)
     for path, data in CORPUS:
         seen_trees.clear()
         _result(path, data, True)
@@ -243,16 +247,21 @@ def test_a_rewritten_tree_holds_every_node_once(monkeypatch):
 
 def test_the_renderer_writes_what_libcst_writes():
     """Statements remembered at any depth, the hooks skipped: the same text as `module.code`, also for a copy of
-    the module with its statements reordered (remembered code reused at other places)."""
+    the module with its statements reordered (remembered code reused at other places). The oracle is stock
+    LibCST: `module.code` runs outside the session, where none of LibCST's methods is replaced."""
+    assert syntax.fast()
     for data in [d for _, d in CORPUS] + _stdlib_sample():
         try:
             module = cst.parse_module(data)
         except cst.ParserSyntaxError:
             continue
-        renderer = edits.Renderer()
-        assert renderer.code(module) == module.code
         reordered = module.with_changes(body=list(reversed(module.body)))
-        assert renderer.code(reordered) == reordered.code
+        with syntax.session():
+            assert syntax.patched()
+            renderer = codegen.Renderer()
+            texts = renderer.code(module), renderer.code(reordered)
+        assert not syntax.patched()
+        assert texts == (module.code, reordered.code)
 
 
 def test_the_unchecked_parse_builds_the_same_trees_and_leaves_checks_on():
@@ -261,12 +270,14 @@ def test_the_unchecked_parse_builds_the_same_trees_and_leaves_checks_on():
         try:
             expected = cst.parse_module(text)
         except cst.ParserSyntaxError:
-            with pytest.raises(cst.ParserSyntaxError):
+            with syntax.session(), pytest.raises(cst.ParserSyntaxError):
                 cstparse.parse_module(text)
             continue
-        assert cstparse.parse_module(text).deep_equals(expected)
-    with pytest.raises(cst.CSTValidationError):
-        cst.Name("not a name")  # nodes built after the parse are checked again
+        with syntax.session():
+            parsed = cstparse.parse_module(text)
+        assert parsed.deep_equals(expected)
+    with syntax.session(), pytest.raises(cst.CSTValidationError):
+        cst.Name("not a name")  # nodes built after the parse are checked again, also inside the session
 
 
 def test_applying_edits_only_along_their_paths_changes_no_rewrite(monkeypatch):

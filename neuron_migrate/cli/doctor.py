@@ -206,6 +206,9 @@ def doctor(require_device: bool, no_device: bool) -> None:
     report = diagnose(device=not no_device)
     for check in report.checks:
         click.echo(f"{check.status.value:<5} {check.message}")
+    from neuron_migrate.syntax import installation  # the tool's own LibCST: LibCST loads only here
+
+    click.echo(f"info  neuron-migrate itself: {installation().reason}")
     if report.failed:
         click.echo("Some checks failed: fix the FAIL lines above, then run `neuron-migrate doctor` again.")
     elif not report.device:

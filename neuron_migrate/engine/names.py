@@ -19,7 +19,8 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from neuron_migrate.syntax.walk import SYNTAX, TOKEN, node_kind, syntax_fields, visit_fields, wants_tokens
+from neuron_migrate.syntax.walk import (SYNTAX, TOKEN, children, field_order, node_kind, syntax_fields, visit_fields,
+                                        wants_tokens)
 
 NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -218,10 +219,11 @@ class Collector(cst.CSTVisitor):
         if reused and self.wanted:
             raise ValueError("a replayed statement yields no occurrences: reuse is for analyses without wanted nodes")
         least = TOKEN if tokens else SYNTAX
-        fields_of = visit_fields if tokens else syntax_fields
+        in_order = field_order()  # else LibCST's own `children` (a release outside the tested range)
+        fields_of = (visit_fields if tokens else syntax_fields) if in_order else lambda _: None
         kinds = _KINDS
         visitor_type = type(self)
-        infos = _INFOS.setdefault((visitor_type, frozenset(self.wanted), tokens), {})  # per node type, see below
+        infos = _INFOS.setdefault((visitor_type, frozenset(self.wanted), tokens, in_order), {})  # per node type
         parents, statements, smalls, blocks = self.parents, self._statements, self._smalls, self._blocks
         stack: list[tuple[cst.CSTNode, cst.CSTNode | None, bool]] = [(root, None, False)]
         while stack:
@@ -277,16 +279,19 @@ class Collector(cst.CSTVisitor):
                 stack.append((node, parent, True))
             if visit is not None and visit(self, node) is False:
                 continue
-            found: list[cst.CSTNode] = []
-            for name in fields:
-                value = getattr(node, name)
-                for item in value if type(value) is tuple or type(value) is list else (value,):
-                    item_type = type(item)
-                    kind = kinds.get(item_type)
-                    if kind is None:
-                        kind = kinds[item_type] = node_kind(item_type)
-                    if kind >= least:
-                        found.append(item)
+            if fields is None:
+                found = children(node, tokens)
+            else:
+                found = []
+                for name in fields:
+                    value = getattr(node, name)
+                    for item in value if type(value) is tuple or type(value) is list else (value,):
+                        item_type = type(item)
+                        kind = kinds.get(item_type)
+                        if kind is None:
+                            kind = kinds[item_type] = node_kind(item_type)
+                        if kind >= least:
+                            found.append(item)
             for child in reversed(found):
                 stack.append((child, node, False))
 

@@ -18,10 +18,10 @@ import warnings
 
 import libcst as cst
 
-from neuron_migrate import catalogue
+from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers
 from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
-from neuron_migrate.engine.edits import MARKER_PREFIX, Renderer, apply
+from neuron_migrate.engine.edits import MARKER_PREFIX, apply
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.sources import Source, SourceError, decode
 from neuron_migrate.findings import FileResult, Finding
@@ -29,9 +29,9 @@ from neuron_migrate.rules import Present, Rule, all_rules
 from neuron_migrate.settings import Settings
 from neuron_migrate.suppress import MAY_SUPPRESS
 from neuron_migrate.suppress import UNUSED_CODE as UNUSED_SUPPRESSION
-from neuron_migrate.syntax import parse as cstparse
 from neuron_migrate.syntax import positions
 from neuron_migrate.syntax.parse import parse_module
+from neuron_migrate.syntax.codegen import Renderer
 
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
 MARKER_CODE = "NM900"
@@ -118,23 +118,23 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     may_suppress = MAY_SUPPRESS.search(data) is not None
     if not rules and not step and not has_markers and not may_suppress:
         return result
-    module = parse(source)
-    cstparse.new_file()  # the rules' replacement nodes are unique within this file
-    renderer = Renderer()
-    new_text = transform(path, source, module, rules, step, settings, rewrite, result, may_suppress, renderer)
-    if not rewrite:
-        return result
-    try:
-        if new_text is not None and new_text != source.text:
-            if renderer.code(module) != source.text:
-                raise SourceError("the parser does not give back this file byte for byte, so it cannot be rewritten "
-                                  "without changing lines no rule touched; the file was left alone")
-            result.new_bytes = source.encode(new_text)
-        else:
-            _python_accepts(source.text)  # nothing to write; a file Python refuses to compile is still reported
-    except SourceError:
-        _python_accepts(source.text)  # where Python refuses the original too, its message is the one to give
-        raise
+    with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
+        module = parse(source)
+        renderer = Renderer()
+        new_text = transform(path, source, module, rules, step, settings, rewrite, result, may_suppress, renderer)
+        if not rewrite:
+            return result
+        try:
+            if new_text is not None and new_text != source.text:
+                if renderer.code(module) != source.text:
+                    raise SourceError("the parser does not give back this file byte for byte, so it cannot be "
+                                      "rewritten without changing lines no rule touched; the file was left alone")
+                result.new_bytes = source.encode(new_text)
+            else:
+                _python_accepts(source.text)  # nothing to write; a file Python refuses to compile is still reported
+        except SourceError:
+            _python_accepts(source.text)  # where Python refuses the original too, its message is the one to give
+            raise
     return result
 
 

@@ -6,7 +6,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.engine.edits import PlainCodegenState
+from neuron_migrate.syntax.codegen import code as _generated
 
 XM = "torch_xla.core.xla_model"
 
@@ -77,9 +77,6 @@ def respell_device(node: cst.BaseExpression, new: str = "neuron") -> cst.BaseExp
     return node
 
 
-_EMPTY_MODULE = cst.Module(body=[])
-
-
 def _plain_chain(node: cst.CSTNode) -> str | None:
     """`a.b.c` written without parentheses or blanks around its dots, as text; None for anything else."""
     parts = []
@@ -104,10 +101,7 @@ def code(node: cst.CSTNode) -> str:
     chain = _plain_chain(node)
     if chain is not None:
         return chain
-    state = PlainCodegenState(default_indent=_EMPTY_MODULE.default_indent,
-                              default_newline=_EMPTY_MODULE.default_newline)
-    node._codegen(state)
-    return "".join(state.tokens)
+    return _generated(node)
 
 
 def short(node: cst.CSTNode, limit: int = 60) -> str:

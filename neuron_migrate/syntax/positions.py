@@ -9,7 +9,11 @@ run on the file by the engine) puts it:
     -> position-tracking codegen of that statement alone -> its text must be the source text at that place
 
 Whenever something does not line up (the two trees, or the generated text and the source), or where LibCST
-does not give the text back line for line, the whole module is computed instead, as `positions` does.
+does not give the text back line for line, the whole module is computed instead, as `positions` does. With
+LibCST unpatched (a release outside the tested range, see door.py) that is LibCST's own PositionProvider.
+
+What is located is the state of one file: it is kept by the file's session (`remember`), or by a `Positions`
+object of the caller's.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Iterable, Mapping
 
 import libcst as cst
 from libcst._position import CodePosition, CodeRange
+from libcst.metadata import MetadataWrapper, PositionProvider
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
-from neuron_migrate.engine.edits import NOTHING
+from neuron_migrate.syntax import door
+from neuron_migrate.syntax.codegen import NOTHING
 
 # The line ends of Python's tokenizer and of LibCST's position counting (str.splitlines also splits at
 # \v \f \x1c-\x1e \x85 \u2028 \u2029, which are not line ends in Python).
@@ -97,18 +103,13 @@ class _Mismatch(Exception):
     """The LibCST and ast statement trees do not pair up."""
 
 
-_last: tuple[cst.Module, dict[cst.CSTNode, CodeRange]] | None = None
-
-
 def positions(module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
-    """Every node of the module, in one code-generation pass (kept for the module last asked about)."""
-    global _last
-    if _last is not None and _last[0] is module:
-        return _last[1]
+    """Every node of the module, in one code-generation pass (what LibCST's PositionProvider gives)."""
+    if not door.fast():
+        return MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     sink = _Sink()
     module._codegen(PositionProvidingCodegenState(default_indent=module.default_indent,
                                                   default_newline=module.default_newline, provider=sink))
-    _last = (module, sink._computed)
     return sink._computed
 
 
@@ -244,21 +245,50 @@ class _Located:
             self._block(suite.body, nodes, indent + (block_indent,))
 
 
-_source: _Located | None = None
+class Positions:
+    """The positions of one file's nodes: the statements of the module last remembered, located on demand, and
+    the whole module's positions once they were needed."""
+
+    def __init__(self) -> None:
+        self.source: _Located | None = None
+        self.whole: tuple[cst.Module, Mapping[cst.CSTNode, CodeRange]] | None = None
+
+    def remember(self, module: cst.Module, text: str, tree: ast.Module) -> None:
+        """The source text and ast tree `module` was parsed from (the engine parses both)."""
+        self.source = _Located(module, text, tree)
+
+    def positions(self, module: cst.Module) -> Mapping[cst.CSTNode, CodeRange]:
+        if self.whole is None or self.whole[0] is not module:
+            self.whole = (module, positions(module))
+        return self.whole[1]
+
+    def positions_of(self, module: cst.Module,
+                     wanted: Iterable[tuple[cst.CSTNode, cst.CSTNode | None]]) -> Mapping[cst.CSTNode, CodeRange]:
+        """Positions holding at least the wanted nodes, each given with its innermost statement (a
+        SimpleStatementLine or a compound statement; None when there is none): the module must be the one
+        remembered, else the whole module is computed."""
+        if self.whole is not None and self.whole[0] is module:
+            return self.whole[1]
+        source = self.source
+        found = source.positions(wanted) if source is not None and source.module is module and door.fast() else None
+        return self.positions(module) if found is None else found
+
+
+def _file_positions() -> Positions:
+    state = door.current()
+    if state is None:
+        return Positions()  # outside a session nothing is kept
+    if state.located is None:
+        state.located = Positions()
+    return state.located
 
 
 def remember(module: cst.Module, text: str, tree: ast.Module) -> None:
-    """The source text and ast tree `module` was parsed from (the engine parses both; one file is kept)."""
-    global _source
-    _source = _Located(module, text, tree)
+    """`Positions.remember` for the file of the open session (outside one, nothing to keep it for)."""
+    _file_positions().remember(module, text, tree)
 
 
 def positions_of(module: cst.Module,
                  wanted: Iterable[tuple[cst.CSTNode, cst.CSTNode | None]]) -> Mapping[cst.CSTNode, CodeRange]:
-    """Positions holding at least the wanted nodes, each given with its innermost statement (a
-    SimpleStatementLine or a compound statement; None when there is none): the module must be the one last
-    remembered, else the whole module is computed."""
-    if _last is not None and _last[0] is module:
-        return _last[1]
-    found = _source.positions(wanted) if _source is not None and _source.module is module else None
-    return positions(module) if found is None else found
+    """`Positions.positions_of` for the file of the open session."""
+    return _file_positions().positions_of(module, wanted)

@@ -4,6 +4,10 @@ LibCST's own walk rebuilds every node on the way back up (it serves transformers
 does not need that. Children are taken from the node's dataclass fields in the order LibCST visits them, and
 `on_visit` / `on_leave` are called exactly as LibCST calls them, so any `CSTVisitor` works unchanged. A visitor
 that reads names and expressions can also skip whitespace, comments and punctuation (`tokens=False`).
+
+The visiting order of the fields is read from LibCST's code (below), which only the tested LibCST releases
+vouch for: with LibCST unpatched (door.py) children come from LibCST's public `node.children`, and
+`field_order()` is None.
 """
 
 from __future__ import annotations
@@ -14,14 +18,33 @@ import typing
 
 import libcst as cst
 
+from neuron_migrate.syntax import door
+
+
 @functools.lru_cache(maxsize=None)
-def visit_fields(node_type: type) -> tuple[str, ...]:
+def _visit_order(node_type: type) -> tuple[str, ...]:
     """The node's fields in the order LibCST visits them. Its `_visit_and_replace_children` passes each
     field's name as a string to the visit helper, so the code object's constants list them in that order."""
     declared = {f.name for f in dataclasses.fields(node_type)}
     used = [c for c in node_type._visit_and_replace_children.__code__.co_consts if isinstance(c, str)]
     ordered = tuple(dict.fromkeys(name for name in used if name in declared))
     return ordered + tuple(sorted(declared - set(ordered)))
+
+
+@functools.lru_cache(maxsize=None)
+def _declared(node_type: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(node_type))
+
+
+def visit_fields(node_type: type) -> tuple[str, ...]:
+    """Every field of the node type: in the order LibCST visits them where `field_order()` holds, else in the
+    order they are declared (for callers that need each field, in any order)."""
+    return _visit_order(node_type) if door.fast() else _declared(node_type)
+
+
+def field_order() -> bool:
+    """`visit_fields` and `syntax_fields` give LibCST's visiting order (else walk with `children`)."""
+    return door.fast()
 
 
 # Whitespace, comments and punctuation: leaves for a reader of names and expressions (they hold nothing but
@@ -43,15 +66,20 @@ def node_kind(value_type: type) -> int:
     return TOKEN if issubclass(value_type, TOKENS) else SYNTAX
 
 
-@functools.lru_cache(maxsize=None)
 def syntax_fields(node_type: type) -> tuple[str, ...]:
     """The fields of `visit_fields(node_type)` whose declared type admits a node other than a token: the rest (a
     node's whitespace, its parentheses and commas) can be skipped without reading them."""
+    return _syntax_fields(node_type, door.fast())
+
+
+@functools.lru_cache(maxsize=None)
+def _syntax_fields(node_type: type, in_visit_order: bool) -> tuple[str, ...]:
+    fields = _visit_order(node_type) if in_visit_order else _declared(node_type)
     try:
         hints = typing.get_type_hints(node_type)
     except Exception:  # an annotation that does not resolve: keep every field
-        return visit_fields(node_type)
-    return tuple(name for name in visit_fields(node_type) if _may_hold_syntax(hints.get(name, object)))
+        return fields
+    return tuple(name for name in fields if _may_hold_syntax(hints.get(name, object)))
 
 
 def _may_hold_syntax(hint) -> bool:
@@ -73,9 +101,13 @@ def wants_tokens(node_types) -> bool:
 
 
 def children(node: cst.CSTNode, tokens: bool = True) -> list[cst.CSTNode]:
+    """The node's children in LibCST's visiting order; `tokens=False` leaves out TOKENS."""
     least = TOKEN if tokens else SYNTAX
+    if not door.fast():
+        return [child for child in node.children if node_kind(type(child)) >= least]
     out: list[cst.CSTNode] = []
-    for name in (visit_fields if tokens else syntax_fields)(type(node)):
+    node_type = type(node)
+    for name in _visit_order(node_type) if tokens else _syntax_fields(node_type, True):
         value = getattr(node, name)
         kind = node_kind(type(value))
         if kind >= least:
