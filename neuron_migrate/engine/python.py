@@ -163,34 +163,28 @@ class FileContext:
         carries this code's marker is not repeated:
         the marker (NM900) stands for it.
         """
+        from neuron_migrate.policy import Policy  # the one report policy of every file kind
+
         self.handled.add(node)
         if isinstance(node, cst.Call):
             self.handled.add(node.func)
-        if not self.enabled(code):
-            return False
-        if self.may_suppress and self.suppressions.suppresses(self.current.statement if self.current else statement,
-                                                              code):
-            return False
-        info = catalogue.rule(code)
         statement = statement or (self.current.statement if self.current else None)
-        if statement is not None and has_marker(statement, code):
+        decision = Policy(self.settings, self.path, self.rewrite).decide(
+            code, self.current.statement if self.current else statement,
+            self.suppressions if self.may_suppress else None, fields,
+            marked=lambda: statement is not None and has_marker(statement, code),
+            migrating=lambda: self.moving_to_neuron)
+        if decision is None:
             return False
-        fixable = info.fix is not FixSafety.MANUAL and not (info.fix is FixSafety.UNSAFE and self.settings.safe_only)
-        message = info.format(**fields)
-        self.pending.append(Pending(code, node, message, fixable, statement))
-        if not self.rewrite:
-            return False
-        if info.fix is FixSafety.MANUAL:
-            if statement is None or info.check_only or (info.marks_migrating_only and not self.moving_to_neuron):
-                return False
+        self.pending.append(Pending(code, node, decision.message, decision.fixable, statement))
+        if decision.mark and statement is not None:
             if marker:
-                self.edits.add_marker(statement, marker_text(code, message, info.link))
+                self.edits.add_marker(statement, decision.marker)
                 return False
             return True  # the caller places one marker for several findings
-        if not fixable:
-            return False
-        self.applied[code] = self.applied.get(code, 0) + 1
-        return True
+        if decision.fix:
+            self.applied[code] = self.applied.get(code, 0) + 1
+        return decision.fix
 
     @property
     def moving_to_neuron(self) -> bool:
