@@ -26,9 +26,9 @@ from neuron_migrate import catalogue
 from neuron_migrate.engine.edits import MARKER_PREFIX, marker_text
 from neuron_migrate.findings import Finding, FixSafety
 from neuron_migrate.settings import Settings
-from neuron_migrate.suppress import LineSuppressions
+from neuron_migrate.suppress import UNUSED_CODE, LineSuppressions
 
-UNUSED_SUPPRESSION = "NM901"
+UNUSED_SUPPRESSION = UNUSED_CODE  # NM901
 
 
 class Suppressor(Protocol):
