@@ -61,6 +61,11 @@ class FileResult:
     manual: list[Finding] = field(default_factory=list)
     error: str | None = None
     skipped: str | None = None
+    # Other files the result depends on (the program a launch script starts, included requirements files): path
+    # -> digest of the bytes read, None for a file looked for and not found. The result cache checks them too.
+    files_read: dict[str, str | None] = field(default_factory=dict)
+    # The suppression comments a handler used, (line, code or "*"); the others are reported as NM901.
+    used_suppressions: set[tuple[int, str]] = field(default_factory=set)
 
     @property
     def changed(self) -> bool:

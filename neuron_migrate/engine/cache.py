@@ -1,8 +1,10 @@
 """A content-hash cache of per-file results, so a second run over an unchanged tree parses nothing.
 
-An entry is valid for one file path, the hash of its bytes, the tool (its version and a fingerprint of its
-own code and rule data, so an edited install never serves stale results), the settings (`Settings.key()`)
-and the mode (check or rewrite). Entries live in one JSON file per tool, settings and mode under
+An entry is valid for one file path, the hash of its bytes, the hashes of the other files its handlers read
+(`FileResult.files_read`: the program a launch script starts, included requirements files; a file that was
+looked for and missing must still be missing), the tool (its version and a fingerprint of its own code and
+rule data, so an edited install never serves stale results), the settings (`Settings.key()`) and the mode
+(check or rewrite). Entries live in one JSON file per tool, settings and mode under
 `.neuron_migrate_cache/` at the project root (or the user cache folder outside a project). Runs read it once
 and write it once, atomically: concurrent runs never see a torn file, and the worst a race does is drop
 entries another run would have added. JSON, not pickle: a cache folder committed to a repository must not be
@@ -25,7 +27,7 @@ from neuron_migrate.engine.sources import write_atomic
 
 CACHE_DIR_NAME = ".neuron_migrate_cache"
 ENV_DIR = "NEURON_MIGRATE_CACHE_DIR"
-FORMAT = 1
+FORMAT = 2  # 2: entries list the other files a result depends on
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 
 
@@ -86,12 +88,17 @@ class ResultCache:
         if not entry or entry[0] != data_digest:
             return None
         try:
-            return _result_from_json(path, data, entry[1])
+            files_read = dict(entry[2]) if len(entry) > 2 else {}
+            if any(_current_digest(other) != known for other, known in files_read.items()):
+                return None
+            result = _result_from_json(path, data, entry[1])
         except (KeyError, TypeError, ValueError):
             return None
+        result.files_read = files_read
+        return result
 
     def put(self, path: str, data_digest: str, result: FileResult) -> None:
-        self.entries[path] = [data_digest, _result_to_json(result)]
+        self.entries[path] = [data_digest, _result_to_json(result)] + ([result.files_read] if result.files_read else [])
         self.dirty = True
 
     def save(self) -> None:
@@ -107,6 +114,15 @@ class ResultCache:
         except OSError:
             return
         self.dirty = False
+
+
+def _current_digest(path: str) -> str | None:
+    """The digest of a file's bytes now; None when it is not a readable file (as a handler found it missing)."""
+    try:
+        with open(path, "rb") as fh:
+            return digest(fh.read())
+    except OSError:
+        return None
 
 
 def _mark_cache_folder(directory: Path) -> None:

@@ -19,7 +19,7 @@ from neuron_migrate.engine.facts import Facts
 from neuron_migrate.engine.imports import is_docstring
 from neuron_migrate.engine.names import Analysis, Occurrence, Scope, import_target
 from neuron_migrate.engine.sources import Source, SourceError
-from neuron_migrate.findings import FixSafety
+from neuron_migrate.policy import Policy
 from neuron_migrate.settings import Settings
 from neuron_migrate.suppress import Suppressions
 from neuron_migrate.syntax import parse as cstparse
@@ -172,30 +172,26 @@ class FileContext:
         self.handled.add(node)
         if isinstance(node, cst.Call):
             self.handled.add(node.func)
-        if not self.enabled(code):
-            return False
-        if self.may_suppress and self.suppressions.suppresses(self.current.statement if self.current else statement,
-                                                              code):
-            return False
-        info = catalogue.rule(code)
         statement = statement or (self.current.statement if self.current else None)
-        if statement is not None and has_marker(statement, code):
+        # the same decision for check and rewrite: the one policy, asked as rewrite asks it
+        policy = Policy(self.settings, self.path, rewrite=True).decide(
+            code, self.current.statement if self.current else statement,
+            self.suppressions if self.may_suppress else None, fields,
+            marked=lambda: statement is not None and has_marker(statement, code),
+            migrating=lambda: self.moving_to_neuron)
+        if policy is None:
             return False
-        fixable = info.fix is not FixSafety.MANUAL and not (info.fix is FixSafety.UNSAFE and self.settings.safe_only)
-        decision = Decision(code, node, info.format(**fields), fixable, statement)
+        decision = Decision(code, node, policy.message, policy.fixable, statement)
         self.decisions.append(decision)
-        if info.fix is FixSafety.MANUAL:
-            if statement is None or info.check_only or (info.marks_migrating_only and not self.moving_to_neuron):
-                return False
+        if policy.mark and statement is not None:
             decision.status = MARKED
             if marker:
-                self.mark(statement, marker_text(code, decision.message, info.link))
+                self.mark(statement, policy.marker)
                 return False
             return True  # the caller places one marker for several findings
-        if not fixable:
-            return False
-        decision.status = FIXED
-        return True
+        if policy.fix:
+            decision.status = FIXED
+        return policy.fix
 
     def replace(self, node: cst.CSTNode, new: cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode]) -> None:
         self._edit("replace", node, new if callable(new) else (lambda _old, _new=new: _new))

@@ -4,6 +4,10 @@ A handler takes (path, data, settings, rewrite) and returns a FileResult: findin
 when the file would change. Several handlers may serve one kind (the Python engine and the setup.py pins,
 say): they run in order, each on the bytes the previous one produced, and their findings and counts add up.
 Handlers never write; the runner does (atomically). Modules are imported on first use, so start-up stays fast.
+
+Suppression comments serve every handler of a file: a comment is unused (NM901) only when no handler used it.
+The Python engine reports its own unused comments (by statement; a comment the setup.py pins used is not
+among them); for the other kinds they are found here, once, after every handler ran.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
         result = handler(path, current, settings, rewrite)
         combined.findings.extend(result.findings)
         combined.manual.extend(result.manual)
+        combined.files_read.update(result.files_read)
+        combined.used_suppressions |= result.used_suppressions
         for code, n in result.applied.items():
             combined.applied[code] = combined.applied.get(code, 0) + n
         if result.error:
@@ -71,5 +77,28 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
             current = result.new_bytes
     if current != data:
         combined.new_bytes = current
+    if not rewrite:
+        combined.findings = _unused_suppressions(path, data, kind, settings, combined)
     combined.findings.sort(key=lambda f: f.sort_key())
     return combined
+
+
+ENGINE_REPORTS_UNUSED = frozenset({"python", "notebook"})
+
+
+def _unused_suppressions(path: str, data: bytes, kind: str, settings: Settings, combined: FileResult) -> list:
+    """The findings with NM901 for every suppression comment no handler of the file used."""
+    from neuron_migrate.policy import UNUSED_SUPPRESSION, Policy, unused_suppressions
+    from neuron_migrate.suppress import MAY_SUPPRESS, line_suppressions
+
+    findings = combined.findings
+    if MAY_SUPPRESS.search(data) is None:
+        return findings
+    policy = Policy(settings, path, rewrite=False)
+    used = combined.used_suppressions
+    if kind in ENGINE_REPORTS_UNUSED:
+        if not used:
+            return findings
+        taken = {(line, policy.unused_suppression(code)) for line, code in used}
+        return [f for f in findings if f.code != UNUSED_SUPPRESSION or (f.line, f.message) not in taken]
+    return findings + unused_suppressions(policy, line_suppressions(data.decode("utf-8-sig", "replace"), kind), used)

@@ -3,7 +3,7 @@
 A line that only sets a variable the native backend ignores (`export PJRT_DEVICE=NEURON`,
 `ENV XLA_IR_DEBUG=1`) is removed by `rewrite` (NM404); a bfloat16 switch gets a TODO marker above it (NM403);
 the rest is reported with its line. A line can silence a code with the same comments as Python
-(`# neuron-migrate: ignore[NM405]`, `# noqa: NM405`).
+(`# neuron-migrate: ignore[NM405]`, `# noqa: NM405`); the report policy (policy.py) decides.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 
 from neuron_migrate import catalogue
-from neuron_migrate.engine.edits import MARKER_PREFIX, marker_text
+from neuron_migrate.engine.edits import MARKER_PREFIX
 from neuron_migrate.engine.python import MARKER_CODE, MARKER_RE
 from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate.policy import Decision, Policy, marked_above
 from neuron_migrate.rules.environment import code_for, env_pattern, env_table
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import decode
-from neuron_migrate.suppress import codes_in
+from neuron_migrate.suppress import LineSuppressions, line_suppressions
 
 TRN1 = re.compile(r"(?<![\w.-])(ml\.)?trn1n?\.\d*x?large\b")
 SHELL_COMMENT = re.compile(r"^\s*#")
@@ -30,31 +31,32 @@ OWN_CODES = ("NM4", "NM5")
 
 
 def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
-    return process(path, data, settings, rewrite, SHELL_SETTING)
+    return process(path, data, settings, rewrite, SHELL_SETTING, "shell")
 
 
 def process_dockerfile(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
-    return process(path, data, settings, rewrite, DOCKER_SETTING)
+    return process(path, data, settings, rewrite, DOCKER_SETTING, "dockerfile")
 
 
-def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: re.Pattern[str]) -> FileResult:
+def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: re.Pattern[str],
+            kind: str) -> FileResult:
     source = decode(data)
     result = FileResult(path, old_bytes=data)
+    policy = Policy(settings, path, rewrite)
+    suppressions = line_suppressions(source.text, kind)
     out: list[str] = []
     continued = False
     for lineno, line in enumerate(source.text.splitlines(keepends=True), start=1):
-        findings = [] if SHELL_COMMENT.match(line) else [
-            f for f in _findings(path, lineno, line, settings, None if continued else setting.match(line))
-            if not (_leaves_marker(f.code) and _marked(out, f.code))]  # the marker above stands for it
+        found = [] if SHELL_COMMENT.match(line) else _findings(
+            policy, suppressions, lineno, line, None if continued else setting.match(line), out)
         inside_command, continued = continued, line.rstrip("\r\n").endswith("\\")
-        result.findings.extend(findings)
-        if rewrite and any(f.code == REMOVED for f in findings):
+        result.findings.extend(f for f, _ in found)
+        if any(d.fix and d.code == REMOVED for _, d in found):
             result.applied[REMOVED] = result.applied.get(REMOVED, 0) + 1
             continue
-        if rewrite and not inside_command:  # a comment line would cut a continued command in two
+        if not inside_command:  # a comment line would cut a continued command in two
             indent = line[:len(line) - len(line.lstrip(" \t"))]
-            out.extend(indent + marker_text(f.code, f.message, catalogue.rule(f.code).link) + source.newline
-                       for f in findings if _leaves_marker(f.code))
+            out.extend(indent + d.marker + source.newline for _, d in found if d.mark)
         out.append(line)
     new_text = "".join(out)
     if rewrite and new_text != source.text:
@@ -62,24 +64,14 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
         result.manual = _marker_findings(new_text, path, settings)
     elif not rewrite:
         result.findings.extend(_marker_findings(source.text, path, settings))
+    if suppressions is not None:
+        result.used_suppressions = suppressions.used
     return result
 
 
 def _leaves_marker(code: str) -> bool:
     info = catalogue.rule(code)
     return info.fix is FixSafety.MANUAL and not info.check_only
-
-
-def _marked(lines: list[str], code: str) -> bool:
-    """Whether the marker lines right above (the end of `lines`) hold this code's marker."""
-    tag = f"{MARKER_PREFIX}{code})"
-    for line in reversed(lines):
-        text = line.strip()
-        if not text.startswith(MARKER_PREFIX):
-            return False
-        if text.startswith(tag):
-            return True
-    return False
 
 
 def _marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
@@ -96,13 +88,15 @@ def _marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
     return out
 
 
-def _findings(path: str, lineno: int, line: str, settings: Settings, setting: re.Match | None) -> list[Finding]:
-    silenced = codes_in(line[line.index("#"):]) if "#" in line else frozenset()
+def _findings(policy: Policy, suppressions: LineSuppressions | None, lineno: int, line: str,
+              setting: re.Match | None, above: list[str]) -> list[tuple[Finding, Decision]]:
+    """The line's findings, as the policy decides them; `above`: the lines before it (a marker there stands
+    for its code)."""
     out = []
     for col, code, fields in _line_findings(line, setting):
-        if settings.enabled(code, path) and code not in silenced and "*" not in silenced:
-            out.append(Finding(path, lineno, col + 1, code, catalogue.rule(code).format(**fields),
-                               fixable=code == REMOVED))
+        decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: marked_above(above, code))
+        if decision is not None:
+            out.append((Finding(policy.path, lineno, col + 1, code, decision.message, decision.fixable), decision))
     return out
 
 

@@ -3,7 +3,8 @@
 `python train.py ...` becomes `torchrun --nproc_per_node=N train.py ...` (NM240) when train.py, found beside
 the script or under the working folder, calls `xmp.spawn`. N is the spawn's `nprocs`; without one (every
 device) the `NEURON_RT_NUM_CORES` the script sets, else `neuron`, which makes torchrun start one process per
-neuron device. A count the program computes is not guessed: the line is marked (NM241).
+neuron device. A count the program computes is not guessed: the line is marked (NM241). The result depends on
+the program too, so the files looked at are listed in the result (`files_read`) for the cache.
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from neuron_migrate import catalogue
-from neuron_migrate.engine.edits import MARKER_PREFIX, marker_text
+from neuron_migrate.engine.cache import digest
+from neuron_migrate.engine.edits import MARKER_PREFIX
 from neuron_migrate.engine.python import marker_findings
-from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.engine.names import Analysis
+from neuron_migrate.policy import Policy, marked_above
 from neuron_migrate.rules.patterns import arg
 from neuron_migrate.rules.distributed import SPAWN
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError, decode, read_bytes
+from neuron_migrate.suppress import LineSuppressions, line_suppressions
 
 # `python train.py`, `python3 -u train.py`, `${PYTHON} train.py`, after a line start, `;`, `&&`, `|` or env vars.
 LAUNCH = re.compile(
@@ -59,14 +62,23 @@ def spawned(program: str) -> Spawned | None:
     return None
 
 
-def _program(script_path: str, name: str) -> str | None:
+def _program(script_path: str, name: str, files_read: dict[str, str | None]) -> str | None:
+    """The text of the program a launch line names, beside the script or under the working folder; every file
+    looked at goes into `files_read` (digest of its bytes, None when absent)."""
     for folder in (os.path.dirname(script_path), "."):
         candidate = os.path.normpath(os.path.join(folder, name))
         if os.path.isfile(candidate):
             try:
-                return decode(read_bytes(candidate)).text
+                data = read_bytes(candidate)
+            except SourceError:
+                files_read[os.path.abspath(candidate)] = None
+                return None
+            files_read[os.path.abspath(candidate)] = digest(data)
+            try:
+                return decode(data).text
             except SourceError:
                 return None
+        files_read[os.path.abspath(candidate)] = None
     return None
 
 
@@ -78,60 +90,61 @@ def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> 
     text = source.text
     cores = NUM_CORES.search(text)
     lines = text.splitlines(keepends=True)
+    policy = Policy(settings, path, rewrite)
+    suppressions = line_suppressions(text, "shell")
     out = []
-    previous = ""
     for number, line in enumerate(lines, start=1):
-        out.append(_launch_line(path, number, line, previous, cores.group(1) if cores else None, settings, rewrite,
-                                result))
-        previous = line
+        out.append(_launch_line(policy, suppressions, number, lines, cores.group(1) if cores else None, result))
     new_text = "".join(out)
     result.findings += marker_findings(text, path, settings)
     if rewrite and new_text != text:
         result.new_bytes = source.encode(new_text)
         result.manual = marker_findings(new_text, path, settings)
+    if suppressions is not None:
+        result.used_suppressions = suppressions.used
     result.findings.sort(key=lambda f: f.sort_key())
     return result
 
 
-def _launch_line(path: str, number: int, line: str, previous: str, cores: str | None, settings: Settings,
-                 rewrite: bool, result: FileResult) -> str:
+def _launch_line(policy: Policy, suppressions: LineSuppressions | None, number: int, lines: list[str],
+                 cores: str | None, result: FileResult) -> str:
+    line = lines[number - 1]
     if line.lstrip().startswith("#"):
         return line
     match = LAUNCH.search(line)
     if match is None:
         return line
-    program = _program(path, match.group("script"))
+    program = _program(policy.path, match.group("script"), result.files_read)
     found = spawned(program) if program is not None else None
     if found is None:
         return line
     nprocs = cores if found.nprocs == ALL_DEVICES and cores else found.nprocs
     text = match.group(0)[len(match.group("head")):].strip()
     if nprocs is None:
-        if previous.lstrip().startswith(f"{MARKER_PREFIX}NM241)"):
-            return line
-        return _mark(path, number, line, match, text, settings, rewrite, result)
+        return _mark(policy, suppressions, number, lines, match, text, result)
     fixed = f"torchrun --nproc_per_node={nprocs} {match.group('script')}"
-    info = catalogue.rule("NM240")
-    if not settings.enabled("NM240", path):
+    decision = policy.decide("NM240", number, suppressions, {"text": text, "fixed": fixed},
+                             marked=lambda: marked_above(lines[:number - 1], "NM240"))
+    if decision is None:
         return line
-    fixable = not (info.fix is FixSafety.UNSAFE and settings.safe_only)
-    result.findings.append(Finding(path, number, match.start("python") + 1, "NM240",
-                                   info.format(text=text, fixed=fixed), fixable))
-    if not (rewrite and fixable):
+    result.findings.append(Finding(policy.path, number, match.start("python") + 1, "NM240", decision.message,
+                                   decision.fixable))
+    if not decision.fix:
         return line
     result.applied["NM240"] = result.applied.get("NM240", 0) + 1
     return line[:match.start("python")] + fixed + line[match.end("script"):]
 
 
-def _mark(path: str, number: int, line: str, match: re.Match, text: str, settings: Settings, rewrite: bool,
-          result: FileResult) -> str:
-    if not settings.enabled("NM241", path):
+def _mark(policy: Policy, suppressions: LineSuppressions | None, number: int, lines: list[str], match: re.Match,
+          text: str, result: FileResult) -> str:
+    line = lines[number - 1]
+    decision = policy.decide("NM241", number, suppressions, {"text": text},
+                             marked=lambda: marked_above(lines[:number - 1], "NM241"))
+    if decision is None:
         return line
-    info = catalogue.rule("NM241")
-    message = info.format(text=text)
-    result.findings.append(Finding(path, number, match.start("python") + 1, "NM241", message))
-    if not rewrite:
+    result.findings.append(Finding(policy.path, number, match.start("python") + 1, "NM241", decision.message))
+    if not decision.mark:
         return line
     indent = line[: len(line) - len(line.lstrip())]
     newline = "\r\n" if line.endswith("\r\n") else "\n"
-    return f"{indent}{marker_text('NM241', message, info.link)}{newline}{line}"
+    return f"{indent}{decision.marker}{newline}{line}"

@@ -88,7 +88,8 @@ def _pin_installs(path: str, cells: list[Cell], sources: list[str], settings: Se
                 continue
             pinned = pin_install_command(body, settings, path=path, rewrite=rewrite, present=frozenset(present))
             present |= pinned.installs
-            result.findings += [dataclasses.replace(f, path=path, line=number + f.line - 1, cell=cell.index)
+            result.findings += [dataclasses.replace(f, path=path, line=number + f.line - 1, cell=cell.index,
+                                                    end_line=None if f.end_line is None else number + f.end_line - 1)
                                 for f in pinned.findings]
             for code, n in pinned.applied.items():
                 result.applied[code] = result.applied.get(code, 0) + n

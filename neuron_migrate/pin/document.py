@@ -2,7 +2,9 @@
 
 The dependency formats (requirements files, setup.cfg, environment.yml, Dockerfiles, shell scripts) all
 use `#` comments, so a manual finding leaves the same `# TODO(neuron-migrate NM6xx)` marker a Python
-rule leaves, above the line it is about, and `check` keeps reporting it as NM900.
+rule leaves, above the line it is about, and `check` keeps reporting it as NM900; and a line is silenced
+with the same `# neuron-migrate: ignore[NM601]` / `# noqa: NM601` comments. What is reported, fixed or
+marked is decided by the one report policy (policy.py).
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import re
 from dataclasses import dataclass, field
 
 from neuron_migrate import catalogue
-from neuron_migrate.engine.edits import MARKER_PREFIX, marker_text
-from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate.engine.discover import kind_of
+from neuron_migrate.engine.edits import MARKER_PREFIX
+from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.pin.matrix import Family, matrix
+from neuron_migrate.policy import Policy, marked_above
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import Source, SourceError
+from neuron_migrate.suppress import line_suppressions
 
 OWN_MARKERS = re.compile(r"#\s*TODO\(neuron-migrate (NM6\d\d)\):\s*(.*)$")
 
@@ -39,6 +44,12 @@ class TextDocument:
     findings: list[Finding] = field(default_factory=list)
     applied: dict[str, int] = field(default_factory=dict)
     markers_reported_elsewhere: bool = False  # setup.py: the Python engine reports every marker
+    kind: str = "shell"  # the file kind, for its comment syntax (suppressions)
+    files_read: dict[str, str | None] = field(default_factory=dict)  # other files the result depends on
+
+    def __post_init__(self) -> None:
+        self.policy = Policy(self.settings, self.path, self.rewrite)
+        self.suppressions = line_suppressions(self.source.text, self.kind)
 
     @classmethod
     def read(cls, path: str, data: bytes, settings: Settings, rewrite: bool) -> "TextDocument":
@@ -51,7 +62,7 @@ class TextDocument:
             line = body[:exc.start].count(b"\n") + 1
             raise SourceError(f"line {line}: bytes are not valid UTF-8 (byte {body[exc.start]:#04x}); convert the "
                               "file to UTF-8, then run again") from None
-        return cls(path, Source(text, "utf-8", bom), settings, rewrite)
+        return cls(path, Source(text, "utf-8", bom), settings, rewrite, kind=kind_of(path) or "shell")
 
     @property
     def text(self) -> str:
@@ -98,39 +109,28 @@ class TextDocument:
         For manual codes the marker goes above the line holding `line_offset` (default: `offset`); a line
         that already carries this code's marker is not reported again (its NM900 stands for it).
         """
-        if not self.settings.enabled(code, self.path):
-            return False
-        info = catalogue.rule(code)
         anchor = self.line_start(offset if line_offset is None else line_offset)
-        if info.fix is FixSafety.MANUAL and self._marked(anchor, code):
-            return False
-        fixable = info.fix is FixSafety.SAFE or (info.fix is FixSafety.UNSAFE and not self.settings.safe_only)
-        message = info.format(**fields)
         line, col = self.position(offset)
-        self.findings.append(Finding(self.path, line, col, code, message, fixable))
-        if not self.rewrite:
+        decision = self.policy.decide(code, line, self.suppressions, fields,
+                                      marked=lambda: self._marked(anchor, code))
+        if decision is None:
             return False
-        if info.fix is FixSafety.MANUAL:
+        self.findings.append(Finding(self.path, line, col, code, decision.message, decision.fixable))
+        if decision.mark:
             indent = re.match(r"[ \t]*", self.text[anchor:]).group()
-            self.edits.append(Edit(anchor, anchor, indent + marker_text(code, message, info.link) + self.newline))
-            return False
-        if not fixable:
-            return False
-        self.applied[code] = self.applied.get(code, 0) + 1
-        return True
+            self.edits.append(Edit(anchor, anchor, indent + decision.marker + self.newline))
+        if decision.fix:
+            self.applied[code] = self.applied.get(code, 0) + 1
+        return decision.fix
 
     def _marked(self, line_start: int, code: str) -> bool:
-        tag = f"{MARKER_PREFIX}{code})"
         starts = self.line_starts()
-        index = bisect.bisect_left(starts, line_start) - 1
-        while index >= 0:
-            line = self.text[starts[index]:starts[index + 1]].strip()
-            if not line.startswith(MARKER_PREFIX):
-                return False
-            if line.startswith(tag):
-                return True
+        index = bisect.bisect_left(starts, line_start)
+        above: list[str] = []
+        while index > 0 and self.text[starts[index - 1]:starts[index]].lstrip().startswith(MARKER_PREFIX):
             index -= 1
-        return False
+            above.insert(0, self.text[starts[index]:starts[index + 1]])
+        return marked_above(above, code)
 
     # -- edits ---------------------------------------------------------------------------------------------
     def replace(self, start: int, end: int, text: str) -> None:
@@ -150,7 +150,8 @@ class TextDocument:
         return "".join(out)
 
     def result(self, data: bytes) -> FileResult:
-        result = FileResult(self.path, old_bytes=data, findings=self.findings)
+        result = FileResult(self.path, old_bytes=data, findings=self.findings, files_read=dict(self.files_read),
+                            used_suppressions=set(self.suppressions.used) if self.suppressions else set())
         markers = (lambda text: []) if self.markers_reported_elsewhere else (
             lambda text: own_marker_findings(text, self.path, self.settings))
         if self.rewrite:

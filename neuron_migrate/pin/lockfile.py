@@ -19,7 +19,7 @@ from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import Family, Matrix, matrix
 from neuron_migrate.settings import Settings
 
-_TABLE = re.compile(r"^\[\[packages?\]\]\s*$")
+_TABLE = re.compile(r"^\[\[packages?\]\]\s*(?:#.*)?$")  # a comment may follow (TOML)
 _FIELD = re.compile(r"""^(name|version)\s*=\s*["']([^"']+)["']""")
 LOCKERS = {"uv.lock": "uv lock", "poetry.lock": "poetry lock"}
 

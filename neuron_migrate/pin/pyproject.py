@@ -250,6 +250,7 @@ def _render(doc: TextDocument, data: bytes, decisions: Decisions, parsed) -> Fil
     result = doc.result(data)
     if new_text != doc.text:
         result.new_bytes = doc.source.encode(new_text)
+        result.applied = {k: v for k, v in doc.applied.items() if v}  # the entries changed through tomlkit count too
     return result
 
 

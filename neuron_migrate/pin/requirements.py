@@ -2,7 +2,7 @@
 
 Comments, blank lines, options, markers and per-requirement options (`--hash`) stay as they are. Files
 included with `-r` are read (not written) so that a package or index installed there counts here too;
-they are pinned when they are processed themselves.
+they are pinned when they are processed themselves (and listed in the result, so the cache sees them change).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 
+from neuron_migrate.engine.cache import digest
 from neuron_migrate.findings import FileResult
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
@@ -76,8 +77,10 @@ def entries_of(text: str) -> tuple[list[LineEntry], list[str], list[str]]:
     return entries, includes, indexes
 
 
-def _included(path: str, includes: list[str], depth: int = 0, seen: set[str] | None = None) -> tuple[set[str], bool]:
-    """Packages and whether the Neuron index appear in the files `path` includes (recursively)."""
+def _included(path: str, includes: list[str], files_read: dict[str, str | None], depth: int = 0,
+              seen: set[str] | None = None) -> tuple[set[str], bool]:
+    """Packages and whether the Neuron index appear in the files `path` includes (recursively); the files looked
+    at go into `files_read` (the digest of their bytes, None when they cannot be read)."""
     seen = seen if seen is not None else {os.path.realpath(path)}
     names: set[str] = set()
     has_index = False
@@ -86,15 +89,18 @@ def _included(path: str, includes: list[str], depth: int = 0, seen: set[str] | N
         if target in seen or depth >= MAX_INCLUDE_DEPTH or "$" in include:
             continue
         seen.add(target)
+        files_read[target] = None
         try:
             with open(target, "rb") as fh:
-                text = decode(fh.read()).text
+                data = fh.read()
+            files_read[target] = digest(data)
+            text = decode(data).text
         except (OSError, SourceError):
             continue
         entries, more, indexes = entries_of(text)
         names |= planning.names_of([text[e.req_start:e.req_end] for e in entries])
         has_index |= any(_is_neuron_index(url) for url in indexes)
-        sub_names, sub_index = _included(target, more, depth + 1, seen)
+        sub_names, sub_index = _included(target, more, files_read, depth + 1, seen)
         names |= sub_names
         has_index |= sub_index
     return names, has_index
@@ -112,7 +118,7 @@ def process_requirements(path: str, data: bytes, settings: Settings, rewrite: bo
     doc = TextDocument.read(path, data, settings, rewrite)
     entries, includes, indexes = entries_of(doc.text)
     own = planning.names_of([e.text(doc) for e in entries])
-    included, included_index = _included(path, includes)
+    included, included_index = _included(path, includes, doc.files_read)
     if not planning.in_scope(own | included):
         return doc.result(data)
     constraints = is_constraints(path)

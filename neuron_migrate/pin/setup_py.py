@@ -95,7 +95,7 @@ class _Finder(cst.CSTVisitor):
 def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     if os.path.basename(path) != "setup.py" or b"setup" not in data:
         return FileResult(path, old_bytes=data)
-    doc = TextDocument(path, decode(data), settings, rewrite, markers_reported_elsewhere=True)
+    doc = TextDocument(path, decode(data), settings, rewrite, markers_reported_elsewhere=True, kind="python")
     try:
         module = cst.parse_module(doc.text)
     except cst.ParserSyntaxError:

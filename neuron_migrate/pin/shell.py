@@ -16,6 +16,7 @@ from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import matrix
+from neuron_migrate.policy import unused_suppressions
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import Source
 
@@ -435,4 +436,6 @@ def pin_install_command(text: str, settings: Settings, *, path: str = "<command>
     doc = TextDocument(path, Source(text, "utf-8", False), settings, rewrite)
     installs = pin_commands(doc, [(0, len(doc.text))], present=set(present))
     new_text = doc.render() if rewrite else text
-    return PinnedCommand(new_text, sorted(doc.findings, key=lambda f: f.sort_key()), dict(doc.applied), installs)
+    findings = doc.findings if rewrite else doc.findings + unused_suppressions(
+        doc.policy, doc.suppressions, doc.suppressions.used if doc.suppressions else set())
+    return PinnedCommand(new_text, sorted(findings, key=lambda f: f.sort_key()), dict(doc.applied), installs)
