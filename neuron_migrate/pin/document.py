@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from neuron_migrate import catalogue
 from neuron_migrate.edits import MARKER_PREFIX, marker_text
 from neuron_migrate.findings import FileResult, Finding, FixSafety
-from neuron_migrate.pin.matrix import Family, matrix
+from neuron_migrate.pin.matrix import Family, target
 from neuron_migrate.settings import Settings
 from neuron_migrate.sources import Source, SourceError
 
@@ -27,6 +27,7 @@ class Edit:
     start: int
     end: int
     text: str
+    marker: bool = False  # a TODO marker: at the same offset as another insertion, it goes last (above its line)
 
 
 @dataclass
@@ -64,7 +65,7 @@ class TextDocument:
     @property
     def family(self) -> Family:
         try:
-            return matrix().family(self.settings.torch)
+            return target(self.settings)
         except ValueError as exc:
             raise SourceError(str(exc)) from None
 
@@ -112,7 +113,8 @@ class TextDocument:
             return False
         if info.fix is FixSafety.MANUAL:
             indent = re.match(r"[ \t]*", self.text[anchor:]).group()
-            self.edits.append(Edit(anchor, anchor, indent + marker_text(code, message, info.link) + self.newline))
+            self.edits.append(Edit(anchor, anchor, indent + marker_text(code, message, info.link) + self.newline,
+                                   marker=True))
             return False
         if not fixable:
             return False
@@ -139,7 +141,7 @@ class TextDocument:
     def render(self) -> str:
         out = []
         position = 0
-        for edit in sorted(self.edits, key=lambda e: (e.start, e.end)):
+        for edit in sorted(self.edits, key=lambda e: (e.start, e.end, e.marker)):
             if edit.start < position:
                 raise SourceError("internal error: two pin edits overlap; the file was left alone. "
                                   "Please report this.")
