@@ -10,6 +10,7 @@ from neuron_migrate.catalogue import load_data
 from neuron_migrate.names import dotted_str
 from neuron_migrate.patterns import arg, short
 from neuron_migrate.rules import Rule, names_pattern
+from neuron_migrate.rules import target
 
 # Qualified names (a name or a whole module) -> the code that reports them.
 UNSUPPORTED = {
@@ -96,8 +97,11 @@ class UnsupportedApi(Rule):
     def _reference(self, node: cst.CSTNode) -> None:
         qual = reference(self.ctx, node)
         code = lookup(UNSUPPORTED, qual)
+        if code == "NM306" and target.torchao_supported(self.ctx.settings):
+            return  # MX formats: supported through TorchAO Neuron on this target
         if code is not None:
-            self.ctx.report(code, node, hint=DENSE, **spelled_as(node, qual))
+            self.ctx.report(code, node, hint=DENSE, status=target.torchao_status(self.ctx.settings),
+                            **spelled_as(node, qual))
 
     visit_Attribute = visit_Name = _reference
 
@@ -131,7 +135,9 @@ class TorchAo(Rule):
 
     def _module(self, node: cst.CSTNode, module: str | None) -> None:
         if module is not None and (module == TORCHAO or module.startswith(TORCHAO + ".")):
-            self.ctx.report("NM307", node, module=module)
+            if target.torchao_supported(self.ctx.settings):
+                return  # TorchAO Neuron is the supported route here; `pin` swaps the wheel (NM612)
+            self.ctx.report("NM307", node, module=module, status=target.torchao_status(self.ctx.settings))
 
 
 @functools.lru_cache(maxsize=1)
