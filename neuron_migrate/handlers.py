@@ -28,6 +28,7 @@ HANDLERS: dict[str, list[str]] = {
     "dockerfile": ["neuron_migrate.pin.dockerfile:process_dockerfile", "neuron_migrate.envfiles:process_dockerfile"],
     "shell": ["neuron_migrate.pin.shell:process_shell", "neuron_migrate.envfiles:process_shell",
               "neuron_migrate.launch:process_shell"],
+    "accelerate-config": ["neuron_migrate.accelerate_config:process_accelerate_config"],
 }
 
 

@@ -22,6 +22,11 @@ from neuron_migrate.sources import Source, SourceError
 OWN_MARKERS = re.compile(r"#\s*TODO\(neuron-migrate (NM6\d\d)\):\s*(.*)$")
 
 
+def markers_of(codes: str) -> re.Pattern[str]:
+    """The marker pattern for a document whose handler owns the codes matching `codes` (a regex)."""
+    return re.compile(r"#\s*TODO\(neuron-migrate (%s)\):\s*(.*)$" % codes)
+
+
 @dataclass
 class Edit:
     start: int
@@ -40,6 +45,7 @@ class TextDocument:
     findings: list[Finding] = field(default_factory=list)
     applied: dict[str, int] = field(default_factory=dict)
     markers_reported_elsewhere: bool = False  # setup.py: the Python engine reports every marker
+    own_markers: re.Pattern[str] = OWN_MARKERS  # the markers this document reports as NM900
 
     @classmethod
     def read(cls, path: str, data: bytes, settings: Settings, rewrite: bool) -> "TextDocument":
@@ -154,7 +160,7 @@ class TextDocument:
     def result(self, data: bytes) -> FileResult:
         result = FileResult(self.path, old_bytes=data, findings=self.findings)
         markers = (lambda text: []) if self.markers_reported_elsewhere else (
-            lambda text: own_marker_findings(text, self.path, self.settings))
+            lambda text: own_marker_findings(text, self.path, self.settings, self.own_markers))
         if self.rewrite:
             new_text = self.render()
             if new_text != self.text:
@@ -167,14 +173,15 @@ class TextDocument:
         return result
 
 
-def own_marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
+def own_marker_findings(text: str, path: str, settings: Settings,
+                        pattern: re.Pattern[str] = OWN_MARKERS) -> list[Finding]:
     """NM900 for the NM6xx markers in a dependency file (other handlers of the same kind report their own)."""
     if MARKER_PREFIX not in text or not settings.enabled("NM900", path):
         return []
     info = catalogue.rule("NM900")
     out = []
     for lineno, line in enumerate(text.splitlines(), start=1):
-        m = OWN_MARKERS.search(line)
+        m = pattern.search(line)
         if m:
             out.append(Finding(path, lineno, m.start() + 1, "NM900", info.format(code=m.group(1),
                                                                                    text=m.group(2).strip())))
