@@ -25,6 +25,7 @@ class Family:
     sdk: str = ""  # the Neuron release this family belongs to ("2.34.0")
     source: str = ""
     carried: frozenset[str] = frozenset()  # releases the sources do not give for this row (judging only)
+    carried_from: str = ""  # the release whose versions `carried` are
 
     @property
     def label(self) -> str:
@@ -226,7 +227,8 @@ def matrix() -> Matrix:
     for row in data["release"]:
         sdk = str(row["sdk"])
         families = tuple(Family(str(f["torch"]), names(f["pins"]), names(f["releases"]), sdk, f.get("source", ""),
-                                frozenset(canonicalize_name(n) for n in f.get("carried", ())))
+                                frozenset(canonicalize_name(n) for n in f.get("carried", ())),
+                                str(f.get("carried_from", "")))
                          for f in row["family"])
         releases.append(Release(
             sdk=sdk, date=str(row["date"]), source=row["source"], python=tuple(row["python"]),
