@@ -82,9 +82,7 @@ class NeuronxTrace(Rule):
             ctx.report("NM502", node, call=short(node))
             return
         fixed = f"{ctx.module_ref('torch')}.compile({code(fn.value)}, backend={ctx.string('neuron')}, fullgraph=True)"
-        release = target.release(ctx.settings).sdk
-        if ctx.report("NM501", node, call=short(node), fixed=fixed, release=release,
-                      instance=target.instance(ctx.settings)):
+        if ctx.report("NM501", node, call=short(node), fixed=fixed, status=target.xla_inference_status(ctx.settings)):
             ctx.replace(node, expression(fixed))
 
     def _uses_neuronx(self) -> bool:

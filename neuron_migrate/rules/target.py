@@ -26,8 +26,19 @@ def torchao_supported(settings) -> bool:
 
 
 def xla_inference_maintained(settings) -> bool:
-    """The XLA-based inference path is still maintained for the target instance (Inf2 / Trn1 from Neuron 2.34)."""
-    return release(settings).xla_inference_supported(instance(settings))
+    """The target is an instance TorchNeuron does not run on (Inf2, Trn1), where the XLA-based inference path is
+    still maintained: XLA inference code stays as it is there."""
+    return instance(settings) not in release(settings).instances
+
+
+def xla_inference_status(settings) -> str:
+    """How the target release treats XLA inference on the target instance (for NM501)."""
+    r = release(settings)
+    if not r.xla_inference_supported(instance(settings)):
+        return f"which Neuron {r.sdk} no longer supports for inference on Trn2 and Trn3 (target: {instance(settings)})"
+    ended = next((x.sdk for x in matrix().releases if x.xla_inference_ended), None)
+    later = f"; Neuron {ended} ends it on Trn2 and Trn3" if ended else ""
+    return f"which Neuron {r.sdk} still supports for inference{later}"
 
 
 def torchao_where() -> str:
