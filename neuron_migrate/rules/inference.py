@@ -130,18 +130,17 @@ class NeuronLibrary(Rule):
 
 
 def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
-    """An import NxdInference reports: of neuronx_distributed.trace, or only of NxD Core inference names."""
+    """An import another rule reports: one that names an NxD Core inference API (NM507), or only optimum-neuron
+    trainer classes (NM508 / NM509)."""
     if module is None:
         return False
-    if module == "neuronx_distributed.trace" or module.startswith("neuronx_distributed.trace."):
-        return True
     if module in ("optimum.neuron", "optimum.neuron.trainers") and isinstance(node, cst.ImportFrom) \
             and not isinstance(node.names, cst.ImportStar):
         from neuron_migrate.rules.huggingface import classes  # NM508 / NM509 report the trainer classes
 
         return all(f"{module}.{dotted_str(a.name)}" in classes() for a in node.names)
     if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-        return all(f"{module}.{dotted_str(a.name)}" in NXD_TRACE for a in node.names)
+        return any(f"{module}.{dotted_str(a.name)}" in NXD_TRACE for a in node.names)
     return False
 
 
