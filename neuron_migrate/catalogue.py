@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_migrate.findings import FixSafety
@@ -47,6 +47,7 @@ class RuleInfo:
     # `rewrite` marks it only in files moving to neuron (they import torch_xla / torch_neuronx or use the device);
     # `check` reports it everywhere
     marks_migrating_only: bool = False
+    example_settings: dict = field(default_factory=dict)  # settings the example is checked with ({"instance": "trn3"})
 
     def format(self, **fields: object) -> str:
         try:

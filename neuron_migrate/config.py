@@ -6,6 +6,8 @@
     per-file-ignores = { "tests/*" = ["NM3"], "__init__.py" = ["NM190"] }
     exclude = ["generated/", "*_pb2.py"]  # gitignore-style, like --exclude
     torch = "2.14"                        # target PyTorch family for pins: "2.13" or "2.14"
+    neuron-sdk = "2.34"                   # target Neuron release (rules/versions.toml); default: the newest
+    instance = "trn2"                     # target instance: "trn2" (default), "trn3", "inf2" or "trn1"
     compile = true                        # insert model.compile(backend="neuron") after placement
     device-style = "neuron"               # or "accelerator" (torch.accelerator spellings)
 
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from neuron_migrate import catalogue
+from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
 
 if sys.version_info >= (3, 11):
@@ -33,7 +36,6 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 TABLE = "neuron-migrate"
-TORCH_FAMILIES = ("2.13", "2.14")
 DEVICE_STYLES = ("neuron", "accelerator")
 CODE_OR_PREFIX = re.compile(r"^NM\d{0,3}$")
 
@@ -130,7 +132,11 @@ def parse_table(table: dict, path: Path) -> dict:
         elif key == "exclude":
             out["exclude"] = tuple(_strings(value, at))
         elif key == "torch":
-            out["torch"] = _choice(value, TORCH_FAMILIES, at)
+            out["torch"] = _choice(value, matrix().torch_versions, at)
+        elif key == "neuron-sdk":
+            out["neuron_sdk"] = _choice(value, matrix().sdk_names, at)
+        elif key == "instance":
+            out["instance"] = _choice(value, matrix().instances, at)
         elif key == "compile":
             if not isinstance(value, bool):
                 raise ConfigError(f"{at}: expected true or false, got {value!r}")
@@ -138,7 +144,8 @@ def parse_table(table: dict, path: Path) -> dict:
         elif key == "device-style":
             out["device_style"] = _choice(value, DEVICE_STYLES, at)
         else:
-            known = ("select", "ignore", "per-file-ignores", "exclude", "torch", "compile", "device-style")
+            known = ("select", "ignore", "per-file-ignores", "exclude", "torch", "neuron-sdk", "instance", "compile",
+                     "device-style")
             hint = difflib.get_close_matches(key, known, n=1)
             raise ConfigError(f"{where}: unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                               + f"; the keys are {', '.join(known)}")
@@ -163,4 +170,11 @@ def resolve(paths: Iterable[str], **flags) -> Resolved:
         given["exclude"] = (*values.get("exclude", ()), *given["exclude"])
     values.update(given)
     exclude = tuple(values.pop("exclude", ()))
-    return Resolved(replace(Settings(), **values), exclude, source)
+    settings = replace(Settings(), **values)
+    try:
+        matrix().select(settings.neuron_sdk, settings.torch)
+    except ValueError as exc:
+        where = f"{source} [tool.{TABLE}]" if source is not None and not ({"torch", "neuron_sdk"} & given.keys()) \
+            else "--neuron-sdk / --torch"
+        raise ConfigError(f"{where}: {exc}") from None
+    return Resolved(settings, exclude, source)

@@ -12,6 +12,8 @@ class Settings:
     compile: bool = True  # insert model.compile(backend="neuron", dynamic=False) where a model is placed
     safe_only: bool = False  # apply only fixes marked safe
     torch: str | None = None  # target family for pins ("2.13", "2.14"); None: the default in rules/versions.toml
+    neuron_sdk: str | None = None  # target Neuron release ("2.34", "2.33.1"); None: the newest with that torch
+    instance: str | None = None  # target instance ("trn2", "trn3", "inf2", "trn1"); None: the matrix's default
     device_style: str = "neuron"  # "neuron" or "accelerator"
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = field(default=())
 
@@ -34,4 +36,4 @@ class Settings:
     def key(self) -> str:
         """A stable text of everything that changes results (part of the cache key)."""
         return repr((sorted(self.select), sorted(self.ignore), self.compile, self.safe_only, self.torch,
-                     self.device_style, self.per_file_ignores))
+                     self.device_style, self.per_file_ignores, self.neuron_sdk, self.instance))

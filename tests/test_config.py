@@ -55,10 +55,21 @@ def test_compile_and_device_style_from_config(tmp_path):
     assert "y = w.to(DEVICE)" in (src / "train.py").read_text()
 
 
+def test_release_and_instance_keys(tmp_path):
+    src = _project(tmp_path, 'neuron-sdk = "2.33"\ninstance = "trn3"\ntorch = 2.13')
+    settings = resolve([str(src)]).settings
+    assert (settings.neuron_sdk, settings.instance, settings.torch) == ("2.33", "trn3", "2.13")
+    assert resolve([str(src)], neuron_sdk="2.33.0").settings.neuron_sdk == "2.33.0"  # a flag wins
+
+
 @pytest.mark.parametrize("table, words", [
     ('selct = ["NM1"]', ["unknown key 'selct'", "did you mean 'select'"]),
     ('ignore = ["NM999"]', ["no rule code or prefix 'NM999'"]),
     ('torch = "2.12"', ["'2.13', '2.14'"]),
+    ('neuron-sdk = "2.32"', ["neuron-sdk: expected one of", "'2.34'", "'2.33.1'"]),
+    ('instance = "inf1"', ["instance: expected one of", "'trn2', 'trn3', 'inf2', 'trn1'"]),
+    ('neuron-sdk = "2.34"\ntorch = "2.13"', ["Neuron 2.34.0 has no torch-neuronx family for torch 2.13",
+                                             "choose --neuron-sdk 2.33.1"]),
     ("compile = 1", ["expected true or false"]),
     ('device-style = "cuda"', ["'neuron', 'accelerator'"]),
 ])

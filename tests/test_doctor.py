@@ -49,8 +49,9 @@ def test_native_213_family_is_recognised_without_settings(tmp_path):
 def test_family_mismatch_names_the_torch_to_install(tmp_path):
     report = run(tmp_path, {**NATIVE_214, "torch": "2.13.0", "torchvision": "0.28.0"})
     assert failures(report) == [
-        "torch 2.13.0 does not match the torch 2.14 family, which needs `torch==2.14.0`: pip install \"torch==2.14.0\"",
-        "torchvision 0.28.0 does not match the torch 2.14 family, which needs `torchvision==0.29.0`: "
+        "torch 2.13.0 does not match the torch 2.14 family of Neuron 2.33.1, which needs `torch==2.14.0`: "
+        "pip install \"torch==2.14.0\"",
+        "torchvision 0.28.0 does not match the torch 2.14 family of Neuron 2.33.1, which needs `torchvision==0.29.0`: "
         "pip install \"torchvision==0.29.0\"",
     ]
 
@@ -60,12 +61,69 @@ def test_legacy_xla_build_and_stray_xla_packages(tmp_path):
                             "libneuronxla": "2.2.12677.0", "neuronx-cc": "2.21.18209.0"})
     failed = failures(report)
     assert failed[0].startswith("torch-neuronx 2.9.0.2.15.32035 is the legacy XLA build")
-    assert "pip install --upgrade \"torch-neuronx==2.14.3.0.*\" \"neuronx-cc==2.*\" nki --extra-index-url " \
+    assert "pip install --upgrade \"torch==2.14.0\" \"torch-neuronx==2.14.*\" \"neuronx-cc==2.*\" nki --extra-index-url " \
            "https://pip.repos.neuron.amazonaws.com" in failed[0]
     assert any(m.startswith("torch-xla 2.9.0 is installed") and "pip uninstall torch-xla" in m for m in failed)
     assert any(m.startswith("libneuronxla 2.2.12677.0 is installed") for m in failed)
     assert any(m.startswith("torch 2.9.0 does not match") for m in failed)
-    assert "nki is not installed; the torch 2.14 family needs `nki`" in failed
+    assert "nki is not installed; the torch 2.14 family of Neuron 2.34.0 needs `nki`" in failed
+
+
+def checks_with(report, status) -> list[str]:
+    return [c.message for c in report.checks if c.status is status]
+
+
+def test_the_report_names_the_neuron_releases_the_environment_matches(tmp_path):
+    report = run(tmp_path, NATIVE_214)  # torch-neuronx 2.14.3.0.x: the build of Neuron 2.33.0 and 2.33.1
+    assert ("the installed torch-neuronx matches Neuron 2.33.1 (torch 2.14), 2.33.0 (torch 2.14); checked against "
+            "Neuron 2.33.1, torch 2.14") in checks_with(report, Status.OK)
+    current = run(tmp_path / "234", {**NATIVE_214, "torch-neuronx": "2.14.3.1"})
+    assert failures(current) == []
+    assert any(m.startswith("the installed torch-neuronx matches Neuron 2.34.0 (torch 2.14)")
+               for m in checks_with(current, Status.OK))
+
+
+def test_a_chosen_release_judges_the_installed_build(tmp_path):
+    report = run(tmp_path, NATIVE_214, neuron_sdk="2.34")
+    assert failures(report) == [
+        "torch-neuronx 2.14.3.0.4021 is the build of Neuron 2.33.1, 2.33.0, not of the chosen Neuron 2.34.0, torch "
+        "2.14 (torch-neuronx 2.14.3.1); pip install --upgrade \"torch==2.14.0\" \"torch-neuronx==2.14.*\" "
+        "\"neuronx-cc==2.*\" nki --extra-index-url https://pip.repos.neuron.amazonaws.com"]
+    assert "matches Neuron 2.33.1 (torch 2.14), 2.33.0 (torch 2.14), not the chosen Neuron 2.34.0, torch 2.14" in \
+        " ".join(checks_with(report, Status.WARN))
+    assert failures(run(tmp_path / "233", NATIVE_214, neuron_sdk="2.33")) == []
+    with pytest.raises(ValueError, match="Neuron 2.34.0 has no torch-neuronx family for torch 2.13"):
+        run(tmp_path / "bad", NATIVE_214, neuron_sdk="2.34", torch="2.13")
+
+
+def test_the_readme_test_setup_is_judged_by_its_torch(tmp_path):
+    """The README's test set-up installs torch 2.13.0 (no torch-neuronx): doctor checks the torch 2.13 family of
+    the newest release that has one, and only torch-neuronx and its companions are missing."""
+    report = run(tmp_path, {"torch": "2.13.0", "numpy": "2.3.1"})
+    assert not any(m.startswith("torch 2.13.0") for m in failures(report))
+    assert "torch 2.13.0" in checks_with(report, Status.OK)
+    assert failures(report)[0].startswith("torch-neuronx is not installed; install the native backend: "
+                                          "pip install --upgrade \"torch==2.13.0\" \"torch-neuronx==2.13.3.0.*\"")
+    assert any("matches Neuron 2.33.1 (torch 2.13), 2.33.0 (torch 2.13)" in m for m in checks_with(report, Status.OK))
+
+
+def test_cli_reads_the_project_configuration(tmp_path):
+    """Issue 17: `torch = "2.13"` in the project and torch 2.13 installed is no mismatch."""
+    site = fake_site(tmp_path, {**NATIVE_214, "torch": "2.13.0", "torch-neuronx": "2.13.3.0.17",
+                                "torchvision": "0.28.0"})
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[tool.neuron-migrate]\ntorch = "2.13"\n')
+    env = {"PYTHONPATH": site + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = cli("doctor", "--no-device", cwd=project, env=env)
+    assert "does not match" not in proc.stdout, proc.stdout
+    assert "ok    torch-neuronx 2.13.3.0.17: the native backend, torch 2.13 family" in proc.stdout
+    assert "checked against Neuron 2.33.1, torch 2.13" in proc.stdout
+    flagged = cli("doctor", "--no-device", "--torch", "2.14", cwd=project, env=env)
+    assert "torch 2.13.0 does not match the torch 2.14 family of Neuron 2.34.0" in flagged.stdout
+    assert flagged.returncode == 1
+    bad = cli("doctor", "--no-device", "--neuron-sdk", "2.34", cwd=project, env=env)
+    assert bad.returncode == 2 and "Neuron 2.34.0 has no torch-neuronx family for torch 2.13" in bad.stderr
 
 
 def test_wrong_python(tmp_path):

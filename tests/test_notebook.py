@@ -50,7 +50,7 @@ def test_rewrite_changes_only_source_lines_and_keeps_ipython_lines(tmp_path):
         "%%time\ndevice = torch.device(\"neuron\")\nfor step in range(3):\n    loss = model(torch.ones(4)).sum()\n"
         "    !echo done\nfiles = !ls\nx = (1 +\n     2)")
     assert "".join(cells[1]["source"]) == (  # the install line is pinned, the shell line kept
-        '%pip install "torch-neuronx==2.14.3.0.*" "neuronx-cc==2.*" nki '
+        '%pip install "torch-neuronx==2.14.3.1.*" torch==2.14.0 "neuronx-cc==2.*" nki '
         "--extra-index-url https://pip.repos.neuron.amazonaws.com\n!nvidia-smi\nimport torch")
     assert "".join(cells[4]["source"]) == "%%bash\necho xm.mark_step()"
     before = json.loads(old)

@@ -13,7 +13,8 @@ from neuron_migrate.pin.shell import commands, pin_install_command, pip_install,
 from neuron_migrate.settings import Settings
 from tests.helpers import cli
 
-F214 = matrix().family("2.14")
+F214 = matrix().select("2.34", "2.14")  # the newest row: Neuron 2.34.0 has the torch 2.14 family only
+F233 = matrix().select("2.33", "2.14")  # Neuron 2.33.1: torch 2.13 and 2.14 families
 INDEX = "--extra-index-url https://pip.repos.neuron.amazonaws.com"
 
 
@@ -32,7 +33,20 @@ INDEX = "--extra-index-url https://pip.repos.neuron.amazonaws.com"
     ("torchaudio", ">=2.0", "also admits the legacy release 2.9.0"),
     ("neuronx-cc", "==2.12.68.0", "does not admit 2.28.7631.0"),
 ])
-def test_misfits(name, spec, reason):
+def test_misfits_in_a_release_with_two_families(name, spec, reason):
+    assert planning.misfit(name, SpecifierSet(spec), F233, matrix()) == reason
+
+
+@pytest.mark.parametrize("name, spec, reason", [
+    ("torch-neuronx", "==2.14.3.0.*", "does not admit 2.14.3.1"),  # the 2.33 family excludes the 2.34 build
+    ("torch-neuronx", "==2.14.3.0.4021", "does not admit 2.14.3.1"),
+    ("torch-neuronx", "==2.13.*", "does not admit 2.14.3.1"),
+    ("torch-neuronx", "==2.9.*", "is the legacy XLA build (the native backend starts at 2.13.3)"),
+    ("torch", "==2.13.0", "does not admit 2.14.0"),
+    ("torch", ">=2.1", "also admits the legacy release 2.9.0"),
+    ("torchvision", ">=0.16", "also admits the legacy release 0.24.0"),
+])
+def test_misfits_in_neuron_234(name, spec, reason):
     assert planning.misfit(name, SpecifierSet(spec), F214, matrix()) == reason
 
 
@@ -41,8 +55,98 @@ def test_misfits(name, spec, reason):
     ("torch", "==2.14.0"), ("torch", "==2.14.0+cpu"), ("torch", ">=2.14,<2.15"), ("neuronx-cc", "==2.*"),
     ("neuronx-cc", ">=2.28,<3"), ("nki", ""), ("nki", ">=0.7"), ("torchvision", "==0.29.0"),
 ])
-def test_fits(name, spec):
+def test_fits_in_neuron_233(name, spec):
+    assert planning.misfit(name, SpecifierSet(spec), F233, matrix()) is None
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("torch-neuronx", "==2.14.*"), ("torch-neuronx", "==2.14.3.1.*"), ("torch-neuronx", "==2.14.3.1.4021"),
+    ("torch-neuronx", ">=2.14.3.1,<2.15"), ("torch", "==2.14.0"), ("torch", "==2.14.0+cpu"), ("neuronx-cc", "==2.*"),
+    ("nki", ""), ("torchvision", "==0.29.0"), ("torchao-neuron", "==0.18.0+neuron.1"),
+])
+def test_fits_in_neuron_234(name, spec):
     assert planning.misfit(name, SpecifierSet(spec), F214, matrix()) is None
+
+
+@pytest.mark.parametrize("sdk, old, new", [
+    ("2.34", "torch-neuronx==2.14.3.0.*", "torch-neuronx==2.14.*"),  # the family spelling of the docs
+    ("2.34", "torch-neuronx==2.9.0.2.15.32035", "torch-neuronx==2.14.3.1.*"),  # pinned exactly: the release
+    ("2.34", "torch-neuronx>=2.9", "torch-neuronx==2.14.*"),
+    ("2.33", "torch-neuronx==2.9.0.2.15.32035", "torch-neuronx==2.14.3.0.*"),
+    ("2.33", "torch-neuronx==2.13.*", "torch-neuronx==2.14.3.0.*"),
+    ("2.33.0", "torch-neuronx==2.14.3.1.*", "torch-neuronx==2.14.3.0.*"),
+])
+def test_torch_neuronx_pins_per_release(sdk, old, new):
+    text = f"{INDEX}\ntorch==2.14.0\n{old}\nneuronx-cc==2.*\nnki\n"
+    assert new_text(text, neuron_sdk=sdk) == text.replace(old, new)
+
+
+def test_torch_is_pinned_wherever_torch_neuronx_is():
+    text = f"{INDEX}\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n"
+    assert new_text(text) == f"{INDEX}\ntorch-neuronx==2.14.*\ntorch==2.14.0\nneuronx-cc==2.*\nnki\n"
+    result = pin_text(text, rewrite=False)
+    assert [(f.line, f.code) for f in result.findings] == [(2, "NM603")]
+    assert "`torch==2.14.0`" in result.findings[0].message and "Neuron 2.34.0" in result.findings[0].message
+    assert pin_text("numpy\ntorch==2.1.0\n", rewrite=False).findings == []  # torch alone is not a Neuron project
+
+
+def test_a_comment_that_describes_the_old_pin_goes_with_it():
+    text = (f"{INDEX}\ntorch==2.9.0  # matches the XLA build\ntorch-neuronx==2.9.0.2.15.32035  # legacy XLA build\n"
+            "neuronx-cc==2.*   # compiler, keep\nnki\ntorchvision==0.24.0  # our own comment\n")
+    assert new_text(text) == (f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.3.1.*\nneuronx-cc==2.*   # compiler, keep\n"
+                              "nki\ntorchvision==0.29.0  # our own comment\n")
+
+
+def test_a_release_without_the_chosen_torch_is_an_error_that_names_the_alternative():
+    with pytest.raises(ValueError, match=r"Neuron 2.34.0 has no torch-neuronx family for torch 2.13.*2.33.1"):
+        matrix().select("2.34", "2.13")
+    assert matrix().select(None, "2.13").sdk == "2.33.1"  # torch alone: the newest release that has it
+    assert matrix().select().sdk == "2.34.0"
+
+
+@pytest.mark.parametrize("spec, new", [
+    ("accelerate>=0.25", "accelerate>=1.13.0"),
+    ("accelerate>=0.25,<2", "accelerate>=1.13.0,<2"),
+    ("accelerate==0.34.2", "accelerate>=1.13.0"),
+    ("accelerate<1.0", "accelerate>=1.13.0"),
+    ("transformers[torch]>=4.36,<5 ; python_version >= '3.9'", "transformers[torch]>=5.4.0 ; python_version >= '3.9'"),
+    ("transformers!=5.0.0,>=4.40", "transformers>=5.4.0,!=5.0.0"),
+])
+def test_hugging_face_floors(spec, new):
+    text = f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n{spec}\n"
+    assert new_text(text) == text.replace(spec, new)
+    assert [f.code for f in pin_text(text, rewrite=False).findings] == ["NM610"]
+
+
+@pytest.mark.parametrize("spec", ["accelerate", "accelerate>=1.13", "accelerate==1.15.0", "transformers>=5.4,<6",
+                                  "transformers~=5.18"])
+def test_hugging_face_entries_at_the_floor_are_left_alone(spec):
+    text = f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n{spec}\n"
+    assert pin_text(text, rewrite=False).findings == []
+    assert pin_text("accelerate>=0.25\n", rewrite=False).findings == []  # not a Neuron project: not ours
+
+
+NATIVE = f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n"
+
+
+def test_upstream_torchao_becomes_torchao_neuron_on_trn3_with_234():
+    text = NATIVE + "torchao>=0.15  # quantization\n"
+    assert new_text(text, instance="trn3") == NATIVE + "torchao-neuron==0.18.0+neuron.1  # quantization\n"
+    both = NATIVE + "torchao-neuron\ntorchao==0.18.0\n"
+    assert new_text(both, instance="trn3") == NATIVE + "torchao-neuron==0.18.0+neuron.1\n"
+    for settings in ({}, {"instance": "trn2"}, {"instance": "trn3", "neuron_sdk": "2.33"}):
+        assert pin_text(text, rewrite=False, **settings).findings == [], settings
+    assert new_text(text, instance="trn3", safe_only=True) == text  # a package swap is an unsafe fix
+
+
+def test_libtorch_neuronx_lite_is_flagged_in_its_last_release():
+    text = NATIVE + "libtorch-neuronx-lite==2.14.*\n"
+    found = pin_text(text, rewrite=False).findings
+    assert [(f.line, f.code) for f in found] == [(6, "NM611")]
+    assert "Neuron 2.34.0 is the last release that includes libtorch-neuronx-lite" in found[0].message
+    assert pin_text(text, rewrite=False, neuron_sdk="2.33").findings == []
+    out = new_text(text)
+    assert out.splitlines()[5].startswith("# TODO(neuron-migrate NM611)") and new_text(out) == out
 
 
 def pin_text(text: str, rewrite: bool = True, path: str = "requirements.txt", **settings) -> FileResult:
@@ -56,14 +160,14 @@ def new_text(text: str, **settings) -> str:
 
 def test_entries_for_other_platforms_and_pythons_are_left_alone():
     text = (f"{INDEX}\ntorch==2.1.0 ; sys_platform == 'darwin'\ntorch==2.1.0 ; python_version < '3.0'\n"
-            "torch-neuronx==2.14.3.0.*\nneuronx-cc==2.*\nnki\n")
+            "torch==2.14.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n")
     assert pin_text(text).changed is False
 
 
 def test_markers_extras_and_local_labels_are_kept():
     text = f"{INDEX}\ntorch[opt]==2.1.2+cpu ; platform_machine == 'x86_64'  # cpu\ntorch-neuronx==2.1.*\n"
     assert new_text(text) == (f"{INDEX}\ntorch[opt]==2.14.0+cpu ; platform_machine == 'x86_64'  # cpu\n"
-                              "torch-neuronx==2.14.3.0.*\nneuronx-cc==2.*\nnki\n")
+                              "torch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n")
 
 
 def test_family_213_is_chosen_by_the_setting():
@@ -74,17 +178,17 @@ def test_family_213_is_chosen_by_the_setting():
 
 def test_crlf_and_missing_final_newline_are_kept():
     text = "torch-xla==2.1.0\r\nnumpy\r\ntorch-neuronx==2.1.*"
-    assert new_text(text) == (f"{INDEX}\r\nnumpy\r\ntorch-neuronx==2.14.3.0.*\r\nneuronx-cc==2.*\r\nnki")
+    assert new_text(text) == (f"{INDEX}\r\nnumpy\r\ntorch-neuronx==2.14.*\r\ntorch==2.14.0\r\nneuronx-cc==2.*\r\nnki")
 
 
 def test_templated_versions_get_a_marker_and_are_not_guessed():
-    text = f"{INDEX}\ntorch-neuronx==${{NEURONX_VERSION}}\nneuronx-cc==2.*\nnki\n"
+    text = f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==${{NEURONX_VERSION}}\nneuronx-cc==2.*\nnki\n"
     result = pin_text(text, rewrite=False)
-    assert [(f.line, f.code) for f in result.findings] == [(2, "NM606")]
+    assert [(f.line, f.code) for f in result.findings] == [(3, "NM606")]
     assert "takes its version from a template" in result.findings[0].message
     out = new_text(text)
-    assert out.splitlines()[2] == "torch-neuronx==${NEURONX_VERSION}"
-    assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM606): `torch-neuronx==${NEURONX_VERSION}`")
+    assert out.splitlines()[3] == "torch-neuronx==${NEURONX_VERSION}"
+    assert out.splitlines()[2].startswith("# TODO(neuron-migrate NM606): `torch-neuronx==${NEURONX_VERSION}`")
     assert new_text(out) == out
 
 
@@ -135,9 +239,9 @@ def test_pip_install_commands(line, requirements):
 
 def test_notebook_install_line_is_pinned():
     pinned = pin_install_command('!pip install "torch-neuronx==2.9.*" torch-xla', Settings())
-    assert pinned.text == f'!pip install "torch-neuronx==2.14.3.0.*" "neuronx-cc==2.*" nki {INDEX}'
+    assert pinned.text == f'!pip install "torch-neuronx==2.14.*" torch==2.14.0 "neuronx-cc==2.*" nki {INDEX}'
     assert [(f.line, f.col, f.code) for f in pinned.findings] == [
-        (1, 1, "NM604"), (1, 14, "NM602"), (1, 37, "NM601"), (1, 37, "NM603"), (1, 37, "NM603")]
+        (1, 1, "NM604"), (1, 14, "NM602"), (1, 14, "NM603"), (1, 37, "NM601"), (1, 37, "NM603"), (1, 37, "NM603")]
     assert pinned.installs >= {"torch-neuronx", "neuronx-cc", "nki"}
     assert pin_install_command(pinned.text, Settings()).findings == []
 
@@ -162,7 +266,8 @@ def test_a_command_installing_only_legacy_packages_is_left_for_a_person():
 def test_removing_the_last_continued_argument_keeps_the_command_whole():
     text = "pip install \\\n    torch-neuronx==2.14.* \\\n    torch-xla\necho done\n"
     result = process_shell("s.sh", text.encode(), Settings(), True)
-    assert result.new_bytes.decode() == ("pip install \\\n    torch-neuronx==2.14.* \\\n    \"neuronx-cc==2.*\" \\\n"
+    assert result.new_bytes.decode() == ("pip install \\\n    torch-neuronx==2.14.* \\\n    torch==2.14.0 \\\n"
+                                         "    \"neuronx-cc==2.*\" \\\n"
                                          f"    nki \\\n    {INDEX}\necho done\n")
 
 
@@ -202,7 +307,7 @@ def test_check_and_rewrite_run_the_pin_handlers(tmp_path):
     assert check.returncode == 1
     assert "requirements.txt:2:1: NM602 `torch-neuronx==2.1.*` is the legacy XLA build" in check.stdout
     assert cli("rewrite", str(tmp_path)).returncode == 0
-    assert "torch-neuronx==2.14.3.0.*" in req.read_text()
+    assert "torch-neuronx==2.14.*" in req.read_text()
 
 
 def test_bad_toml_is_an_error_and_the_file_is_kept(tmp_path):
@@ -224,7 +329,7 @@ def test_rewrite_on_the_bundled_example_updates_its_requirements(tmp_path):
     assert cli("rewrite", str(example)).returncode == 0
     assert (example / "requirements.txt").read_text() == (
         "# PyTorch/XLA stack for Trainium (Neuron SDK 2.2x)\n"
-        f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.3.0.*\nneuronx-cc==2.*\nnki\n")
+        f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.3.1.*\nneuronx-cc==2.*\nnki\n")
     again = cli("pin", "--diff", str(example))
     assert again.returncode == 0 and again.stdout == ""
 
@@ -245,7 +350,7 @@ def test_poetry_legacy_package_from_git_is_removed_and_python_checked():
             'torch-xla = { git = "https://github.com/pytorch/xla.git", tag = "v2.1.0" }  # legacy\n\n'
             '[[tool.poetry.source]]\nname = "neuron"\nurl = "https://pip.repos.neuron.amazonaws.com"\n')
     checked = process_pyproject("pyproject.toml", text.encode(), Settings(), False)
-    assert [(f.line, f.code) for f in checked.findings] == [(2, "NM607"), (6, "NM601")]
+    assert [(f.line, f.code) for f in checked.findings] == [(2, "NM607"), (3, "NM603"), (6, "NM601")]
     out = process_pyproject("pyproject.toml", text.encode(), Settings(), True).new_bytes.decode()
     assert "torch-xla" not in out and 'torch-neuronx = "2.14.*"' in out
     assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM607): `python = \"~3.10\"` allows no Python")
@@ -287,11 +392,12 @@ def test_versions_from_dockerfile_args_are_pinned_where_the_arg_is_set():
     assert [f.message.split(";")[0] for f in checked.findings] == [
         "`torch-neuronx==${NEURONX_VERSION}` with `NEURONX_VERSION=2.1.2.2.0.0` is the legacy XLA build "
         "(the native backend starts at 2.13.3)",
+        "`torch` is missing: the native backend (torch 2.14 family of Neuron 2.34.0) needs `torch==2.14.0`",
         "`neuronx-cc==$CC_VERSION` with `CC_VERSION=2.12.68.0` does not admit 2.28.7631.0",
         "`torchvision==$TV` takes its version from a template, so `neuron-migrate` leaves it alone",  # TV is set twice
     ]
     out = process_dockerfile("Dockerfile", text.encode(), Settings(), True).new_bytes.decode()
-    assert out.startswith('ARG NEURONX_VERSION=2.14.3.0.*\nARG CC_VERSION="2.*"\nARG TV=0.16.0\nARG TV=0.17.0\n# TODO')
+    assert out.startswith('ARG NEURONX_VERSION=2.14.3.1.*\nARG CC_VERSION="2.*"\nARG TV=0.16.0\nARG TV=0.17.0\n# TODO')
     assert process_dockerfile("Dockerfile", out.encode(), Settings(), True).changed is False
 
 
@@ -299,7 +405,7 @@ def test_versions_from_shell_variables_are_pinned_where_the_variable_is_set():
     text = ('export NEURONX_VERSION="2.9.0.2.15.32035"\nTORCH=2.9.0\n'
             f'pip install torch==$TORCH "torch-neuronx==${{NEURONX_VERSION}}" "neuronx-cc==2.*" nki {INDEX}\n')
     out = process_shell("s.sh", text.encode(), Settings(), True).new_bytes.decode()
-    assert out == text.replace("2.9.0.2.15.32035", "2.14.3.0.*").replace("TORCH=2.9.0", "TORCH=2.14.0")
+    assert out == text.replace("2.9.0.2.15.32035", "2.14.3.1.*").replace("TORCH=2.9.0", "TORCH=2.14.0")
 
 
 @pytest.mark.parametrize("name, text", [

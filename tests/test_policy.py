@@ -33,7 +33,7 @@ FORMS = ("# neuron-migrate: ignore[{code}]", "# noqa: {code}", "# neuron-migrate
 CONTINUED = {"shell", "dockerfile", "requirements"}  # a `\` at the end of a line continues it
 PIN_KINDS = ("shell", "dockerfile", "notebook", "pyproject", "setup.py", "setup-cfg", "conda-env")
 INDEX_KINDS = ("shell", "dockerfile", "notebook", "pyproject", "conda-env")  # formats that can name an index
-PIN_APPLIES = {"NM601": PIN_KINDS, "NM602": PIN_KINDS, "NM603": PIN_KINDS, "NM604": INDEX_KINDS, "NM605": ()}
+PIN_APPLIES = {"NM601": PIN_KINDS, "NM602": PIN_KINDS, "NM603": PIN_KINDS, "NM604": INDEX_KINDS, "NM605": ()}  # others: their own kind only
 
 
 # -- the examples, in every file kind they apply to ---------------------------------------------------------
@@ -98,7 +98,7 @@ def variants(info) -> list[tuple[str, str, str]]:
     if info.example_file == "requirements.txt":
         options, requirements = _requirements(info.before)
         out += [("notebook" if k == "notebook" else kind_of(p), p, t)
-                for k in PIN_APPLIES[info.code] for p, t in [pin_variant(k, options, requirements)]]
+                for k in PIN_APPLIES.get(info.code, ()) for p, t in [pin_variant(k, options, requirements)]]
     if own_kind == "dockerfile" and info.before.lstrip().startswith("RUN "):
         out.append(("shell", "install.sh", info.before.lstrip().removeprefix("RUN ")))
     if info.code == "NM607":
@@ -162,18 +162,18 @@ IDS = [f"{info.code}-{kind}-{os.path.basename(path)}" for info, kind, path, _ in
 
 @pytest.mark.parametrize("info, kind, path, text", CASES, ids=IDS)
 def test_every_example_in_every_kind_triggers_its_rule(info, kind, path, text):
-    assert places(run(kind, path, text), info.code), f"{info.code} not reported in its {kind} example:\n{text}"
+    assert places(run(kind, path, text, **info.example_settings), info.code), f"{info.code} not reported in its {kind} example:\n{text}"
 
 
 @pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("info, kind, path, text", CASES, ids=IDS)
 def test_a_suppression_on_the_triggering_line_silences_the_rule(info, kind, path, text, form):
-    lines = places(run(kind, path, text), info.code)
+    lines = places(run(kind, path, text, **info.example_settings), info.code)
     quiet = suppressed(kind, text, lines, form.format(code=info.code))
-    codes = [f.code for f in run(kind, path, quiet).findings]
+    codes = [f.code for f in run(kind, path, quiet, **info.example_settings).findings]
     assert info.code not in codes, quiet
     assert "NM901" not in codes, quiet  # the comment was used
-    fixed = run(kind, path, quiet, rewrite=True)
+    fixed = run(kind, path, quiet, **info.example_settings, rewrite=True)
     assert info.code not in fixed.applied
     assert f"TODO(neuron-migrate {info.code})" not in (fixed.new_bytes or b"").decode()
 
@@ -183,12 +183,12 @@ def test_a_suppression_on_the_triggering_line_silences_the_rule(info, kind, path
 def test_safe_only_applies_safe_fixes_and_reports_unsafe_ones_in_every_kind(info, kind, path, text):
     for safe_only in (False, True):
         applies = info.fix is FixSafety.SAFE or not safe_only
-        found = run(kind, path, text, safe_only=safe_only).findings
+        found = run(kind, path, text, **info.example_settings, safe_only=safe_only).findings
         assert {f.fixable for f in found if f.code == info.code} == {applies}, (safe_only, text)
-        result = run(kind, path, text, rewrite=True, safe_only=safe_only)
+        result = run(kind, path, text, **info.example_settings, rewrite=True, safe_only=safe_only)
         assert (info.code in result.applied) == applies, (safe_only, result.applied)
     if info.fix is FixSafety.UNSAFE:
-        result = run(kind, path, text, rewrite=True, safe_only=True, ignore=frozenset(
+        result = run(kind, path, text, **info.example_settings, rewrite=True, safe_only=True, ignore=frozenset(
             {c for c in catalogue.catalogue() if c != info.code}))
         assert result.new_bytes is None  # nothing else to do: the unsafe fix alone is left out
 

@@ -36,6 +36,21 @@ def common_options(f):
     return f
 
 
+def target_options(f):
+    """--torch / --neuron-sdk / --instance: the row of the release matrix and the instance the advice is for."""
+    from neuron_migrate.pin.matrix import matrix
+
+    mx = matrix()
+    f = click.option("--instance", type=click.Choice(mx.instances), default=None,
+                     help=f"Target instance (default {mx.default_instance}); findings about TorchAO and the XLA "
+                     "inference path depend on it.")(f)
+    f = click.option("--neuron-sdk", "neuron_sdk", type=click.Choice(mx.sdk_names), default=None,
+                     help=f"Target Neuron release (default: the newest, {mx.newest.sdk}).")(f)
+    f = click.option("--torch", "torch", type=click.Choice(mx.torch_versions), default=None,
+                     help=f"PyTorch version of the torch-neuronx family (default {mx.default}).")(f)
+    return f
+
+
 def _paths(paths: tuple[str, ...], hook: bool, exclude: tuple[str, ...]) -> tuple[str, ...]:
     if hook:
         from neuron_migrate.cli.hook import hook_paths
@@ -70,12 +85,14 @@ def _report_errors(errors: list[tuple[str, str]]) -> None:
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
               show_default=True, help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
-def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero) -> None:
+@target_options
+def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero, torch, neuron_sdk, instance) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
     """
-    resolved = _settings(paths or (".",), select, ignore, exclude)
+    resolved = _settings(paths or (".",), select, ignore, exclude, torch=torch, neuron_sdk=neuron_sdk,
+                         instance=instance)
     paths = _paths(paths, hook, resolved.exclude)
     # One pass gives the findings and, where SARIF carries them, the fixed files (the findings are the same).
     result = run(paths, resolved.settings, rewrite=fmt == "sarif", jobs=jobs, exclude=resolved.exclude,
@@ -109,14 +126,16 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero) 
               help="Write a migrated copy of the tree to this folder and leave the source alone.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the migration report to FILE.md (a pull-request description) or FILE.json.")
+@target_options
 def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, dry_run, no_compile, safe_only, device_style,
-            output_dir, report_path) -> None:
+            output_dir, report_path, torch, neuron_sdk, instance) -> None:
     """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir)."""
     from neuron_migrate.engine import outdir
     from neuron_migrate.cli import report
 
     resolved = _settings(paths or (".",), select, ignore, exclude, compile=False if no_compile else None,
-                         safe_only=safe_only, device_style=device_style)
+                         safe_only=safe_only, device_style=device_style, torch=torch, neuron_sdk=neuron_sdk,
+                         instance=instance)
     paths = _paths(paths, hook, resolved.exclude)
     tree = None
     if output_dir and not dry_run:

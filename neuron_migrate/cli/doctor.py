@@ -1,5 +1,10 @@
 """`neuron-migrate doctor`: what the environment it runs in lacks for the native `neuron` backend.
 
+The target is a row of the release matrix (rules/versions.toml): the one `--neuron-sdk` / `--torch` or the
+project's `[tool.neuron-migrate]` (`neuron-sdk`, `torch`) choose; without a choice, the family of the installed
+torch-neuronx, else of the installed torch, else the newest release. The report names the Neuron releases the
+installed packages match.
+
 Package facts come from installed metadata (importlib.metadata), so the checks are fast and never import
 torch; only the device check imports torch (and torch_neuronx), and only when a native torch-neuronx is
 installed.
@@ -22,7 +27,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from neuron_migrate.pin.matrix import Family, Matrix, matrix
+from neuron_migrate.pin.matrix import Family, Matrix, Release, matrix
 
 
 class Status(str, Enum):
@@ -50,9 +55,67 @@ def installed(search_path: Iterable[str] | None = None) -> dict[str, str]:
 
 
 def install_command(family: Family, mx: Matrix) -> str:
-    packages = " ".join(f'"{name}{family.pins[name]}"' if family.pins[name] else name
-                        for name in mx.required_packages)
+    names = (*mx.companion_packages, *mx.required_packages)
+    packages = " ".join(f'"{name}{family.pins[name]}"' if family.pins[name] else name for name in names)
     return f"pip install --upgrade {packages} --extra-index-url {mx.index_url}"
+
+
+def _minor(version: str) -> str | None:
+    try:
+        return ".".join(str(p) for p in Version(version).release[:2])
+    except InvalidVersion:
+        return None
+
+
+def choose_target(packages: dict[str, str], mx: Matrix, sdk: str | None = None,
+                  torch: str | None = None) -> tuple[Family, bool]:
+    """The family to check against, and whether the user chose it (flags or configuration).
+
+    Without a choice: the family of the installed native torch-neuronx, else the newest release with a family
+    for the installed torch, else the newest release's default family.
+    """
+    if sdk is not None or torch is not None:
+        return mx.select(sdk, torch), True
+    neuronx = packages.get("torch-neuronx")
+    if neuronx and mx.is_native_neuronx(neuronx) and (family := mx.family_of_neuronx(neuronx)) is not None:
+        return family, False
+    installed_torch = _minor(packages.get("torch", ""))
+    if installed_torch in mx.torch_versions:
+        return mx.select(None, installed_torch), False
+    return mx.select(), False
+
+
+def matching_releases(packages: dict[str, str], mx: Matrix) -> list[tuple[Release, Family]]:
+    """The (release, family) rows every installed Neuron-family package fits (torch, torch-neuronx, torchvision)."""
+    out = []
+    neuronx = packages.get("torch-neuronx")
+    neuronx_releases = {r.sdk for r in mx.releases_of_neuronx(neuronx)} if neuronx else None
+    for release in mx.releases:
+        for family in release.families:
+            if neuronx_releases is not None and release.sdk not in neuronx_releases:
+                continue
+            if neuronx_releases is not None and mx.family_of_neuronx(neuronx).torch != family.torch:
+                continue
+            if any(packages.get(n) and family.pins.get(n) and not _admits(family.pins[n], packages[n])
+                   for n in ("torch", "torchvision")):
+                continue
+            if neuronx_releases is None and "torch" not in packages:
+                continue
+            out.append((release, family))
+    return out
+
+
+def release_check(packages: dict[str, str], mx: Matrix, target: Family) -> Check:
+    """Which Neuron release the installed packages match."""
+    matches = matching_releases(packages, mx)
+    if not matches:
+        return Check(Status.WARN, "the installed packages match no Neuron release of the matrix "
+                                  f"({', '.join(r.sdk for r in mx.releases)}); {target.label} is checked")
+    rows = ", ".join(f"{r.sdk} (torch {f.torch})" for r, f in matches)
+    basis = "torch-neuronx" if "torch-neuronx" in packages else "torch"
+    if any(f is target for _, f in matches):
+        return Check(Status.OK, f"the installed {basis} matches Neuron {rows}; checked against {target.label}")
+    return Check(Status.WARN, f"the installed {basis} matches Neuron {rows}, not the chosen {target.label}")
 
 
 def _admits(pin: str, version: str) -> bool:
@@ -62,12 +125,17 @@ def _admits(pin: str, version: str) -> bool:
         return False
 
 
-def package_checks(packages: dict[str, str], mx: Matrix, default: Family) -> tuple[list[Check], Family | None]:
-    """Checks of the installed packages, and the native family found (None when there is none)."""
+def package_checks(packages: dict[str, str], mx: Matrix, default: Family,
+                   chosen: bool = False) -> tuple[list[Check], Family | None]:
+    """Checks of the installed packages, and the native family found (None when there is none).
+
+    `default`: the target family; `chosen`: the user chose it, so the packages are judged against it even when
+    the installed torch-neuronx belongs to another family.
+    """
     checks = []
     neuronx = packages.get("torch-neuronx")
     family = mx.family_of_neuronx(neuronx) if neuronx and mx.is_native_neuronx(neuronx) else None
-    target = family or default
+    target = default if chosen or family is None else family
     fix = install_command(target, mx)
     if neuronx is None:
         checks.append(Check(Status.FAIL, f"torch-neuronx is not installed; install the native backend: {fix}"))
@@ -78,7 +146,14 @@ def package_checks(packages: dict[str, str], mx: Matrix, default: Family) -> tup
         checks.append(Check(Status.FAIL, f"torch-neuronx {neuronx} belongs to no supported family "
                                          f"({', '.join(f.pins['torch-neuronx'] for f in mx.families)}); {fix}"))
     else:
-        checks.append(Check(Status.OK, f"torch-neuronx {neuronx}: the native backend, torch {family.torch} family"))
+        releases = [r.sdk for r in mx.releases_of_neuronx(neuronx)]
+        if default.sdk not in releases and releases and family.torch == default.torch and chosen:
+            checks.append(Check(Status.FAIL, f"torch-neuronx {neuronx} is the build of Neuron {', '.join(releases)}, "
+                                             f"not of the chosen {default.label} (torch-neuronx "
+                                             f"{default.releases['torch-neuronx']}); {install_command(default, mx)}"))
+        else:
+            checks.append(Check(Status.OK, f"torch-neuronx {neuronx}: the native backend, torch {family.torch} "
+                                           f"family"))
     checks += _family_checks(packages, target, mx)
     for name in sorted(mx.legacy_packages & packages.keys()):
         checks.append(Check(Status.FAIL, f"{name} {packages[name]} is installed: the native backend does not use "
@@ -94,20 +169,21 @@ def _family_checks(packages: dict[str, str], family: Family, mx: Matrix) -> list
         wanted = f"{name}{pin}" if pin else name
         if version is None:
             if name in ("torch", *mx.required_packages):
-                checks.append(Check(Status.FAIL, f"{name} is not installed; the torch {family.torch} family needs "
-                                                 f"`{wanted}`"))
+                checks.append(Check(Status.FAIL, f"{name} is not installed; the torch {family.torch} family of "
+                                                 f"Neuron {family.sdk} needs `{wanted}`"))
         elif pin and not _admits(pin, version):
-            checks.append(Check(Status.FAIL, f"{name} {version} does not match the torch {family.torch} family, "
-                                             f"which needs `{wanted}`: pip install \"{wanted}\""))
+            checks.append(Check(Status.FAIL, f"{name} {version} does not match the torch {family.torch} family of "
+                                             f"Neuron {family.sdk}, which needs `{wanted}`: pip install \"{wanted}\""))
         else:
             checks.append(Check(Status.OK, f"{name} {version}"))
     return checks
 
 
-def python_check(version: tuple[int, int, int], mx: Matrix) -> Check:
+def python_check(version: tuple[int, int, int], mx: Matrix, release: Release | None = None) -> Check:
     text = ".".join(map(str, version))
-    supported = ", ".join(mx.python)
-    if mx.python_supported(text):
+    python = (release or mx.newest).python
+    supported = ", ".join(python)
+    if ".".join(text.split(".")[:2]) in python:
         return Check(Status.OK, f"Python {text} (TorchNeuron supports {supported})")
     return Check(Status.FAIL, f"Python {text} has no TorchNeuron wheels; use Python {supported}")
 
@@ -116,7 +192,7 @@ def platform_check(system: str, machine: str, mx: Matrix) -> Check:
     if system == mx.system and machine in (mx.machine, "AMD64"):
         return Check(Status.OK, f"{system} {machine}")
     return Check(Status.FAIL, f"{system} {machine}: TorchNeuron runs on {mx.system} {mx.machine} only "
-                              f"({' / '.join(i.capitalize() for i in mx.instances)} instances)")
+                              f"({' / '.join(i.capitalize() for i in mx.native_instances)} instances)")
 
 
 def neuron_ls() -> Check | None:
@@ -175,13 +251,20 @@ class Report:
 
 
 def diagnose(search_path: Iterable[str] | None = None, python: tuple[int, int, int] | None = None,
-             system: str | None = None, machine: str | None = None, device: bool = True) -> Report:
+             system: str | None = None, machine: str | None = None, device: bool = True,
+             neuron_sdk: str | None = None, torch: str | None = None) -> Report:
+    """Check the environment. `neuron_sdk` / `torch` choose the row of the release matrix (ValueError when the
+    matrix has no such row)."""
     mx = matrix()
     python = python or sys.version_info[:3]
-    checks = [python_check(python, mx), platform_check(system or platform.system(), machine or platform.machine(), mx)]
     packages = installed(search_path)
-    found, family = package_checks(packages, mx, mx.family(None))
+    target, chosen = choose_target(packages, mx, neuron_sdk, torch)
+    release = mx.release_of(target)
+    checks = [python_check(python, mx, release),
+              platform_check(system or platform.system(), machine or platform.machine(), mx)]
+    found, family = package_checks(packages, mx, target, chosen)
     checks += found
+    checks.append(release_check(packages, mx, target))
     seen = False
     if not device:
         return Report(checks, False)
@@ -198,12 +281,27 @@ def diagnose(search_path: Iterable[str] | None = None, python: tuple[int, int, i
 @click.command()
 @click.option("--require-device", is_flag=True, help="Exit 1 when no `neuron` device is visible.")
 @click.option("--no-device", is_flag=True, help="Skip the device check (never imports torch).")
-def doctor(require_device: bool, no_device: bool) -> None:
+@click.option("--torch", "torch", type=click.Choice(matrix().torch_versions), default=None,
+              help="PyTorch version of the family to check against (default: the project's `torch` setting, "
+              "else the installed family).")
+@click.option("--neuron-sdk", "neuron_sdk", type=click.Choice(matrix().sdk_names), default=None,
+              help="Neuron release to check against (default: the project's `neuron-sdk` setting, else the newest "
+              "release with the installed family).")
+def doctor(require_device: bool, no_device: bool, torch: str | None, neuron_sdk: str | None) -> None:
     """Check this environment for the native `neuron` backend: Python, packages, families, device.
 
-    Exit 0 when nothing failed, 1 otherwise (and with --require-device when no device is visible).
+    Reads `[tool.neuron-migrate]` from the nearest pyproject.toml above the current folder.
+    Exit 0 when nothing failed, 1 otherwise (and with --require-device when no device is visible), 2 when the
+    configuration or the options name no row of the release matrix.
     """
-    report = diagnose(device=not no_device)
+    from neuron_migrate import config
+
+    try:
+        settings = config.resolve(["."], torch=torch, neuron_sdk=neuron_sdk).settings
+        report = diagnose(device=not no_device, neuron_sdk=settings.neuron_sdk, torch=settings.torch)
+    except (config.ConfigError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     for check in report.checks:
         click.echo(f"{check.status.value:<5} {check.message}")
     from neuron_migrate.syntax import installation  # the tool's own LibCST: LibCST loads only here

@@ -43,6 +43,9 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("Containerfile", "dockerfile"),
     ("*.sh", "shell"),
     ("*.bash", "shell"),
+    ("*accelerate*.yaml", "accelerate-config"),
+    ("*accelerate*.yml", "accelerate-config"),
+    ("default_config.yaml", "accelerate-config"),
 )
 
 

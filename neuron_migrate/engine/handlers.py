@@ -32,6 +32,7 @@ HANDLERS: dict[str, list[str]] = {
     "dockerfile": ["neuron_migrate.pin.dockerfile:process_dockerfile", "neuron_migrate.files.envfiles:process_dockerfile"],
     "shell": ["neuron_migrate.pin.shell:process_shell", "neuron_migrate.files.envfiles:process_shell",
               "neuron_migrate.files.launch:process_shell"],
+    "accelerate-config": ["neuron_migrate.files.accelerate_config:process_accelerate_config"],
 }
 
 

@@ -16,19 +16,24 @@ PIN_CODES = frozenset({"NM6", "NM900"})
 
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path())
-@click.option("--torch", "torch", type=click.Choice([f.torch for f in matrix().families]), default=None,
-              help=f"TorchNeuron family to pin (default {matrix().default}).")
+@click.option("--torch", "torch", type=click.Choice(matrix().torch_versions), default=None,
+              help=f"PyTorch version of the torch-neuronx family to pin (default {matrix().default}).")
+@click.option("--neuron-sdk", "neuron_sdk", type=click.Choice(matrix().sdk_names), default=None,
+              help=f"Neuron release whose packages to pin (default: the newest, {matrix().newest.sdk}).")
+@click.option("--instance", type=click.Choice(matrix().instances), default=None,
+              help=f"Target instance (default {matrix().default_instance}): TorchAO Neuron is pinned on trn3.")
 @click.option("--diff", "--dry-run", "dry_run", is_flag=True,
               help="Print a unified diff and write nothing (exit 1 when something would change).")
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: all cores).")
 @click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")
-def pin(paths, torch, dry_run, jobs, exclude) -> None:
+def pin(paths, torch, neuron_sdk, instance, dry_run, jobs, exclude) -> None:
     """Pin requirements, pyproject.toml, setup.py/setup.cfg, environment.yml, Dockerfiles, shell scripts and
-    notebook install cells to one TorchNeuron family: torch, torch-neuronx, neuronx-cc, nki, torchvision and
-    torchaudio, the Neuron package index, no torch-xla. Code is left alone (`rewrite` does both).
+    notebook install cells to one row of the Neuron release matrix: torch, torch-neuronx, neuronx-cc, nki,
+    torchvision and torchaudio (torchao-neuron on trn3), the Neuron package index, no torch-xla. Code is left
+    alone (`rewrite` does both).
     """
     paths = paths or (".",)
-    resolved = _settings(paths, (), (), exclude, torch=torch)
+    resolved = _settings(paths, (), (), exclude, torch=torch, neuron_sdk=neuron_sdk, instance=instance)
     settings = replace(resolved.settings, select=PIN_CODES)
     result = run(paths, settings, rewrite=True, jobs=jobs, exclude=resolved.exclude)
     show_or_write(result, dry_run)

@@ -18,7 +18,7 @@ from neuron_migrate import catalogue
 from neuron_migrate.engine.discover import kind_of
 from neuron_migrate.engine.edits import MARKER_PREFIX
 from neuron_migrate.findings import FileResult, Finding
-from neuron_migrate.pin.matrix import Family, matrix
+from neuron_migrate.pin.matrix import Family, target
 from neuron_migrate.policy import Policy, marked_above
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import Source, SourceError
@@ -27,11 +27,17 @@ from neuron_migrate.suppress import line_suppressions
 OWN_MARKERS = re.compile(r"#\s*TODO\(neuron-migrate (NM6\d\d)\):\s*(.*)$")
 
 
+def markers_of(codes: str) -> re.Pattern[str]:
+    """The marker pattern for a document whose handler owns the codes matching `codes` (a regex)."""
+    return re.compile(r"#\s*TODO\(neuron-migrate (%s)\):\s*(.*)$" % codes)
+
+
 @dataclass
 class Edit:
     start: int
     end: int
     text: str
+    marker: bool = False  # a TODO marker: at the same offset as another insertion, it goes last (above its line)
 
 
 @dataclass
@@ -46,6 +52,7 @@ class TextDocument:
     markers_reported_elsewhere: bool = False  # setup.py: the Python engine reports every marker
     kind: str = "shell"  # the file kind, for its comment syntax (suppressions)
     files_read: dict[str, str | None] = field(default_factory=dict)  # other files the result depends on
+    own_markers: re.Pattern[str] = OWN_MARKERS  # the markers this document reports as NM900
 
     def __post_init__(self) -> None:
         self.policy = Policy(self.settings, self.path, self.rewrite)
@@ -75,7 +82,7 @@ class TextDocument:
     @property
     def family(self) -> Family:
         try:
-            return matrix().family(self.settings.torch)
+            return target(self.settings)
         except ValueError as exc:
             raise SourceError(str(exc)) from None
 
@@ -118,7 +125,7 @@ class TextDocument:
         self.findings.append(Finding(self.path, line, col, code, decision.message, decision.fixable))
         if decision.mark:
             indent = re.match(r"[ \t]*", self.text[anchor:]).group()
-            self.edits.append(Edit(anchor, anchor, indent + decision.marker + self.newline))
+            self.edits.append(Edit(anchor, anchor, indent + decision.marker + self.newline, marker=True))
         if decision.fix:
             self.applied[code] = self.applied.get(code, 0) + 1
         return decision.fix
@@ -139,7 +146,7 @@ class TextDocument:
     def render(self) -> str:
         out = []
         position = 0
-        for edit in sorted(self.edits, key=lambda e: (e.start, e.end)):
+        for edit in sorted(self.edits, key=lambda e: (e.start, e.end, e.marker)):
             if edit.start < position:
                 raise SourceError("internal error: two pin edits overlap; the file was left alone. "
                                   "Please report this.")
@@ -153,7 +160,7 @@ class TextDocument:
         result = FileResult(self.path, old_bytes=data, findings=self.findings, files_read=dict(self.files_read),
                             used_suppressions=set(self.suppressions.used) if self.suppressions else set())
         markers = (lambda text: []) if self.markers_reported_elsewhere else (
-            lambda text: own_marker_findings(text, self.path, self.settings))
+            lambda text: own_marker_findings(text, self.path, self.settings, self.own_markers))
         if self.rewrite:
             new_text = self.render()
             if new_text != self.text:
@@ -166,14 +173,15 @@ class TextDocument:
         return result
 
 
-def own_marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
+def own_marker_findings(text: str, path: str, settings: Settings,
+                        pattern: re.Pattern[str] = OWN_MARKERS) -> list[Finding]:
     """NM900 for the NM6xx markers in a dependency file (other handlers of the same kind report their own)."""
     if MARKER_PREFIX not in text or not settings.enabled("NM900", path):
         return []
     info = catalogue.rule("NM900")
     out = []
     for lineno, line in enumerate(text.splitlines(), start=1):
-        m = OWN_MARKERS.search(line)
+        m = pattern.search(line)
         if m:
             out.append(Finding(path, lineno, m.start() + 1, "NM900", info.format(code=m.group(1),
                                                                                    text=m.group(2).strip())))

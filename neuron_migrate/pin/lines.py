@@ -7,6 +7,7 @@ shaped like its neighbour's.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -30,7 +31,7 @@ def pin_entries(doc: TextDocument, entries: list[LineEntry], present: set[str],
                 make_line: Callable[[LineEntry, str], str], may_add: bool = True) -> planning.Plan:
     """Plan over the entries, report, and record the edits the reports allow."""
     texts: list[str | None] = [e.text(doc) for e in entries]
-    result = planning.plan(texts, doc.family, present, may_add=may_add)
+    result = planning.plan(texts, doc.family, present, may_add=may_add, instance=doc.settings.instance)
     frozen = any(e.hashed for e in entries)
 
     def report(index: int, code: str, fields: dict) -> bool:
@@ -45,7 +46,24 @@ def pin_entries(doc: TextDocument, entries: list[LineEntry], present: set[str],
             continue
         if outcome.replacement is not None:
             doc.replace(entry.req_start, entry.req_end, outcome.replacement)
+            if stale := _stale_comment(doc, entry):
+                doc.replace(*stale, "")
         if added:
             tail = "" if doc.text[:entry.end].endswith(("\n", "\r")) else doc.newline
             doc.replace(entry.end, entry.end, tail + added.removesuffix(doc.newline) if tail else added)
     return result
+
+
+_TRAILING_COMMENT = re.compile(r"[ \t]+#[^\r\n]*")
+_DESCRIBES_OLD_PIN = re.compile(r"\b(xla|legacy|torch[-_]xla|libneuronxla|2\.\d+\.\d+(\.\d+)*)\b", re.I)
+
+
+def _stale_comment(doc: TextDocument, entry: LineEntry) -> tuple[int, int] | None:
+    """The span of the comment after a re-pinned requirement on its line (after its closing quote, if quoted)
+    when it describes the old pin (`# legacy XLA build`, `# 2.9.0 is what we tested`): it goes with the old
+    version. Other comments stay."""
+    at = entry.req_end + (doc.text[entry.req_end:entry.req_end + 1] in ("'", '"'))
+    m = _TRAILING_COMMENT.match(doc.text, at)
+    if m is None or not _DESCRIBES_OLD_PIN.search(m.group()):
+        return None
+    return m.start(), m.end()

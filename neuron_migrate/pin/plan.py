@@ -118,9 +118,13 @@ class Plan:
         return self.outcomes.setdefault(index, Outcome())
 
 
+LITE = "libtorch-neuronx-lite"
+TORCHAO, TORCHAO_NEURON = "torchao", "torchao-neuron"
+
+
 def in_scope(names: set[str], mx: Matrix | None = None) -> bool:
     """A set of requirements is about Neuron when it names a Neuron or legacy XLA package."""
-    return bool(names & (mx or matrix()).neuron_packages)
+    return bool(names & ((mx or matrix()).neuron_packages | {LITE}))
 
 
 def python_in_scope(names: set[str], mx: Matrix | None = None) -> bool:
@@ -138,14 +142,18 @@ def names_of(texts: list[str]) -> set[str]:
 
 
 def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True,
-         may_empty: bool = True) -> Plan:
+         may_empty: bool = True, instance: str | None = None) -> Plan:
     """Decide over `texts` (None for entries that are not requirements).
 
     `present`: packages the whole file (or command line, with its includes) already installs; missing
-    required packages are added after the last Neuron entry, once, unless `may_add` is False.
+    required packages (and torch, pinned wherever torch-neuronx is) are added after the last Neuron entry,
+    once, unless `may_add` is False.
     `may_empty`: False when removing every entry would break the list (a `pip install` with no argument left).
+    `instance`: the target instance (TorchAO Neuron replaces upstream torchao where the release supports it).
     """
     mx = matrix()
+    release = mx.release_of(family)
+    instance = instance or mx.default_instance
     result = Plan()
     anchor = None
     for index, text in enumerate(texts):
@@ -157,15 +165,29 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
         if req.name in mx.legacy_packages:
             result.outcome(index).remove = True
             result.issues.append(Issue(index, "NM601", {"requirement": text.strip(), "name": req.name}))
+        elif req.name == TORCHAO and release.torchao_supported(instance) and TORCHAO_NEURON in family.pins:
+            _torchao(req, index, family, instance, present, result)
         elif req.name in family.pins:
             _repin(req, index, family, mx, result)
+        elif req.name in mx.huggingface:
+            _floor(req, index, mx.huggingface[req.name], result)
+        elif req.name == LITE and release.libtorch_lite_last:
+            result.issues.append(Issue(index, "NM611", {"requirement": text.strip(), "sdk": release.sdk}))
     missing = [n for n in mx.required_packages if n not in present]
-    if may_add and missing and anchor is not None:
-        result.outcome(anchor).extra = [n + family.pins[n] for n in missing]
-        result.added.update(missing)
-        for name in missing:
-            result.issues.append(Issue(anchor, "NM603", {"name": name, "requirement": name + family.pins[name],
-                                                         "family": family.torch}))
+    companions = [n for n in mx.companion_packages if n not in present] if anchor is not None and (
+        missing or "torch-neuronx" in present) else []
+    if may_add and (missing or companions) and anchor is not None:
+        # torch goes next to torch-neuronx when the list has it, the other packages after the last Neuron entry
+        neuronx = next((i for i, t in enumerate(texts) if t is not None and (r := parse(t)) is not None
+                        and r.name == "torch-neuronx" and applies_to_target(r.marker, mx)), anchor)
+        for at, names in ((neuronx, companions), (anchor, missing)):
+            if not names:
+                continue
+            result.outcome(at).extra += [n + family.pins[n] for n in names]
+            result.added.update(names)
+            for name in names:
+                result.issues.append(Issue(at, "NM603", {"name": name, "requirement": name + family.pins[name],
+                                                         "family": family.torch, "release": family.sdk}))
     if not may_empty:
         _keep_last_entry(texts, result)
     return result
@@ -187,10 +209,59 @@ def _keep_last_entry(texts: list[str | None], result: Plan) -> None:
             "todo": f"delete the command (the native backend needs no {name})"}))
 
 
+def _torchao(req: Requirement, index: int, family: Family, instance: str, present: set[str], result: Plan) -> None:
+    """Upstream torchao on a target where TorchAO Neuron is the supported route: it becomes torchao-neuron (or
+    goes, when torchao-neuron is already installed: the two wheels must not be installed together)."""
+    fields = {"requirement": req.text.strip(), "instance": instance, "release": family.sdk}
+    if req.templated or req.url:
+        result.issues.append(Issue(index, "NM606", {
+            **fields, "why": "takes its version from a template" if req.templated else "installs from a URL",
+            "todo": f"install `{TORCHAO_NEURON}{family.pins[TORCHAO_NEURON]}` instead of upstream torchao"}))
+        return
+    if TORCHAO_NEURON in present or TORCHAO_NEURON in result.added:
+        result.outcome(index).remove = True
+        result.issues.append(Issue(index, "NM612", {**fields, "change": "remove it"}))
+        return
+    new = TORCHAO_NEURON + family.pins[TORCHAO_NEURON]
+    head = req.text[:len(req.text) - len(req.text.lstrip())]
+    result.outcome(index).replacement = head + new + req.text[req.spec_end:]
+    result.added.add(TORCHAO_NEURON)
+    result.issues.append(Issue(index, "NM612", {**fields, "change": f"replace it with `{new}`"}))
+
+
+def _floor(req: Requirement, index: int, info: dict[str, str], result: Plan) -> None:
+    """accelerate / transformers: the first release that knows the `neuron` device becomes the floor.
+
+    Upper bounds and exclusions that admit the floor are kept; lower bounds below it and upper bounds that
+    exclude it give way. An unpinned entry or one already at or past the floor is left alone.
+    """
+    floor = info["floor"]
+    if req.templated or req.url or not req.spec:
+        return
+    try:
+        specifiers = _without_local(SpecifierSet(req.spec))
+        floor_version = Version(floor)
+        lower = [s for s in specifiers if s.operator in (">=", ">", "~=", "==", "===")]
+        below = [s for s in lower if Version(s.version.removesuffix(".*")) < floor_version]
+    except (InvalidSpecifier, InvalidVersion):
+        return
+    if lower and not below:
+        return  # already at or past the floor
+    kept = [str(s) for s in specifiers if s not in lower and s.contains(floor, prereleases=True)]
+    new_spec = ",".join([f">={floor}", *kept])
+    reason = (f"admits releases before {floor}" if specifiers.contains(floor, prereleases=True)
+              else f"excludes {floor} and later")
+    result.outcome(index).replacement = req.with_spec(new_spec)
+    result.issues.append(Issue(index, "NM610", {
+        "requirement": req.text.strip(), "name": req.name, "floor": floor, "reason": reason,
+        "pin": req.name + new_spec, "source": info.get("source", "")}))
+
+
 def _repin(req: Requirement, index: int, family: Family, mx: Matrix, result: Plan) -> None:
     want = family.pins[req.name]
     fields = {"requirement": req.text.strip(), "name": req.name, "family": family.torch, "pin": req.name + want,
-              "todo": f"make sure it resolves to `{req.name + want}` (torch {family.torch} family)"}
+              "release": family.sdk,
+              "todo": f"make sure it resolves to `{req.name + want}` ({family.label})"}
     if req.templated or req.url:
         why = "takes its version from a template" if req.templated else "installs from a URL"
         result.issues.append(Issue(index, "NM606", {**fields, "why": why}))
@@ -204,6 +275,8 @@ def _repin(req: Requirement, index: int, family: Family, mx: Matrix, result: Pla
     if reason is None:
         return
     new_spec = want
+    if req.name == "torch-neuronx" and _exact(specifiers) and "*" in want:
+        new_spec = family.exact_pin(req.name)  # the project pins exactly: the release, not the whole family
     label = _local_label(req.spec)
     if label and want.startswith("==") and "*" not in want:
         new_spec = want + label
@@ -234,6 +307,10 @@ def misfit(name: str, specifiers: SpecifierSet, family: Family, mx: Matrix) -> s
     return None
 
 
+def _exact(specifiers: SpecifierSet) -> bool:
+    return any(s.operator in ("==", "===") and not s.version.endswith(".*") for s in specifiers)
+
+
 def _exact_inside(specifiers: SpecifierSet, pin: str, release: str) -> bool:
     """An exact pin to a build inside the family's pin and not older than its release fits
     (`torch-neuronx==2.14.3.0.4021`, `neuronx-cc==2.29.1.0`; not `neuronx-cc==2.12.68.0`)."""
@@ -257,14 +334,16 @@ def _pins_legacy(specifiers: SpecifierSet, mx: Matrix) -> bool:
     return False
 
 
-CHANGE_CODES = ("NM601", "NM602", "NM603")
+CHANGE_CODES = ("NM601", "NM602", "NM603", "NM610", "NM612")
 
 
 def change_text(issue: Issue) -> str:
     if issue.code == "NM601":
         return "it must be removed"
-    if issue.code == "NM602":
+    if issue.code in ("NM602", "NM610"):
         return f"it must become `{issue.fields['pin']}`"
+    if issue.code == "NM612":
+        return f"you must {issue.fields['change']}"
     return f"`{issue.fields['requirement']}` must be added next to it"
 
 
@@ -283,9 +362,9 @@ def approve(result: Plan, texts: list[str | None], report: Callable[[int, str, d
         if not report(issue.index, issue.code, issue.fields) or issue.code not in CHANGE_CODES:
             continue
         outcome = approved.setdefault(issue.index, Outcome())
-        if issue.code == "NM601":
+        if issue.code == "NM601" or (issue.code == "NM612" and result.outcomes[issue.index].remove):
             outcome.remove = True
-        elif issue.code == "NM602":
+        elif issue.code in ("NM602", "NM610", "NM612"):
             outcome.replacement = result.outcomes[issue.index].replacement
         else:
             outcome.extra.append(issue.fields["requirement"])

@@ -171,7 +171,7 @@ def process_pyproject(path: str, data: bytes, settings: Settings, rewrite: bool)
 
 def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Callable[[str], int]
                ) -> dict[int, planning.Outcome]:
-    result = planning.plan(group.texts, doc.family, present)
+    result = planning.plan(group.texts, doc.family, present, instance=doc.settings.instance)
     offsets = [locate(s) for s in group.shown]
 
     def report(index: int, code: str, fields: dict) -> bool:

@@ -170,7 +170,7 @@ def _check_python(doc: TextDocument, value: cst.BaseExpression, span) -> None:
 
 def _pin_list(doc: TextDocument, lst: ListLiteral, present: set[str]) -> set[str]:
     texts = lst.texts()
-    result = planning.plan(texts, doc.family, present)
+    result = planning.plan(texts, doc.family, present, instance=doc.settings.instance)
 
     def report(index: int, code: str, fields: dict) -> bool:
         return doc.report(code, lst.elements[index].start, **fields)

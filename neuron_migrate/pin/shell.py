@@ -375,7 +375,8 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
     resolved = {i: v for i, w in enumerate(command.requirements) if (v := _resolve(w, variables))}
     texts: list[str | None] = [w.value.partition("$")[0] + resolved[i].value if i in resolved else w.value
                                for i, w in enumerate(command.requirements)]
-    result = planning.plan(texts, doc.family, present, may_empty=command.other_sources)
+    result = planning.plan(texts, doc.family, present, may_empty=command.other_sources,
+                           instance=doc.settings.instance)
     quote = _preferred_quote(command)
 
     def report(index: int, code: str, fields: dict) -> bool:

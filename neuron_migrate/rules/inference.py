@@ -1,4 +1,6 @@
-"""NM501-NM506: torch_neuronx inference tracing, NKI entry points and the Neuron libraries; NM520 trn1 types."""
+"""NM501-NM507, NM510: torch_neuronx inference tracing, NKI entry points, the Neuron libraries and the NxD
+inference APIs (Neuron 2.34 ended XLA and NxD inference on Trn2/Trn3; on Inf2/Trn1 the XLA path is maintained,
+NM510 says so instead); NM520 trn1 instance types."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from neuron_migrate.files.envfiles import TRN1
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.engine.facts import fact
-from neuron_migrate.rules import Rule
+from neuron_migrate.rules import Rule, release
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
 from neuron_migrate.syntax.parse import expression
 
@@ -27,6 +29,20 @@ NEURONX_API = {
     "neuronxcc.nki": "NM505",
 }
 NEURON_ROOTS = ("torch_neuronx", "torch_neuron")
+# NxD Core inference APIs (end of support on Trn2/Trn3 in Neuron 2.34) -> what the finding calls them.
+NXD_TRACE = {
+    "neuronx_distributed.trace.parallel_model_trace": "NxD Core's `parallel_model_trace`",
+    "neuronx_distributed.trace.trace.parallel_model_trace": "NxD Core's `parallel_model_trace`",
+    "neuronx_distributed.parallel_model_trace": "NxD Core's `parallel_model_trace`",
+    "neuronx_distributed.trace.parallel_model_load": "NxD Core's `parallel_model_load`",
+    "neuronx_distributed.trace.ModelBuilder": "NxD Core's `ModelBuilder`",
+    "neuronx_distributed.trace.model_builder.ModelBuilder": "NxD Core's `ModelBuilder`",
+    "neuronx_distributed.ModelBuilder": "NxD Core's `ModelBuilder`",
+    "neuronx_distributed.trace.ModelBuilderV2": "NxD Core's `ModelBuilderV2`",
+    "neuronx_distributed.trace.model_builder_v2.ModelBuilderV2": "NxD Core's `ModelBuilderV2`",
+    "neuronx_distributed.ModelBuilderV2": "NxD Core's `ModelBuilderV2`",
+}
+NXD_INFERENCE = "neuronx_distributed_inference"
 
 
 @functools.lru_cache(maxsize=1)
@@ -40,13 +56,31 @@ def imports_neuron_libraries(ctx) -> bool:
     """The file imports one of the Neuron libraries (NEURON_ROOTS)."""
     return imports_any(ctx, NEURON_ROOTS)
 
+
+def maintained_fields(settings) -> dict[str, str]:
+    return {"instance": release.instance(settings), "release": release.release(settings).sdk}
+
+
+@fact
+def xla_inference_maintained(ctx) -> bool:
+    """The target instance and release still maintain the XLA inference path (inf2, trn1)."""
+    return release.xla_inference_maintained(ctx.settings)
+
+
 class NeuronxTrace(Rule):
-    codes = ("NM501", "NM502", "NM503", "NM504", "NM505")
+    codes = ("NM501", "NM502", "NM503", "NM504", "NM505", "NM510")
     triggers = (b"torch_neuronx", b"neuronxcc")
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         qual = ctx.qualname(node.func)
+        if self._maintained():
+            # Inf2 / Trn1: the XLA inference path is maintained and TorchNeuron does not run there, so the traced
+            # artifacts, DataParallel and the loading helpers stay as they are; the trace call gets a note
+            if qual == TRACE:
+                ctx.report("NM510", node, call=short(node), what="traces with the XLA-based torch-neuronx",
+                           **maintained_fields(ctx.settings))
+            return
         if qual == TRACE:
             self._trace(node)
         elif qual in JIT_ARTIFACT and self._uses_neuronx():
@@ -62,14 +96,17 @@ class NeuronxTrace(Rule):
             ctx.report("NM502", node, call=short(node))
             return
         fixed = f"{ctx.module_ref('torch')}.compile({code(fn.value)}, backend={ctx.string('neuron')}, fullgraph=True)"
-        if ctx.report("NM501", node, call=short(node), fixed=fixed):
+        if ctx.report("NM501", node, call=short(node), fixed=fixed, status=release.xla_inference_status(ctx.settings)):
             ctx.replace(node, expression(fixed))
 
     def _uses_neuronx(self) -> bool:
         return self.ctx.facts.imports_neuron_libraries
 
+    def _maintained(self) -> bool:
+        return self.ctx.facts.xla_inference_maintained
+
     def _reference(self, node: cst.CSTNode) -> None:
-        if node in self.ctx.handled:
+        if node in self.ctx.handled or self._maintained():
             return
         qual = reference(self.ctx, node)
         found = lookup(NEURONX_API, qual)
@@ -95,9 +132,75 @@ class NeuronLibrary(Rule):
             self._module(node, dotted_str(node.module))
 
     def _module(self, node: cst.CSTNode, module: str | None) -> None:
+        if _nxd_inference_import(node, module):
+            return  # NM507 (or NM510) reports it with the documented replacement
         hint = lookup(library_hints(), module)
         if hint is not None:
             self.ctx.report("NM506", node, module=module, hint=hint)
+
+
+def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
+    """An import another rule reports: one that names an NxD Core inference API (NM507), or only optimum-neuron
+    trainer classes (NM508 / NM509)."""
+    if module is None:
+        return False
+    if module in ("optimum.neuron", "optimum.neuron.trainers") and isinstance(node, cst.ImportFrom) \
+            and not isinstance(node.names, cst.ImportStar):
+        from neuron_migrate.rules.huggingface import classes  # NM508 / NM509 report the trainer classes
+
+        return all(f"{module}.{dotted_str(a.name)}" in classes() for a in node.names)
+    if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+        return any(f"{module}.{dotted_str(a.name)}" in NXD_TRACE for a in node.names)
+    return False
+
+
+class NxdInference(Rule):
+    """NM507: NxD Core inference tracing / model builders and NxD Inference, which Neuron 2.34 ended on Trn2/Trn3.
+
+    Reported where they are imported by name (`from neuronx_distributed.trace import parallel_model_trace`,
+    any import of neuronx_distributed_inference) and where they are called through a module
+    (`nxd.trace.parallel_model_trace(...)`).
+    """
+
+    codes = ("NM507", "NM510")
+    triggers = (b"neuronx_distributed",)
+
+    def _report(self, node: cst.CSTNode, name: str, what: str) -> None:
+        ctx = self.ctx
+        if release.xla_inference_maintained(ctx.settings):
+            ctx.report("NM510", node, call=name, what=f"uses {what}", **maintained_fields(ctx.settings))
+        else:
+            ctx.report("NM507", node, name=name, what=what, **maintained_fields(ctx.settings))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None:
+            return
+        module = dotted_str(node.module)
+        if module == NXD_INFERENCE or (module or "").startswith(NXD_INFERENCE + "."):
+            self._report(node, module, "NxD Inference")
+            return
+        if isinstance(node.names, cst.ImportStar):
+            return
+        found = [(alias, NXD_TRACE[f"{module}.{dotted_str(alias.name)}"]) for alias in node.names
+                 if f"{module}.{dotted_str(alias.name)}" in NXD_TRACE]
+        if found:
+            names = ", ".join(dotted_str(a.name) for a, _ in found)
+            whats = " and ".join(dict.fromkeys(w for _, w in found))
+            self._report(node, f"from {module} import {names}", whats)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            module = dotted_str(alias.name) or ""
+            if module == NXD_INFERENCE or module.startswith(NXD_INFERENCE + "."):
+                self._report(node, module, "NxD Inference")
+                return
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if not isinstance(node.func, cst.Attribute):
+            return  # a name imported from the module was reported at its import
+        what = NXD_TRACE.get(self.ctx.qualname(node.func) or "")
+        if what is not None:
+            self._report(node, short(node), what)
 
 
 class InstanceType(Rule):

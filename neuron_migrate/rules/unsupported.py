@@ -10,6 +10,7 @@ from neuron_migrate.catalogue import load_data
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, short
 from neuron_migrate.rules import Rule, names_pattern
+from neuron_migrate.rules import release
 
 # Qualified names (a name or a whole module) -> the code that reports them.
 UNSUPPORTED = {
@@ -96,8 +97,11 @@ class UnsupportedApi(Rule):
     def _reference(self, node: cst.CSTNode) -> None:
         qual = reference(self.ctx, node)
         code = lookup(UNSUPPORTED, qual)
+        if code == "NM306" and release.torchao_supported(self.ctx.settings):
+            return  # MX formats: supported through TorchAO Neuron on this target
         if code is not None:
-            self.ctx.report(code, node, hint=DENSE, **spelled_as(node, qual))
+            self.ctx.report(code, node, hint=DENSE, status=release.torchao_status(self.ctx.settings),
+                            **spelled_as(node, qual))
 
     visit_Attribute = visit_Name = _reference
 
@@ -131,7 +135,9 @@ class TorchAo(Rule):
 
     def _module(self, node: cst.CSTNode, module: str | None) -> None:
         if module is not None and (module == TORCHAO or module.startswith(TORCHAO + ".")):
-            self.ctx.report("NM307", node, module=module)
+            if release.torchao_supported(self.ctx.settings):
+                return  # TorchAO Neuron is the supported route here; `pin` swaps the wheel (NM612)
+            self.ctx.report("NM307", node, module=module, status=release.torchao_status(self.ctx.settings))
 
 
 @functools.lru_cache(maxsize=1)
