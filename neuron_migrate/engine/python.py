@@ -68,6 +68,7 @@ class FileContext:
     definitions: list[str] = field(default_factory=list)
     current: Occurrence | None = None
     shared: dict[str, object] = field(default_factory=dict)  # facts rules share (e.g. "data_parallel")
+    target: object = None  # the file's device spellings (rules/target.py's Target), made on first use
     handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
     suppressions: Suppressions = field(default_factory=Suppressions)
     _qualnames: dict[tuple[cst.CSTNode, Scope], str | None] = field(default_factory=dict)
