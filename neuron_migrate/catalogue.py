@@ -3,6 +3,16 @@
 The data lives at the top level of the repository (`rules/`) and ships inside the package as
 `neuron_migrate/catalogue_data/`. Every file there may hold `[[rule]]` tables; other tables (version matrix,
 fallback operators, mappings) are read by the modules that own them through `load_data`.
+
+A code whose idiom is a 1:1 rename (the same callable, class or constant under another name, same arguments and
+semantics) carries its match data as `[[rule.rename]]` rows, interpreted by one generic rule
+(`neuron_migrate/rules/renames.py`) and listed by `explain` under "Names handled":
+
+    [[rule.rename]]
+    names = ["torch_xla.device_count", "torch_xla.runtime.addressable_device_count"]  # legacy qualified names
+    neuron = "torch.neuron.device_count"            # the spelling written with --device-style neuron
+    accelerator = "torch.accelerator.device_count"  # ... and with --device-style accelerator (default: `neuron`)
+    import = "torch"                                # the module the spelling is reached through (default: its parent)
 """
 
 from __future__ import annotations
@@ -20,6 +30,25 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 REQUIRED = ("code", "name", "message", "fix", "link", "summary", "why", "before", "after")
+RENAME_KEYS = frozenset({"names", "neuron", "accelerator", "import"})
+
+
+@dataclass(frozen=True)
+class Rename:
+    """One catalogue row: legacy qualified names that become `module` + `.` + the attribute path, per style."""
+
+    names: tuple[str, ...]
+    neuron: str
+    accelerator: str
+    module: str  # what `import` brings in; both spellings start with it
+
+    def spelling(self, portable: bool) -> str:
+        return self.accelerator if portable else self.neuron
+
+    def attribute(self, portable: bool) -> str:
+        """The rest of the spelling after the module (`device_count` of `torch.neuron.device_count` is
+        `neuron.device_count` after `torch`)."""
+        return self.spelling(portable)[len(self.module) + 1:]
 
 
 def data_dir() -> Path:
@@ -48,6 +77,7 @@ class RuleInfo:
     # `check` reports it everywhere
     marks_migrating_only: bool = False
     example_settings: dict = field(default_factory=dict)  # settings the example is checked with ({"instance": "trn3"})
+    renames: tuple[Rename, ...] = ()  # `[[rule.rename]]` rows: what the generic rename rule rewrites for this code
 
     def format(self, **fields: object) -> str:
         try:
@@ -79,9 +109,40 @@ def catalogue() -> dict[str, RuleInfo]:
                 raise CatalogueError(f"{path.name}: duplicate rule code {raw['code']}")
             fields = {k: v for k, v in raw.items() if k in RuleInfo.__dataclass_fields__}
             fields["fix"] = FixSafety(raw["fix"])
+            fields["renames"] = tuple(_rename(path.name, raw["code"], row) for row in raw.get("rename", ()))
             fields.setdefault("group", path.stem)
             rules[raw["code"]] = RuleInfo(**fields)
     return dict(sorted(rules.items()))
+
+
+def _rename(where: str, code: str, row: dict) -> Rename:
+    at = f"{where}: rule {code}: [[rule.rename]]"
+    unknown = set(row) - RENAME_KEYS
+    if unknown or not row.get("names") or not row.get("neuron"):
+        raise CatalogueError(f"{at} needs `names` and `neuron` (and may have `accelerator`, `import`); "
+                             f"unknown: {', '.join(sorted(unknown)) or 'none'}")
+    neuron = row["neuron"]
+    accelerator = row.get("accelerator", neuron)
+    if accelerator.startswith("torch.neuron."):
+        raise CatalogueError(f"{at}: the accelerator spelling {accelerator} runs on Trainium only; give the "
+                             f"`torch.accelerator` (or device-neutral) spelling")
+    module = row.get("import", neuron.rsplit(".", 1)[0])
+    for spelling in (neuron, accelerator):
+        if not spelling.startswith(module + "."):
+            raise CatalogueError(f"{at}: {spelling} is not reached through the imported module {module}")
+    return Rename(tuple(row["names"]), neuron, accelerator, module)
+
+
+def renames() -> dict[str, tuple[str, Rename]]:
+    """Every catalogue rename row by legacy qualified name: {name: (code, row)}."""
+    found: dict[str, tuple[str, Rename]] = {}
+    for info in catalogue().values():
+        for row in info.renames:
+            for name in row.names:
+                if name in found:
+                    raise CatalogueError(f"{name} is renamed by both {found[name][0]} and {info.code}")
+                found[name] = (info.code, row)
+    return found
 
 
 def rule(code: str) -> RuleInfo:
@@ -110,6 +171,13 @@ def explain(info: RuleInfo) -> str:
     if info.after_accelerator.strip():
         out += ["With `--device-style accelerator` (runs on Trainium, GPU and CPU alike):", "",
                 fence, info.after_accelerator.rstrip(), "```", ""]
+    if info.renames:
+        out += ["## Names handled", ""]
+        for row in info.renames:
+            styles = f"`{row.neuron}`" if row.accelerator == row.neuron else \
+                f"`{row.neuron}` (`--device-style accelerator`: `{row.accelerator}`)"
+            out += [f"- `{name}` → {styles}" for name in row.names]
+        out.append("")
     out += ["## Fix safety", ""]
     safety = {
         FixSafety.SAFE: "Safe: `neuron-migrate rewrite` applies this fix; the program computes the same thing.",

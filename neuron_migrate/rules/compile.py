@@ -8,7 +8,7 @@ import libcst as cst
 
 from neuron_migrate.engine.names import dotted, dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short, string_value
-from neuron_migrate.rules import devices
+from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
 from neuron_migrate.syntax.parse import expression
@@ -129,7 +129,7 @@ class CompilePlacedModel(Rule):
             if key in done or _already_compiled(text, name):
                 continue
             done.add(key)
-            fixed = f"{name}.compile(backend={devices.compile_backend(ctx)}, dynamic=False)"
+            fixed = f"{name}.compile(backend={target(ctx).compile_backend()}, dynamic=False)"
             if ctx.report("NM107", call, statement=occ.statement, target=name, fixed=fixed):
                 ctx.insert_after(occ.statement, fixed + "\n")
         ctx.current = None
@@ -164,7 +164,7 @@ class CompileBackend(Rule):
         ctx = self.ctx
         if ctx.qualname(node.decorator) in TORCH_XLA_COMPILE:
             torch = ctx.module_ref("torch")
-            fixed = f"{torch}.compile(backend={devices.compile_backend(ctx)}, dynamic=False)"
+            fixed = f"{torch}.compile(backend={target(ctx).compile_backend()}, dynamic=False)"
             if ctx.report("NM110", node.decorator, statement=ctx.current.statement, call=code(node.decorator),
                           fixed=fixed):
                 ctx.replace(node.decorator, expression(fixed))
@@ -174,8 +174,8 @@ class CompileBackend(Rule):
         backend = arg(node, 1, "backend")
         dynamic = arg(node, None, "dynamic")
         if backend is not None and string_value(backend.value) in XLA_BACKENDS:
-            if devices.portable(ctx):
-                new_backend = expression(devices.compile_backend(ctx))
+            if portable(ctx):
+                new_backend = expression(target(ctx).compile_backend())
             else:
                 new_backend = backend.value.with_changes(value=_requote(backend.value, "neuron"))
             if ctx.report("NM108", backend.value, text=code(backend).strip(" ,"), fixed=f"backend={code(new_backend)}"):
@@ -194,7 +194,7 @@ class CompileBackend(Rule):
             return
         torch = ctx.module_ref("torch")
         parts = [code(fn.value)] if fn is not None else []
-        parts += [f"backend={devices.compile_backend(ctx)}", "dynamic=False"]
+        parts += [f"backend={target(ctx).compile_backend()}", "dynamic=False"]
         if full is not None:
             parts.append(f"fullgraph={code(full.value)}")
         fixed = f"{torch}.compile({', '.join(parts)})"

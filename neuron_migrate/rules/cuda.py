@@ -9,7 +9,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.rules import devices
+from neuron_migrate.rules.target import portable, target
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
@@ -25,11 +25,6 @@ NEURON_NAMESAKES = frozenset({
     "Stream", "stream", "current_stream", "default_stream", "set_stream", "Event", "device", "memory_stats",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "reset_peak_memory_stats",
     "memory_summary", "empty_cache", "is_bf16_supported"})
-# ... and those torch.accelerator offers, for device-style = "accelerator".
-ACCELERATOR_NAMESAKES = {"is_available": "is_available", "device_count": "device_count",
-                         "synchronize": "synchronize", "current_device": "current_device_index",
-                         "set_device": "set_device_index", "current_stream": "current_stream",
-                         "set_stream": "set_stream"}
 CUDA_AUTOCAST = frozenset({"torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"})  # NM402
 
 
@@ -48,10 +43,10 @@ def _portable(ctx, literal: cst.SimpleString, kind: str) -> cst.BaseExpression:
     """`"cuda"` -> `DEVICE` / `DEVICE.type`; `"cuda:1"` -> `torch.device(DEVICE.type, 1)` or `f"{DEVICE.type}:1"`."""
     index = string_value(literal)[len("cuda:"):]
     if not index:
-        return expression(devices.module_device(ctx) if kind == DEVICE else devices.device_type(ctx))
+        return expression(target(ctx).module_device() if kind == DEVICE else target(ctx).device_type())
     if kind == DEVICE:
-        return expression(devices.device(ctx, index))
-    return expression(f"f{literal.quote}{{{devices.device_type(ctx)}}}:{index}{literal.quote}")
+        return expression(target(ctx).device(index))
+    return expression(f"f{literal.quote}{{{target(ctx).device_type()}}}:{index}{literal.quote}")
 
 
 class CudaDeviceString(XlaDeviceString):
@@ -67,7 +62,7 @@ class CudaDeviceString(XlaDeviceString):
         ctx = self.ctx
         if not moving_to_neuron(ctx):
             return
-        new = respell_cuda(literal) if not devices.portable(ctx) else _portable(ctx, literal, kind)
+        new = respell_cuda(literal) if not portable(ctx) else _portable(ctx, literal, kind)
         if ctx.report("NM321", literal, text=code(literal), fixed=code(new)):
             ctx.replace(literal, new)
 
@@ -102,11 +97,11 @@ class CudaMethod(Rule):
     def _target(self, index: cst.Arg | None) -> str | None:
         ctx = self.ctx
         if index is None:
-            return devices.module_device(ctx) if devices.portable(ctx) else ctx.string("neuron")
-        if isinstance(index.value, cst.Integer) and not devices.portable(ctx):
+            return target(ctx).module_device() if portable(ctx) else ctx.string("neuron")
+        if isinstance(index.value, cst.Integer) and not portable(ctx):
             return ctx.string(f"neuron:{index.value.value}")
         if isinstance(index.value, (cst.Integer, cst.Name)):
-            return devices.device(ctx, index.value.value)
+            return target(ctx).device(index.value.value)
         return None
 
 
@@ -127,16 +122,10 @@ class TorchCudaApi(Rule):
         name = qual[len("torch.cuda."):]
         spelled = dotted_str(node) or qual
         if name in NEURON_NAMESAKES:
-            fixed = self._replacement(name)
+            fixed = target(ctx).device_module(name)
             if ctx.report("NM322", node, name=spelled, fixed=fixed):
                 ctx.replace(node, expression(fixed))
         else:
             ctx.report("NM323", node, **spelled_as(node, qual))
 
     visit_Attribute = visit_Name = _reference
-
-    def _replacement(self, name: str) -> str:
-        torch = self.ctx.module_ref("torch")
-        if self.ctx.settings.device_style == "accelerator" and name in ACCELERATOR_NAMESAKES:
-            return f"{torch}.accelerator.{ACCELERATOR_NAMESAKES[name]}"
-        return f"{torch}.neuron.{name}"

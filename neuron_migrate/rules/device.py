@@ -8,7 +8,7 @@ import libcst as cst
 
 from neuron_migrate.rules.patterns import (XM, arg, code, is_device_string, positional_count, respell_device, short,
                                      string_value)
-from neuron_migrate.rules import devices
+from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
 
@@ -38,7 +38,7 @@ class XlaDeviceCall(Rule):
         extra = [a for a in node.args if a is not index]
         if extra or positional_count(node) > 1:
             return  # devkind= and friends: left to NM199
-        new = devices.device(ctx, code(index.value) if index else None)
+        new = target(ctx).device(code(index.value) if index else None)
         if ctx.report("NM101", node, call=short(node), fixed=new):
             ctx.replace(node, expression(new))
 
@@ -65,7 +65,7 @@ class XlaDeviceString(Rule):
 
     def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
         ctx = self.ctx
-        if devices.portable(ctx):
+        if portable(ctx):
             new = _portable(ctx, literal, kind)
             if ctx.report("NM102", literal, text=code(literal), fixed=code(new)):
                 ctx.replace(literal, new)
@@ -147,9 +147,9 @@ def _kind_of_name(target: cst.BaseExpression) -> str:
 
 def _portable(ctx, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression:
     """`"xla"` -> `DEVICE` / `DEVICE.type`; `"xla:0"` -> `f"{DEVICE.type}:0"`; `f"xla:{i}"` -> `f"{DEVICE.type}:{i}"`."""
-    device_type = devices.device_type(ctx)
+    device_type = target(ctx).device_type()
     if string_value(literal) == "xla":
-        return expression(devices.module_device(ctx) if kind == DEVICE else device_type)
+        return expression(target(ctx).module_device() if kind == DEVICE else device_type)
     if isinstance(literal, cst.SimpleString):
         rest = literal.evaluated_value[3:].replace("{", "{{").replace("}", "}}")
         return expression(f"f{literal.quote}{{{device_type}}}{rest}{literal.quote}")

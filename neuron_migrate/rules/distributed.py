@@ -12,7 +12,7 @@ import libcst as cst
 from neuron_migrate.rules.patterns import XM, arg, code, short, string_value
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, assigned_name, dist, env_int, is_statement, keep_parens,
                                      local_rank, only_args, paren, rank, replace_statement)
-from neuron_migrate.rules import devices
+from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
 
@@ -93,7 +93,7 @@ class ProcessGroup(Rule):
                  if a is not None and string_value(a.value) in ("xla", "xla://")]
         if not wrong:
             return
-        fixed = {"xla": devices.process_group_backend(ctx), "xla://": ctx.string("env://")}
+        fixed = {"xla": target(ctx).process_group_backend(), "xla://": ctx.string("env://")}
         text = ", ".join(code(w) for w in wrong)
         after = ", ".join(fixed[string_value(w)] for w in wrong)
         if ctx.report("NM201", node, text=text, fixed=after):
@@ -133,9 +133,9 @@ class Spawn(Rule):
         procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
         if ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs):
             ctx.replace(node, lambda new: expression(direct(new)))
-            setup = devices.select_device_statement(ctx, index)
+            setup = target(ctx).select_device_statement(index)
             if "init_process_group" not in ctx.source.text and self._defined_here(fn.value):
-                setup += f"{dist(ctx)}.init_process_group(backend={devices.process_group_backend(ctx)}, " \
+                setup += f"{dist(ctx)}.init_process_group(backend={target(ctx).process_group_backend()}, " \
                          f"init_method={ctx.string('env://')})\n"
             ctx.insert_before(ctx.current.statement, setup)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, short
-from neuron_migrate.rules import devices
+from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
 
@@ -18,21 +18,14 @@ def wait_for_device(ctx, node: cst.Call, code: str, **fields) -> None:
     """Replace a waiting call with the style's synchronize: a statement where it stands alone."""
     occ = ctx.current
     alone = isinstance(occ.small, cst.Expr) and occ.small.value is node
-    if devices.portable(ctx) and alone:
-        statement = devices.synchronize_statement(ctx)
+    if portable(ctx) and alone:
+        statement = target(ctx).synchronize_statement()
         if ctx.report(code, node, fixed=" ".join(statement.split()), **fields):
-            ctx.replace_small_statement(statement) or ctx.replace(node, expression(_inline(ctx)))
+            ctx.replace_small_statement(statement) or ctx.replace(node, expression(target(ctx).synchronize_call()))
     else:
-        fixed = _inline(ctx)
+        fixed = target(ctx).synchronize_call()
         if ctx.report(code, node, fixed=fixed, **fields):
             ctx.replace(node, expression(fixed))
-
-
-def _inline(ctx) -> str:
-    if not devices.portable(ctx):
-        return devices.synchronize_call(ctx)
-    torch = ctx.module_ref("torch")
-    return f"({torch}.accelerator.synchronize() if {torch}.accelerator.is_available() else None)"
 
 
 class MarkStep(Rule):

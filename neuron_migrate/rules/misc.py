@@ -6,12 +6,14 @@ import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
+from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank
 from neuron_migrate.syntax.parse import expression
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
 STEP_CLOSURE = frozenset({f"{XM}.add_step_closure"})
 SEED = frozenset({f"{XM}.set_rng_state", "torch_xla.manual_seed", "torch_xla.torch_xla.manual_seed"})
+GET_STATE = f"{XM}.get_rng_state"
 
 # Same callable, other home: legacy qualified name -> (module, attribute).
 RENAMES = {
@@ -105,48 +107,52 @@ def _as_arg(element: cst.BaseElement, last: bool) -> cst.Arg:
 
 
 class Seed(Rule):
+    """NM225: `xm.set_rng_state(seed)` re-seeds the device generator: the Target's manual_seed.
+
+    torch_xla's generator state is an integer seed; the native one is a tensor. A file that also reads the state
+    (`xm.get_rng_state()`, to save and restore it) keeps both calls for a person: the saved value must become
+    `torch.neuron.get_rng_state()` / `set_rng_state(state)` together, and NM199 marks both with that hint.
+    """
+
     codes = ("NM225",)
     triggers = (b"torch_xla",)
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # Files that may read the state wait for the whole file before deciding (bytes first: that is rare).
+        self.reads_state = "get_rng_state" in ctx.source.text
+        self.seen_read = False
+        self.seeds: list[tuple[object, cst.Call]] = []
+
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        if ctx.qualname(node.func) not in SEED:
+        qual = ctx.qualname(node.func)
+        if self.reads_state and qual == GET_STATE:
+            self.seen_read = True
+        if qual not in SEED:
             return
+        if self.reads_state:
+            self.seeds.append((ctx.current, node))
+        else:
+            self._seed(node)
+
+    def finish(self) -> None:
+        if self.seen_read:
+            return  # a save / restore: NM199 marks both calls
+        ctx = self.ctx
+        for occ, node in self.seeds:
+            ctx.current = occ
+            self._seed(node)
+        ctx.current = None
+
+    def _seed(self, node: cst.Call) -> None:
+        ctx = self.ctx
         seed = arg(node, 0, "seed")
         if seed is None or not only_args(node, seed):
             return  # device=: left to NM199
-        fixed = f"{ctx.module_ref('torch')}.neuron.manual_seed"
+        fixed = target(ctx).manual_seed()
         if ctx.report("NM225", node, call=short(node), fixed=f"{fixed}({code(seed.value)})"):
             ctx.replace(node.func, expression(fixed))
-
-
-class Renamed(Rule):
-    """NM226 / NM227: the same function or class under its PyTorch name."""
-
-    codes = ("NM226", "NM227")
-    triggers = (b"torch_xla",)
-
-    def _reference(self, node: cst.CSTNode) -> None:
-        ctx = self.ctx
-        occ = ctx.current
-        if type(occ.parent) is cst.Attribute and occ.parent.value is node:
-            return  # only the whole chain
-        if type(occ.small) in (cst.Import, cst.ImportFrom):  # exact types: isinstance on LibCST's ABCs is slow
-            return
-        found = RENAMES.get(ctx.qualname(node))
-        if found is None:
-            return
-        rule, module, attribute = found
-        fixed = f"{ctx.module_ref(module)}.{attribute}"
-        if ctx.report(rule, node, call=code(node), fixed=fixed):
-            ctx.replace(node, expression(fixed))
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        self._reference(node)
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if type(self.ctx.current.parent) is not cst.Attribute or self.ctx.current.parent.value is node:
-            self._reference(node)
 
 
 class Metrics(Rule):
