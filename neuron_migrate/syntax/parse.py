@@ -24,11 +24,17 @@ from neuron_migrate.syntax import door
 
 # -- the node checks ---------------------------------------------------------------------------------------
 _CHECKED = CSTNode.__dict__["__post_init__"]
-_parsing = threading.local()  # .on: this thread is inside `parse_module`'s call of LibCST's parser
+
+
+class _Parsing(threading.local):
+    on = False  # this thread is inside `parse_module`'s call of LibCST's parser
+
+
+_parsing = _Parsing()
 
 
 def _checked_unless_parsing(self: CSTNode) -> None:
-    if not getattr(_parsing, "on", False):
+    if not _parsing.on:
         _CHECKED(self)
 
 
