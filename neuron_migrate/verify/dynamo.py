@@ -8,6 +8,7 @@ Like the native backend, shapes are static: a new input shape is a new compilati
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -57,25 +58,31 @@ def _graph_compiler(gm: torch.fx.GraphModule, example_inputs):
 _aot = aot_autograd(fw_compiler=_graph_compiler, bw_compiler=_graph_compiler)
 
 
-def _frame() -> tuple[str, str]:
-    """(dynamo's frame id, the function's name) of the frame being compiled."""
+OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, "neuron_migrate_verify_harness.py")
+
+
+def _frame() -> tuple[str, str, bool]:
+    """(dynamo's frame id, the function's name, whether it is verify's own code) of the frame being compiled."""
     compile_id = torch._guards.CompileContext.current_compile_id()
     try:
         code = torch._dynamo.symbolic_convert.InstructionTranslator.current_tx().f_code
         name = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+        own = os.path.abspath(code.co_filename).startswith(OWN_FILES[0]) or code.co_filename.endswith(OWN_FILES[1])
     except Exception:  # private API: the name is a nicety
-        name = "?"
-    return str(getattr(compile_id, "frame_id", "?")), name
+        name, own = "?", False
+    return str(getattr(compile_id, "frame_id", "?")), name, own
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs):
     start = time.perf_counter()
     shapes = [list(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)]
-    entry = Compilation(*_frame(), shapes, reason=LOG.reason)
+    frame, name, own = _frame()
+    entry = Compilation(frame, name, shapes, reason=LOG.reason)
     LOG.reason = ""
     compiled = _aot(gm, example_inputs)
     entry.seconds = time.perf_counter() - start
-    LOG.compilations.append(entry)
+    if not own:  # verify's own wrappers (around backward, around a compiled module) are not the program's
+        LOG.compilations.append(entry)
     return compiled
 
 
