@@ -307,7 +307,7 @@ def compare_printed(name: str, ref: list[Printed], tgt: list[Printed], rtol: flo
             if math.isnan(diff):
                 diff = math.inf
             max_abs, max_rel = max(max_abs, diff), max(max_rel, diff / max(abs(x), 1e-12))
-            printed = 0.5 * 10.0 ** -min(dx, dy) if max(dx, dy) else 0.0
+            printed = 1.001 * 10.0 ** -min(dx, dy) if max(dx, dy) else 0.0  # rounding to the printed digits
             if diff > atol + rtol * abs(x) + printed and diff != 0:
                 return Check(name, False, count, max_abs, max_rel,
                              detail=f"line {index + 1}: reference {a.text!r}, target {b.text!r}")

@@ -38,7 +38,7 @@ class CompileLog:
 LOG = CompileLog()
 
 
-def _graph_compiler(gm: torch.fx.GraphModule, example_inputs):
+def _graph_compiler(gm: torch.fx.GraphModule, example_inputs, on_device: bool = True):
     ops: Counter[str] = Counter()
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -49,13 +49,21 @@ def _graph_compiler(gm: torch.fx.GraphModule, example_inputs):
     gm.recompile()
 
     def run(*args):
-        emulator.STATS.ops.update(ops)
+        if on_device:  # a graph of CPU tensors (a model left on the CPU) runs nothing on the device
+            emulator.STATS.ops.update(ops)
+            emulator.STATS.tracked.update(ops)
         return gm(*args)
 
     return make_boxed_func(run)
 
 
-_aot = aot_autograd(fw_compiler=_graph_compiler, bw_compiler=_graph_compiler)
+def _aot(gm: torch.fx.GraphModule, example_inputs):
+    on_device = any(isinstance(t, torch.Tensor) and t.device.type == emulator.NAME for t in example_inputs)
+
+    def compiler(graph, inputs):
+        return _graph_compiler(graph, inputs, on_device)
+
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)(gm, example_inputs)
 
 
 OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, "neuron_migrate_verify_harness.py")

@@ -105,7 +105,7 @@ def _compare(options: Options, programs: list[Program], runs: list[RunResult]) -
         first = parallel.records[0]
         rank0 = compare_parameters(f"{prefix}, rank 0: final parameters", reference.records[0], first,
                                    options.rtol, options.atol, True)
-        if cpu is not None:
+        if cpu is not None and rank0.checks:
             explain_by_cpu(rank0, compare_parameters(rank0.checks[0].name, cpu.records[0], first, options.rtol,
                                                      options.atol, False),
                            compare_parameters(rank0.checks[0].name, reference.records[0], cpu.records[0],
