@@ -14,8 +14,9 @@ def main():
     print(f"running on {device}")
 
     torch.manual_seed(42)
-    a = torch.randn(3, 4, device=device)
-    b = torch.randn(4, 2, device=device)
+    # random data drawn on the CPU, then moved: XLA's own generator draws other numbers than the CPU's
+    a = torch.randn(3, 4).to(device)
+    b = torch.randn(4, 2).to(device)
     c = a @ b  # recorded lazily, run at mark_step or when a value is needed
     xm.mark_step()
     print("a @ b =", [[round(v, 4) for v in row] for row in c.cpu().tolist()])

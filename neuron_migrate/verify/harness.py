@@ -154,7 +154,7 @@ class Recorder:
             "module_types": sorted({type(sub).__name__ for m in modules for sub in m.modules()}),
             "params_changed": [start != _fingerprint(m) for start, m in zip(starts, modules)],
             "files": _imported_files([r for r in (self.config.get("script_root"), self.config.get("root")) if r]),
-            **_device_facts(self.config["device"]),
+            **_safe_device_facts(self.config["device"]),
         }
 
     def write(self) -> None:
@@ -215,6 +215,15 @@ def _synchronize(device: str) -> None:
         torch.neuron.synchronize()
 
 
+def _safe_device_facts(device: str) -> dict:
+    """The device's counters; a record is written without them rather than not at all."""
+    try:
+        return _device_facts(device)
+    except Exception as exc:  # noqa: BLE001
+        sys.stderr.write(f"neuron-migrate verify: the device's counters could not be read: {exc!r}\n")
+        return {}
+
+
 def _device_facts(device: str) -> dict:
     if device in ("emulated", "cpu"):
         from neuron_migrate.verify import dynamo, emulator
@@ -227,6 +236,8 @@ def _device_facts(device: str) -> dict:
         return {"fallback_ops": sorted(torch_neuronx.get_fallback_ops()),
                 "dynamo_metrics": repr(torch_neuronx.get_dynamo_metrics())}
     if device == "xla":
+        if "torch_xla" not in sys.modules:  # a program that never used torch_xla: importing it at exit fails
+            return {}
         import torch_xla.debug.metrics as met
 
         data = met.metric_data("CompileTime")
@@ -306,6 +317,45 @@ def _setup_device(config: dict) -> None:
         torch_neuronx.clear_op_tracking()
 
 
+class _PatchOnImport:
+    """A meta path finder that patches one module right after it is first imported (without importing it)."""
+
+    def __init__(self, name: str, patch) -> None:
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def patched(module):
+            exec_module(module)
+            self.patch(module)
+
+        spec.loader.exec_module = patched
+        return spec
+
+
+def _single_process_spawn(module) -> None:
+    """torch_xla runs one process on the CPU (`xmp.spawn(nprocs=8)` is refused there): the reference runs the
+    spawned function once, as rank 0 of 1."""
+    spawn = module.spawn
+
+    def spawn_one(fn, args=(), nprocs=None, *rest, **kwargs):
+        if nprocs not in (None, 1):
+            sys.stderr.write(f"neuron-migrate verify: xmp.spawn(nprocs={nprocs}) runs one process on torch_xla's "
+                             "CPU device\n")
+        return spawn(fn, args, None, *rest, **kwargs)
+
+    module.spawn = spawn_one
+
+
 def start() -> Recorder | None:
     """Called by the injected sitecustomize: set up the device and start recording."""
     text = os.environ.get(CONFIG_ENV)
@@ -315,6 +365,8 @@ def start() -> Recorder | None:
     if config.get("nproc", 1) > 1 and "RANK" not in os.environ:
         return None  # the torchrun launcher: only its workers run the program
     _setup_device(config)
+    if config["device"] == "xla":
+        sys.meta_path.insert(0, _PatchOnImport("torch_xla.distributed.xla_multiprocessing", _single_process_spawn))
     if config.get("seed") is not None:
         torch.manual_seed(config["seed"])
     recorder = Recorder(config)
