@@ -142,3 +142,22 @@ def test_printed_lines_ignore_times_and_allow_the_printed_precision():
     assert not compare_printed("printed", ref, worse, 1e-4, 1e-5).ok
     other = printed_lines("epoch 1 loss 0.1234 on neuron:0\naccuracy 0.50\n")
     assert "line 2 differs" in compare_printed("printed", ref, other, 1e-4, 1e-5).detail
+
+
+def test_report_lists_markers_of_imported_files_only_with_relative_paths(tmp_path):
+    from neuron_migrate.findings import Finding
+    from neuron_migrate.verify.runs import Migration
+
+    folder = tmp_path / "migrated"
+    m = Migration(folder, folder / "train.py", tmp_path,
+                  manual=[Finding(str(folder / "train.py"), 3, 0, "NM230", "shards with torch_xla"),
+                          Finding(str(folder / "tools" / "export.py"), 9, 0, "NM301", "not imported")])
+    target = record([1.0], [{"w": torch.ones(2)}], files=["model.py", "train.py"])
+    runs = [RunResult(Program(role, "train.py", "python", None, device), 0, 1.0, "", [target])
+            for role, device in (("reference", "cpu"), ("target", "emulated"))]
+    report = Report("train.py", [], runs, m)
+    shown, hidden = report.markers()
+    assert [(f.path, f.line) for f in shown] == [("train.py", 3)] and hidden == 1
+    text = render_text(report)
+    assert "2 manual items left as TODO markers (1 in files the program does not import)" in text
+    assert "    train.py:3: NM230 shards with torch_xla" in text and "export.py" not in text
