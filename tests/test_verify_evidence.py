@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers import ROOT, cli
-from tests.test_verify import DATA, DP_EXAMPLE, EXAMPLE, failed, migration, verify
+from tests.test_verify import DATA, DP_EXAMPLE, failed, migration, verify
 
 EXAMPLES = ROOT / "examples"
 
@@ -61,8 +61,8 @@ def test_a_changed_autocast_dtype_is_caught(tmp_path):
 
 
 def test_a_model_left_on_the_cpu_is_caught(tmp_path):
-    wrong = migration(EXAMPLE / "train.py", tmp_path, replace={'torch.device("neuron")': 'torch.device("cpu")'})
-    proc, report = verify("train.py", "--migrated", str(wrong), "--max-steps", "2", cwd=EXAMPLE)
+    wrong = migration(DATA / "mlp" / "train.py", tmp_path, replace={'torch.device("neuron")': 'torch.device("cpu")'})
+    proc, report = verify("train.py", "--migrated", str(wrong), "--max-steps", "2", cwd=DATA / "mlp")
     assert proc.returncode == 1, proc.stdout
     bad = failed(report)
     assert "loss curve" not in bad  # the numbers agree: the CPU reference ran the same code

@@ -374,8 +374,8 @@ def device_residency(name: str, target: dict, device: str) -> Check:
 def training_happened(name: str, ref: dict, tgt: dict) -> Check | None:
     """The parameters changed in the target when they changed in the reference (no silent no-op training)."""
     a, b = ref.get("params_changed"), tgt.get("params_changed")
-    if not a or not b or len(a) != len(b):
-        return None
+    if not ref.get("step_times") or not a or not b or len(a) != len(b):
+        return None  # no optimizer step in the reference: an inference program
     stuck = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if x and not y]
     if stuck:
         return Check(name, False, len(a), detail=f"the parameters of module {', '.join(map(str, stuck))} did not "
