@@ -44,14 +44,15 @@ def test_example_verifies_against_torch_xla_single_and_two_processes(example):
         assert found["2 processes: ranks agree on the final parameters"]["ok"]
 
 
-def test_batchnorm_with_a_small_batch_is_a_known_torch_xla_cpu_difference(tmp_path):
+def test_batchnorm_with_a_small_batch_verifies_and_a_wrong_migration_does_not(tmp_path):
     folder = EXAMPLES / "xla_bn_cnn"
     proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--", "--steps", "6", "--batch-size", "2",
                           cwd=folder)
     assert proc.returncode == 0, proc.stdout
-    explained = [c for c in report["comparison"]["checks"] if c.get("explained")]
-    assert explained and all(c["explained"] == "BatchNorm running variance" for c in explained)
-    assert any("biased batch variance" in n for n in report["notes"])
+    # whatever differs from torch_xla here must be the known BatchNorm difference (at the default tolerances
+    # this example has shown none: the three-way verdict itself is tested on records in test_verify_compare.py)
+    for check in report["comparison"]["checks"]:
+        assert check["ok"] or check.get("explained") == "BatchNorm running variance", check
     # a migration that differs from the plain CPU run too is not excused by it
     wrong = migration(folder / "train.py", tmp_path, replace={"momentum=0.9,": "momentum=0.8,"})
     proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--migrated", str(wrong), "--", "--steps",
