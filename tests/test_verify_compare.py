@@ -128,7 +128,16 @@ def test_three_way_without_a_known_difference_stays_a_failure():
     plain = lambda v: record([1.0], [{"w": torch.tensor(v)}], module_types=["Linear"])  # noqa: E731
     main = _three_way(plain([1.0, 2.0]), plain([1.1, 2.0]), plain([1.1, 2.0]))
     assert not main.equivalent
-    assert any("no known torch_xla CPU difference applies" in n for n in main.notes)
+    assert any("no known torch_xla CPU difference explains it" in n for n in main.notes)
+
+
+def test_three_way_batchnorm_does_not_excuse_a_weight_or_loss_difference():
+    """A wrong migration runs wrong on the plain CPU too: BatchNorm explains only the running variance."""
+    def run(loss, weight):
+        return record([1.0, loss], [{"bn.running_var": torch.tensor([1.0]), "conv.weight": torch.tensor(weight)}],
+                      module_types=["BatchNorm2d"])
+    main = _three_way(run(0.9, [1.0]), run(0.8, [1.2]), run(0.8, [1.2]))
+    assert not main.equivalent and not any(c.explained for c in main.checks)
 
 
 def test_printed_lines_ignore_times_and_allow_the_printed_precision():
