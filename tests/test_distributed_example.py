@@ -83,7 +83,7 @@ def test_migration_leaves_no_torch_xla_and_no_marker(migrated):
 
 
 def test_two_processes_train_like_one(migrated):
-    runs = [start(migrated, processes=1, batch_size=32), start(migrated, processes=2, batch_size=16)]
+    runs = [start(migrated, processes=1, batch_size=32), start(migrated, processes=2, batch_size=32)]  # global batch
     single, double = (output(run, migrated / f"logs{n}") for run, n in zip(runs, (1, 2)))
     single_steps = [float(loss) for *_, loss in STEP.findall(single)]
     double_steps = [float(loss) for *_, loss in STEP.findall(double)]

@@ -22,14 +22,17 @@ def test_identical_runs_are_equivalent():
     params = [{"w": torch.ones(3)}]
     result = compare([record([1.0, 0.5], params)], [record([1.0, 0.5], params)])
     assert result.equivalent and result.precision == "fp32" and (result.rtol, result.atol) == (1e-4, 1e-5)
-    assert all(c.max_abs == 0 and abs(c.cosine - 1.0) < 1e-12 for c in result.checks)
+    assert all(c.max_abs == 0 and abs(c.cosine - 1.0) < 1e-12 for c in result.checks if c.numeric)
 
 
 def test_tolerance_follows_the_dtype():
     ref = record([1.0], [{"w": torch.ones(3)}])
     tgt = record([1.005], [{"w": torch.ones(3)}], dtypes=("torch.bfloat16",))
     assert precision_of([ref, tgt]) == "low"
-    assert compare([ref], [tgt]).equivalent  # 0.5 % is within bf16 tolerance
+    mismatch = compare([ref], [tgt])  # the same values, but the target trains bfloat16 weights
+    assert [c.detail for c in mismatch.checks if not c.ok] == ["parameters: reference float32, target bfloat16"]
+    ref_bf16 = record([1.0], [{"w": torch.ones(3)}], dtypes=("torch.bfloat16",))
+    assert compare([ref_bf16], [tgt]).equivalent  # 0.5 % is within bf16 tolerance
     assert not compare([ref], [record([1.005], [{"w": torch.ones(3)}])]).equivalent  # not within fp32's
     assert compare([ref], [record([1.005], [{"w": torch.ones(3)}])], rtol=1e-2).equivalent  # --rtol
     drifted = record([1.0], [{"w": torch.ones(3) + 2e-4}])
@@ -89,3 +92,83 @@ def test_report_names_the_shapes_that_recompiled_and_hints_at_padding():
     assert report.exit_code == 0 and text.startswith("neuron-migrate verify train.py: equivalent")
     markdown = render_markdown(report)
     assert "`forward (model.py:15)` recompiled 1x ((32, 784) -> (17, 784)); every new input shape" in markdown
+
+
+def _bn_records(running_var):
+    return record([1.0, 0.9], [{"bn.running_var": torch.tensor(running_var), "conv.weight": torch.ones(3)}],
+                  module_types=["BatchNorm2d", "ConvNet"])
+
+
+def _three_way(xla, cpu, target):
+    from neuron_migrate.verify.compare import explain_by_cpu
+
+    main = compare([xla], [target], cross_backend=True)
+    explain_by_cpu(main, compare([cpu], [target]), compare([xla], [cpu], cross_backend=True), [xla, cpu])
+    return main
+
+
+def test_three_way_a_known_torch_xla_cpu_difference_is_not_the_migrations():
+    xla, cpu = _bn_records([0.98568, 1.0]), _bn_records([0.98845, 1.0])  # biased vs unbiased variance
+    main = _three_way(xla, cpu, _bn_records([0.98845, 1.0]))
+    params = next(c for c in main.checks if c.name == "final parameters")
+    assert not params.ok and params.explained == "BatchNorm running variance"
+    assert main.equivalent and any("biased batch variance" in n for n in main.notes)
+    runs = [RunResult(Program(role, "train.py", "python", None, device), 0, 1.0, "", [r])
+            for role, device, r in (("reference", "xla", xla), ("target", "emulated", cpu))]
+    report = Report("train.py", [], runs, None)
+    report.comparison = main
+    assert report.exit_code == 0 and "xla  final parameters" in render_text(report)
+
+
+def test_three_way_a_target_that_differs_from_the_cpu_run_fails():
+    xla, cpu = _bn_records([0.98568, 1.0]), _bn_records([0.98845, 1.0])
+    main = _three_way(xla, cpu, _bn_records([0.97, 1.0]))  # the migration itself is wrong
+    assert not main.equivalent and not any(c.explained for c in main.checks)
+
+
+def test_three_way_without_a_known_difference_stays_a_failure():
+    plain = lambda v: record([1.0], [{"w": torch.tensor(v)}], module_types=["Linear"])  # noqa: E731
+    main = _three_way(plain([1.0, 2.0]), plain([1.1, 2.0]), plain([1.1, 2.0]))
+    assert not main.equivalent
+    assert any("no known torch_xla CPU difference explains it" in n for n in main.notes)
+
+
+def test_three_way_batchnorm_does_not_excuse_a_weight_or_loss_difference():
+    """A wrong migration runs wrong on the plain CPU too: BatchNorm explains only the running variance."""
+    def run(loss, weight):
+        return record([1.0, loss], [{"bn.running_var": torch.tensor([1.0]), "conv.weight": torch.tensor(weight)}],
+                      module_types=["BatchNorm2d"])
+    main = _three_way(run(0.9, [1.0]), run(0.8, [1.2]), run(0.8, [1.2]))
+    assert not main.equivalent and not any(c.explained for c in main.checks)
+
+
+def test_printed_lines_ignore_times_and_allow_the_printed_precision():
+    from neuron_migrate.verify.compare import compare_printed, printed_lines
+
+    ref = printed_lines("epoch 1 loss 0.1234 on xla:0\ntrained in 3.2s\n12:01:02 step 5\nacc 0.50\n")
+    tgt = printed_lines("epoch 1 loss 0.1235 on neuron:0\ntrained in 9.9s\n12:01:07 step 5\nacc 0.50\n")
+    assert [p.template for p in ref] == ["epoch # loss # on <device>", "acc #"]
+    assert compare_printed("printed", ref, tgt, 1e-4, 1e-5).ok  # one unit in the last printed digit
+    worse = printed_lines("epoch 1 loss 0.1250 on neuron:0\nacc 0.50\n")
+    assert not compare_printed("printed", ref, worse, 1e-4, 1e-5).ok
+    other = printed_lines("epoch 1 loss 0.1234 on neuron:0\naccuracy 0.50\n")
+    assert "line 2 differs" in compare_printed("printed", ref, other, 1e-4, 1e-5).detail
+
+
+def test_report_lists_markers_of_imported_files_only_with_relative_paths(tmp_path):
+    from neuron_migrate.findings import Finding
+    from neuron_migrate.verify.runs import Migration
+
+    folder = tmp_path / "migrated"
+    m = Migration(folder, folder / "train.py", tmp_path,
+                  manual=[Finding(str(folder / "train.py"), 3, 0, "NM230", "shards with torch_xla"),
+                          Finding(str(folder / "tools" / "export.py"), 9, 0, "NM301", "not imported")])
+    target = record([1.0], [{"w": torch.ones(2)}], files=["model.py", "train.py"])
+    runs = [RunResult(Program(role, "train.py", "python", None, device), 0, 1.0, "", [target])
+            for role, device in (("reference", "cpu"), ("target", "emulated"))]
+    report = Report("train.py", [], runs, m)
+    shown, hidden = report.markers()
+    assert [(f.path, f.line) for f in shown] == [("train.py", 3)] and hidden == 1
+    text = render_text(report)
+    assert "2 manual items left as TODO markers (1 in files the program does not import)" in text
+    assert "    train.py:3: NM230 shards with torch_xla" in text and "export.py" not in text

@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export PJRT_DEVICE=NEURON
-python train.py --epochs 2 --batch-size 32 "$@"
+python train.py --epochs 2 --batch-size 256 "$@"

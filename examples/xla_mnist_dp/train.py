@@ -1,10 +1,11 @@
 """Data-parallel MNIST training on XLA devices: one process per NeuronCore (8), started with xmp.spawn.
 
 The data is synthetic (random images labelled by a fixed random teacher), so the example needs no download
-and every run sees the same batches: with N processes each takes every N-th sample, and the averaged loss
-printed by the master equals that of one process with an N times larger batch.
+and every run sees the same batches: the global batch is split across the processes (each takes every N-th
+sample), so N processes train the model one process would, and the averaged loss printed by the master is
+the loss of the whole batch.
 
-    python train.py --epochs 2 --batch-size 32
+    python train.py --epochs 2 --batch-size 256
 """
 
 import argparse
@@ -28,7 +29,7 @@ import torch_xla.runtime as xr
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=32, help="per process")
+    parser.add_argument("--batch-size", type=int, default=64, help="global: split across the processes")
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--momentum", type=float, default=0.5)
     parser.add_argument("--train-size", type=int, default=2048)
@@ -65,8 +66,10 @@ def synthetic_mnist(size, seed):
 
 
 def make_loader(dataset, batch_size):
+    if batch_size % xr.world_size():
+        raise SystemExit(f"--batch-size {batch_size} does not split across {xr.world_size()} processes")
     sampler = DistributedSampler(dataset, num_replicas=xr.world_size(), rank=xr.global_ordinal(), shuffle=False)
-    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
+    return DataLoader(dataset, batch_size=batch_size // xr.world_size(), sampler=sampler, drop_last=True)
 
 
 def log_step(epoch, step, loss):

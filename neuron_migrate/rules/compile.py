@@ -24,6 +24,8 @@ MODULE_NAME = re.compile(
 NOT_MODULE_NAME = re.compile(r"(inputs?|data|batch|labels?|targets?|tensor|mask|ids|x|y|images?|logits|loss)$", re.I)
 TENSOR_CLASSES = frozenset({"Tensor", "FloatTensor", "LongTensor", "IntTensor", "BoolTensor", "HalfTensor",
                             "BFloat16Tensor", "DoubleTensor", "ByteTensor", "Parameter", "Generator"})
+TRAINING_CALL = re.compile(r"\.(backward|zero_grad|step)\s*\(|\boptimizer_step\s*\(")
+CALLED_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
 MODULE_FACTORY = re.compile(r"(model|net|module|encoder|decoder|resnet|vit|bert|gpt|llama|mlp|cnn|lstm|gru|rnn)",
                             re.I)
 
@@ -193,10 +195,61 @@ class CompileBackend(Rule):
         if any(a not in (fn, full, name) for a in node.args):
             return
         torch = ctx.module_ref("torch")
+        if fn is not None and self._training_step(fn.value):
+            self._eager_step(node, fn.value)
+            return
         parts = [code(fn.value)] if fn is not None else []
         parts += [f"backend={target(ctx).compile_backend()}", "dynamic=False"]
         if full is not None:
             parts.append(f"fullgraph={code(full.value)}")
         fixed = f"{torch}.compile({', '.join(parts)})"
-        if ctx.report("NM110", node, call=short(node), fixed=fixed):
+        if ctx.report("NM110", node, call=short(node), fixed=f"`{fixed}`"):
             ctx.replace(node, expression(fixed))
+
+    def _step_function(self, fn: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The `def` of this file that `fn` names, when there is exactly one."""
+        if not isinstance(fn, cst.Name):
+            return None
+        owner = self.ctx.analysis.lookup(fn.value, self.ctx.scope)
+        if owner is None:
+            return None
+        defs = [b.node for b in owner.bindings[fn.value] if b.kind == "def"]
+        if len(defs) != 1 or len(owner.bindings[fn.value]) != 1 or not isinstance(defs[0], cst.FunctionDef):
+            return None
+        return defs[0]
+
+    def _training_step(self, fn: cst.BaseExpression) -> bool:
+        """A function that runs backward() or steps an optimizer: Dynamo cannot make one graph of it."""
+        function = self._step_function(fn)
+        return function is not None and bool(TRAINING_CALL.search(code(function)))
+
+    def _eager_step(self, node: cst.Call, fn: cst.Name) -> None:
+        """`torch_xla.compile(step)` of a training step: the step runs eagerly and the model it calls is compiled
+        (its forward and backward graphs; the optimizer step stays eager). Without one model to name: a marker."""
+        ctx = self.ctx
+        body = code(self._step_function(fn))
+        called = sorted({m.group(1) for m in CALLED_NAME.finditer(body) if MODULE_NAME.search(m.group(1))})
+        statement = ctx.current.statement if ctx.current else None
+        compile_call = f"compile(backend={devices.compile_backend(ctx)}, dynamic=False)"
+        if len(called) == 1 and statement is not None:
+            model = called[0]
+            placed = re.search(rf"\b{re.escape(model)}\s*=\s*[^\n]*\.to\(|\b{re.escape(model)}\.to\(",
+                               ctx.source.text)
+            needs_compile = not _already_compiled(ctx.source.text, model) and not (placed and ctx.settings.compile)
+            fixed = (f"`{fn.value}` eagerly" + (f" and `{model}.{compile_call}`" if needs_compile else "")
+                     + " (Dynamo cannot compile backward() and optimizer.step() into one graph: compile the model, "
+                       "keep the step eager)")
+            if ctx.report("NM110", node, call=short(node), fixed=fixed):
+                ctx.replace(node, cst.Name(fn.value))
+                if needs_compile:
+                    ctx.insert_before(statement, f"{model}.{compile_call}\n")
+            return
+        fixed = (f"`{fn.value}` eagerly and compile the model it calls with `model.{compile_call}` (Dynamo cannot "
+                 "compile backward() and optimizer.step() into one graph)")
+        if ctx.report("NM110", node, call=short(node), fixed=fixed, marker=False) and statement is not None:
+            from neuron_migrate.catalogue import rule
+            from neuron_migrate.engine.edits import marker_text
+
+            ctx.replace(node, cst.Name(fn.value))
+            message = rule("NM110").format(call=short(node), fixed=fixed)
+            ctx.edits.add_marker(statement, marker_text("NM110", message, rule("NM110").link))

@@ -31,7 +31,10 @@ SHARDING = {
     "torch_xla.distributed.fsdp.XlaFullyShardedDataParallel": FSDP,
     "torch_xla.distributed.fsdp.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel": FSDP,
     "torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer":
-        "FSDP2 `fully_shard` (it shards the optimizer state too) or `torch.distributed.optim.ZeroRedundancyOptimizer`",
+        "FSDP2 `fully_shard` (it shards the optimizer state too) or `torch.distributed.optim.ZeroRedundancyOptimizer`; "
+        "torch_xla's ZeroRedundancyOptimizer clips the gradients by default (grad_clipping=True, max_norm=1.0): "
+        "unless it was given grad_clipping=False, keep that with `torch.nn.utils.clip_grad_norm_(params, 1.0)` "
+        "before each `optimizer.step()`",
 }
 SPMD = ("torch_xla.distributed.spmd.", "torch_xla.experimental.xla_sharding.")
 SPMD_HINT = "`init_device_mesh(\"neuron\", shape, mesh_dim_names=...)` and DTensor (`distribute_tensor`, " \

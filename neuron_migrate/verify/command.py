@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -32,20 +34,29 @@ INSTALL_HINT = ('neuron-migrate verify needs PyTorch: pip install "neuron-migrat
 @click.option("--atol", type=float, default=None, help="Absolute tolerance (default: by dtype).")
 @click.option("--strict", is_flag=True, help="On the emulated device, mixing CPU and neuron tensors is an error.")
 @click.option("--timeout", type=float, default=None, help="Seconds each run may take.")
+@click.option("--reference-env", "reference_env", multiple=True, metavar="KEY=VALUE",
+              help="A variable only the reference run gets (repeatable), e.g. the PYTHONPATH of torch_xla's "
+                   "torchvision. Both runs share the rest of the caller's environment.")
+@click.option("--target-env", "target_env", multiple=True, metavar="KEY=VALUE",
+              help="A variable only the migrated runs get (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--quickstart", is_flag=True, help="Only the quickstart device check (a matmul on neuron vs CPU).")
 def verify(script, args, migrated, reference_python, target, max_steps, nproc, seed, rtol, atol, strict, timeout,
-           fmt, quickstart) -> None:
+           reference_env, target_env, fmt, quickstart) -> None:
     """Run the original and the migrated SCRIPT side by side and compare what they compute.
 
     \b
     Arguments after SCRIPT (or after --) go to the script, the same in both runs.
-    Exit 0 when equivalent, 1 when not, 2 when a run failed.
+    Exit 0 when equivalent, 1 when not, 2 when a run failed, nothing was comparable, or the input or the
+    environment was wrong.
     """
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch without numpy, at import
     try:
         import torch  # noqa: F401  (the optional extra)
     except ImportError:
-        raise click.ClickException(INSTALL_HINT) from None
+        _error(f"error: {INSTALL_HINT}")
     if quickstart:
         from neuron_migrate.verify.quickstart import quickstart_check
 
@@ -58,12 +69,37 @@ def verify(script, args, migrated, reference_python, target, max_steps, nproc, s
 
     options = Options(args=list(args), migrated=migrated, reference_python=reference_python, target=target,
                       max_steps=max_steps, nproc=nproc, seed=seed, rtol=rtol, atol=atol, strict=strict,
-                      timeout=timeout)
-    with tempfile.TemporaryDirectory(prefix="neuron-migrate-verify-") as workdir:
-        try:
-            report = verify_script(Path(script), options, Path(workdir))
-        except VerifyError as exc:
-            click.echo(f"{script}: error: {exc}", err=True)
-            sys.exit(EXIT_ERROR)
+                      timeout=timeout, reference_env=_variables("--reference-env", reference_env),
+                      target_env=_variables("--target-env", target_env))
+    workdir = Path(tempfile.mkdtemp(prefix="neuron-migrate-verify-"))
+    previous = {sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        report = verify_script(Path(script), options, workdir)
+    except VerifyError as exc:
+        _error(f"{script}: error: {exc}")
+    finally:  # on every exit, Ctrl-C and SIGTERM included: the runs' folders go
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        shutil.rmtree(workdir, ignore_errors=True)
     click.echo(RENDERERS[fmt](report), nl=False)
     sys.exit(report.exit_code)
+
+
+def _terminate(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _error(message: str) -> None:
+    click.echo(message, err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def _variables(option: str, pairs: tuple[str, ...]) -> dict[str, str]:
+    variables = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum():
+            raise click.BadParameter(f"{pair!r}: give KEY=VALUE, e.g. {option} PYTHONPATH=/opt/xla/vision",
+                                     param_hint=option)
+        variables[key] = value
+    return variables

@@ -32,3 +32,8 @@ def install() -> None:
     torch.autocast = torch.amp.autocast = _CpuAutocast
     dynamo.install()
     distributed.install()
+    import importlib.util
+    import sys
+
+    if "torch_neuronx" not in sys.modules and importlib.util.find_spec("torch_neuronx") is None:
+        sys.modules["torch_neuronx"] = emulator._torch_neuronx_stub()

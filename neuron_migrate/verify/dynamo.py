@@ -8,6 +8,7 @@ Like the native backend, shapes are static: a new input shape is a new compilati
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ class CompileLog:
 LOG = CompileLog()
 
 
-def _graph_compiler(gm: torch.fx.GraphModule, example_inputs):
+def _graph_compiler(gm: torch.fx.GraphModule, example_inputs, on_device: bool = True):
     ops: Counter[str] = Counter()
     for node in gm.graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -48,34 +49,48 @@ def _graph_compiler(gm: torch.fx.GraphModule, example_inputs):
     gm.recompile()
 
     def run(*args):
-        emulator.STATS.ops.update(ops)
+        if on_device:  # a graph of CPU tensors (a model left on the CPU) runs nothing on the device
+            emulator.STATS.ops.update(ops)
+            emulator.STATS.tracked.update(ops)
         return gm(*args)
 
     return make_boxed_func(run)
 
 
-_aot = aot_autograd(fw_compiler=_graph_compiler, bw_compiler=_graph_compiler)
+def _aot(gm: torch.fx.GraphModule, example_inputs):
+    on_device = any(isinstance(t, torch.Tensor) and t.device.type == emulator.NAME for t in example_inputs)
+
+    def compiler(graph, inputs):
+        return _graph_compiler(graph, inputs, on_device)
+
+    return aot_autograd(fw_compiler=compiler, bw_compiler=compiler)(gm, example_inputs)
 
 
-def _frame() -> tuple[str, str]:
-    """(dynamo's frame id, the function's name) of the frame being compiled."""
+OWN_FILES = (os.path.dirname(os.path.abspath(__file__)) + os.sep, "neuron_migrate_verify_harness.py")
+
+
+def _frame() -> tuple[str, str, bool]:
+    """(dynamo's frame id, the function's name, whether it is verify's own code) of the frame being compiled."""
     compile_id = torch._guards.CompileContext.current_compile_id()
     try:
         code = torch._dynamo.symbolic_convert.InstructionTranslator.current_tx().f_code
         name = f"{code.co_name} ({code.co_filename}:{code.co_firstlineno})"
+        own = os.path.abspath(code.co_filename).startswith(OWN_FILES[0]) or code.co_filename.endswith(OWN_FILES[1])
     except Exception:  # private API: the name is a nicety
-        name = "?"
-    return str(getattr(compile_id, "frame_id", "?")), name
+        name, own = "?", False
+    return str(getattr(compile_id, "frame_id", "?")), name, own
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs):
     start = time.perf_counter()
     shapes = [list(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)]
-    entry = Compilation(*_frame(), shapes, reason=LOG.reason)
+    frame, name, own = _frame()
+    entry = Compilation(frame, name, shapes, reason=LOG.reason)
     LOG.reason = ""
     compiled = _aot(gm, example_inputs)
     entry.seconds = time.perf_counter() - start
-    LOG.compilations.append(entry)
+    if not own:  # verify's own wrappers (around backward, around a compiled module) are not the program's
+        LOG.compilations.append(entry)
     return compiled
 
 

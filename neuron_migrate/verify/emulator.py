@@ -39,6 +39,7 @@ class Stats:
     def __init__(self) -> None:
         self.ops: Counter[str] = Counter()
         self.mixed: Counter[str] = Counter()
+        self.tracked: Counter[str] = Counter()  # since torch_neuronx.clear_op_tracking()
 
 
 STATS = Stats()
@@ -140,13 +141,27 @@ def _run(func, args, kwargs):
     flat, _ = tree_flatten((args, kwargs))
     _check_devices(func, flat)
     STATS.ops[op_name(func)] += 1
+    STATS.tracked[op_name(func)] += 1
     out = func(*tree_map(to_cpu, args), **tree_map(to_cpu, kwargs))
     if _stays_on_cpu(func, args, kwargs):
         return out
-    # an in-place or out= operator returns its argument: give back the caller's object
+    # an in-place or out= operator returns its argument: give back the caller's object, with its new sizes
+    for v in flat:
+        if isinstance(v, NeuronTensor):
+            _refresh(v)
     originals = {id(v.cpu_data): v for v in flat if isinstance(v, NeuronTensor)}
     originals.update({id(v): v for v in flat if isinstance(v, torch.Tensor) and not isinstance(v, NeuronTensor)})
     return tree_map(lambda v: _wrap(v, originals), out)
+
+
+def _refresh(tensor: NeuronTensor) -> None:
+    """After `resize_` or an out= operator resized the data, the wrapper reports the data's sizes again."""
+    data = tensor.cpu_data
+    if torch._subclasses.fake_tensor.is_fake(data):
+        return
+    if (tensor.shape, tensor.stride(), tensor.storage_offset()) == (data.shape, data.stride(), data.storage_offset()):
+        return
+    torch._C._swap_tensor_impl(tensor, NeuronTensor(data))  # the caller's object keeps its identity and data
 
 
 def _wrap(value, originals):
@@ -258,9 +273,160 @@ class Module:
         pass
 
 
+class Event:
+    """`torch.neuron.Event`: the emulated device runs every operator at once, so an event is always complete."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._time: float | None = None
+
+    def record(self, stream=None) -> None:
+        import time
+
+        self._time = time.perf_counter()
+
+    def wait(self, stream=None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: "Event") -> float:
+        if self._time is None or end._time is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time")
+        return (end._time - self._time) * 1000.0
+
+
+class Stream:
+    """`torch.neuron.Stream`: one queue, already drained (operators run when called)."""
+
+    def __init__(self, device=None, priority: int = 0, **kwargs) -> None:
+        self.device_index = 0
+        self.priority = priority
+
+    def wait_stream(self, stream: "Stream") -> None:
+        pass
+
+    def wait_event(self, event: Event) -> None:
+        pass
+
+    def record_event(self, event: Event | None = None) -> Event:
+        event = event or Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(DEVICE)
+
+
+_DEFAULT_STREAM = Stream()
+
+
+def _add_streams(module) -> None:
+    module.Stream, module.Event = Stream, Event
+    module.current_stream = module.default_stream = staticmethod(lambda device=None: _DEFAULT_STREAM)
+    module.set_stream = staticmethod(lambda stream: None)
+    module.stream = staticmethod(lambda stream=None: contextlib.nullcontext(stream))
+    module.wait_stream = module.wait_event = module.record_event = staticmethod(lambda *args, **kwargs: None)
+
+
+_add_streams(Module)
+
+
+def _known_fallbacks() -> dict[str, str]:
+    if "fallbacks" not in _state:
+        from neuron_migrate.verify.fallbacks import known_fallbacks
+
+        _state["fallbacks"] = known_fallbacks()
+    return _state["fallbacks"]
+
+
+def get_fallback_ops() -> list[str]:
+    """Like the native `torch_neuronx.get_fallback_ops()`: the operators run since the tracking was cleared that
+    the native backend is known to run on the CPU (the prediction of rules/fallback_ops.toml)."""
+    known = _known_fallbacks()
+    return sorted(f"aten::{name}" for name in STATS.tracked if f"aten::{name.split('.')[0]}" in known)
+
+
+def get_executed_ops() -> list[str]:
+    """The operators run on the device since the tracking was cleared (the predicted fallbacks left out)."""
+    fallback = set(get_fallback_ops())
+    return sorted(f"aten::{name}" for name in STATS.tracked if f"aten::{name}" not in fallback)
+
+
+def clear_op_tracking() -> None:
+    STATS.tracked.clear()
+
+
+def _torch_neuronx_stub():
+    """A `torch_neuronx` with the native API the emulated device can honour, for programs that import it."""
+    import types
+
+    stub = types.ModuleType("torch_neuronx")
+    stub.__doc__ = "neuron-migrate verify: the emulated device's stand-in for the native torch_neuronx API"
+    stub.__version__ = "0+emulated"
+    stub.__path__ = []  # a package: `import torch_neuronx.xyz` fails with a clear ModuleNotFoundError
+    for name in ("get_fallback_ops", "get_executed_ops", "clear_op_tracking"):
+        setattr(stub, name, globals()[name])
+    for name in ("device_count", "current_device", "set_device", "synchronize", "device", "empty_cache",
+                 "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+                 "memory_stats", "reset_peak_memory_stats"):
+        setattr(stub, name, getattr(Module, name))
+    _add_streams(stub)
+    stub.is_neuron_runtime_initialized = lambda: True
+    stub.get_dynamo_metrics = lambda: {}
+    stub.reset_dynamo_metrics = lambda: None
+    return stub
+
+
+def _pin_memory_is_a_no_op() -> None:
+    """Pinned host memory speeds up copies to a real device; on the emulated one (the CPU) it is a no-op, as
+    `pin_memory=True` is on a machine without an accelerator."""
+    pin, pinned = torch.Tensor.pin_memory, torch.Tensor.is_pinned
+
+    def pin_memory(self, device=None):
+        if device is None or torch.device(device).type == NAME:
+            return self
+        return pin(self, device)
+
+    def is_pinned(self, device=None):
+        if device is None or torch.device(device).type == NAME:
+            return False
+        return pinned(self, device)
+
+    torch.Tensor.pin_memory, torch.Tensor.is_pinned = pin_memory, is_pinned
+
+
 @torch._dynamo.disable
 def _device_kernel(op, *args, **kwargs):
     return _run(op, args, kwargs)
+
+
+# Factories whose composite kernel creates an empty tensor and resizes it through the out= variant: a wrapper's
+# sizes are fixed when it is made, so they run here as a whole (on the CPU) instead.
+RESIZING_FACTORIES = {
+    "arange": ("default", "start", "start_step"), "eye": ("default", "m"), "range": ("default", "step"),
+    "linspace": ("default", "Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"),
+    "logspace": ("default", "Tensor_Tensor", "Tensor_Scalar", "Scalar_Tensor"),
+    "tril_indices": ("default",), "triu_indices": ("default",), "randperm": ("default", "generator"),
+}
 
 
 def register_device_kernels(kernel) -> tuple[torch.library.Library, ...]:
@@ -274,6 +440,12 @@ def register_device_kernels(kernel) -> tuple[torch.library.Library, ...]:
     copies = torch.library.Library("aten", "IMPL")
     for name in ("copy_", "_copy_from", "_copy_from_and_resize"):
         copies.impl(name, functools.partial(kernel, getattr(aten, name).default), "PrivateUse1")
+    for name, overloads in RESIZING_FACTORIES.items():
+        for overload in overloads:
+            op = getattr(getattr(aten, name), overload, None)
+            if op is not None:
+                copies.impl(f"{name}.{overload}" if overload != "default" else name,
+                            functools.partial(kernel, op), "PrivateUse1")
     return fallback, copies
 
 
@@ -288,4 +460,10 @@ def install(strict: bool = False) -> None:
     _state["libraries"] = (*register_device_kernels(_device_kernel), *autocast.install())
     dynamo.install()
     distributed.install()
+    _pin_memory_is_a_no_op()
+    import importlib.util
+    import sys
+
+    if "torch_neuronx" not in sys.modules and importlib.util.find_spec("torch_neuronx") is None:
+        sys.modules["torch_neuronx"] = _torch_neuronx_stub()
     _state["installed"] = True

@@ -40,11 +40,15 @@ class Recorder:
         self.autocast = False
         self.exit_registered = False
         self.written = False
+        self.loss_facts: set[tuple[str, str]] = set()  # (dtype, device type) of each loss
+        self.call_facts: set[tuple[str, str]] = set()  # (dtype, device type) of each output of the modules
+        self.start_fingerprints: list[list[float]] = []  # of each module's parameters when first moved
 
     # -- events ------------------------------------------------------------------------------------------
     def on_backward(self, tensor: torch.Tensor) -> None:
         if tensor.numel() == 1:
             self.losses.append(tensor.detach().clone())
+        self.loss_facts.add((str(tensor.dtype), tensor.device.type))
         self._start_clock()
 
     def on_step(self) -> None:
@@ -59,6 +63,7 @@ class Recorder:
     def on_module_to(self, module: torch.nn.Module) -> None:
         if not self.recorded(module):
             self.modules.append(module)
+            self.start_fingerprints.append(_fingerprint(module))
             # Eager calls run the hooks; dynamo traces them as no-ops inside compiled code, where the
             # compiled entry point is wrapped instead (see on_compile).
             module.register_forward_pre_hook(lambda *args: None if _compiling() else self._start_clock())
@@ -84,6 +89,8 @@ class Recorder:
 
     def on_call(self, module: torch.nn.Module, output) -> None:
         self.autocast = self.autocast or _autocast_enabled()
+        if module in self.top_level():
+            self.call_facts.update((str(t.dtype), t.device.type) for t in _tensors(output))
         if module in self.top_level() and not (torch.is_grad_enabled() and module.training):
             if len(self.outputs) < MAX_OUTPUT_CALLS:
                 self.outputs.append([t.detach().clone() for t in _tensors(output)])
@@ -123,6 +130,7 @@ class Recorder:
 
     def record(self) -> dict:
         modules = self.top_level()
+        starts = [self.start_fingerprints[i] for i, m in enumerate(self.modules) if any(m is t for t in modules)]
         return {
             "meta": {"device": self.config["device"], "rank": int(os.environ.get("RANK", 0)),
                      "world_size": int(os.environ.get("WORLD_SIZE", 1)), "pid": os.getpid(),
@@ -138,7 +146,15 @@ class Recorder:
             "autocast": self.autocast,
             "output_dtypes": sorted({str(t.dtype) for call in self.outputs for t in call}),
             "param_dtypes": sorted({str(p.dtype) for m in modules for p in m.parameters()}),
-            **_device_facts(self.config["device"]),
+            "loss_dtypes": sorted({dtype for dtype, _ in self.loss_facts}),
+            "call_dtypes": sorted({dtype for dtype, _ in self.call_facts}),
+            "param_devices": sorted({p.device.type for m in modules for p in m.parameters()}),
+            "loss_devices": sorted({device for _, device in self.loss_facts}),
+            "call_devices": sorted({device for _, device in self.call_facts}),
+            "module_types": sorted({type(sub).__name__ for m in modules for sub in m.modules()}),
+            "params_changed": [start != _fingerprint(m) for start, m in zip(starts, modules)],
+            "files": _imported_files([r for r in (self.config.get("script_root"), self.config.get("root")) if r]),
+            **_safe_device_facts(self.config["device"]),
         }
 
     def write(self) -> None:
@@ -148,6 +164,26 @@ class Recorder:
         path = os.path.join(self.config["out"], f"record-{os.getpid()}.pt")
         torch.save(self.record(), path + ".tmp")
         os.replace(path + ".tmp", path)
+
+
+def _fingerprint(module: torch.nn.Module) -> list[float]:
+    """A cheap summary of the parameters' values: a training step changes it."""
+    with torch.no_grad():
+        return [float(p.detach().double().sum().cpu()) for p in module.parameters()]
+
+
+def _imported_files(roots: list[str]) -> list[str]:
+    """The program's own files it imported (under the script's or the run's folder), relative to that folder."""
+    files = set()
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if not path:
+            continue
+        path = os.path.abspath(path)
+        root = next((r for r in roots if path.startswith(r + os.sep)), None)
+        if root is not None:
+            files.add(os.path.relpath(path, root))
+    return sorted(files)
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -179,6 +215,15 @@ def _synchronize(device: str) -> None:
         torch.neuron.synchronize()
 
 
+def _safe_device_facts(device: str) -> dict:
+    """The device's counters; a record is written without them rather than not at all."""
+    try:
+        return _device_facts(device)
+    except Exception as exc:  # noqa: BLE001
+        sys.stderr.write(f"neuron-migrate verify: the device's counters could not be read: {exc!r}\n")
+        return {}
+
+
 def _device_facts(device: str) -> dict:
     if device in ("emulated", "cpu"):
         from neuron_migrate.verify import dynamo, emulator
@@ -191,6 +236,8 @@ def _device_facts(device: str) -> dict:
         return {"fallback_ops": sorted(torch_neuronx.get_fallback_ops()),
                 "dynamo_metrics": repr(torch_neuronx.get_dynamo_metrics())}
     if device == "xla":
+        if "torch_xla" not in sys.modules:  # a program that never used torch_xla: importing it at exit fails
+            return {}
         import torch_xla.debug.metrics as met
 
         data = met.metric_data("CompileTime")
@@ -270,6 +317,45 @@ def _setup_device(config: dict) -> None:
         torch_neuronx.clear_op_tracking()
 
 
+class _PatchOnImport:
+    """A meta path finder that patches one module right after it is first imported (without importing it)."""
+
+    def __init__(self, name: str, patch) -> None:
+        self.name, self.patch = name, patch
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def patched(module):
+            exec_module(module)
+            self.patch(module)
+
+        spec.loader.exec_module = patched
+        return spec
+
+
+def _single_process_spawn(module) -> None:
+    """torch_xla runs one process on the CPU (`xmp.spawn(nprocs=8)` is refused there): the reference runs the
+    spawned function once, as rank 0 of 1."""
+    spawn = module.spawn
+
+    def spawn_one(fn, args=(), nprocs=None, *rest, **kwargs):
+        if nprocs not in (None, 1):
+            sys.stderr.write(f"neuron-migrate verify: xmp.spawn(nprocs={nprocs}) runs one process on torch_xla's "
+                             "CPU device\n")
+        return spawn(fn, args, None, *rest, **kwargs)
+
+    module.spawn = spawn_one
+
+
 def start() -> Recorder | None:
     """Called by the injected sitecustomize: set up the device and start recording."""
     text = os.environ.get(CONFIG_ENV)
@@ -279,6 +365,8 @@ def start() -> Recorder | None:
     if config.get("nproc", 1) > 1 and "RANK" not in os.environ:
         return None  # the torchrun launcher: only its workers run the program
     _setup_device(config)
+    if config["device"] == "xla":
+        sys.meta_path.insert(0, _PatchOnImport("torch_xla.distributed.xla_multiprocessing", _single_process_spawn))
     if config.get("seed") is not None:
         torch.manual_seed(config["seed"])
     recorder = Recorder(config)

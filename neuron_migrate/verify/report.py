@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from neuron_migrate.cli.output import plural
+from neuron_migrate.findings import Finding
 from neuron_migrate.verify.compare import Check, Comparison
 from neuron_migrate.verify.fallbacks import DATA_FILE, Fallback
 from neuron_migrate.verify.runs import Migration, RunResult
@@ -60,13 +63,43 @@ class Report:
     def exit_code(self) -> int:
         if self.failed_runs or self.comparison is None:
             return 2
-        return 0 if self.comparison.equivalent else 1
+        if self.comparison.failed:
+            return 1
+        return 0 if self.comparison.evidence else 2
 
     @property
     def verdict(self) -> str:
         if self.failed_runs:
             return "a run failed"
+        if self.exit_code == 2:
+            return "nothing comparable"
         return "equivalent" if self.exit_code == 0 else "NOT equivalent"
+
+    @property
+    def imported(self) -> set[str] | None:
+        """The program's files the target run imported (relative to the script's folder), when recorded."""
+        target = next((r for r in self.runs if r.program.role == "target" and r.records), None)
+        return None if target is None else set(target.records[0].get("files", []))
+
+    def markers(self) -> tuple[list[Finding], int]:
+        """The manual items of the files the program imported (all of them when that is unknown), and how many
+        others there are."""
+        if self.migration is None:
+            return [], 0
+        imported = self.imported
+        shown, hidden = [], 0
+        for f in self.migration.manual:
+            relative = os.path.relpath(f.path, self.migration.folder)
+            if imported is None or relative in imported or not imported:
+                shown.append(replace(f, path=relative))
+            else:
+                hidden += 1
+        return shown, hidden
+
+
+NOTHING_COMPARABLE = ("nothing comparable: neither run recorded a loss (`.backward()`), a device module's "
+                      "parameters or outputs, or printed a number; move the model with `.to(device)`, or print the "
+                      "values to compare (losses, metrics, outputs) so that both runs print them")
 
 
 def timing(result: RunResult) -> Timing:
@@ -110,30 +143,89 @@ def _number(value: float) -> str:
     return f"{value:.3g}"
 
 
+# Dynamo's reasons for a recompilation (its first failed guard), by kind; only a shape change is helped by padding.
+REASON_KINDS = (
+    ("grad mode", re.compile(r"grad_mode|GLOBAL_STATE changed: grad|requires_grad", re.IGNORECASE)),
+    ("dtype", re.compile(r"dtype mismatch|dtype", re.IGNORECASE)),
+    ("shape", re.compile(r"size mismatch|stride mismatch|shape", re.IGNORECASE)),
+    ("module mode", re.compile(r"\.training\b|training", re.IGNORECASE)),
+)
+HINTS = {
+    "shape": RECOMPILE_HINT,
+    "grad mode": ("a graph compiled for training is compiled again for no_grad/inference_mode calls (evaluation): "
+                  "once per mode is expected; more often means the mode flips inside the loop"),
+    "dtype": "the inputs' dtype changed between calls: cast the inputs once (or autocast the whole step)",
+    "module mode": "train() and eval() modes compile separate graphs: once per mode is expected",
+}
+
+
+def _reason_kind(reason: str) -> str | None:
+    return next((kind for kind, pattern in REASON_KINDS if pattern.search(reason)), None)
+
+
+def _kinds(recompile: Recompile) -> set[str]:
+    kinds = set()
+    for before, after, reason in zip(recompile.shapes, recompile.shapes[1:], recompile.reasons):
+        kind = _reason_kind(reason) if reason.strip() else ("shape" if before != after else None)
+        if kind:
+            kinds.add(kind)
+    return kinds
+
+
 def _shapes_changed(recompile: Recompile) -> bool:
-    return any(a != b for a, b in zip(recompile.shapes, recompile.shapes[1:]))
+    return "shape" in _kinds(recompile)
 
 
 def _shape_change(recompile: Recompile) -> str:
     changes = []
     for before, after, reason in zip(recompile.shapes, recompile.shapes[1:], recompile.reasons):
+        kind = _reason_kind(reason) if reason.strip() else None
         diff = [f"{tuple(a)} -> {tuple(b)}" for a, b in zip(before, after) if a != b]
-        changes.append(", ".join(diff[:3]) or f"same shapes: {reason.strip() or 'another guard failed'}")
+        if kind in (None, "shape") and diff:
+            changes.append(", ".join(diff[:3]))
+        elif reason.strip():
+            changes.append(f"{kind or 'guard'}: {reason.strip()}")
+        else:
+            changes.append("another guard failed")
     return "; ".join(changes)
 
 
+def _status(check: Check) -> str:
+    return "ok  " if check.ok else "xla " if check.explained else "FAIL"
+
+
 def _check_line(check: Check) -> str:
-    status = "ok  " if check.ok else "FAIL"
-    figures = f"n={check.count}, max abs {_number(check.max_abs)}, max rel {_number(check.max_rel)}"
-    if check.cosine is not None:
-        figures += f", cosine {check.cosine:.6f}"
-    return f"  {status} {check.name}: {figures}" + (f" ({check.detail})" if check.detail else "")
+    status = _status(check)
+    if check.numeric:
+        figures = f"n={check.count}, max abs {_number(check.max_abs)}, max rel {_number(check.max_rel)}"
+        if check.cosine is not None:
+            figures += f", cosine {check.cosine:.6f}"
+    else:
+        figures = ""
+    detail = "; ".join(d for d in (check.detail, check.explained and
+                                   f"as on the plain CPU: known torch_xla CPU difference ({check.explained})") if d)
+    text = f"  {status} {check.name}: {figures}".rstrip(": ") if figures or not detail else f"  {status} {check.name}"
+    if detail:
+        text += f" ({detail})" if figures else f": {detail}"
+    return text
 
 
 def _failure_tail(result: RunResult) -> list[str]:
+    """The run's first traceback (a second one at exit, torch_xla's, would hide it), else its last lines."""
     lines = result.stderr.rstrip().splitlines()
     if result.returncode == 0 and not result.records:
         return ["the run ended without writing a record (did it exit with os._exit?)"]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if starts:
+        begin = starts[0]
+        end = next((i for i in range(begin + 1, len(lines))
+                    if lines[i] and not lines[i].startswith((" ", "\t", "Traceback"))), len(lines) - 1)
+        block = lines[begin:end + 1]
+        if len(block) > TRACEBACK_LINES:
+            block = block[:2] + ["  ..."] + block[-(TRACEBACK_LINES - 3):]
+        if len(starts) > 1 or end < len(lines) - 1:
+            block.append(f"(the first error; {len(lines) - end - 1} more lines of output follow it)")
+        return block
     return lines[-TRACEBACK_LINES:]
 
 
@@ -141,8 +233,8 @@ def _failure_tail(result: RunResult) -> list[str]:
 def render_text(report: Report) -> str:
     out = [f"neuron-migrate verify {report.script}: {report.verdict}"]
     for r in report.runs:
-        out.append(f"  {r.program.role:<9} {r.program.label} on {DEVICE_NAMES[r.program.device]}, "
-                   f"torch {_torch_version(r)} ({_seconds(r.seconds)}, exit {r.returncode})")
+        out.append(f"  {r.program.name:<12} {r.program.label} on {DEVICE_NAMES[r.program.device]}{_processes(r)}, "
+                   f"torch {_torch_version(r)} ({_seconds(r.seconds)}, exit {r.returncode}){_own_env(r)}")
     out += _migration_lines(report)
     for r in report.failed_runs:
         out.append(f"\nThe {r.program.role} run failed (exit {r.returncode}):")
@@ -152,20 +244,34 @@ def render_text(report: Report) -> str:
         out.append(f"\nNumerics ({'bf16/fp16' if c.precision == 'low' else c.precision} tolerances: "
                    f"rtol {c.rtol:g}, atol {c.atol:g}):")
         out += [_check_line(check) for check in c.checks]
+        if report.exit_code == 2:
+            out.append(f"  {NOTHING_COMPARABLE}")
     out += _performance_lines(report)
     out += _fallback_lines(report)
     out += [f"note: {n}" for n in report.notes]
     return "\n".join(out) + "\n"
 
 
+def _processes(r: RunResult) -> str:
+    return f" ({r.program.nproc} processes, torchrun)" if r.program.nproc > 1 else ""
+
+
+def _own_env(r: RunResult) -> str:
+    if not r.program.env:
+        return ""
+    return "; own environment: " + " ".join(f"{k}={v}" for k, v in sorted(r.program.env.items()))
+
+
 def _migration_lines(report: Report) -> list[str]:
     m = report.migration
     if m is None:
         return []
+    shown, hidden = report.markers()
     out = [f"  migration: {plural(len(m.changed), 'file')} rewritten ({', '.join(m.changed) or 'none'}), "
-           f"{plural(len(m.manual), 'manual item')} left as TODO markers"]
-    out += [f"    {f.path}:{f.line}: {f.code} {f.message}" for f in m.manual]
-    out += [f"    {path}: error: {message}" for path, message in m.errors]
+           f"{plural(len(m.manual), 'manual item')} left as TODO markers"
+           + (f" ({hidden} in files the program does not import)" if hidden else "")]
+    out += [f"    {f.path}:{f.line}: {f.code} {f.message}" for f in shown]
+    out += [f"    {os.path.relpath(path, m.folder)}: error: {message}" for path, message in m.errors]
     return out
 
 
@@ -173,7 +279,7 @@ def _performance_lines(report: Report) -> list[str]:
     out = ["\nPerformance (first step includes compilation; steady state is the median of later steps):"]
     for r in report.runs:
         t = timing(r)
-        line = (f"  {r.program.role:<9} {plural(t.steps, t.unit)}, first {_seconds(t.first)}, "
+        line = (f"  {r.program.name:<12} {plural(t.steps, t.unit)}, first {_seconds(t.first)}, "
                 f"steady {_seconds(t.steady)}")
         if r.records and "compilations" in r.records[0]:
             line += f", {plural(len(compilations(r)), 'compiled graph')}"
@@ -182,8 +288,8 @@ def _performance_lines(report: Report) -> list[str]:
         out.append(line)
         for rc in recompiles(r):
             out.append(f"    recompiled {rc.function} {len(rc.shapes) - 1}x: {_shape_change(rc)}")
-        if any(_shapes_changed(rc) for rc in recompiles(r)):
-            out.append(f"    hint: {RECOMPILE_HINT}")
+        hints = {HINTS[kind] for rc in recompiles(r) for kind in _kinds(rc)}
+        out += [f"    hint: {hint}" for hint in sorted(hints)]
         mixed = mixed_ops(r)
         if mixed:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(mixed.items(), key=lambda kv: -kv[1]))
@@ -221,11 +327,13 @@ def to_json(report: Report) -> dict:
         "runs": [_run_json(r) for r in report.runs],
         "migration": None if report.migration is None else {
             "changed": report.migration.changed,
-            "manual": [f.to_json() for f in report.migration.manual],
+            "manual": [f.to_json() for f in report.markers()[0]],
+            "manual_in_files_not_imported": report.markers()[1],
             "errors": [{"path": p, "message": m} for p, m in report.migration.errors],
         },
         "comparison": None if c is None else {
-            "equivalent": c.equivalent, "precision": c.precision, "rtol": c.rtol, "atol": c.atol,
+            "equivalent": c.equivalent, "evidence": c.evidence, "precision": c.precision, "rtol": c.rtol,
+            "atol": c.atol,
             "checks": [check.to_json() for check in c.checks],
         },
         "fallbacks": [{"op": f.op, "count": f.count, "note": f.note} for f in report.fallbacks],
@@ -236,7 +344,8 @@ def to_json(report: Report) -> dict:
 def _run_json(r: RunResult) -> dict:
     t = timing(r)
     return {
-        "role": r.program.role, "program": r.program.label, "device": r.program.device,
+        "role": r.program.role, "name": r.program.name, "nproc": r.program.nproc, "env": r.program.env,
+        "program": r.program.label, "device": r.program.device,
         "python": r.program.python, "torch": _torch_version(r), "returncode": r.returncode, "seconds": r.seconds,
         "processes": len(r.records), "steps": t.steps if t.unit == "step" else 0,
         "forward_calls": t.steps if t.unit != "step" else None, "first_step_seconds": t.first,
@@ -259,13 +368,15 @@ def render_markdown(report: Report) -> str:
     icon = {"equivalent": "✅", "NOT equivalent": "❌"}.get(report.verdict, "⚠️")
     out = [f"### {icon} neuron-migrate verify: `{report.script}` is {report.verdict}", ""]
     out += ["| run | program | device | time | exit |", "| --- | --- | --- | --- | --- |"]
-    out += [f"| {r.program.role} | {r.program.label} | {DEVICE_NAMES[r.program.device]}, torch {_torch_version(r)} "
-            f"| {_seconds(r.seconds)} | {r.returncode} |" for r in report.runs]
+    out += [f"| {r.program.name} | {r.program.label} | {DEVICE_NAMES[r.program.device]}{_processes(r)}, "
+            f"torch {_torch_version(r)} | {_seconds(r.seconds)} | {r.returncode} |" for r in report.runs]
     if report.migration is not None:
         m = report.migration
+        shown, hidden = report.markers()
         out += ["", f"Migration: {plural(len(m.changed), 'file')} rewritten, "
-                    f"{plural(len(m.manual), 'manual item')} left as TODO markers."]
-        out += [f"- `{f.path}:{f.line}` {f.code}: {f.message}" for f in m.manual]
+                    f"{plural(len(m.manual), 'manual item')} left as TODO markers"
+                    + (f" ({hidden} in files the program does not import)." if hidden else ".")]
+        out += [f"- `{f.path}:{f.line}` {f.code}: {f.message}" for f in shown]
     for r in report.failed_runs:
         out += ["", f"**The {r.program.role} run failed** (exit {r.returncode}):", "", "```",
                 *_failure_tail(r), "```"]
@@ -274,19 +385,22 @@ def render_markdown(report: Report) -> str:
         out += ["", f"#### Numerics (rtol {c.rtol:g}, atol {c.atol:g})", "",
                 "| check | result | values | max abs | max rel | cosine | detail |",
                 "| --- | --- | --- | --- | --- | --- | --- |"]
-        out += [f"| {ch.name} | {'ok' if ch.ok else '**FAIL**'} | {ch.count} | {_number(ch.max_abs)} | "
-                f"{_number(ch.max_rel)} | {'-' if ch.cosine is None else f'{ch.cosine:.6f}'} | {ch.detail} |"
-                for ch in c.checks]
+        out += [f"| {ch.name} | {'ok' if ch.ok else 'torch_xla CPU difference' if ch.explained else '**FAIL**'} | "
+                f"{ch.count} | {_number(ch.max_abs)} | {_number(ch.max_rel)} | "
+                f"{'-' if ch.cosine is None else f'{ch.cosine:.6f}'} | "
+                f"{'; '.join(d for d in (ch.detail, ch.explained) if d)} |" for ch in c.checks]
+        if report.exit_code == 2:
+            out += ["", NOTHING_COMPARABLE]
     out += ["", "#### Performance", "", "| run | steps or calls | first | steady state | compiled graphs |",
             "| --- | --- | --- | --- | --- |"]
     for r in report.runs:
         t = timing(r)
-        out.append(f"| {r.program.role} | {plural(t.steps, t.unit)} | {_seconds(t.first)} | {_seconds(t.steady)} | "
+        out.append(f"| {r.program.name} | {plural(t.steps, t.unit)} | {_seconds(t.first)} | {_seconds(t.steady)} | "
                    f"{len(compilations(r)) if r.records and 'compilations' in r.records[0] else '-'} |")
     for r in report.runs:
         for rc in recompiles(r):
-            hint = f"; {RECOMPILE_HINT}" if _shapes_changed(rc) else ""
-            out.append(f"\n- {r.program.role}: `{rc.function}` recompiled {len(rc.shapes) - 1}x "
+            hint = "".join(f"; {HINTS[kind]}" for kind in sorted(_kinds(rc)))
+            out.append(f"\n- {r.program.name}: `{rc.function}` recompiled {len(rc.shapes) - 1}x "
                        f"({_shape_change(rc)}){hint}")
     if _shows_fallbacks(report):
         out += ["", f"#### CPU fallbacks (known-fallback data: rules/{DATA_FILE})", ""]

@@ -1,4 +1,11 @@
-"""Prepare the two programs (migrating a copy when needed) and run each in a subprocess with the harness."""
+"""Prepare the programs (migrating a copy when needed) and run each in its own folder and environment.
+
+Each run starts in its own copy of the working folder (small files copied, large ones linked), so no run reads
+what another wrote (checkpoints, logs). Each run's environment is the caller's, plus the run's own variables
+(`--reference-env` / `--target-env`); the torch_xla reference does not get the caller's `PYTHONPATH` (it belongs
+to this interpreter) and imports nothing from this tool's environment: the recording harness is a copy of one
+module that needs only the standard library and torch.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +13,10 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
-import tempfile
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,38 +25,45 @@ import neuron_migrate
 from neuron_migrate.findings import Finding
 from neuron_migrate.engine.runner import run as run_engine, write_results
 from neuron_migrate.settings import Settings
+from neuron_migrate.verify import harness as harness_module
 from neuron_migrate.verify.harness import CONFIG_ENV
 
 PACKAGE_PARENT = str(Path(neuron_migrate.__file__).resolve().parent.parent)
+HARNESS_MODULE = "neuron_migrate_verify_harness"
 SKIP_DIRS = (".git", "__pycache__", ".venv", "venv", ".tox", "node_modules", "*.egg-info", ".mypy_cache")
+COPY_LIMIT = 4 * 1024 * 1024  # files larger than this are linked into a run's folder, not copied
+MAX_ENTRIES = 20000  # a working folder with more entries than this is not copied (run verify from the project)
+# Variables torchrun sets for each worker: with --nproc 1 the migrated program gets them as one worker.
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                 "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 SITECUSTOMIZE = '''\
-"""neuron-migrate verify: start the recorder, then hand over to any sitecustomize that was shadowed."""
-import importlib.util, os, sys, traceback
+"""neuron-migrate verify: start the recorder, then hand over to any sitecustomize this one shadows."""
+import importlib.machinery, importlib.util, os, sys, traceback
 
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, {package_parent!r})
+_extra = {package_parent!r}  # the tool's own package, only for runs in the tool's interpreter
+sys.path.insert(0, _here)
+if _extra:
+    sys.path.insert(1, _extra)
 try:
-    from neuron_migrate.verify import harness
-    harness.start()
+    import {harness}
+    {harness}.start()
 except BaseException:
     traceback.print_exc()
     sys.stderr.write("neuron-migrate verify: the recording harness could not start in this process\\n")
     os._exit(3)
 finally:
-    sys.path.remove({package_parent!r})
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
-_spec = importlib.util.find_spec("sitecustomize")
-if _spec is not None and _spec.loader is not None:
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (_here, _extra)]
+_spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path)
+if _spec is not None and _spec.loader is not None and _spec.origin != os.path.abspath(__file__):
     _module = importlib.util.module_from_spec(_spec)
-    sys.modules["sitecustomize"] = _module
-    _spec.loader.exec_module(_module)
+    _spec.loader.exec_module(_module)  # under this module's name in sys.modules: the import in site.py ends there
 '''
 
 
 class VerifyError(Exception):
-    """A problem with the command's input (exit 2, nothing run)."""
+    """A problem with the command's input or environment (exit 2, nothing compared)."""
 
 
 @dataclass
@@ -56,6 +72,7 @@ class Migration:
 
     folder: Path
     script: Path
+    source: Path  # the folder that was copied
     changed: list[str] = field(default_factory=list)
     manual: list[Finding] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
@@ -63,11 +80,18 @@ class Migration:
 
 @dataclass
 class Program:
-    role: str  # "reference" or "target"
+    role: str  # "reference", "cpu" (the migration on the plain CPU, three-way) or "target"
     label: str  # what is run, for the report
     python: str
-    script: Path
+    script: Path  # the script where it lies (the user's file, the migrated copy or the given migration)
     device: str  # "cpu", "emulated", "neuron", "xla"
+    nproc: int = 1
+    env: dict[str, str] = field(default_factory=dict)  # the run's own variables
+    overlay: Migration | None = None  # migrated files laid over the run's copy of the working folder
+
+    @property
+    def name(self) -> str:
+        return self.role if self.nproc == 1 else f"{self.role} x{self.nproc}"
 
 
 @dataclass
@@ -77,6 +101,8 @@ class RunResult:
     seconds: float
     stderr: str
     records: list[dict] = field(default_factory=list)
+    stdout: str = ""
+    folder: Path | None = None  # the run's copy of the working folder
 
     @property
     def failed(self) -> bool:
@@ -90,6 +116,14 @@ def _link_or_copy(src: str, dst: str) -> None:
         os.symlink(os.path.abspath(src), dst)
 
 
+def _copy_small(src: str, dst: str) -> None:
+    """Copy a file a run may rewrite; link a large one (a data set) that it only reads."""
+    if os.path.getsize(src) > COPY_LIMIT:
+        os.symlink(os.path.abspath(src), dst)
+    else:
+        shutil.copy2(src, dst)
+
+
 def migrate_copy(script: Path, workdir: Path) -> Migration:
     """Copy the script's folder (Python files copied, everything else linked) and migrate its Python files."""
     folder = workdir / "migrated"
@@ -97,7 +131,7 @@ def migrate_copy(script: Path, workdir: Path) -> Migration:
                     symlinks=True)
     result = run_engine([str(folder)], Settings(), rewrite=True, kinds=frozenset({"python"}), jobs=1)
     write_results(result)
-    migration = Migration(folder, folder / script.name, errors=result.errors)
+    migration = Migration(folder, folder / script.name, script.parent.resolve(), errors=result.errors)
     migration.changed = [os.path.relpath(r.path, folder) for r in result.changed]
     migration.manual = [f for r in result.results for f in r.manual]
     return migration
@@ -124,42 +158,115 @@ def native_torch_neuronx() -> bool:
         return False
 
 
-def _sitecustomize_dir(workdir: Path) -> Path:
-    folder = workdir / "harness"
-    folder.mkdir(exist_ok=True)
-    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(package_parent=PACKAGE_PARENT))
+def _harness_dir(workdir: Path, own_interpreter: bool) -> Path:
+    """A folder with the sitecustomize and a copy of the harness module (stdlib and torch only)."""
+    folder = workdir / ("harness" if own_interpreter else "harness-reference")
+    if not folder.is_dir():
+        folder.mkdir()
+        shutil.copy2(harness_module.__file__, folder / f"{HARNESS_MODULE}.py")
+        (folder / "sitecustomize.py").write_text(SITECUSTOMIZE.format(
+            package_parent=PACKAGE_PARENT if own_interpreter else None, harness=HARNESS_MODULE))
     return folder
 
 
-def command(program: Program, args: list[str], nproc: int) -> list[str]:
-    if nproc > 1:
-        return [program.python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-                str(program.script), *args]
-    return [program.python, str(program.script), *args]
-
-
-def run_program(program: Program, args: list[str], workdir: Path, *, nproc: int, max_steps: int | None,
-                seed: int, strict: bool, timeout: float | None) -> RunResult:
-    out = Path(tempfile.mkdtemp(prefix=f"{program.role}-", dir=workdir))
-    config = {"out": str(out), "device": program.device, "max_steps": max_steps, "seed": seed, "strict": strict,
-              "nproc": nproc}
-    env = {**os.environ, CONFIG_ENV: json.dumps(config)}
-    harness = str(_sitecustomize_dir(workdir))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (harness, os.environ.get("PYTHONPATH")) if p)
-    if program.device == "xla":
-        env.setdefault("PJRT_DEVICE", "CPU")
-    start = time.perf_counter()
+def _inside(path: Path, folder: Path) -> Path | None:
     try:
-        proc = subprocess.run(command(program, args, nproc), env=env, capture_output=True, text=True,
-                              timeout=timeout)
-        returncode, stderr = proc.returncode, proc.stderr
-    except subprocess.TimeoutExpired as exc:
+        return path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return None
+
+
+def stage(program: Program, cwd: Path, workdir: Path) -> tuple[Path, Path]:
+    """The run's own copy of the working folder (the migration laid over it) and the script to run there."""
+    folder = workdir / "runs" / program.name.replace(" ", "-")
+    entries = 0
+    for _root, dirs, files in os.walk(cwd):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        entries += len(files) + len(dirs)
+        if entries > MAX_ENTRIES:
+            raise VerifyError(f"the working folder {cwd} has more than {MAX_ENTRIES} files and folders: each run "
+                              "gets its own copy of it, so run verify from the project's folder")
+    shutil.copytree(cwd, folder, ignore=shutil.ignore_patterns(*SKIP_DIRS), copy_function=_copy_small,
+                    symlinks=True)
+    overlay = program.overlay
+    if overlay is not None:
+        where = _inside(overlay.source, cwd)
+        if where is None:  # the script's folder is outside the working folder: run the migrated copy there
+            return folder, program.script
+        for changed in overlay.changed:
+            shutil.copy2(overlay.folder / changed, folder / where / changed)
+        return folder, folder / where / program.script.name
+    where = _inside(program.script, cwd)
+    return folder, (folder / where if where is not None else program.script)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def environment(program: Program, harness: Path, config: dict) -> dict[str, str]:
+    """The caller's environment, without what belongs to this interpreter for another one, plus the run's own."""
+    env = {k: v for k, v in os.environ.items() if k != CONFIG_ENV and k not in TORCHRUN_VARS}
+    if program.device == "xla":
+        env.pop("PYTHONPATH", None)
+        env.setdefault("PJRT_DEVICE", "CPU")
+    env.update(program.env)
+    env[CONFIG_ENV] = json.dumps(config)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(harness), env.get("PYTHONPATH")) if p)
+    if program.nproc == 1 and program.device != "xla":
+        # torchrun's variables for one worker: a program that calls init_process_group("env://") runs as rank 0
+        env.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+                    "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": str(_free_port())})
+        for key, value in program.env.items():
+            env[key] = value  # the user's own choice wins
+    return env
+
+
+def command(program: Program, script: Path, args: list[str]) -> list[str]:
+    if program.nproc > 1:
+        return [program.python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={program.nproc}",
+                str(script), *args]
+    return [program.python, str(script), *args]
+
+
+def run_program(program: Program, args: list[str], workdir: Path, cwd: Path, *, max_steps: int | None, seed: int,
+                strict: bool, timeout: float | None) -> RunResult:
+    folder, script = stage(program, cwd, workdir)
+    out = workdir / "records" / program.name.replace(" ", "-")
+    out.mkdir(parents=True)
+    config = {"out": str(out), "device": program.device, "max_steps": max_steps, "seed": seed, "strict": strict,
+              "nproc": program.nproc, "root": str(folder.resolve()),
+              "script_root": str(script.resolve().parent)}
+    own = program.python == sys.executable
+    env = environment(program, _harness_dir(workdir, own), config)
+    start = time.perf_counter()
+    proc = subprocess.Popen(command(program, script, args), env=env, cwd=folder, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        returncode = proc.returncode
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        stdout, stderr = proc.communicate()
         returncode = -1
-        stderr = (exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or "")
         stderr += f"\nneuron-migrate verify: the run did not finish within {timeout:.0f} s"
-    result = RunResult(program, returncode, time.perf_counter() - start, stderr)
+    except BaseException:  # Ctrl-C, SIGTERM: no run outlives verify
+        _kill(proc)
+        proc.wait()
+        raise
+    result = RunResult(program, returncode, time.perf_counter() - start, stderr, stdout=stdout, folder=folder)
     result.records = _load_records(out)
     return result
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and its workers (torchrun starts a process group)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _load_records(out: Path) -> list[dict]:
@@ -170,9 +277,15 @@ def _load_records(out: Path) -> list[dict]:
     return sorted(records, key=lambda r: r["meta"]["rank"])
 
 
-def check_reference_python(python: str) -> None:
+def check_reference_python(python: str, env: dict[str, str]) -> None:
+    if shutil.which(python) is None and not Path(python).is_file():
+        raise VerifyError(f"--reference-python {python}: no such interpreter; name the python of an environment "
+                          "with torch_xla, e.g. a venv with `pip install torch==2.9.0 torch_xla==2.9.0`")
+    probe_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe_env.setdefault("PJRT_DEVICE", "CPU")
+    probe_env.update(env)
     probe = subprocess.run([python, "-c", "import torch, torch_xla; print(torch.__version__, torch_xla.__version__)"],
-                           capture_output=True, text=True, env={**os.environ, "PJRT_DEVICE": "CPU"})
+                           capture_output=True, text=True, env=probe_env)
     if probe.returncode != 0:
         tail = probe.stderr.strip().splitlines()[-1:] or ["no output"]
         raise VerifyError(f"--reference-python {python}: cannot import torch and torch_xla there ({tail[0]}); "

@@ -1,17 +1,23 @@
-"""One verification: decide the two programs, run them, compare, and gather the report."""
+"""One verification: decide the programs, run them, compare, and gather the report.
+
+Runs: the reference (the original under torch_xla with --reference-python, else the migration on the plain
+CPU) and the target (the migration on the device). With --reference-python the migration also runs on the
+plain CPU (the three-way comparison), and with --nproc N the target runs once more as N processes.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_migrate.verify import fallbacks
-from neuron_migrate.verify.compare import compare
+from neuron_migrate.verify.compare import (Check, Comparison, compare, compare_parameters, explain_by_cpu,
+                                           printed_lines, ranks_agree)
 from neuron_migrate.verify.report import EMULATED_TIMING, XLA_TIMING, Report
-from neuron_migrate.verify.runs import (Migration, Program, VerifyError, check_reference_python, migrate_copy,
-                                        native_torch_neuronx,
-                                        run_program, target_device)
+from neuron_migrate.verify.runs import (Migration, Program, RunResult, VerifyError, check_reference_python,
+                                        migrate_copy, native_torch_neuronx, run_program, target_device)
 
 
 @dataclass
@@ -27,68 +33,128 @@ class Options:
     atol: float | None = None
     strict: bool = False
     timeout: float | None = None
+    reference_env: dict[str, str] = field(default_factory=dict)
+    target_env: dict[str, str] = field(default_factory=dict)
 
 
-def _programs(script: Path, options: Options, workdir: Path) -> tuple[Program, Program, Migration | None]:
+def _programs(script: Path, options: Options, workdir: Path) -> tuple[list[Program], Migration | None]:
     needs_migration = options.migrated is None or options.reference_python is None
     migration = migrate_copy(script, workdir) if needs_migration else None
     if migration is not None and migration.errors:
         path, message = migration.errors[0]
-        raise VerifyError(f"the migration of a copy failed: {path}: {message}")
-    if options.reference_python:
-        if options.nproc > 1:
-            raise VerifyError("the torch_xla reference runs a single process; drop --nproc or --reference-python")
-        check_reference_python(options.reference_python)
-        reference = Program("reference", f"original {script.name}", options.reference_python, script.resolve(), "xla")
-    else:
-        reference = Program("reference", f"migrated copy of {script.name}", sys.executable, migration.script, "cpu")
+        raise VerifyError(f"the migration of a copy failed: {os.path.relpath(path, migration.folder)}: {message}")
     device = target_device(options.target)
     if device == "neuron" and not native_torch_neuronx():
         raise VerifyError("--target neuron needs the native torch-neuronx (2.13 or later) in this environment; "
                           "without it, --target emulated runs on the emulated device")
     if options.migrated:
-        target = Program("target", f"given migration {options.migrated}", sys.executable,
-                         Path(options.migrated).resolve(), device)
+        given = Path(options.migrated).resolve()
+        label, migrated, overlay = f"given migration {options.migrated}", given, None
     else:
-        target = Program("target", f"migrated copy of {script.name}", sys.executable, migration.script, device)
-    return reference, target, migration
+        label, migrated, overlay = f"migrated copy of {script.name}", migration.script, migration
+
+    def target(role: str, on: str, nproc: int, env: dict[str, str]) -> Program:
+        return Program(role, label, sys.executable, migrated, on, nproc, env, overlay)
+
+    if options.reference_python:
+        check_reference_python(options.reference_python, options.reference_env)
+        programs = [Program("reference", f"original {script.name}", options.reference_python, script.resolve(),
+                            "xla", 1, options.reference_env),
+                    target("cpu", "cpu", 1, options.target_env), target("target", device, 1, options.target_env)]
+        if options.nproc > 1:
+            programs.append(target("target", device, options.nproc, options.target_env))
+        return programs, migration
+    if migration is None:
+        raise VerifyError("nothing to compare the given migration with")
+    reference = Program("reference", f"migrated copy of {script.name}", sys.executable, migration.script, "cpu",
+                        options.nproc, options.target_env, migration)
+    return [reference, target("target", device, options.nproc, options.target_env)], migration
 
 
-def _show_original_paths(runs, copy: Path, original: Path) -> None:
+def _show_original_paths(runs: list[RunResult], copies: list[Path], original: Path) -> None:
     """Compiled functions are named by their file: name the user's file, not the temporary copy."""
     for run in runs:
         for record in run.records:
             for compilation in record.get("compilations", []):
-                compilation["name"] = compilation["name"].replace(str(copy), str(original))
+                for copy in copies:
+                    compilation["name"] = compilation["name"].replace(str(copy), str(original))
 
 
-def verify_script(script: Path, options: Options, workdir: Path) -> Report:
+def _printed(reference: RunResult, target: RunResult):
+    folders = tuple(str(f.resolve()) for f in (reference.folder, target.folder) if f is not None)
+    return printed_lines(reference.stdout, folders), printed_lines(target.stdout, folders)
+
+
+def _compare(options: Options, programs: list[Program], runs: list[RunResult]) -> Comparison:
+    by_name = {p.name: r for p, r in zip(programs, runs)}
+    reference = next(r for r in runs if r.program.role == "reference")
+    target = next(r for r in runs if r.program.role == "target")
+    cross_backend = reference.program.device == "xla" or target.program.device == "neuron"
+    main = compare(reference.records, target.records, options.rtol, options.atol, cross_backend,
+                   device=target.program.device, printed=_printed(reference, target))
+    cpu = by_name.get("cpu")
+    if cpu is not None:
+        cpu_target = compare(cpu.records, target.records, options.rtol, options.atol, target.program.device == "neuron",
+                             printed=_printed(cpu, target))
+        xla_cpu = compare(reference.records, cpu.records, options.rtol, options.atol, True,
+                          printed=_printed(reference, cpu))
+        explain_by_cpu(main, cpu_target, xla_cpu, reference.records + cpu.records)
+    parallel = by_name.get(f"target x{options.nproc}") if options.nproc > 1 and cpu is not None else None
+    if parallel is not None:
+        prefix = f"{options.nproc} processes"
+        first = parallel.records[0]
+        rank0 = compare_parameters(f"{prefix}, rank 0: final parameters", reference.records[0], first,
+                                   options.rtol, options.atol, True)
+        if not reference.records[0]["params"]:  # the reference kept its model on the CPU: nothing to compare
+            rank0.checks = []
+        if cpu is not None and rank0.checks:
+            explain_by_cpu(rank0, compare_parameters(rank0.checks[0].name, cpu.records[0], first, options.rtol,
+                                                     options.atol, False),
+                           compare_parameters(rank0.checks[0].name, reference.records[0], cpu.records[0],
+                                              options.rtol, options.atol, True),
+                           reference.records + cpu.records)
+        main.checks.extend(rank0.checks)
+        main.notes.extend(n for n in rank0.notes if n not in main.notes)
+        if len(parallel.records) != options.nproc:
+            main.checks.append(Check(f"{prefix}: ranks", False, detail=f"{len(parallel.records)} of "
+                                                                       f"{options.nproc} ranks wrote a record"))
+        else:
+            main.checks.append(ranks_agree(f"{prefix}: ranks agree on the final parameters", parallel.records,
+                                           options.rtol, options.atol))
+    return main
+
+
+def verify_script(script: Path, options: Options, workdir: Path, cwd: Path | None = None) -> Report:
     if not script.is_file():
         raise VerifyError("no such script")
-    reference, target, migration = _programs(script, options, workdir)
-    runs = [run_program(p, options.args, workdir, nproc=options.nproc, max_steps=options.max_steps,
-                        seed=options.seed, strict=options.strict, timeout=options.timeout)
-            for p in (reference, target)]
+    cwd = cwd or Path.cwd()
+    programs, migration = _programs(script, options, workdir)
+    runs = []
+    for program in programs:
+        runs.append(run_program(program, options.args, workdir, cwd, max_steps=options.max_steps,
+                                seed=options.seed, strict=options.strict, timeout=options.timeout))
     if migration is not None:
-        _show_original_paths(runs, migration.folder, script.resolve().parent)
+        copies = [migration.folder] + [r.folder / os.path.relpath(script.resolve().parent, cwd.resolve())
+                                       for r in runs if r.folder is not None]
+        _show_original_paths(runs, copies, script.resolve().parent)
     report = Report(str(script), options.args, runs, migration)
+    target_run = next(r for r in runs if r.program.role == "target")
     known = fallbacks.known_fallbacks()
-    target_run = runs[-1]
     if target_run.records:
-        if target.device == "emulated":
+        if target_run.program.device == "emulated":
             ops: dict[str, int] = {}
             for record in target_run.records:
                 for op, n in record.get("ops", {}).items():
                     ops[op] = ops.get(op, 0) + n
             report.fallbacks = fallbacks.predict(ops, known)
-        elif target.device == "neuron":
+        elif target_run.program.device == "neuron":
             report.fallbacks = fallbacks.observed(target_run.records[0].get("fallback_ops", []), known)
     if not report.failed_runs:
-        cross_backend = reference.device == "xla" or target.device == "neuron"
-        report.comparison = compare(runs[0].records, target_run.records, options.rtol, options.atol, cross_backend)
-    if reference.device == "xla":
+        report.comparison = _compare(options, programs, runs)
+        report.notes.extend(report.comparison.notes)
+    if programs[0].device == "xla":
         report.notes.append(XLA_TIMING)
-    if target.device == "emulated":
+    if target_run.program.device == "emulated":
         report.notes.append(EMULATED_TIMING)
     if options.max_steps is None:
         report.notes.append("runs were not limited: --max-steps N ends each run after N optimizer steps")
