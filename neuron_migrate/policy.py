@@ -50,6 +50,16 @@ class Decision:
     mark: bool  # rewrite: leave a TODO marker above the line
 
     @property
+    def status(self) -> str:
+        """What `rewrite` does about the finding: "fixed", "marked" or "left" (see engine/context.py)."""
+        return "fixed" if self.fix else "marked" if self.mark else "left"
+
+    def finding(self, policy: "Policy", line: int, col: int, **where) -> Finding:
+        """The finding of this decision at `line`:`col` of the policy's file, with its status under rewrite."""
+        return Finding(policy.path, line, col, self.code, self.message, self.fixable,
+                       status=self.status if policy.rewrite else None, **where)
+
+    @property
     def marker(self) -> str:
         return marker_text(self.code, self.message, self.link)
 

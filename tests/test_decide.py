@@ -133,3 +133,25 @@ def test_sarif_runs_the_pipeline_once_and_carries_the_fixes(tmp_path, monkeypatc
     assert all(r.get("fixes") for r in results)
     text = CliRunner().invoke(commands.check, ["--no-cache", "train.py"]).output
     assert text.count("NM1") == len(results)
+
+
+def test_every_file_kind_says_what_rewrite_did_with_each_finding(tmp_path):
+    """Requirements, shell launch lines and environment variables report the same findings in both modes, and
+    rewrite gives each its status, like the Python engine."""
+    from neuron_migrate.engine.handlers import process
+
+    cases = [("requirements", "requirements.txt", "torch-xla==2.8.1\ntorch==2.8.0\n"),
+             ("shell", "run.sh", "export PJRT_DEVICE=NEURON\npython train.py\n")]
+    (tmp_path / "train.py").write_text("import torch_xla.distributed.xla_multiprocessing as xmp\n"
+                                       "xmp.spawn(lambda i: None, nprocs=2)\n")
+    for kind, name, text in cases:
+        path = str(tmp_path / name)
+        checked = process(path, text.encode(), kind, Settings(), False)
+        rewritten = process(path, text.encode(), kind, Settings(), True)
+        # (a later handler of a kind places its findings in the bytes the earlier ones rewrote: compare without places)
+        what = lambda result: sorted((f.code, f.message, f.fixable) for f in result.findings)
+        assert checked.findings and what(checked) == what(rewritten)
+        assert all(f.status is None for f in checked.findings)
+        assert all(f.status in (FIXED, MARKED, LEFT) for f in rewritten.findings), rewritten.findings
+        fixed = Counter(f.code for f in rewritten.findings if f.status == FIXED)
+        assert dict(fixed) == rewritten.applied, (kind, rewritten.findings, rewritten.applied)

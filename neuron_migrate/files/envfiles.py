@@ -96,7 +96,7 @@ def _findings(policy: Policy, suppressions: LineSuppressions | None, lineno: int
     for col, code, fields in _line_findings(line, setting):
         decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: marked_above(above, code))
         if decision is not None:
-            out.append((Finding(policy.path, lineno, col + 1, code, decision.message, decision.fixable), decision))
+            out.append((decision.finding(policy, lineno, col + 1), decision))
     return out
 
 

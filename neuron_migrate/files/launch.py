@@ -18,7 +18,7 @@ import libcst as cst
 from neuron_migrate.engine.cache import digest
 from neuron_migrate.engine.edits import MARKER_PREFIX
 from neuron_migrate.engine.python import marker_findings
-from neuron_migrate.findings import FileResult, Finding
+from neuron_migrate.findings import FileResult
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.policy import Policy, marked_above
 from neuron_migrate.rules.patterns import arg
@@ -127,8 +127,7 @@ def _launch_line(policy: Policy, suppressions: LineSuppressions | None, number: 
                              marked=lambda: marked_above(lines[:number - 1], "NM240"))
     if decision is None:
         return line
-    result.findings.append(Finding(policy.path, number, match.start("python") + 1, "NM240", decision.message,
-                                   decision.fixable))
+    result.findings.append(decision.finding(policy, number, match.start("python") + 1))
     if not decision.fix:
         return line
     result.applied["NM240"] = result.applied.get("NM240", 0) + 1
@@ -142,7 +141,7 @@ def _mark(policy: Policy, suppressions: LineSuppressions | None, number: int, li
                              marked=lambda: marked_above(lines[:number - 1], "NM241"))
     if decision is None:
         return line
-    result.findings.append(Finding(policy.path, number, match.start("python") + 1, "NM241", decision.message))
+    result.findings.append(decision.finding(policy, number, match.start("python") + 1))
     if not decision.mark:
         return line
     indent = line[: len(line) - len(line.lstrip())]

@@ -122,7 +122,7 @@ class TextDocument:
                                       marked=lambda: self._marked(anchor, code))
         if decision is None:
             return False
-        self.findings.append(Finding(self.path, line, col, code, decision.message, decision.fixable))
+        self.findings.append(decision.finding(self.policy, line, col))
         if decision.mark:
             indent = re.match(r"[ \t]*", self.text[anchor:]).group()
             self.edits.append(Edit(anchor, anchor, indent + decision.marker + self.newline, marker=True))
