@@ -35,6 +35,9 @@ COVERED_ELSEWHERE = {
     "NM900": "the marker itself: every manual fixture's expected output carries one (tests/test_fixtures.py)",
     "NM901": "unused suppressions: tests/test_suppress.py",
     "NM240": "launch scripts: fixtures/NM241-launch-process-count and tests/test_launch.py",
+    "NM510": "the inf2/trn1 note: fixtures/NM5xx-inference/serve_inf2.py with instance inf2 (test below)",
+    "NM511": "accelerate config files: fixtures/accelerate_config/ (tests/test_huggingface.py)",
+    "NM512": "accelerate config files: fixtures/accelerate_config/ (tests/test_huggingface.py)",
 }
 
 
@@ -173,3 +176,14 @@ def test_a_rename_row_without_a_portable_spelling_is_refused():
     with pytest.raises(catalogue.CatalogueError, match="runs on Trainium only"):
         catalogue._rename("x.toml", "NM999", {"names": ["torch_xla.f"], "neuron": "torch.neuron.f",
                                              "accelerator": "torch.neuron.f", "import": "torch"})
+
+
+def test_on_inf2_the_xla_inference_path_is_kept_with_a_note():
+    from neuron_migrate.engine.python import process_python
+    from neuron_migrate.settings import Settings
+
+    case = FIXTURES / "NM5xx-inference" / "serve_inf2.py"
+    for rewrite in (False, True):
+        result = process_python(str(case), case.read_bytes(), Settings(instance="inf2"), rewrite)
+        assert "NM510" in {f.code for f in result.findings} and "NM501" not in {f.code for f in result.findings}
+    assert not result.changed
