@@ -230,7 +230,7 @@ class CompileBackend(Rule):
         body = code(self._step_function(fn))
         called = sorted({m.group(1) for m in CALLED_NAME.finditer(body) if MODULE_NAME.search(m.group(1))})
         statement = ctx.current.statement if ctx.current else None
-        compile_call = f"compile(backend={devices.compile_backend(ctx)}, dynamic=False)"
+        compile_call = f"compile(backend={target(ctx).compile_backend()}, dynamic=False)"
         if len(called) == 1 and statement is not None:
             model = called[0]
             placed = re.search(rf"\b{re.escape(model)}\s*=\s*[^\n]*\.to\(|\b{re.escape(model)}\.to\(",
