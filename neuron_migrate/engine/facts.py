@@ -73,22 +73,13 @@ def quote(ctx: FileContext) -> str:
     return "'" if text.count("'") > 2 * text.count('"') else '"'
 
 
-@fact
-def fstring_quotes(ctx: FileContext) -> dict[int, str]:
-    """{id(node): quote} for every node inside an f-string: code placed there must use the other quote than the
-    f-string's own (before Python 3.12). A nested f-string's nodes take the nested one's."""
-    from neuron_migrate.syntax.walk import children
-
-    quotes: dict[int, str] = {}
-    stack: list[cst.CSTNode] = [ctx.module]
-    while stack:
-        node = stack.pop()
-        if type(node) is cst.FormattedString:
-            quote_ = "'" if node.start.rstrip().endswith('"') else '"'
-            inner = list(node.parts)
-            while inner:
-                child = inner.pop()
-                quotes[id(child)] = quote_
-                inner.extend(child.children)
-        stack.extend(children(node, tokens=False))
-    return quotes
+def fstring_quote(ctx: FileContext, node: cst.CSTNode) -> str | None:
+    """The quote that code placed at `node` must use when it sits inside an f-string (the other one than the
+    innermost f-string's own, before Python 3.12); None outside f-strings."""
+    parents = ctx.analysis.parents
+    parent = parents.get(node)
+    while parent is not None:
+        if type(parent) is cst.FormattedString:
+            return "'" if parent.start.rstrip().endswith('"') else '"'
+        parent = parents.get(parent)
+    return None

@@ -173,10 +173,20 @@ def decide(ctx: FileContext, rules: list[type[Rule]], step: bool) -> None:
     for rule in instances:
         for node_type, method in rule.node_types().items():
             dispatch.setdefault(node_type, []).append(getattr(rule, method))
+    journal, decisions = ctx.journal, ctx.decisions  # changed in place only: the marks below stay valid
     for occ in ctx.analysis.occurrences:
-        for handler in dispatch.get(type(occ.node), ()):
-            ctx.current = occ
-            _isolated(ctx, handler, occ.node)
+        handlers = dispatch.get(type(occ.node))
+        if handlers is None:
+            continue
+        ctx.current = occ
+        for handler in handlers:
+            mark = len(journal), len(decisions)  # inline: this loop runs for every node the rules asked for
+            try:
+                handler(occ.node)
+            except RecursionError:
+                raise  # the runner retries the whole file with a deeper stack
+            except Exception as exc:
+                _failed(ctx, mark, exc)
     ctx.current = None
     for rule in instances:
         _isolated(ctx, rule.finish)
@@ -191,12 +201,17 @@ def _isolated(ctx: FileContext, call, *args) -> None:
     except RecursionError:
         raise  # the runner retries the whole file with a deeper stack
     except Exception as exc:
-        taken = ctx.rollback(mark)
-        if not taken and STRICT:
-            raise  # the test suite's setting: a rule that fails before it reports is a bug to see, not to hide
-        for decision in taken:
-            ctx.decisions.append(decision)
-            ctx.fix_failed(decision, f"the rule failed here: {type(exc).__name__}")
+        _failed(ctx, mark, exc)
+
+
+def _failed(ctx: FileContext, mark: tuple[int, int], exc: Exception) -> None:
+    """A rule failed: what it decided since `mark` is taken back, and its findings are marked instead."""
+    taken = ctx.rollback(mark)
+    if not taken and STRICT:
+        raise exc  # the test suite's setting: a rule that fails before it reports is a bug to see, not to hide
+    for decision in taken:
+        ctx.decisions.append(decision)
+        ctx.fix_failed(decision, f"the rule failed here: {type(exc).__name__}")
 
 
 def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:

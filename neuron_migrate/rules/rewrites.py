@@ -4,6 +4,8 @@ when the fix is made, rank expressions read from the launcher's environment, sta
 
 from __future__ import annotations
 
+from neuron_migrate.engine.facts import fstring_quote
+
 from typing import Callable
 
 import libcst as cst
@@ -18,7 +20,7 @@ LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfEx
 
 def env_int(ctx, variable: str, default: str) -> str:
     """`int(os.environ.get("RANK", 0))`: what torchrun set, or the single-process value."""
-    quote = ctx.facts.fstring_quotes.get(id(ctx.current.node), ctx.quote)
+    quote = fstring_quote(ctx, ctx.current.node) or ctx.quote
     return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {default}))"
 
 
