@@ -9,7 +9,8 @@ import click
 
 from neuron_migrate import catalogue, config
 from neuron_migrate.cli import formats as reports
-from neuron_migrate.cli.output import check_summary, finding_line, json_report, rewrite_summary, unified_diff
+from neuron_migrate.cli.output import (check_summary, finding_line, json_report, library_line, rewrite_summary,
+                                       unified_diff)
 from neuron_migrate.engine.runner import run, write_results
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -90,6 +91,8 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero, 
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
+    The sources of an XLA-stack library (torch_xla, neuronx-distributed, optimum-neuron, ...) are left alone with
+    one note per library; notes do not change the exit code.
     """
     resolved = _settings(paths or (".",), select, ignore, exclude, torch=torch, neuron_sdk=neuron_sdk,
                          instance=instance)
@@ -99,17 +102,21 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero, 
                  use_cache=not no_cache)
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors = result.errors
+    libraries = result.libraries
     if fmt == "json":
-        click.echo(json_report(findings, errors))
+        click.echo(json_report(findings, errors, libraries))
     elif fmt == "sarif":
-        click.echo(reports.sarif_report(findings, errors, {r.path: r for r in result.changed}))
+        click.echo(reports.sarif_report(findings, errors, {r.path: r for r in result.changed}, libraries))
     elif fmt == "github":
-        click.echo(reports.github_annotations(findings, errors))
+        click.echo(reports.github_annotations(findings, errors, libraries))
     else:
         for f in findings:
             click.echo(finding_line(f))
+        for library in libraries:
+            click.echo(library_line(library))
         _report_errors(errors)
-        click.echo(check_summary(findings, len(result.results), len(errors)), err=bool(findings or errors))
+        click.echo(check_summary(findings, len(result.results), len(errors), libraries),
+                   err=bool(findings or errors))
     sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
@@ -160,7 +167,7 @@ def show_or_write(result, dry_run: bool, write=write_results) -> None:
     else:
         write(result)
     _report_errors(result.errors)
-    for line in rewrite_summary(result.results, dry_run):
+    for line in rewrite_summary(result.results, dry_run, result.libraries):
         click.echo(line, err=dry_run)
 
 

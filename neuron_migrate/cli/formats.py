@@ -72,8 +72,9 @@ def file_fix(result: FileResult, info: RuleInfo) -> dict | None:
 
 
 def sarif_report(findings: list[Finding], errors: list[tuple[str, str]],
-                 rewrites: dict[str, FileResult] | None = None) -> str:
-    """One SARIF run: every rule of the catalogue, a result per finding, fixes for fixable findings."""
+                 rewrites: dict[str, FileResult] | None = None, libraries=()) -> str:
+    """One SARIF run: every rule of the catalogue, a result per finding, fixes for fixable findings; an
+    XLA-stack library left alone is a tool notification of level `note` (not a result: nothing to fix there)."""
     rules = list(catalogue.catalogue().values())
     index = {info.code: i for i, info in enumerate(rules)}
     rewrites = rewrites or {}
@@ -90,6 +91,9 @@ def sarif_report(findings: list[Finding], errors: list[tuple[str, str]],
     notifications = [{"level": "error", "message": {"text": message},
                       "locations": [{"physicalLocation": {"artifactLocation": {"uri": artifact_uri(path)}}}]}
                      for path, message in errors]
+    notifications += [{"level": "note", "message": {"text": lib.message},
+                       "locations": [{"physicalLocation": {"artifactLocation": {"uri": artifact_uri(lib.root)}}}]}
+                      for lib in libraries]
     log = {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
@@ -112,8 +116,9 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def github_annotations(findings: list[Finding], errors: list[tuple[str, str]]) -> str:
-    """GitHub Actions workflow commands: one `::error`/`::warning` line per finding and per failed file."""
+def github_annotations(findings: list[Finding], errors: list[tuple[str, str]], libraries=()) -> str:
+    """GitHub Actions workflow commands: one `::error`/`::warning` line per finding and per failed file, one
+    `::notice` per XLA-stack library left alone."""
     lines = []
     for f in findings:
         info = catalogue.rule(f.code)
@@ -124,4 +129,6 @@ def github_annotations(findings: list[Finding], errors: list[tuple[str, str]]) -
         lines.append(f"::{level(info)} {','.join(props)}::{_escape_data(f'{f.message} ({info.link})')}")
     for path, message in errors:
         lines.append(f"::error file={_escape_property(path)},title=neuron-migrate::{_escape_data(message)}")
+    for lib in libraries:
+        lines.append(f"::notice file={_escape_property(lib.root)},title=neuron-migrate::{_escape_data(lib.message)}")
     return "\n".join(lines)

@@ -37,9 +37,24 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def check_summary(findings: list[Finding], files: int, errors: int) -> str:
+def library_line(library) -> str:
+    """The note for an XLA-stack library whose files were left alone (engine/stack.py): one per library."""
+    return f"{library.root}: note: {library.message}"
+
+
+def libraries_left(libraries) -> str:
+    """`2 XLA-stack libraries left alone (310 files)`, for the summaries; "" when there are none."""
+    if not libraries:
+        return ""
+    n = len(libraries)
+    return (f"{n} XLA-stack {'library' if n == 1 else 'libraries'} left alone "
+            f"({plural(sum(lib.files for lib in libraries), 'file')})")
+
+
+def check_summary(findings: list[Finding], files: int, errors: int, libraries=()) -> str:
+    left = libraries_left(libraries)
     if not findings and not errors:
-        return f"All clear: {plural(files, 'file')} checked, nothing to migrate."
+        return f"All clear: {plural(files, 'file')} checked, nothing to migrate" + (f"; {left}." if left else ".")
     fixable = sum(1 for f in findings if f.fixable)
     files_with = len({f.path for f in findings})
     text = f"Found {plural(len(findings), 'finding')} in {plural(files_with, 'file')} ({files} checked)"
@@ -47,10 +62,12 @@ def check_summary(findings: list[Finding], files: int, errors: int) -> str:
         text += f"; {fixable} fixable with `neuron-migrate rewrite`"
     if errors:
         text += f"; {plural(errors, 'file')} could not be processed"
+    if left:
+        text += f"; {left}"
     return text + "."
 
 
-def rewrite_summary(results: list[FileResult], dry_run: bool) -> list[str]:
+def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=()) -> list[str]:
     changed = [r for r in results if r.changed and not r.error]
     per_rule: Counter[str] = Counter()
     for r in changed:
@@ -63,11 +80,15 @@ def rewrite_summary(results: list[FileResult], dry_run: bool) -> list[str]:
     if manual:
         lines.append(f"{plural(len(manual), 'item')} left for a person (marked `# TODO(neuron-migrate ...)`):")
         lines.extend("  " + finding_line(m) for m in manual)
+    if libraries:
+        lines.append(libraries_left(libraries) + ":")
+        lines.extend("  " + library_line(lib) for lib in libraries)
     return lines
 
 
-def json_report(findings: list[Finding], errors: list[tuple[str, str]]) -> str:
+def json_report(findings: list[Finding], errors: list[tuple[str, str]], libraries=()) -> str:
     return json.dumps({
         "findings": [f.to_json() for f in findings],
         "errors": [{"path": p, "message": m} for p, m in errors],
+        "libraries": [lib.to_json() for lib in libraries],
     }, indent=2)

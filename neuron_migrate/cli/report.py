@@ -35,6 +35,7 @@ class Report:
     per_rule: list[dict] = field(default_factory=list)  # {"code", "name", "count"}
     manual: list[dict] = field(default_factory=list)  # {"path", "cell", "line", "code", "message", "link"}
     skipped: list[dict] = field(default_factory=list)  # {"path", "reason"}
+    libraries: list[dict] = field(default_factory=list)  # XLA-stack libraries left alone: {"path", "library", ...}
     pins: list[dict] = field(default_factory=list)  # {"path", "removed": [...], "added": [...]}
     next_steps: list[dict] = field(default_factory=list)
 
@@ -54,6 +55,7 @@ def build(run: Run, mode: str) -> Report:
     report.per_rule = [{"code": code, "name": _name(code), "count": n} for code, n in sorted(counts.items())]
     report.skipped = [{"path": p, "reason": why} for p, why in run.errors]
     report.skipped += [{"path": r.path, "reason": r.skipped} for r in run.results if r.skipped]
+    report.libraries = [lib.to_json() for lib in run.libraries]
     report.next_steps = [{"command": command, "why": why} for command, why in NEXT_STEPS]
     return report
 
@@ -121,6 +123,10 @@ def markdown(report: Report) -> str:
     if report.skipped:
         out += ["### Files skipped", ""]
         out += [f"- `{s['path']}`: {s['reason']}" for s in report.skipped]
+        out.append("")
+    if report.libraries:
+        out += ["### XLA-stack libraries left alone", ""]
+        out += [f"- `{lib['path']}`: {lib['message']}" for lib in report.libraries]
         out.append("")
     out += ["### Next steps", ""]
     out += [f"{i}. Run `{step['command']}` {step['why']}." for i, step in enumerate(report.next_steps, start=1)]

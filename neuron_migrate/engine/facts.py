@@ -7,10 +7,14 @@ Facts replace a shared, string-keyed blackboard: each has one definition, one na
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING, Callable
 
 import libcst as cst
+
+from neuron_migrate.catalogue import load_data
+from neuron_migrate.engine.names import dotted
 
 if TYPE_CHECKING:
     from neuron_migrate.engine.context import FileContext
@@ -63,7 +67,51 @@ def moving_to_neuron(ctx: FileContext) -> bool:
     return any(
         b.kind == "import" and (b.qualname or "").split(".")[0] in ("torch_xla", "torch_neuronx")
         for bindings in ctx.analysis.module_scope.bindings.values() for b in bindings
-    ) or bool(NEURON_DEVICE_USE.search(ctx.source.text))
+    ) or (bool(NEURON_DEVICE_USE.search(ctx.source.text)) and not ctx.facts.inferentia1)
+
+
+@functools.lru_cache(maxsize=1)
+def inf1_names() -> tuple[frozenset[str], frozenset[str]]:
+    """The Inferentia 1 APIs and modules (`[inferentia1]` in rules/inference.toml)."""
+    data = load_data("inference.toml")["inferentia1"]
+    return frozenset(data["apis"]), frozenset(data["modules"])
+
+
+class _Attributes(cst.CSTVisitor):
+    def __init__(self, last: frozenset[str]) -> None:
+        self.last, self.found = last, []
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in self.last:
+            self.found.append(node)
+
+
+@fact
+def inferentia1(ctx: FileContext) -> bool:
+    """The file is Inferentia 1 code (torch-neuron, another product): it imports `torch_neuron` or uses an Inf1
+    API (`torch.neuron.trace`, `DataParallel`, `analyze_model`), resolved through its imports in any scope. Its
+    `torch.neuron.` is not the native device module, so it does not make the file move to neuron (NM513)."""
+    apis, modules = inf1_names()
+    if "neuron" not in ctx.source.text:
+        return False
+    imported: dict[str, set[str]] = {}
+    for scope in ctx.analysis.scopes:
+        for name, bindings in scope.bindings.items():
+            for b in bindings:
+                if b.kind == "import" and b.qualname:
+                    if b.qualname.split(".")[0] in modules or b.qualname in apis:
+                        return True
+                    imported.setdefault(name, set()).add(b.qualname)
+    last = frozenset(api.rsplit(".", 1)[1] for api in apis)
+    if not any(name in ctx.source.text for name in last):
+        return False
+    visitor = _Attributes(last)
+    ctx.module.visit(visitor)
+    for node in visitor.found:
+        parts = dotted(node)
+        if parts and any(".".join([q, *parts[1:]]) in apis for q in imported.get(parts[0], ())):
+            return True
+    return False
 
 
 @fact

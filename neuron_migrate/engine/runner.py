@@ -16,6 +16,7 @@ from typing import Iterable, Iterator
 
 from neuron_migrate.engine.cache import ResultCache, default_dir, digest
 from neuron_migrate.engine.discover import Problem, Target, discover
+from neuron_migrate.engine.stack import Library, set_aside
 from neuron_migrate.findings import FileResult
 from neuron_migrate.engine import handlers
 from neuron_migrate.cli.progress import Progress
@@ -31,6 +32,8 @@ DEEP_RECURSION_LIMIT = 30_000
 class Run:
     results: list[FileResult] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # XLA-stack libraries whose files were found and left alone (engine/stack.py): one note each, not findings
+    libraries: list[Library] = field(default_factory=list)
 
     @property
     def errors(self) -> list[tuple[str, str]]:
@@ -143,6 +146,7 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     """Process every file found under `paths`. `use_cache` reads and updates the result cache;
     `progress` None shows a bar on an interactive stderr for long runs."""
     targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
+    targets, libraries = set_aside(targets)
     jobs = jobs or os.cpu_count() or 1
     cache = ResultCache(default_dir(), settings, rewrite) if use_cache else None
     results: dict[int, FileResult] = {}
@@ -166,7 +170,7 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
             bar.advance()
     if cache is not None:
         cache.save()
-    return Run(results=[results[i] for i in range(len(targets))], problems=problems)
+    return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries)
 
 
 def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes]) -> FileResult | None:

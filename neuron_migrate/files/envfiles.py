@@ -14,6 +14,7 @@ from neuron_migrate import catalogue
 from neuron_migrate.engine.edits import MARKER_PREFIX
 from neuron_migrate.engine.python import MARKER_CODE, MARKER_RE
 from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate.pin.plan import drives_tpu
 from neuron_migrate.policy import Decision, Policy, marked_above
 from neuron_migrate.rules.environment import code_for, env_pattern, env_table
 from neuron_migrate.settings import Settings
@@ -46,9 +47,10 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
     suppressions = line_suppressions(source.text, kind)
     out: list[str] = []
     continued = False
+    tpu = drives_tpu(source.text)  # a TPU script's XLA variables are TPU's: only trn1 instance types are reported
     for lineno, line in enumerate(source.text.splitlines(keepends=True), start=1):
         found = [] if SHELL_COMMENT.match(line) else _findings(
-            policy, suppressions, lineno, line, None if continued else setting.match(line), out)
+            policy, suppressions, lineno, line, None if continued else setting.match(line), out, tpu)
         inside_command, continued = continued, line.rstrip("\r\n").endswith("\\")
         result.findings.extend(f for f, _ in found)
         if any(d.fix and d.code == REMOVED for _, d in found):
@@ -89,25 +91,46 @@ def _marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
 
 
 def _findings(policy: Policy, suppressions: LineSuppressions | None, lineno: int, line: str,
-              setting: re.Match | None, above: list[str]) -> list[tuple[Finding, Decision]]:
+              setting: re.Match | None, above: list[str], tpu: bool = False) -> list[tuple[Finding, Decision]]:
     """The line's findings, as the policy decides them; `above`: the lines before it (a marker there stands
     for its code)."""
     out = []
-    for col, code, fields in _line_findings(line, setting):
+    for col, code, fields in _line_findings(line, setting, tpu):
         decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: marked_above(above, code))
         if decision is not None:
             out.append((decision.finding(policy, lineno, col + 1), decision))
     return out
 
 
-def _line_findings(line: str, setting: re.Match | None):
-    for m in env_pattern().finditer(line):
+_ASSIGNED = re.compile(rf"={_VALUE}")
+
+
+def _assigned(line: str, end: int) -> str | None:
+    """The value of `NAME=value` whose name ends at `end` (None when it is not an assignment)."""
+    m = _ASSIGNED.match(line, end)
+    return m.group("value").strip("\"'") if m else None
+
+
+def _other_device(entry: dict, value: str | None) -> bool:
+    """A device-selecting variable set to a known value that is not Neuron's (`PJRT_DEVICE=TPU`)."""
+    values = entry.get("neuron_values")
+    return bool(values) and bool(value) and "$" not in value and value.upper() not in values
+
+
+def _line_findings(line: str, setting: re.Match | None, tpu: bool = False):
+    settings = []
+    for m in () if tpu else env_pattern().finditer(line):
         if not (line[m.end():m.end() + 1] == "=" or DECLARES.search(line[:m.start()])):
             continue  # a mention (`$NAME`, a word in a message), not a setting
         name = m.group(1)
-        entry = env_table()[name]
         alone = setting is not None and setting.group("name") == name
-        value = setting.group("value").strip("\"'") if alone else None
-        yield m.start(), code_for(name, value, alone), {"var": name, "did": entry["did"], "instead": entry["instead"]}
+        value = setting.group("value").strip("\"'") if alone else _assigned(line, m.end())
+        settings.append((m, name, alone, value))
+    if any(_other_device(env_table()[name], value) for _, name, _, value in settings):
+        settings = []  # `PJRT_DEVICE=TPU` (with `XLA_USE_BF16=1` beside it): another product's device, not Neuron's
+    for m, name, alone, value in settings:
+        entry = env_table()[name]
+        yield m.start(), code_for(name, value if alone else None, alone), {
+            "var": name, "did": entry["did"], "instead": entry["instead"]}
     for m in TRN1.finditer(line):
         yield m.start(), "NM520", {"text": m.group(0)}

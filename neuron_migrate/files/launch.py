@@ -20,6 +20,7 @@ from neuron_migrate.engine.edits import MARKER_PREFIX
 from neuron_migrate.engine.python import marker_findings
 from neuron_migrate.findings import FileResult
 from neuron_migrate.engine.names import Analysis
+from neuron_migrate.pin.plan import drives_tpu
 from neuron_migrate.policy import Policy, marked_above
 from neuron_migrate.rules.patterns import arg
 from neuron_migrate.rules.distributed import SPAWN
@@ -93,8 +94,10 @@ def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> 
     policy = Policy(settings, path, rewrite)
     suppressions = line_suppressions(text, "shell")
     out = []
+    tpu = drives_tpu(text)  # a TPU launch script (`PJRT_DEVICE=TPU`) keeps its launcher
     for number, line in enumerate(lines, start=1):
-        out.append(_launch_line(policy, suppressions, number, lines, cores.group(1) if cores else None, result))
+        out.append(line if tpu else
+                   _launch_line(policy, suppressions, number, lines, cores.group(1) if cores else None, result))
     new_text = "".join(out)
     result.findings += marker_findings(text, path, settings)
     if rewrite and new_text != text:

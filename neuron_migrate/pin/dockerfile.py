@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from neuron_migrate.findings import FileResult
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import matrix
-from neuron_migrate.pin.shell import Variable, assignment, commands, defined_once, pin_commands
+from neuron_migrate.pin import plan as planning
+from neuron_migrate.pin.shell import Variable, assignment, commands, defined_once, pin_commands, pip_install
 from neuron_migrate.settings import Settings
 
 _INSTRUCTION = re.compile(r"[ \t]*([A-Za-z]+)(?=[ \t]|$)", re.M)
@@ -53,12 +54,6 @@ def instructions(doc: TextDocument) -> list[Instruction]:
 def process_dockerfile(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     doc = TextDocument.read(path, data, settings, rewrite)
     found = instructions(doc)
-    args: dict[str, str] = {}
-    for instruction in found:
-        if instruction.keyword == "ARG" and not any(i.keyword == "FROM" for i in found[:found.index(instruction)]):
-            args.update(_arg_default(doc.text[instruction.args_start:instruction.end]))
-        elif instruction.keyword == "FROM" and _ABOUT_NEURON.search(doc.text):
-            check_image(doc, instruction, args)
     runs = [i for i in found if i.keyword == "RUN" and not doc.text[i.args_start:i.end].lstrip().startswith("[")]
     spans = []
     for run in runs:
@@ -66,8 +61,29 @@ def process_dockerfile(path: str, data: bytes, settings: Settings, rewrite: bool
         while m := _FLAG.match(doc.text, start, run.end):  # RUN --mount=... --network=...
             start = m.end()
         spans.append((start, run.end))
+    # base images are judged in Dockerfiles for Neuron, not in those that install another product (TPU, Inf1)
+    about_neuron = (_ABOUT_NEURON.search(doc.text) and not planning.drives_tpu(doc.text)
+                    and planning.product(_installed(doc, spans)) is None)
+    args: dict[str, str] = {}
+    for instruction in found:
+        if instruction.keyword == "ARG" and not any(i.keyword == "FROM" for i in found[:found.index(instruction)]):
+            args.update(_arg_default(doc.text[instruction.args_start:instruction.end]))
+        elif instruction.keyword == "FROM" and about_neuron:
+            check_image(doc, instruction, args)
     pin_commands(doc, spans, variables=_variables(doc, found))
     return doc.result(data)
+
+
+def _installed(doc: TextDocument, spans: list[tuple[int, int]]) -> set[str]:
+    """What the `pip install` commands of the RUN instructions install (with TPU_BUILD for a libtpu index)."""
+    names: set[str] = set()
+    for start, end in spans:
+        for words in commands(doc.text, start, end):
+            if (command := pip_install(words)) is not None:
+                names |= planning.names_of(command.texts())
+                if any(planning.TPU_LINKS.search(w.value) for w in command.words):
+                    names.add(planning.TPU_BUILD)
+    return names
 
 
 def _variables(doc: TextDocument, found: list[Instruction]) -> dict[str, Variable]:

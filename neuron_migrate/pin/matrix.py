@@ -83,6 +83,8 @@ class Matrix:
     index_url: str
     native_since: Version
     legacy_packages: frozenset[str]
+    inf1_packages: frozenset[str]
+    tpu_packages: frozenset[str]
     required_packages: tuple[str, ...]
     companion_packages: tuple[str, ...]
     legacy_releases: dict[str, str]
@@ -249,6 +251,8 @@ def matrix() -> Matrix:
         index_url=platform["extra_index_url"].rstrip("/"),
         native_since=Version(platform["native_neuronx_since"]),
         legacy_packages=frozenset(canonicalize_name(n) for n in platform["legacy_packages"]),
+        inf1_packages=frozenset(canonicalize_name(n) for n in platform["inf1_packages"]),
+        tpu_packages=frozenset(canonicalize_name(n) for n in platform["tpu_packages"]),
         required_packages=tuple(canonicalize_name(n) for n in platform["required_packages"]),
         companion_packages=tuple(canonicalize_name(n) for n in platform["companion_packages"]),
         legacy_releases=names(platform["legacy_releases"]),

@@ -122,14 +122,43 @@ LITE = "libtorch-neuronx-lite"
 TORCHAO, TORCHAO_NEURON = "torchao", "torchao-neuron"
 
 
+INF1, TPU = "inf1", "tpu"
+# What `names_of` gives for the TPU build of torch-xla (`torch_xla[tpu]`) and for a requirement or option that names
+# a libtpu index, a libtpu wheel or a TPU VM wheel (`-f https://storage.googleapis.com/libtpu-releases/index.html`).
+TPU_BUILD = "torch-xla[tpu]"
+TPU_LINKS = re.compile(r"libtpu|/tpuvm/", re.I)
+# A shell script or Dockerfile that drives a TPU names a TPU device, install or index; one for Neuron names Neuron's.
+_TPU_TEXT = re.compile(r"""\bPJRT_DEVICE(?:\s*=\s*|\s+)["']?TPU\b|\bXRT_TPU_CONFIG\b|libtpu|/tpuvm/|torch[-_]xla\[tpu\]""",
+                       re.I)
+_NEURON_TEXT = re.compile(r"""\bPJRT_DEVICE(?:\s*=\s*|\s+)["']?NEURON\b|torch[-_]neuronx|neuronx[-_]cc""", re.I)
+
+
+def drives_tpu(text: str) -> bool:
+    """Whether a script or Dockerfile is for TPU (`export PJRT_DEVICE=TPU`, `pip install torch_xla[tpu] -f <libtpu
+    index>`) and names nothing of Neuron: its environment, launches and installs are left as written."""
+    return bool(_TPU_TEXT.search(text)) and not _NEURON_TEXT.search(text)
+
+
+def product(names: set[str], mx: Matrix | None = None) -> str | None:
+    """The other product a set of requirements installs, whose pins are not Neuron's: INF1 (torch-neuron,
+    neuron-cc: Inferentia 1), TPU (the TPU build of torch-xla, libtpu); None for the rest."""
+    mx = mx or matrix()
+    if names & mx.inf1_packages:
+        return INF1
+    if TPU_BUILD in names or names & mx.tpu_packages:
+        return TPU
+    return None
+
+
 def in_scope(names: set[str], mx: Matrix | None = None) -> bool:
-    """A set of requirements is about Neuron when it names a Neuron or legacy XLA package."""
-    return bool(names & ((mx or matrix()).neuron_packages | {LITE}))
+    """A set of requirements is about Neuron when it names a Neuron or legacy XLA package, and is not a TPU
+    install (Inferentia 1 lists are in scope: `plan` reports them with NM513 and changes nothing)."""
+    return product(names, mx) != TPU and bool(names & ((mx or matrix()).neuron_packages | {LITE}))
 
 
 def python_in_scope(names: set[str], mx: Matrix | None = None) -> bool:
-    """The Python version of a project matters when it installs torch or a Neuron package."""
-    return "torch" in names or in_scope(names, mx)
+    """The Python version of a project matters when it installs torch or a Neuron package (not Inf1 or TPU)."""
+    return product(names, mx) is None and ("torch" in names or in_scope(names, mx))
 
 
 def names_of(texts: list[str]) -> set[str]:
@@ -138,7 +167,17 @@ def names_of(texts: list[str]) -> set[str]:
         req = parse(text)
         if req is not None and applies_to_target(req.marker):
             out.add(req.name)
+            if req.name == "torch-xla" and "tpu" in _extras(text):
+                out.add(TPU_BUILD)
+        if TPU_LINKS.search(text):
+            out.add(TPU_BUILD)
     return out
+
+
+def _extras(text: str) -> set[str]:
+    m = _REQUIREMENT.fullmatch(text)
+    extras = (m.group("extras") or "[]")[1:-1] if m else ""
+    return {canonicalize_name(e.strip()) for e in extras.split(",") if e.strip()}
 
 
 def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True,
@@ -155,6 +194,11 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
     release = mx.release_of(family)
     instance = instance or mx.default_instance
     result = Plan()
+    other = product(names_of([t for t in texts if t is not None]) | present, mx)
+    if other == INF1:
+        _inferentia1(texts, mx, result)
+    if other is not None:
+        return result  # another product's install: left as written
     anchor = None
     for index, text in enumerate(texts):
         req = parse(text) if text is not None else None
@@ -191,6 +235,15 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
     if not may_empty:
         _keep_last_entry(texts, result)
     return result
+
+
+def _inferentia1(texts: list[str | None], mx: Matrix, result: Plan) -> None:
+    """NM513 on the list's first Inferentia 1 package (none when only another list of the file names one)."""
+    for index, text in enumerate(texts):
+        req = parse(text) if text is not None else None
+        if req is not None and req.name in mx.inf1_packages:
+            result.issues.append(Issue(index, "NM513", {"subject": text.strip(), "verb": "installs"}))
+            return
 
 
 def _keep_last_entry(texts: list[str | None], result: Plan) -> None:

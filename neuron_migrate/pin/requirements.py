@@ -24,6 +24,7 @@ _OPTION_START = re.compile(r"(^|\s)-")
 _INCLUDE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=?\s*|\s+)(\S+)")
 _INDEX = re.compile(r"^\s*(?:-i|--index-url|--extra-index-url)(?:\s*=\s*|\s+)(\S+)")
 MAX_INCLUDE_DEPTH = 8
+_FIND_LINKS_TPU = re.compile(r"^\s*(?:-f|--find-links)(?:\s*=\s*|\s+)\S*(?:libtpu|/tpuvm/)", re.M | re.I)
 
 
 def logical_lines(text: str) -> list[tuple[int, int, str]]:
@@ -118,6 +119,8 @@ def process_requirements(path: str, data: bytes, settings: Settings, rewrite: bo
     doc = TextDocument.read(path, data, settings, rewrite)
     entries, includes, indexes = entries_of(doc.text)
     own = planning.names_of([e.text(doc) for e in entries])
+    if any(planning.TPU_LINKS.search(url) for url in indexes) or _FIND_LINKS_TPU.search(doc.text):
+        own.add(planning.TPU_BUILD)  # `-f <libtpu index>`: the TPU build
     included, included_index = _included(path, includes, doc.files_read)
     if not planning.in_scope(own | included):
         return doc.result(data)

@@ -346,9 +346,11 @@ def pin_commands(doc: TextDocument, spans: list[tuple[int, int]], present: set[s
     """
     found = [c for start, end in spans for words in commands(doc.text, start, end)
              if (c := pip_install(words)) is not None]
-    names = set(present)
+    names = set(present) | ({planning.TPU_BUILD} if planning.drives_tpu(doc.text) else set())
     for command in found:
         names |= planning.names_of(command.texts())
+        if any(planning.TPU_LINKS.search(w.value) for w in command.words):  # `-f <libtpu index>`
+            names.add(planning.TPU_BUILD)
     if not planning.in_scope(names):
         return names
     has_index = matrix().index_url in doc.text or any(_is_index(u) for c in found for u in c.indexes)

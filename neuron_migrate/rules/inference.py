@@ -12,7 +12,7 @@ from neuron_migrate.catalogue import load_data
 from neuron_migrate.files.envfiles import TRN1
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
-from neuron_migrate.engine.facts import fact
+from neuron_migrate.engine.facts import fact, inf1_names
 from neuron_migrate.rules import Rule, release
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
 from neuron_migrate.syntax.parse import expression
@@ -100,7 +100,7 @@ class NeuronxTrace(Rule):
             ctx.replace(node, expression(fixed))
 
     def _uses_neuronx(self) -> bool:
-        return self.ctx.facts.imports_neuron_libraries
+        return self.ctx.facts.imports_neuron_libraries and not self.ctx.facts.inferentia1
 
     def _maintained(self) -> bool:
         return self.ctx.facts.xla_inference_maintained
@@ -201,6 +201,38 @@ class NxdInference(Rule):
         what = NXD_TRACE.get(self.ctx.qualname(node.func) or "")
         if what is not None:
             self._report(node, short(node), what)
+
+
+class Inferentia1(Rule):
+    """NM513: Inferentia 1 code (torch-neuron) is another product; reported once per file, where it first shows
+    (an Inf1 API call, or an import of `torch_neuron`), and left as it is."""
+
+    codes = ("NM513",)
+    triggers = (b"trace", b"DataParallel", b"analyze_model", b"torch_neuron")
+    context = (b"neuron",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._reported = False
+
+    def _report(self, node: cst.CSTNode, subject: str) -> None:
+        if not self._reported and self.ctx.facts.inferentia1:
+            self._reported = True
+            self.ctx.report("NM513", node, subject=subject, verb="is the torch-neuron API of")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualname(node.func) in inf1_names()[0]:
+            self._report(node, short(node))
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            if (dotted_str(alias.name) or "").split(".")[0] in inf1_names()[1]:
+                self._report(node, f"import {dotted_str(alias.name)}")
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = dotted_str(node.module) if node.module is not None and not node.relative else None
+        if module is not None and module.split(".")[0] in inf1_names()[1]:
+            self._report(node, f"from {module} import ...")
 
 
 class InstanceType(Rule):

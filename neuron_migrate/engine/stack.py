@@ -1,0 +1,256 @@
+"""The XLA-stack libraries: files of torch_xla, neuronx-distributed, optimum-neuron ... are left alone.
+
+Those libraries are built on torch_xla: rewritten line by line they would run on neither stack (some calls
+rewritten, others kept, the package's own imports marked, its setup.py made to drop torch-xla while its code still
+imports it). They are dependencies to replace, not code to migrate. So, after the files are found and before any
+is read, the files of such a library are set aside, sources and pins alike, and the run reports one note per
+library (`Run.libraries`) instead of findings.
+
+A file belongs to a library (the table is `rules/libraries.toml`) when
+- the project declared above it is one: the nearest folder with a project file (pyproject.toml `[project]` or
+  `[tool.poetry]` name, setup.cfg `[metadata] name`, setup.py `setup(name=...)`) declares its name;
+- or its own top-level package is one: the folders above the file that hold an `__init__.py`, walked up from the
+  file's folder (`.../torch_xla/core/xla_model.py` is in package `torch_xla` without any project file, as in a
+  wheel's sources; `optimum/neuron/...` is in `optimum.neuron`, `optimum` being a namespace folder);
+- or it lies in the repository folder of a Neuron fork that kept the upstream names (`neuronx-nemo-megatron`).
+
+Code that imports such a library from outside (a training script, another project) is not affected.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import functools
+import os
+import tomllib
+from dataclasses import dataclass
+from typing import Iterable
+
+from packaging.utils import canonicalize_name
+
+from neuron_migrate.catalogue import load_data
+
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+LINK = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One row of rules/libraries.toml."""
+
+    name: str
+    packages: tuple[tuple[str, ...], ...]
+    projects: frozenset[str]
+    folders: frozenset[str]
+    instead: str
+
+
+@functools.lru_cache(maxsize=1)
+def specs() -> tuple[Spec, ...]:
+    return tuple(Spec(row["name"], tuple(tuple(p.split(".")) for p in row.get("packages", ())),
+                      frozenset(canonicalize_name(p) for p in row.get("projects", ())),
+                      frozenset(row.get("folders", ())), row["instead"])
+                 for row in load_data("libraries.toml")["library"])
+
+
+@dataclass(frozen=True)
+class Library:
+    """An XLA-stack library met in the run: the files of it that were found and left alone."""
+
+    name: str  # as the table names it
+    root: str  # the folder that holds it, as shown to the user
+    evidence: str  # how it was told: "pyproject.toml declares `optimum-neuron`", "package `torch_xla`"
+    instead: str
+    files: int
+
+    @property
+    def message(self) -> str:
+        files = "file was" if self.files == 1 else f"{self.files} files were"
+        return (f"{self.name} is part of the XLA-based stack ({self.evidence}): its {files} left alone (code and "
+                f"pins), since such a library is replaced on the native backend, not migrated line by line; "
+                f"migrate the code that uses it ({self.instead})")
+
+    def to_json(self) -> dict:
+        return {"path": self.root, "library": self.name, "evidence": self.evidence, "files": self.files,
+                "message": self.message, "link": LINK}
+
+
+@dataclass(frozen=True)
+class Found:
+    spec: Spec
+    root: str  # absolute folder
+    evidence: str
+
+
+class Finder:
+    """Which library a file belongs to; every folder is looked at once per run."""
+
+    def __init__(self) -> None:
+        self._projects: dict[str, tuple[str, str | None] | None] = {}
+        self._inits: dict[str, bool] = {}
+
+    def library_of(self, path: str) -> Found | None:
+        folder = os.path.dirname(os.path.abspath(path))
+        return self._by_project(folder) or self._by_package(folder) or self._by_folder(folder)
+
+    # -- the project declared above the file ---------------------------------------------------------------
+    def _by_project(self, folder: str) -> Found | None:
+        project = self._project_above(folder)
+        if project is None or project[1] is None:
+            return None
+        root, name = project
+        wanted = canonicalize_name(name)
+        for spec in specs():
+            if wanted in spec.projects:
+                what = self._declaring_file(root)
+                return Found(spec, root, f"{what} declares the project `{name}`")
+        return None
+
+    def _project_above(self, folder: str) -> tuple[str, str | None] | None:
+        """(folder, declared name or None) of the nearest project file above `folder`, stopping at a repository
+        root; None when there is none."""
+        if folder in self._projects:
+            return self._projects[folder]
+        found = _declared(folder)
+        if found is None and not os.path.exists(os.path.join(folder, ".git")):
+            parent = os.path.dirname(folder)
+            found = self._project_above(parent) if parent != folder else None
+        self._projects[folder] = found
+        return found
+
+    @staticmethod
+    def _declaring_file(root: str) -> str:
+        for name in PROJECT_FILES:
+            if _name_in(os.path.join(root, name)):
+                return name
+        return "the project file"
+
+    # -- the file's own top-level package ------------------------------------------------------------------
+    def _is_package(self, folder: str) -> bool:
+        if folder not in self._inits:
+            self._inits[folder] = os.path.isfile(os.path.join(folder, "__init__.py"))
+        return self._inits[folder]
+
+    def _by_package(self, folder: str) -> Found | None:
+        chain: list[str] = []
+        top = folder
+        while self._is_package(top):
+            chain.insert(0, os.path.basename(top))
+            parent = os.path.dirname(top)
+            if parent == top:
+                break
+            top = parent
+        if not chain:
+            return None
+        # a namespace folder (no __init__.py) may hold the package: optimum/neuron
+        outer = [os.path.basename(top), *chain]
+        for spec in specs():
+            for package in spec.packages:
+                if tuple(chain[:len(package)]) == package:
+                    return Found(spec, os.path.join(top, *package), f"package `{'.'.join(package)}`")
+                if len(package) > 1 and tuple(outer[:len(package)]) == package:
+                    return Found(spec, os.path.join(os.path.dirname(top), *package),
+                                 f"package `{'.'.join(package)}`")
+        return None
+
+    # -- the repository of a Neuron fork -------------------------------------------------------------------
+    @staticmethod
+    def _by_folder(folder: str) -> Found | None:
+        parts = folder.split(os.sep)
+        for spec in specs():
+            for i in range(len(parts) - 1, 0, -1):
+                if parts[i] in spec.folders:
+                    return Found(spec, os.sep.join(parts[:i + 1]), f"the repository `{parts[i]}`")
+        return None
+
+
+def _declared(folder: str) -> tuple[str, str | None] | None:
+    """(folder, name) when the folder declares a project; the name is None when it cannot be read."""
+    declares = False
+    for file in PROJECT_FILES:
+        path = os.path.join(folder, file)
+        if not os.path.isfile(path):
+            continue
+        name = _name_in(path)
+        if name:
+            return folder, name
+        declares |= name is not None
+    return (folder, None) if declares else None
+
+
+@functools.lru_cache(maxsize=256)
+def _name_in(path: str) -> str | None:
+    """The project name a project file declares; "" when it declares a project without a readable name, None
+    when it declares none (a pyproject.toml that only configures tools)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    base = os.path.basename(path)
+    try:
+        if base == "pyproject.toml":
+            table = tomllib.loads(data.decode("utf-8", "replace"))
+            for section in (table.get("project"), table.get("tool", {}).get("poetry")):
+                if isinstance(section, dict):
+                    name = section.get("name")
+                    return name if isinstance(name, str) else ""
+            return None
+        if base == "setup.cfg":
+            parser = configparser.ConfigParser(interpolation=None)
+            parser.read_string(data.decode("utf-8", "replace"))
+            return parser.get("metadata", "name", fallback="") if parser.has_section("metadata") else None
+        return _setup_py_name(ast.parse(data))
+    except (tomllib.TOMLDecodeError, configparser.Error, SyntaxError, ValueError, RecursionError):
+        return ""
+
+
+def _setup_py_name(module: ast.Module) -> str:
+    """`setup(name="x")`, `name=NAME` with `NAME = "x"` at module level, or `name=os.environ.get("...", "x")`."""
+    constants = {t.id: node.value.value for node in module.body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name)
+                 and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
+    for node in ast.walk(module):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        if func != "setup":
+            continue
+        for keyword in node.keywords:
+            if keyword.arg == "name":
+                return _string(keyword.value, constants)
+    return ""
+
+
+def _string(value: ast.expr, constants: dict[str, str]) -> str:
+    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+        return value.value
+    if isinstance(value, ast.Name):
+        return constants.get(value.id, "")
+    if isinstance(value, ast.Call) and len(value.args) == 2:  # os.environ.get("VAR", "default"), os.getenv(...)
+        return _string(value.args[1], constants)
+    return ""
+
+
+def shown(folder: str) -> str:
+    """A folder as the user sees it: relative to the working folder when below it."""
+    rel = os.path.relpath(folder)
+    return folder if rel.startswith("..") else rel
+
+
+def set_aside(targets: Iterable, finder: Finder | None = None) -> tuple[list, list[Library]]:
+    """The targets that belong to no XLA-stack library, and the libraries the others belong to (in the order
+    first met, with their file counts)."""
+    finder = finder or Finder()
+    kept = []
+    met: dict[tuple[str, str], list] = {}
+    for target in targets:
+        found = finder.library_of(target.path)
+        if found is None:
+            kept.append(target)
+            continue
+        met.setdefault((found.spec.name, found.root), [found, 0])[1] += 1
+    libraries = [Library(found.spec.name, shown(found.root), found.evidence, found.spec.instead, count)
+                 for found, count in met.values()]
+    return kept, libraries
