@@ -10,8 +10,9 @@ from neuron_migrate.cli.commands import _settings, exit_after_rewrite, show_or_w
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.engine.runner import run
 
-# Only the dependency rules (and their markers): `pin` never rewrites code.
-PIN_CODES = frozenset({"NM6", "NM900"})
+# Only the dependency rules (and their markers; NM513: an Inferentia 1 install is left as written): `pin` never
+# rewrites code.
+PIN_CODES = frozenset({"NM6", "NM513", "NM900"})
 
 
 @click.command()

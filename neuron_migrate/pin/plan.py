@@ -141,8 +141,11 @@ def drives_tpu(text: str) -> bool:
 
 def product(names: set[str], mx: Matrix | None = None) -> str | None:
     """The other product a set of requirements installs, whose pins are not Neuron's: INF1 (torch-neuron,
-    neuron-cc: Inferentia 1), TPU (the TPU build of torch-xla, libtpu); None for the rest."""
+    neuron-cc: Inferentia 1), TPU (the TPU build of torch-xla, libtpu); None for the rest, and for a list that
+    also names torch-neuronx or another package of Neuron's own (a Neuron project with a stray TPU extra)."""
     mx = mx or matrix()
+    if names & (mx.neuron_packages - mx.inf1_packages - {"torch-xla"}):
+        return None
     if names & mx.inf1_packages:
         return INF1
     if TPU_BUILD in names or names & mx.tpu_packages:

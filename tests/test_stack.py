@@ -1,0 +1,208 @@
+"""Other stacks than the XLA-based Neuron one are left as written: the XLA-stack libraries themselves (their sources
+and pins, one note per library), TPU installs and environments, Inferentia 1 code and installs (NM513).
+
+Cases are project trees: fixtures/stack/<case>/ (XLA-stack libraries next to code that uses them) and
+fixtures/products/<case>/ (TPU, Inferentia 1). `rewrite` (every rule) gives the files in the case's `expected/`
+folder; every other file stays byte-identical; a second run changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from neuron_migrate.engine.runner import run, write_results
+from neuron_migrate.engine.stack import Finder, set_aside
+from neuron_migrate.engine.discover import Target
+from neuron_migrate.files.launch import process_shell as launch_shell
+from neuron_migrate.pin.command import PIN_CODES
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, cli
+
+CASES = sorted(p for family in ("stack", "products") for p in (FIXTURES / family).iterdir() if p.is_dir())
+
+# case -> the XLA-stack libraries its run leaves alone: (name, folder relative to the case, files)
+LIBRARIES = {
+    "torch_xla_wheel": [("torch_xla", "torch_xla", 9)],
+    "optimum_neuron_project": [("optimum-neuron", ".", 9)],
+    "vendored": [("neuronx-distributed", "third_party/neuronx_distributed", 3),
+                 ("optimum-neuron", "third_party/optimum/neuron", 2),
+                 ("transformers-neuronx", "third_party/transformers_neuronx", 2)],
+    "nxdt_setup_py": [("neuronx-distributed-training", ".", 7)],
+    "nemo_fork": [("the Neuron fork of NeMo, Megatron and apex (neuronx-nemo-megatron)", "neuronx-nemo-megatron", 10)],
+    "lookalike_project": [],
+    "tpu_project": [],
+    "inf1_project": [],
+}
+
+
+def inputs(case):
+    return sorted(p for p in case.rglob("*") if p.is_file() and "expected" not in p.relative_to(case).parts)
+
+
+def copy_case(case, tmp_path):
+    work = tmp_path / case.name
+    shutil.copytree(case, work, ignore=shutil.ignore_patterns("expected"))
+    return work
+
+
+def test_every_case_is_listed():
+    assert sorted(c.name for c in CASES) == sorted(LIBRARIES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_rewrite_gives_expected_files_and_reports_each_library_once(case, tmp_path):
+    work = copy_case(case, tmp_path)
+    first = run([str(work)], Settings(), rewrite=True, jobs=1)
+    assert not first.errors
+    write_results(first)
+    for source in inputs(case):
+        relative = source.relative_to(case)
+        expected = case / "expected" / relative
+        want = expected.read_bytes() if expected.exists() else source.read_bytes()
+        assert (work / relative).read_bytes().decode() == want.decode(), f"{case.name}/{relative}"
+    libraries = [(lib.name, os.path.relpath(os.path.abspath(lib.root), work), lib.files) for lib in first.libraries]
+    assert libraries == LIBRARIES[case.name]
+    library_files = {str(work / root) for _, root, _ in LIBRARIES[case.name]}
+    assert not [r.path for r in first.results if any(r.path.startswith(f + os.sep) for f in library_files)]
+    second = run([str(work)], Settings(), rewrite=True, jobs=1)
+    assert [r.path for r in second.changed] == []
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if LIBRARIES[c.name]], ids=lambda c: c.name)
+def test_pin_leaves_the_pins_of_a_library_alone(case, tmp_path):
+    work = copy_case(case, tmp_path)
+    result = run([str(work)], Settings(select=PIN_CODES), rewrite=True, jobs=1)
+    library_files = [str(work / root) for _, root, _ in LIBRARIES[case.name]]
+    assert not [r.path for r in result.changed if any(r.path.startswith(f + os.sep) for f in library_files)]
+
+
+def test_check_reports_nothing_in_a_library_and_one_note_per_library(tmp_path):
+    work = copy_case(FIXTURES / "stack" / "vendored", tmp_path)
+    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    assert {os.path.relpath(f.path, work) for f in result.findings} == {os.path.join("scripts", "train_tp.py")}
+    assert [lib.files for lib in result.libraries] == [3, 2, 2]
+    assert all("left alone" in lib.message and "XLA-based stack" in lib.message for lib in result.libraries)
+
+
+def test_outputs_carry_the_notes_and_keep_the_exit_code(tmp_path):
+    work = copy_case(FIXTURES / "stack" / "torch_xla_wheel", tmp_path)
+    (work / "train.py").unlink()
+    text = cli("check", "--no-cache", ".", cwd=work)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith("torch_xla: note: torch_xla is part of the XLA-based stack (package `torch_xla`)")
+    assert "1 XLA-stack library left alone (9 files)" in text.stdout
+    data = json.loads(cli("check", "--no-cache", "--format", "json", ".", cwd=work).stdout)
+    assert data["findings"] == [] and [(x["path"], x["library"], x["files"]) for x in data["libraries"]] == [
+        ("torch_xla", "torch_xla", 9)]
+    sarif = json.loads(cli("check", "--no-cache", "--format", "sarif", ".", cwd=work).stdout)
+    notes = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert sarif["runs"][0]["results"] == [] and [n["level"] for n in notes] == ["note"]
+    github = cli("check", "--no-cache", "--format", "github", ".", cwd=work).stdout
+    assert github.startswith("::notice file=torch_xla,title=neuron-migrate::torch_xla is part of the XLA-based")
+    rewritten = cli("rewrite", "--no-cache", "--diff", "--report", str(tmp_path / "report.md"), ".", cwd=work)
+    assert rewritten.returncode == 0 and rewritten.stdout == ""
+    assert "1 XLA-stack library left alone (9 files):" in rewritten.stderr
+    report = (tmp_path / "report.md").read_text()
+    assert "### XLA-stack libraries left alone" in report and "- `torch_xla`: torch_xla is part of" in report
+
+
+def test_a_file_named_on_the_command_line_inside_a_library_is_left_alone_too(tmp_path):
+    work = copy_case(FIXTURES / "stack" / "torch_xla_wheel", tmp_path)
+    result = run([str(work / "torch_xla" / "core" / "xla_model.py")], Settings(), rewrite=True, jobs=1)
+    assert result.results == [] and [(lib.name, lib.files) for lib in result.libraries] == [("torch_xla", 1)]
+
+
+def _targets(root, *paths):
+    return [Target(str(root / p), "python") for p in paths]
+
+
+def _write(root, files: dict[str, str]):
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+@pytest.mark.parametrize("files, library", [
+    ({"setup.py": 'from setuptools import setup\nsetup(name="transformers-neuronx", version="0.13")\n'},
+     "transformers-neuronx"),
+    ({"setup.py": 'import setuptools\nNAME = "neuronx_distributed"\nsetuptools.setup(name=NAME)\n'},
+     "neuronx-distributed"),
+    ({"setup.py": 'import os\nfrom setuptools import setup\n'
+                  'setup(name=os.environ.get("TORCH_XLA_PACKAGE_NAME", "torch_xla"))\n'}, "torch_xla"),
+    ({"setup.cfg": "[metadata]\nname = libneuronxla\n"}, "libneuronxla"),
+    ({"pyproject.toml": '[tool.poetry]\nname = "Optimum_Neuron"\n'}, "optimum-neuron"),
+    # a pyproject.toml that only configures tools declares no project: the setup.py above it does
+    ({"setup.py": 'from setuptools import setup\nsetup(name="neuronx-distributed-inference")\n',
+      "examples/pyproject.toml": "[tool.ruff]\nline-length = 120\n"}, "neuronx-distributed-inference"),
+    # look-alikes: a name that mentions XLA, a nested project of its own, a repository root above the project file
+    ({"pyproject.toml": '[project]\nname = "my-xla-tools"\n'}, None),
+    ({"pyproject.toml": '[project]\nname = "torch-xla-examples"\n'}, None),
+    ({"setup.py": 'from setuptools import setup\nsetup(name="neuronx-distributed")\n',
+      "examples/setup.py": 'from setuptools import setup\nsetup(name="nxd-llama-example")\n'}, None),
+    ({"setup.py": 'from setuptools import setup\nsetup(name="torch_xla")\n', "examples/.git/HEAD": "ref\n"}, None),
+])
+def test_the_project_declared_above_the_file_tells(tmp_path, files, library):
+    _write(tmp_path, {**files, "examples/run.py": "import torch_xla\n"})
+    found = Finder().library_of(str(tmp_path / "examples" / "run.py"))
+    assert (found.spec.name if found else None) == library
+
+
+@pytest.mark.parametrize("files, library", [
+    (["torch_xla/__init__.py", "torch_xla/core/__init__.py"], "torch_xla"),
+    (["src/optimum/neuron/__init__.py", "src/optimum/neuron/core/__init__.py"], "optimum-neuron"),
+    (["nemo/neuronx-nemo-megatron/apex/apex/__init__.py", "nemo/neuronx-nemo-megatron/apex/apex/core/__init__.py"],
+     "the Neuron fork of NeMo, Megatron and apex (neuronx-nemo-megatron)"),
+    # look-alikes: a subpackage named torch_xla, a folder named torch_xla without __init__.py, optimum itself
+    (["mypkg/__init__.py", "mypkg/torch_xla/__init__.py", "mypkg/torch_xla/core/__init__.py"], None),
+    (["scripts/torch_xla/core/__init__.py"], None),
+    (["optimum/__init__.py", "optimum/core/__init__.py"], None),
+    (["nemo/nemo/__init__.py", "nemo/nemo/core/__init__.py"], None),
+])
+def test_the_files_own_top_level_package_tells(tmp_path, files, library):
+    _write(tmp_path, {name: "" for name in files})
+    module = tmp_path / os.path.dirname(files[-1]) / "module.py"
+    module.write_text("import torch_xla\n")
+    found = Finder().library_of(str(module))
+    assert (found.spec.name if found else None) == library
+
+
+def test_set_aside_counts_files_per_library_and_keeps_the_rest(tmp_path):
+    _write(tmp_path, {"torch_xla/__init__.py": "", "torch_xla/a.py": "", "torch_xla/b/__init__.py": "",
+                      "train.py": ""})
+    kept, libraries = set_aside(_targets(tmp_path, "torch_xla/a.py", "train.py", "torch_xla/b/__init__.py"))
+    assert [t.path for t in kept] == [str(tmp_path / "train.py")]
+    assert [(lib.name, lib.files) for lib in libraries] == [("torch_xla", 2)]
+
+
+def test_a_tpu_launch_script_keeps_its_launcher(tmp_path):
+    """`python train.py` of a program that calls xmp.spawn becomes torchrun for Neuron, not in a TPU script."""
+    (tmp_path / "train.py").write_text("import torch_xla.distributed.xla_multiprocessing as xmp\n\n"
+                                       "def _mp_fn(i):\n    pass\n\nxmp.spawn(_mp_fn, nprocs=8)\n")
+    neuron = b"export NEURON_RT_NUM_CORES=8\npython train.py\n"
+    tpu = b"export PJRT_DEVICE=TPU\npython train.py\n"
+    script = str(tmp_path / "run.sh")
+    assert launch_shell(script, neuron, Settings(), True).new_bytes is not None
+    result = launch_shell(script, tpu, Settings(), True)
+    assert result.new_bytes is None and result.findings == []
+
+
+def test_inferentia1_installs_report_nm513_once_per_command(tmp_path):
+    work = copy_case(FIXTURES / "products" / "inf1_project", tmp_path)
+    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    found = sorted((os.path.basename(f.path), f.cell, f.code) for f in result.findings)
+    assert found == [("Dockerfile", None, "NM513"), ("compile.py", None, "NM513"), ("compile.sh", None, "NM513"),
+                     ("inf1_resnet50.ipynb", 2, "NM513"), ("inf1_resnet50.ipynb", 3, "NM513"),
+                     ("requirements.txt", None, "NM513")]
+    pinned = run([str(work)], Settings(select=PIN_CODES), rewrite=False, jobs=1)
+    assert {f.code for f in pinned.findings} == {"NM513"}
+
+
+def test_tpu_files_get_no_finding_about_neuron(tmp_path):
+    work = copy_case(FIXTURES / "products" / "tpu_project", tmp_path)
+    (work / "eval.sh").unlink()  # the script that serves both stacks (its Neuron lines are migrated)
+    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    assert result.findings == []
