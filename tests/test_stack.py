@@ -3,7 +3,8 @@ and pins, one note per library), TPU installs and environments, Inferentia 1 cod
 
 Cases are project trees: fixtures/stack/<case>/ (XLA-stack libraries next to code that uses them) and
 fixtures/products/<case>/ (TPU, Inferentia 1). `rewrite` (every rule) gives the files in the case's `expected/`
-folder; every other file stays byte-identical; a second run changes nothing.
+folder (a Python file as `<name>.expected.py`, as elsewhere in fixtures/); every other file stays byte-identical;
+a second run changes nothing.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def test_rewrite_gives_expected_files_and_reports_each_library_once(case, tmp_pa
     for source in inputs(case):
         relative = source.relative_to(case)
         expected = case / "expected" / relative
+        if relative.suffix == ".py":
+            expected = expected.with_name(relative.stem + ".expected.py")
         want = expected.read_bytes() if expected.exists() else source.read_bytes()
         assert (work / relative).read_bytes().decode() == want.decode(), f"{case.name}/{relative}"
     libraries = [(lib.name, os.path.relpath(os.path.abspath(lib.root), work), lib.files) for lib in first.libraries]
