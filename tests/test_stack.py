@@ -209,3 +209,15 @@ def test_tpu_files_get_no_finding_about_neuron(tmp_path):
     (work / "eval.sh").unlink()  # the script that serves both stacks (its Neuron lines are migrated)
     result = run([str(work)], Settings(), rewrite=False, jobs=1)
     assert result.findings == []
+
+
+def test_a_lock_file_of_another_product_is_not_judged(tmp_path):
+    from neuron_migrate.pin.lockfile import process_lockfile
+
+    lock = 'version = 1\n\n[[package]]\nname = "{}"\nversion = "{}"\n\n[[package]]\nname = "torch"\nversion = "{}"\n'
+    inf1 = lock.format("torch-neuron", "1.13.1.2.9.6.0", "1.13.1").encode()
+    tpu = lock.format("libtpu", "0.0.21", "2.9.0").encode()
+    neuron = lock.format("torch-xla", "2.9.0", "2.9.0").encode()
+    assert process_lockfile("uv.lock", inf1, Settings(), False).findings == []
+    assert process_lockfile("uv.lock", tpu, Settings(), False).findings == []
+    assert {f.code for f in process_lockfile("uv.lock", neuron, Settings(), False).findings} == {"NM609"}

@@ -64,7 +64,8 @@ def problem(name: str, version: str, family: Family, mx: Matrix) -> str | None:
 def process_lockfile(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     doc = TextDocument.read(path, data, settings, rewrite)
     packages = locked(doc)
-    if not planning.in_scope({name for _, name, _ in packages}):
+    names = {name for _, name, _ in packages}
+    if not planning.in_scope(names) or planning.product(names) is not None:  # TPU or Inferentia 1: not Neuron's
         return doc.result(data)
     mx = matrix()
     name = os.path.basename(path)

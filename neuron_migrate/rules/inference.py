@@ -203,6 +203,9 @@ class NxdInference(Rule):
             self._report(node, short(node), what)
 
 
+IMPORT_VERB = "imports torch-neuron, the PyTorch integration of"
+
+
 class Inferentia1(Rule):
     """NM513: Inferentia 1 code (torch-neuron) is another product; reported once per file, where it first shows
     (an Inf1 API call, or an import of `torch_neuron`), and left as it is."""
@@ -215,24 +218,24 @@ class Inferentia1(Rule):
         super().__init__(ctx)
         self._reported = False
 
-    def _report(self, node: cst.CSTNode, subject: str) -> None:
+    def _report(self, node: cst.CSTNode, subject: str, verb: str) -> None:
         if not self._reported and self.ctx.facts.inferentia1:
             self._reported = True
-            self.ctx.report("NM513", node, subject=subject, verb="is the torch-neuron API of")
+            self.ctx.report("NM513", node, subject=subject, verb=verb)
 
     def visit_Call(self, node: cst.Call) -> None:
         if self.ctx.qualname(node.func) in inf1_names()[0]:
-            self._report(node, short(node))
+            self._report(node, short(node), "is the torch-neuron API of")
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
             if (dotted_str(alias.name) or "").split(".")[0] in inf1_names()[1]:
-                self._report(node, f"import {dotted_str(alias.name)}")
+                self._report(node, f"import {dotted_str(alias.name)}", IMPORT_VERB)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted_str(node.module) if node.module is not None and not node.relative else None
         if module is not None and module.split(".")[0] in inf1_names()[1]:
-            self._report(node, f"from {module} import ...")
+            self._report(node, f"from {module} import ...", IMPORT_VERB)
 
 
 class InstanceType(Rule):
