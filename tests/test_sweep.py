@@ -10,7 +10,6 @@ sources are available, a copy of them is rewritten: every output must parse, a s
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_migrate import catalogue, rules as rules_package
+from neuron_migrate import rules as rules_package
 from neuron_migrate.engine.discover import discover
 from neuron_migrate.engine.runner import run
 from neuron_migrate.settings import Settings
@@ -155,7 +154,10 @@ def _torch_xla_sources() -> Path | None:
     return Path(spec.origin).parent if spec is not None and spec.origin else None
 
 
-def test_torch_xla_own_sources_rewrite_to_parsing_code_and_a_fixed_point(request, tmp_path):
+def test_torch_xla_own_sources_are_reported_as_an_xla_stack_library_and_not_rewritten(request, tmp_path):
+    """The torch_xla package is a library of the XLA-based stack (engine/stack.py): `rewrite` leaves its sources
+    alone and says so once; `check` reports no finding in it. (Each file still goes through the engine in
+    test_syntax_door.py, which calls the handlers directly.)"""
     sources = _torch_xla_sources()
     if sources is None or not (sources / "__init__.py").is_file():
         pytest.skip("torch_xla is not installed here; set NEURON_MIGRATE_TORCH_XLA_DIR to its package folder "
@@ -168,11 +170,6 @@ def test_torch_xla_own_sources_rewrite_to_parsing_code_and_a_fixed_point(request
     changed = [p for p, data in before.items() if p.read_bytes() != data]
     lines = sum(data.count(b"\n") for data in before.values())
     _report(request, f"torch_xla sweep: {len(before)} files, {lines} lines, {len(changed)} rewritten")
-    for path in changed:
-        ast.parse(path.read_bytes(), filename=str(path))
-    second = cli("rewrite", "--diff", str(copy))
-    assert second.stdout == "", "a second run changed the migrated torch_xla sources again:\n" + second.stdout[:5000]
-    assert _errors(second.stderr) == _errors(first.stderr)
-    left = {f["code"] for f in json.loads(cli("check", "--format", "json", str(copy)).stdout)["findings"]}
-    manual = {code for code in left if code == "NM900" or catalogue.rule(code).check_only}
-    assert left == manual, "check after rewrite reports more than the manual items (markers, check-only codes)"
+    assert changed == [] and "1 XLA-stack library left alone" in first.stdout, first.stdout[-2000:]
+    data = json.loads(cli("check", "--format", "json", str(copy)).stdout)
+    assert data["findings"] == [] and [lib["library"] for lib in data["libraries"]] == ["torch_xla"]

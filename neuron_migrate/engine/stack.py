@@ -87,7 +87,7 @@ class Finder:
     """Which library a file belongs to; every folder is looked at once per run."""
 
     def __init__(self) -> None:
-        self._projects: dict[str, tuple[str, str | None] | None] = {}
+        self._projects: dict[str, tuple[str, str, str | None] | None] = {}  # folder -> (root, file, name)
         self._inits: dict[str, bool] = {}
 
     def library_of(self, path: str) -> Found | None:
@@ -97,19 +97,18 @@ class Finder:
     # -- the project declared above the file ---------------------------------------------------------------
     def _by_project(self, folder: str) -> Found | None:
         project = self._project_above(folder)
-        if project is None or project[1] is None:
+        if project is None or project[2] is None:
             return None
-        root, name = project
+        root, file, name = project
         wanted = canonicalize_name(name)
         for spec in specs():
             if wanted in spec.projects:
-                what = self._declaring_file(root)
-                return Found(spec, root, f"{what} declares the project `{name}`")
+                return Found(spec, root, f"{file} declares the project `{name}`")
         return None
 
-    def _project_above(self, folder: str) -> tuple[str, str | None] | None:
-        """(folder, declared name or None) of the nearest project file above `folder`, stopping at a repository
-        root; None when there is none."""
+    def _project_above(self, folder: str) -> tuple[str, str, str | None] | None:
+        """(folder, file, declared name or None) of the nearest project file above `folder`, stopping at a
+        repository root; None when there is none."""
         if folder in self._projects:
             return self._projects[folder]
         found = _declared(folder)
@@ -118,13 +117,6 @@ class Finder:
             found = self._project_above(parent) if parent != folder else None
         self._projects[folder] = found
         return found
-
-    @staticmethod
-    def _declaring_file(root: str) -> str:
-        for name in PROJECT_FILES:
-            if _name_in(os.path.join(root, name)):
-                return name
-        return "the project file"
 
     # -- the file's own top-level package ------------------------------------------------------------------
     def _is_package(self, folder: str) -> bool:
@@ -165,21 +157,21 @@ class Finder:
         return None
 
 
-def _declared(folder: str) -> tuple[str, str | None] | None:
-    """(folder, name) when the folder declares a project; the name is None when it cannot be read."""
-    declares = False
+def _declared(folder: str) -> tuple[str, str, str | None] | None:
+    """(folder, file, name) when the folder declares a project; the name is None when it cannot be read."""
+    declares = None
     for file in PROJECT_FILES:
         path = os.path.join(folder, file)
         if not os.path.isfile(path):
             continue
         name = _name_in(path)
         if name:
-            return folder, name
-        declares |= name is not None
-    return (folder, None) if declares else None
+            return folder, file, name
+        if name is not None and declares is None:
+            declares = (folder, file, None)
+    return declares
 
 
-@functools.lru_cache(maxsize=256)
 def _name_in(path: str) -> str | None:
     """The project name a project file declares; "" when it declares a project without a readable name, None
     when it declares none (a pyproject.toml that only configures tools)."""
