@@ -3,11 +3,13 @@
 Rules never transform trees themselves: they say "replace this node", "remove this statement", "insert
 these statements after that one", "put this marker above that statement". The Applier carries them out
 bottom-up, so an outer replacement sees the inner ones already made, and keeps what nobody asked to change:
-comments above a removed statement move to the next statement, a block left empty gets `pass`.
+comments above a removed statement move to the next statement, the comments on and inside it stay as lines of
+their own at its indentation (`removed_comments`), a block left empty gets `pass`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -121,6 +123,9 @@ class Applier:
             lines = [cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in texts]
             updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lines])
         if dropped:
+            kept = removed_comments(original)
+            if kept and hasattr(updated, "leading_lines"):
+                updated = updated.with_changes(leading_lines=[*updated.leading_lines, *kept])
             replacement = [*before, *after]
             if not replacement:
                 self._dropped.add(updated)  # the enclosing block carries its comments on
@@ -130,7 +135,8 @@ class Applier:
             return cst.FlattenSentinel(replacement)
         if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
             body = list(updated.body.body)
-            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *body[0].leading_lines])
+            header = _comment_lines([updated.body.header.comment])
+            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *header, *body[0].leading_lines])
             return cst.FlattenSentinel(body)
         if before or after:
             if before and hasattr(updated, "leading_lines"):
@@ -174,6 +180,32 @@ class Applier:
             out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
             footer = [line for line in updated.footer]
         return updated.with_changes(body=out, footer=footer)
+
+
+# Comments about the line itself, for tools: they go with the statement they were on.
+PRAGMA = re.compile(r"#\s*(noqa\b|type:\s*ignore|pylint:|pyright:|mypy:|fmt:|isort:|pragma\b|nosec\b|"
+                    r"neuron-migrate:|NOQA\b)")
+
+
+def removed_comments(statement: cst.CSTNode) -> list[cst.EmptyLine]:
+    """The comments on and inside a statement that is removed (`xm.mark_step()  # run the graph`), as lines of
+    their own, in order, at the statement's indentation. The lines above it are not among them (they move to the
+    next statement), nor pragmas (`# noqa`, `# type: ignore`), which were about the removed line only."""
+    found: list[cst.Comment] = []
+    above = {id(line) for line in getattr(statement, "leading_lines", ())}
+    stack = [child for child in reversed(statement.children) if id(child) not in above]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Comment):
+            found.append(node)
+        else:
+            stack.extend(reversed(node.children))
+    return _comment_lines(found)
+
+
+def _comment_lines(comments) -> list[cst.EmptyLine]:
+    return [cst.EmptyLine(indent=True, comment=cst.Comment(c.value)) for c in comments
+            if c is not None and not PRAGMA.match(c.value)]
 
 
 def _merge_lines(carried: list[cst.EmptyLine], own: list, at_start: bool) -> list:
