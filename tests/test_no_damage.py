@@ -61,7 +61,7 @@ def rewrite_in_process(*args: str):
 
 # -- write_atomic ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", [0o755, 0o640, 0o600, 0o444])
+@pytest.mark.parametrize("mode", [0o755, 0o640, 0o600])
 def test_write_keeps_mode_bits_and_leaves_no_temporary_file(tmp_path, mode):
     path = tmp_path / "script.py"
     path.write_bytes(b"old\n")
@@ -70,6 +70,15 @@ def test_write_keeps_mode_bits_and_leaves_no_temporary_file(tmp_path, mode):
     assert path.read_bytes() == b"new\n"
     assert stat.S_IMODE(path.stat().st_mode) == mode
     assert temp_files(tmp_path) == []
+
+
+def test_a_read_only_file_is_not_replaced(tmp_path):
+    path = tmp_path / "script.py"
+    path.write_bytes(b"old\n")
+    path.chmod(0o444)
+    with pytest.raises(PermissionError, match="read-only file, mode 444"):
+        write_atomic(str(path), b"new\n")
+    assert path.read_bytes() == b"old\n" and temp_files(tmp_path) == []
 
 
 def test_write_through_a_symlink_replaces_the_target_and_keeps_the_link(tmp_path):
