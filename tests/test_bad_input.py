@@ -235,3 +235,33 @@ def test_a_rewritten_file_keeps_its_mode_owner_and_group(tmp_path):
     assert path.read_bytes() == MIGRATED
     assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_gid) == \
         (stat.S_IMODE(before.st_mode), before.st_uid, before.st_gid)
+
+
+# -- verify: input and environment errors are exit 2 (1 means "not equivalent") -------------------------------
+
+def test_verify_without_torch_exits_2(tmp_path):
+    shadow = tmp_path / "shadow" / "torch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named torch')\n")
+    script = tmp_path / "train.py"
+    script.write_bytes(LEGACY)
+    proc = cli("verify", str(script), env={"PYTHONPATH": os.pathsep.join(
+        [str(shadow.parent), *filter(None, [os.environ.get("PYTHONPATH")]), *sys.path])})
+    assert proc.returncode == 2, proc.stderr
+    assert "error: neuron-migrate verify needs PyTorch" in proc.stderr
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"), RuntimeError("unexpected")],
+                         ids=["environment", "internal"])
+def test_verify_errors_that_are_no_verdict_exit_2(tmp_path, monkeypatch, failure):
+    pytest.importorskip("torch")
+    from neuron_migrate.verify import session
+
+    def fails(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(session, "verify_script", fails)
+    script = tmp_path / "train.py"
+    script.write_bytes(LEGACY)
+    result = CliRunner().invoke(main, ["verify", str(script)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"{script}: error: ")
