@@ -218,3 +218,14 @@ def test_cells_that_are_not_code_are_skipped_and_never_fail_the_notebook(tmp_pat
     cells = _cells_of(path.read_bytes())
     assert cells[:4] == [source for _, source in skipped]
     assert "xm.mark_step" not in cells[4]
+
+
+def test_top_level_await_is_valid_in_a_cell(tmp_path):
+    """IPython runs `await` at the top level of a cell (autoawait): not a syntax error there."""
+    path = tmp_path / "client.ipynb"
+    path.write_text(_notebook([("code", "import asyncio\nimport torch_xla.core.xla_model as xm\n\n"
+                                        "await asyncio.sleep(0)\ndevice = xm.xla_device()")]), encoding="utf-8")
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert _cells_of(path.read_bytes()) == ["import asyncio\nimport torch\n\nawait asyncio.sleep(0)\n"
+                                            "device = torch.device(\"neuron\")"]

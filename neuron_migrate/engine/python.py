@@ -12,6 +12,7 @@ bytes and each finding's status (fixed, marked, left). Nothing here writes: the 
 from __future__ import annotations
 
 import ast
+import contextvars
 import os
 import re
 import sys
@@ -40,6 +41,14 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 ISSUES_URL = "https://github.com/neuron-migrate/neuron-migrate/issues"
 # Rules that fail before reporting anything raise instead of being skipped (the test suite sets it).
 STRICT = os.environ.get("NEURON_MIGRATE_STRICT_RULES") == "1"
+
+
+# Code IPython runs (notebook cells) may `await` at the top level; the notebook handler sets this around its call.
+TOP_LEVEL_AWAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("top_level_await", default=False)
+
+
+def _flags() -> int:
+    return ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if TOP_LEVEL_AWAIT.get() else 0
 
 
 # -- the pipeline ------------------------------------------------------------------------------------------
@@ -77,7 +86,7 @@ def _python(text: str, tree: bool) -> ast.Module | None:
             warnings.simplefilter("ignore")
             if tree:
                 return ast.parse(text)
-            compile(text, "<file>", "exec", dont_inherit=True)
+            compile(text, "<file>", "exec", flags=_flags(), dont_inherit=True)
             return None
     except SyntaxError as exc:
         hint = " (this looks like Python 2 code; port it to Python 3 first)" if _looks_like_python2(text) else ""
@@ -361,7 +370,7 @@ def validate(new_text: str) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compile(new_text, "<rewritten>", "exec", dont_inherit=True)  # as strict as an import, no tree built
+            compile(new_text, "<rewritten>", "exec", flags=_flags(), dont_inherit=True)  # as strict as an import
     except SyntaxError as exc:
         raise SourceError(f"internal error: the rewrite produced code that does not parse ({exc.msg}, line "
                           f"{exc.lineno}); the file was left alone. Please report this at {ISSUES_URL}") from None

@@ -28,7 +28,7 @@ import shlex
 from dataclasses import dataclass
 from json.decoder import scanstring
 
-from neuron_migrate.engine.python import process_python
+from neuron_migrate.engine.python import TOP_LEVEL_AWAIT, process_python
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError
@@ -133,10 +133,13 @@ def _python_cells(path: str, cells: list[Cell], settings: Settings, rewrite: boo
         return {}
     module = _join(cells)
     _pin_installs(path, cells, settings, rewrite, result)
+    awaiting = TOP_LEVEL_AWAIT.set(True)  # IPython runs `await` at the top level of a cell
     try:
         inner = process_python(path, module.encode("utf-8"), settings, rewrite)
     except SourceError as exc:
         raise SourceError(_locate(str(exc), cells)) from None
+    finally:
+        TOP_LEVEL_AWAIT.reset(awaiting)
     for code, n in inner.applied.items():
         result.applied[code] = result.applied.get(code, 0) + n
     result.findings += [_in_module(f, cells) for f in inner.findings]
@@ -403,11 +406,10 @@ def _restore(line: str, cell: Cell) -> str:
     stripped = line.strip()
     if stripped.startswith(f"# @@@ {NONCE} m") and "." in stripped and stripped.rsplit(".", 1)[0] in cell.placeholders:
         return ""
-    if stripped.startswith("pass  # @@@"):
-        tag = stripped[len("pass  "):]
-        if tag in cell.placeholders:
-            newline = line[len(line.rstrip("\r\n")):] or "\n"
-            return line[: len(line) - len(line.lstrip())] + cell.placeholders[tag].replacement + newline
+    tag = stripped[len("pass  "):] if stripped.startswith("pass  # @@@") else stripped  # or the comment alone,
+    if tag in cell.placeholders:  # kept where an edit removed the statement around the placeholder
+        newline = line[len(line.rstrip("\r\n")):] or "\n"
+        return line[: len(line) - len(line.lstrip())] + cell.placeholders[tag].replacement + newline
     return line
 
 
