@@ -116,6 +116,10 @@ class Applier:
             if keep and len(keep) != len(updated.body):
                 keep[-1] = keep[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
                 updated = updated.with_changes(body=keep)
+            if not dropped and updated is not original:
+                lost = replaced_comments(original, updated)
+                if lost:
+                    updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lost])
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         texts = [t for t in edits.markers.get(original, ()) if t not in existing_comments(original)]
@@ -191,6 +195,29 @@ def removed_comments(statement: cst.CSTNode) -> list[cst.EmptyLine]:
     """The comments on and inside a statement that is removed (`xm.mark_step()  # run the graph`), as lines of
     their own, in order, at the statement's indentation. The lines above it are not among them (they move to the
     next statement), nor pragmas (`# noqa`, `# type: ignore`), which were about the removed line only."""
+    return _comment_lines(_own_comments(statement))
+
+
+def replaced_comments(original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine) -> list[cst.EmptyLine]:
+    """The comments inside the parts of a statement an edit replaced (`xm.mark_step(  # sync first` ...), which
+    the replacement does not hold: lines of their own above the statement, in order."""
+    found = _own_comments(original)
+    if not found:
+        return []
+    remaining: dict[str, int] = {}
+    for comment in _own_comments(updated):
+        remaining[comment.value] = remaining.get(comment.value, 0) + 1
+    lost = []
+    for comment in found:
+        if remaining.get(comment.value):
+            remaining[comment.value] -= 1
+        else:
+            lost.append(comment)
+    return _comment_lines(lost)
+
+
+def _own_comments(statement: cst.CSTNode) -> list[cst.Comment]:
+    """The comments of a statement, in order, less those of the lines above it."""
     found: list[cst.Comment] = []
     above = {id(line) for line in getattr(statement, "leading_lines", ())}
     stack = [child for child in reversed(statement.children) if id(child) not in above]
@@ -200,7 +227,7 @@ def removed_comments(statement: cst.CSTNode) -> list[cst.EmptyLine]:
             found.append(node)
         else:
             stack.extend(reversed(node.children))
-    return _comment_lines(found)
+    return found
 
 
 def _comment_lines(comments) -> list[cst.EmptyLine]:
