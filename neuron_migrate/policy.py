@@ -111,8 +111,23 @@ class Policy:
         nothing; None when it is not reported (NM901 is off, or `code` is not checked in this run)."""
         if not self.enabled(UNUSED_SUPPRESSION) or not (code == "*" or self.enabled(code)):
             return None
-        what = "`# neuron-migrate: ignore`" if code == "*" else code
-        return catalogue.rule(UNUSED_SUPPRESSION).format(code=what)
+        return unused_suppression_message(code)
+
+
+NOT_PER_LINE = frozenset({"NM900", "NM901"})  # markers and the suppressions themselves: silenced with `ignore`
+
+
+def unused_suppression_message(code: str) -> str:
+    """The NM901 message for a suppression of `code` ("*": a bare `# neuron-migrate: ignore`) that silenced
+    nothing: it was not needed, it names an unknown code, or the code is not silenced per line."""
+    what = "`# neuron-migrate: ignore`" if code == "*" else code
+    if code == "*" or (code in catalogue.catalogue() and code not in NOT_PER_LINE):
+        problem = f"is not needed: nothing on this line is reported as {what}"
+    elif code in NOT_PER_LINE:
+        problem = f"has no effect: {code} is not silenced per line (`ignore = [\"{code}\"]` in [tool.neuron-migrate])"
+    else:
+        problem = f"names an unknown code: no neuron-migrate rule is {code} (`neuron-migrate rules` lists them)"
+    return catalogue.rule(UNUSED_SUPPRESSION).format(code=what, problem=problem)
 
 
 def unused_suppressions(policy: Policy, suppressions: LineSuppressions | None,

@@ -205,3 +205,63 @@ def test_code_python_rejects_only_when_compiling_is_not_rewritten(tmp_path):
     assert f"{path}:5:1: error: syntax error (for Python 3.{sys.version_info.minor}): 'return' outside function" \
         in proc.stderr
     assert path.read_bytes() == data
+
+
+def test_a_read_only_file_is_refused_with_exit_2_and_left_alone(tmp_path):
+    """Mode 444 in a writable folder: an atomic replace could write it (and does, for root), so it is refused."""
+    path = tmp_path / "train.py"
+    path.write_bytes(LEGACY)
+    path.chmod(0o444)
+    other = tmp_path / "other.py"
+    other.write_bytes(LEGACY)
+    proc = cli("rewrite", "--no-cache", str(tmp_path))
+    assert proc.returncode == 2
+    assert f"{path}: error: could not write (read-only file, mode 444: make it writable with `chmod u+w` to rewrite " \
+           "it); the file was left as it was" in proc.stderr
+    assert path.read_bytes() == LEGACY and stat.S_IMODE(path.stat().st_mode) == 0o444
+    assert other.read_bytes() == MIGRATED
+
+
+def test_a_rewritten_file_keeps_its_mode_owner_and_group(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_bytes(LEGACY)
+    path.chmod(0o640)
+    if os.geteuid() == 0:  # root may give the file away: to another owner and a group it is not in
+        os.chown(path, 65534, 65533)
+    before = path.stat()
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    after = path.stat()
+    assert path.read_bytes() == MIGRATED
+    assert (stat.S_IMODE(after.st_mode), after.st_uid, after.st_gid) == \
+        (stat.S_IMODE(before.st_mode), before.st_uid, before.st_gid)
+
+
+# -- verify: input and environment errors are exit 2 (1 means "not equivalent") -------------------------------
+
+def test_verify_without_torch_exits_2(tmp_path):
+    shadow = tmp_path / "shadow" / "torch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named torch')\n")
+    script = tmp_path / "train.py"
+    script.write_bytes(LEGACY)
+    proc = cli("verify", str(script), env={"PYTHONPATH": os.pathsep.join(
+        [str(shadow.parent), *filter(None, [os.environ.get("PYTHONPATH")]), *sys.path])})
+    assert proc.returncode == 2, proc.stderr
+    assert "error: neuron-migrate verify needs PyTorch" in proc.stderr
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"), RuntimeError("unexpected")],
+                         ids=["environment", "internal"])
+def test_verify_errors_that_are_no_verdict_exit_2(tmp_path, monkeypatch, failure):
+    pytest.importorskip("torch")
+    from neuron_migrate.verify import session
+
+    def fails(*args, **kwargs):
+        raise failure
+    monkeypatch.setattr(session, "verify_script", fails)
+    script = tmp_path / "train.py"
+    script.write_bytes(LEGACY)
+    result = CliRunner().invoke(main, ["verify", str(script)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"{script}: error: ")

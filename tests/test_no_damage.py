@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from neuron_migrate.engine import sources
+from neuron_migrate.engine import handlers, sources
 from neuron_migrate.cli import main
 from neuron_migrate.engine.sources import write_atomic
 from tests.helpers import cli, rewrite_bytes
@@ -61,7 +61,7 @@ def rewrite_in_process(*args: str):
 
 # -- write_atomic ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", [0o755, 0o640, 0o600, 0o444])
+@pytest.mark.parametrize("mode", [0o755, 0o640, 0o600])
 def test_write_keeps_mode_bits_and_leaves_no_temporary_file(tmp_path, mode):
     path = tmp_path / "script.py"
     path.write_bytes(b"old\n")
@@ -70,6 +70,15 @@ def test_write_keeps_mode_bits_and_leaves_no_temporary_file(tmp_path, mode):
     assert path.read_bytes() == b"new\n"
     assert stat.S_IMODE(path.stat().st_mode) == mode
     assert temp_files(tmp_path) == []
+
+
+def test_a_read_only_file_is_not_replaced(tmp_path):
+    path = tmp_path / "script.py"
+    path.write_bytes(b"old\n")
+    path.chmod(0o444)
+    with pytest.raises(PermissionError, match="read-only file, mode 444"):
+        write_atomic(str(path), b"new\n")
+    assert path.read_bytes() == b"old\n" and temp_files(tmp_path) == []
 
 
 def test_write_through_a_symlink_replaces_the_target_and_keeps_the_link(tmp_path):
@@ -218,10 +227,24 @@ def test_ctrl_c_between_writes_leaves_every_file_whole(tmp_path, monkeypatch):
         real_replace(src, dst)
     monkeypatch.setattr(sources.os, "replace", replace)
     result = CliRunner().invoke(main, ["rewrite", "--no-cache", "-j", "1", str(tmp_path)])
-    assert result.exit_code == 1 and "Aborted!" in result.output
+    assert result.exit_code == 130, result.output
+    assert result.stderr.strip().splitlines()[-1] == "Interrupted: 2 files written, the others left as they were."
     contents = [p.read_bytes() for p in paths]
     assert contents.count(MIGRATED) == 2 and contents.count(LEGACY) == 4
     assert temp_files(tmp_path) == []
+
+
+def test_ctrl_c_before_any_write_exits_130_and_says_so(tmp_path, monkeypatch):
+    paths = legacy_tree(tmp_path, 2)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(handlers, "process", interrupted)
+    for command in ("check", "rewrite"):
+        result = CliRunner().invoke(main, [command, "--no-cache", "-j", "1", str(tmp_path)])
+        assert result.exit_code == 130, result.output
+        assert result.stderr.strip().splitlines() == ["Interrupted: no file was written."]
+    assert [p.read_bytes() for p in paths] == [LEGACY, LEGACY]
 
 
 # -- stopping a real run -------------------------------------------------------------------------------------
@@ -250,7 +273,7 @@ def test_stopping_a_run_leaves_files_untouched_or_fully_migrated(tmp_path, sig):
     assert all(c in (LEGACY, MIGRATED) for c in contents), "a file was left half-written"
     assert contents[0] == MIGRATED and contents.count(LEGACY) > 0, "the signal did not arrive mid-run"
     if sig != signal.SIGKILL:  # a hard kill cannot clean up; it still never damages a file
-        assert returncode == 1  # click's "Aborted!"
+        assert returncode == 128 + sig  # 130 for Ctrl-C: not 1, which says "findings"
         assert temp_files(tmp_path) == []
 
 

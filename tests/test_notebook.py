@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 
+import pytest
+
+from neuron_migrate.engine import handlers
 from neuron_migrate.files.notebook import _logical_starts
-from tests.helpers import cli
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, cli
 
 
 def _notebook(cells: list[tuple[str, str]], language: str = "python") -> str:
@@ -100,3 +105,127 @@ def test_broken_notebook_is_reported_and_left_alone(tmp_path):
 def test_magic_detection_follows_logical_lines():
     lines = ["x = (a\n", "% b)\n", "s = '''\n", "!not a shell line\n", "'''\n", "!ls\n", "y = 1 + \\\n", "%2\n"]
     assert _logical_starts(lines) == [True, False, True, False, False, True, True, False]
+
+
+# -- notebooks as IPython reads them ------------------------------------------------------------------------
+
+CASES = sorted(p for p in (FIXTURES / "notebooks").iterdir() if p.is_dir())
+UPDATE = os.environ.get("NEURON_MIGRATE_UPDATE_SNAPSHOTS") == "1"
+
+
+def _findings_text(findings) -> str:
+    return "".join(f"cell {f.cell}:{f.line}:{f.col} {f.code} {f.message}\n" for f in findings)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_notebook_fixture(case):
+    """fixtures/notebooks/<case>/<case>.ipynb: the rewrite gives expected/<case>.ipynb (byte-identical without
+    one), a second run changes nothing, and `check` gives the findings in check.txt (cell:line:col)."""
+    path = case / f"{case.name}.ipynb"
+    data = path.read_bytes()
+    checked = handlers.process(str(path), data, "notebook", Settings(), False)
+    assert checked.error is None, checked.error
+    snapshot = case / "check.txt"
+    got = _findings_text(checked.findings)
+    if UPDATE:
+        snapshot.write_text(got)
+    assert got == snapshot.read_text(), f"{snapshot} is stale (NEURON_MIGRATE_UPDATE_SNAPSHOTS=1)"
+    rewritten = handlers.process(str(path), data, "notebook", Settings(), True)
+    expected = case / "expected" / path.name
+    if not expected.exists():
+        assert not rewritten.changed, f"{path.name} must stay byte-identical"
+        return
+    assert rewritten.new_bytes.decode() == expected.read_text(encoding="utf-8")
+    assert rewritten.new_bytes == expected.read_bytes()
+    json.loads(rewritten.new_bytes)
+    again = handlers.process(str(expected), rewritten.new_bytes, "notebook", Settings(), True)
+    assert not again.changed, "a second run changed the notebook again"
+    after = handlers.process(str(expected), rewritten.new_bytes, "notebook", Settings(), False)
+    assert [f for f in after.findings if f.code != "NM900" and f.code not in CHECK_ONLY] == []
+
+
+CHECK_ONLY = frozenset({"NM313"})  # performance notes stay after the rewrite
+
+
+def _cells_of(data: bytes) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(data)["cells"]]
+
+
+def test_continued_ipython_lines_are_read_as_ipython_does(tmp_path):
+    """A `\\` at the end of a `%pip` / `!` line continues it on the next lines (which are no Python of their
+    own): the notebook is not refused, and the install command is pinned as a whole."""
+    path = tmp_path / "setup.ipynb"
+    path.write_text(_notebook([
+        ("code", "%pip install \"torch-neuronx==2.1.*\" \\\n    \"neuronx-cc==2.*\""),
+        ("code", "import torch_xla.core.xla_model as xm\nfor epoch in range(2):\n    !torchrun --nproc_per_node 2 \\\n"
+                 "        train.py --epoch {epoch}\n    xm.mark_step()"),
+    ]), encoding="utf-8")
+    proc = cli("check", "--no-cache", str(path))
+    assert proc.returncode == 1, proc.stderr
+    assert f"{path}:cell 1:1:14: NM602 `torch-neuronx==2.1.*` is the legacy XLA build" in proc.stdout
+    assert f"{path}:cell 2:5:5: NM103" in proc.stdout
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    cells = _cells_of(path.read_bytes())
+    assert cells[1] == "for epoch in range(2):\n    !torchrun --nproc_per_node 2 \\\n        train.py --epoch {epoch}"
+    assert cells[0].startswith("%pip install \"torch-neuronx==2.14.") and "\\\n    \"neuronx-cc==2.*\"" in cells[0]
+
+
+def test_indented_cells_keep_their_indentation(tmp_path):
+    path = tmp_path / "indented.ipynb"
+    path.write_text(_notebook([("code", " import torch\n import torch_xla.core.xla_model as xm\n\n"
+                                        " device = xm.xla_device()\n text = '''\nleft\n '''")]), encoding="utf-8")
+    proc = cli("check", "--no-cache", str(path))
+    assert f"{path}:cell 1:4:11: NM101" in proc.stdout, proc.stdout + proc.stderr
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert _cells_of(path.read_bytes()) == [" import torch\n\n device = torch.device('neuron')\n text = '''\nleft\n '''"]
+
+
+def test_writefile_and_shell_cells_go_through_the_handlers_of_their_kind(tmp_path):
+    path = tmp_path / "tutorial.ipynb"
+    path.write_text(_notebook([
+        ("code", "%%writefile train.py\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n"),
+        ("code", "%%writefile requirements.txt\ntorch-neuronx==2.1.2.2.0\n"),
+        ("code", "\n%%bash\nexport PJRT_DEVICE=NEURON\ntorchrun --nproc_per_node=2 train.py\n"),
+        ("code", "%%script --no-raise-error bash\nexport XLA_IR_DEBUG=1\n"),
+        ("code", "%%writefile notes.txt\nxm.mark_step()\n"),
+    ]), encoding="utf-8")
+    proc = cli("check", "--no-cache", str(path))
+    assert f"{path}:cell 1:4:10: NM101" in proc.stdout, proc.stdout + proc.stderr
+    assert f"{path}:cell 2:2:1: NM602 `torch-neuronx==2.1.2.2.0`" in proc.stdout
+    assert f"{path}:cell 3:3:8: NM404 `PJRT_DEVICE`" in proc.stdout
+    assert f"{path}:cell 4:2:8: NM404 `XLA_IR_DEBUG`" in proc.stdout
+    assert "cell 5" not in proc.stdout
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    cells = _cells_of(path.read_bytes())
+    assert cells[0] == "%%writefile train.py\nimport torch\n\ndevice = torch.device(\"neuron\")\n"
+    assert cells[1].startswith("%%writefile requirements.txt\n") and "torch==2.14.0\n" in cells[1]
+    assert cells[2] == "\n%%bash\ntorchrun --nproc_per_node=2 train.py\n"
+    assert cells[3] == "%%script --no-raise-error bash\n"
+    assert cells[4] == "%%writefile notes.txt\nxm.mark_step()\n"
+
+
+def test_cells_that_are_not_code_are_skipped_and_never_fail_the_notebook(tmp_path):
+    path = tmp_path / "mixed.ipynb"
+    skipped = [("code", "%%html\n<p>xm.mark_step()</p>"), ("code", "%%writefile template.py\ndef f(:\n    {body}\n"),
+               ("code", "%%writefile -a config.json\n{\"xla\": true}\n"), ("code", "%%R\nlibrary(torch_xla)")]
+    path.write_text(_notebook([*skipped, ("code", "import torch_xla.core.xla_model as xm\nxm.mark_step()")]),
+                    encoding="utf-8")
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    cells = _cells_of(path.read_bytes())
+    assert cells[:4] == [source for _, source in skipped]
+    assert "xm.mark_step" not in cells[4]
+
+
+def test_top_level_await_is_valid_in_a_cell(tmp_path):
+    """IPython runs `await` at the top level of a cell (autoawait): not a syntax error there."""
+    path = tmp_path / "client.ipynb"
+    path.write_text(_notebook([("code", "import asyncio\nimport torch_xla.core.xla_model as xm\n\n"
+                                        "await asyncio.sleep(0)\ndevice = xm.xla_device()")]), encoding="utf-8")
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert _cells_of(path.read_bytes()) == ["import asyncio\nimport torch\n\nawait asyncio.sleep(0)\n"
+                                            "device = torch.device(\"neuron\")"]

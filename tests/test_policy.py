@@ -28,7 +28,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-NOT_PER_LINE = {"NM190", "NM900", "NM901"}  # docs/checks.md: these are silenced with `ignore`, not per line
+NOT_PER_LINE = {"NM900", "NM901"}  # docs/checks.md: these are silenced with `ignore`, not per line
 FORMS = ("# neuron-migrate: ignore[{code}]", "# noqa: {code}", "# neuron-migrate: ignore")
 CONTINUED = {"shell", "dockerfile", "requirements"}  # a `\` at the end of a line continues it
 PIN_KINDS = ("shell", "dockerfile", "notebook", "pyproject", "setup.py", "setup-cfg", "conda-env")

@@ -7,6 +7,7 @@ when called, so `check`, `rewrite` and `pin` start fast and never import torch.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import click
@@ -34,6 +35,24 @@ class LazyGroup(click.Group):
             module, _, attr = LAZY_COMMANDS[cmd_name].partition(":")
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context):
+        """Ctrl-C (or SIGTERM while files are written) ends the command with one line saying what was written,
+        and exit code 128 + the signal's number (130 for Ctrl-C), not click's "Aborted!" and 1 (findings)."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            from neuron_migrate.engine.runner import Interrupted
+
+            written = exc.written if isinstance(exc, Interrupted) else 0
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            if written is None:
+                what = "every file is either as it was or fully written"
+            else:
+                what = f"{written} file{'s' if written != 1 else ''} written, the others left as they were" \
+                    if written else "no file was written"
+            click.echo(f"Interrupted: {what}.", err=True)
+            ctx.exit(128 + signum)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

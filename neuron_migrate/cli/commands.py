@@ -165,7 +165,12 @@ def show_or_write(result, dry_run: bool, write=write_results) -> None:
         for r in result.changed:
             click.echo(unified_diff(r), nl=False)
     else:
-        write(result)
+        try:
+            write(result)
+        except KeyboardInterrupt as exc:
+            from neuron_migrate.engine.runner import Interrupted
+
+            raise exc if isinstance(exc, Interrupted) else Interrupted(None) from None
     _report_errors(result.errors)
     for line in rewrite_summary(result.results, dry_run, result.libraries):
         click.echo(line, err=dry_run)

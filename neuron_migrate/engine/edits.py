@@ -3,11 +3,13 @@
 Rules never transform trees themselves: they say "replace this node", "remove this statement", "insert
 these statements after that one", "put this marker above that statement". The Applier carries them out
 bottom-up, so an outer replacement sees the inner ones already made, and keeps what nobody asked to change:
-comments above a removed statement move to the next statement, a block left empty gets `pass`.
+comments above a removed statement move to the next statement, the comments on and inside it stay as lines of
+their own at its indentation (`removed_comments`), a block left empty gets `pass`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -114,6 +116,10 @@ class Applier:
             if keep and len(keep) != len(updated.body):
                 keep[-1] = keep[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
                 updated = updated.with_changes(body=keep)
+            if not dropped and updated is not original:
+                lost = replaced_comments(original, updated)
+                if lost:
+                    updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lost])
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         texts = [t for t in edits.markers.get(original, ()) if t not in existing_comments(original)]
@@ -121,6 +127,9 @@ class Applier:
             lines = [cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in texts]
             updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lines])
         if dropped:
+            kept = removed_comments(original)
+            if kept and hasattr(updated, "leading_lines"):
+                updated = updated.with_changes(leading_lines=[*updated.leading_lines, *kept])
             replacement = [*before, *after]
             if not replacement:
                 self._dropped.add(updated)  # the enclosing block carries its comments on
@@ -130,7 +139,8 @@ class Applier:
             return cst.FlattenSentinel(replacement)
         if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
             body = list(updated.body.body)
-            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *body[0].leading_lines])
+            header = _comment_lines([updated.body.header.comment])
+            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *header, *body[0].leading_lines])
             return cst.FlattenSentinel(body)
         if before or after:
             if before and hasattr(updated, "leading_lines"):
@@ -174,6 +184,55 @@ class Applier:
             out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
             footer = [line for line in updated.footer]
         return updated.with_changes(body=out, footer=footer)
+
+
+# Comments about the line itself, for tools: they go with the statement they were on.
+PRAGMA = re.compile(r"#\s*(noqa\b|type:\s*ignore|pylint:|pyright:|mypy:|fmt:|isort:|pragma\b|nosec\b|"
+                    r"neuron-migrate:|NOQA\b)")
+
+
+def removed_comments(statement: cst.CSTNode) -> list[cst.EmptyLine]:
+    """The comments on and inside a statement that is removed (`xm.mark_step()  # run the graph`), as lines of
+    their own, in order, at the statement's indentation. The lines above it are not among them (they move to the
+    next statement), nor pragmas (`# noqa`, `# type: ignore`), which were about the removed line only."""
+    return _comment_lines(_own_comments(statement))
+
+
+def replaced_comments(original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine) -> list[cst.EmptyLine]:
+    """The comments inside the parts of a statement an edit replaced (`xm.mark_step(  # sync first` ...), which
+    the replacement does not hold: lines of their own above the statement, in order."""
+    found = _own_comments(original)
+    if not found:
+        return []
+    remaining: dict[str, int] = {}
+    for comment in _own_comments(updated):
+        remaining[comment.value] = remaining.get(comment.value, 0) + 1
+    lost = []
+    for comment in found:
+        if remaining.get(comment.value):
+            remaining[comment.value] -= 1
+        else:
+            lost.append(comment)
+    return _comment_lines(lost)
+
+
+def _own_comments(statement: cst.CSTNode) -> list[cst.Comment]:
+    """The comments of a statement, in order, less those of the lines above it."""
+    found: list[cst.Comment] = []
+    above = {id(line) for line in getattr(statement, "leading_lines", ())}
+    stack = [child for child in reversed(statement.children) if id(child) not in above]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Comment):
+            found.append(node)
+        else:
+            stack.extend(reversed(node.children))
+    return found
+
+
+def _comment_lines(comments) -> list[cst.EmptyLine]:
+    return [cst.EmptyLine(indent=True, comment=cst.Comment(c.value)) for c in comments
+            if c is not None and not PRAGMA.match(c.value)]
 
 
 def _merge_lines(carried: list[cst.EmptyLine], own: list, at_start: bool) -> list:

@@ -12,6 +12,7 @@ bytes and each finding's status (fixed, marked, left). Nothing here writes: the 
 from __future__ import annotations
 
 import ast
+import contextvars
 import os
 import re
 import sys
@@ -40,6 +41,14 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 ISSUES_URL = "https://github.com/neuron-migrate/neuron-migrate/issues"
 # Rules that fail before reporting anything raise instead of being skipped (the test suite sets it).
 STRICT = os.environ.get("NEURON_MIGRATE_STRICT_RULES") == "1"
+
+
+# Code IPython runs (notebook cells) may `await` at the top level; the notebook handler sets this around its call.
+TOP_LEVEL_AWAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("top_level_await", default=False)
+
+
+def _flags() -> int:
+    return ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if TOP_LEVEL_AWAIT.get() else 0
 
 
 # -- the pipeline ------------------------------------------------------------------------------------------
@@ -77,7 +86,7 @@ def _python(text: str, tree: bool) -> ast.Module | None:
             warnings.simplefilter("ignore")
             if tree:
                 return ast.parse(text)
-            compile(text, "<file>", "exec", dont_inherit=True)
+            compile(text, "<file>", "exec", flags=_flags(), dont_inherit=True)
             return None
     except SyntaxError as exc:
         hint = " (this looks like Python 2 code; port it to Python 3 first)" if _looks_like_python2(text) else ""
@@ -151,11 +160,11 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     analysis = Analysis(module, wanted=tuple(wanted), record=True)
     ctx = FileContext(path, source, module, analysis, settings, may_suppress=may_suppress)
     decide(ctx, rules, step)
-    if may_suppress and settings.enabled(UNUSED_SUPPRESSION, path):
-        ctx.decisions += unused_suppressions(ctx)
     new_text = None
     if ctx.edits or ctx.required_imports or ctx.definitions or "torch_xla" in source.text:
         new_text = fix(ctx, renderer, rewrite)
+    if may_suppress and settings.enabled(UNUSED_SUPPRESSION, path):  # after NM190, which a comment may silence
+        ctx.decisions += unused_suppressions(ctx)
     result.findings = sorted(_place(module, ctx.decisions, path, rewrite) + marker_findings(source.text, path, settings),
                              key=lambda f: f.sort_key())
     if rewrite:
@@ -247,7 +256,7 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     module, analysis = ctx.module, ctx.analysis
     new_module = apply(module, edits, analysis.parents)
     after = Analysis(new_module, reuse=analysis)
-    unused = imports.unused_bindings(after)
+    unused = [b for b in imports.unused_bindings(after) if not _kept_import(ctx, b)]
     if not rewrite:
         return None, unused
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
@@ -258,6 +267,14 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     new_text = final_newline(ctx.source, rendered)
     validate(new_text)  # Python accepts the result: the file was Python to begin with
     return new_text, unused
+
+
+def _kept_import(ctx: FileContext, binding) -> bool:
+    """An unused legacy import whose line silences NM190 (`# noqa: NM190`): neither reported nor removed."""
+    if not ctx.may_suppress or not ctx.enabled(imports.UNUSED_CODE):
+        return False
+    statement = ctx.analysis.parents.get(binding.node)
+    return statement is not None and ctx.suppressions.suppresses(statement, imports.UNUSED_CODE)
 
 
 def _culprit(ctx: FileContext, renderer: Renderer, rewrite: bool, original: str | None,
@@ -296,12 +313,12 @@ def _count(decisions: list[Decision], status: str) -> dict[str, int]:
 
 
 def unused_suppressions(ctx: FileContext) -> list[Decision]:
-    info = catalogue.rule(UNUSED_SUPPRESSION)
+    from neuron_migrate.policy import unused_suppression_message
+
     out = []
     for comment, code, statement in ctx.suppressions.unused(ctx.module):
         if code == "*" or ctx.enabled(code):
-            what = "`# neuron-migrate: ignore`" if code == "*" else code
-            out.append(Decision(UNUSED_SUPPRESSION, comment, info.format(code=what), False, statement))
+            out.append(Decision(UNUSED_SUPPRESSION, comment, unused_suppression_message(code), False, statement))
     return out
 
 
@@ -353,7 +370,7 @@ def validate(new_text: str) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            compile(new_text, "<rewritten>", "exec", dont_inherit=True)  # as strict as an import, no tree built
+            compile(new_text, "<rewritten>", "exec", flags=_flags(), dont_inherit=True)  # as strict as an import
     except SyntaxError as exc:
         raise SourceError(f"internal error: the rewrite produced code that does not parse ({exc.msg}, line "
                           f"{exc.lineno}); the file was left alone. Please report this at {ISSUES_URL}") from None

@@ -182,38 +182,53 @@ def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes]) -> File
     return cache.get(target.path, digest(data), data)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while the changed files were written: how many were (None: not known)."""
+
+    def __init__(self, written: int | None, signum: int = signal.SIGINT) -> None:
+        super().__init__(written, signum)
+        self.written = written
+        self.signum = signum
+
+
 def write_results(run: Run) -> list[tuple[str, str]]:
     """Write every changed file atomically; returns (path, error) for writes that failed (file intact).
 
-    Ctrl-C or SIGTERM during the writes stops the run after the file being written, so no file is left
-    half-written and no temporary file stays behind.
+    Ctrl-C or SIGTERM during the writes stops the run after the file being written (Interrupted, with the number
+    written), so no file is left half-written and no temporary file stays behind.
     """
     failures = []
-    with _interrupts_between_files() as stop_requested:
+    written = 0
+    with _interrupts_between_files() as received:
         for result in run.changed:
-            if stop_requested():
-                raise KeyboardInterrupt
+            if received:
+                raise Interrupted(written, received[0])
             assert result.new_bytes is not None
             try:
                 write_atomic(result.path, result.new_bytes, expected=result.old_bytes)
             except OSError as exc:
                 result.error = f"could not write ({exc.strerror or exc}); the file was left as it was"
                 failures.append((result.path, result.error))
+            except KeyboardInterrupt:
+                raise Interrupted(written) from None
+            else:
+                written += 1
+        if received:
+            raise Interrupted(written, received[0])
     return failures
 
 
 @contextlib.contextmanager
 def _interrupts_between_files():
+    """The signals received meanwhile (a list, empty while none came): they are handled between files."""
     signals = (signal.SIGINT, signal.SIGTERM)
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
+        yield received
         return
     previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in signals}
     try:
-        yield lambda: bool(received)
+        yield received
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if received:
-        raise KeyboardInterrupt

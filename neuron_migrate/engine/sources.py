@@ -95,6 +95,19 @@ def read_bytes(path: str) -> bytes:
         raise SourceError(f"cannot read: {exc.strerror or exc}") from None
 
 
+def _refuse_read_only(path: str, st: os.stat_result) -> None:
+    """A file its mode or its owner keeps from being written is not replaced, though its folder is writable."""
+    mode = stat.S_IMODE(st.st_mode)
+    if not mode & 0o222:
+        raise PermissionError(errno.EACCES, f"read-only file, mode {mode:o}: make it writable with `chmod u+w` to "
+                              "rewrite it")
+    if not os.access(path, os.W_OK):
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            raise OSError(errno.EROFS, "Read-only file system")
+        raise PermissionError(errno.EACCES, f"no write permission for this file (mode {mode:o}, owner uid "
+                              f"{st.st_uid}); the folder's permission is not enough")
+
+
 class ChangedOnDisk(OSError):
     def __init__(self) -> None:
         super().__init__(errno.ESTALE, "the file changed on disk during the run; run again")
@@ -104,7 +117,8 @@ def write_atomic(path: str, data: bytes, expected: bytes | None = None) -> None:
     """Replace `path` with `data` so that the file is either untouched or fully written.
 
     The temporary file lives in the same folder (same file system, so the rename is atomic) and takes the
-    original's mode bits and owner; on any failure it is removed and the original stays as it was. A symbolic
+    original's mode bits, owner and group; on any failure it is removed and the original stays as it was. A
+    read-only file (no write permission bit, even for root) is refused, as an editor refuses it. A symbolic
     link stays a link: the file it points to is the one replaced. With `expected` (the bytes the new content
     was computed from), a file that someone changed meanwhile (an editor saving) is not overwritten.
     """
@@ -113,6 +127,8 @@ def write_atomic(path: str, data: bytes, expected: bytes | None = None) -> None:
         st = os.stat(path)
     except FileNotFoundError:
         st = None
+    if st is not None:
+        _refuse_read_only(path, st)
     fd, tmp = tempfile.mkstemp(prefix=".nm-", suffix=".tmp", dir=os.path.dirname(path))
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -153,5 +169,8 @@ def _keep_owner(tmp: str, st: os.stat_result) -> None:
     if (new.st_uid, new.st_gid) != (st.st_uid, st.st_gid):
         try:
             os.chown(tmp, st.st_uid, st.st_gid)
-        except PermissionError:
-            pass  # only root may give a file away; the content matters more than the owner
+        except PermissionError:  # only root may give a file away; its owner may still give it its group
+            try:
+                os.chown(tmp, -1, st.st_gid)
+            except PermissionError:
+                pass  # a group the user is not in: the content matters more than the group

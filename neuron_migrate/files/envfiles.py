@@ -23,6 +23,7 @@ from neuron_migrate.suppress import LineSuppressions, line_suppressions
 
 TRN1 = re.compile(r"(?<![\w.-])(ml\.)?trn1n?\.\d*x?large\b")
 SHELL_COMMENT = re.compile(r"^\s*#")
+SUPPRESSION = re.compile(r"#\s*(noqa\b|neuron-migrate:|shellcheck\s)")
 _VALUE = r"""(?P<value>"[^"$`\\]*"|'[^']*'|[^\s"'$`\\;&|<>()#]*)"""
 SHELL_SETTING = re.compile(rf"^\s*(?:export\s+)?(?P<name>[A-Za-z_]\w*)={_VALUE}\s*(?:#.*)?$")
 DOCKER_SETTING = re.compile(rf"^\s*ENV\s+(?P<name>[A-Za-z_]\w*)(?:=|\s+){_VALUE}\s*(?:#.*)?$", re.I)
@@ -55,6 +56,7 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
         result.findings.extend(f for f, _ in found)
         if any(d.fix and d.code == REMOVED for _, d in found):
             result.applied[REMOVED] = result.applied.get(REMOVED, 0) + 1
+            out.extend(_kept_comment(line, setting, kind, source.newline))
             continue
         if not inside_command:  # a comment line would cut a continued command in two
             indent = line[:len(line) - len(line.lstrip(" \t"))]
@@ -69,6 +71,16 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
     if suppressions is not None:
         result.used_suppressions = suppressions.used
     return result
+
+
+def _kept_comment(line: str, setting: re.Pattern[str], kind: str, newline: str) -> list[str]:
+    """The comment of a removed shell setting (`export PJRT_DEVICE=NEURON  # the XLA runtime`), kept as a line of
+    its own at the setting's indentation (a Dockerfile has no comments after an instruction)."""
+    m = setting.match(line)
+    comment = line[m.end("value"):].strip() if m and kind == "shell" else ""
+    if not comment.startswith("#") or SUPPRESSION.search(comment):
+        return []
+    return [line[:len(line) - len(line.lstrip(" \t"))] + comment + (newline if line.endswith(("\n", "\r")) else "")]
 
 
 def _leaves_marker(code: str) -> bool:

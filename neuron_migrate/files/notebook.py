@@ -1,41 +1,103 @@
-"""Jupyter notebooks: the code cells are checked and rewritten together, as one module.
+"""Jupyter notebooks, read as IPython runs them: Python cells as one module, the other cells as the files they are.
 
-The cells are joined in order (so an import in cell 1 binds a name used in cell 5), with a boundary comment
-between them; IPython lines that are not Python (`%magic`, `!shell`, `x = !cmd`, `obj?`) stand in as
-`pass` placeholders while the engine runs and come back exactly as they were; cells with a non-Python cell
-magic (`%%bash`, `%%writefile`) are left out. After the rewrite, only the `source` values of the cells that
-changed are replaced in the JSON text, so outputs, metadata, key order, indentation and the final newline
-stay byte for byte and the diff shows only changed source lines. Findings carry the cell number (counting
-every cell from 1) and the line inside the cell. `!pip install` / `%pip install` lines go to the pin rules.
+IPython first takes off every cell the indentation of its first non-blank line, so the cells are read dedented
+and written back with it. The Python cells (plain, or under `%%time`, `%%capture`, ...) are joined in order (an
+import in cell 1 binds a name used in cell 5), with a boundary comment between them; IPython lines that are not
+Python (`%magic`, `!shell`, `x = !cmd`, `obj?`, with the lines a trailing `\\` continues) stand in as `pass`
+placeholders while the engine runs and come back as they were; `!pip install` / `%pip install` lines go to the
+pin rules. A `%%writefile FILE` cell is the file it writes: its body goes through the handlers of that file's kind
+(Python, requirements, shell, ... by the name), under that path; a `%%bash` / `%%sh` / `%%script bash` cell
+through those of shell scripts, under the notebook's path. Cells that are not code (`%%html`, `%%markdown`,
+unknown magics, a written file of no known kind or that its handlers cannot read) are left alone, and never make
+the notebook fail.
+
+After the rewrite, only the `source` values of the cells that changed are replaced in the JSON text, so outputs,
+metadata, key order, indentation and the final newline stay byte for byte and the diff shows only changed source
+lines. Findings carry the cell number (counting every cell from 1) and the line and column inside the cell.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
+import os
 import re
+import shlex
 from dataclasses import dataclass
 from json.decoder import scanstring
 
-from neuron_migrate.engine.python import process_python
+from neuron_migrate.engine.python import TOP_LEVEL_AWAIT, process_python
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError
 
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
+SHELL_CELL_MAGICS = frozenset({"bash", "sh", "system", "sx", "!"})
+SCRIPT_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
+WRITEFILE_MAGICS = frozenset({"writefile", "file"})
+SCRIPT_VALUE_OPTIONS = frozenset({"--proc", "--out", "--err"})  # `%%script` options that take a value
 MAGIC_LINE = re.compile(r"\s*([%!]|[\w.]+\s*=\s*[%!](?!=)|\?|[\w.]+\?{1,2}\s*$)")
 INSTALL_LINE = re.compile(r"\s*(!|%)\s*(python[\d.]*\s+-m\s+)?pip3?\s+install\b")
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # Python's physical lines: \n, \r\n or \r ends one
 NONCE = "5a17"
+
+PYTHON, EMBEDDED, SKIPPED = "python", "embedded", "skipped"
+
+
+def lines_of(text: str) -> list[str]:
+    return LINE.findall(text)
+
+
+@dataclass
+class Magic:
+    """One IPython-only logical line of a Python cell (its first line without indentation, the lines a `\\`
+    continues as they are), and the text it comes back as (the pinned install command, or itself)."""
+
+    text: str
+    replacement: str
+    line: int  # where it starts in the cell (1-based)
+    indent: int  # the width of the first line's indentation
 
 
 @dataclass
 class Cell:
     index: int  # 1-based among all cells
-    source: str
+    source: str  # as the notebook holds it
     span: tuple[int, int] | None  # where its `source` value sits in the JSON text
-    start: int = 0  # first line of the cell in the joined module (1-based)
-    placeholders: dict[str, str] = dataclasses.field(default_factory=dict)
+    indent: str = ""  # what IPython takes off each line that starts with it (the first non-blank line's indent)
+    text: str = ""  # the source as IPython runs it (dedented)
+    kind: str = PYTHON
+    file_kind: str | None = None  # for EMBEDDED cells: the kind of file the body is
+    file_path: str | None = None  # ... and the path its handlers see
+    body_line: int = 0  # for EMBEDDED cells: the line of `text` (0-based) where the body starts
+    start: int = 0  # for PYTHON cells: first line of the cell in the joined module (1-based)
+    placeholders: dict[str, Magic] = dataclasses.field(default_factory=dict)
+
+    def position(self, line: int, col: int | None) -> tuple[int, int | None]:
+        """(line, column) in the cell's source of a (line, column) in its dedented text."""
+        if col is None or not self.indent:
+            return line, col
+        lines = self.raw_lines
+        return line, col + len(self.indent) if 0 < line <= len(lines) and lines[line - 1].startswith(self.indent) \
+            else col
+
+    @functools.cached_property
+    def raw_lines(self) -> list[str]:
+        return lines_of(self.source)
+
+    def reindented(self, new: str) -> str:
+        """The rewritten dedented text with the cell's indentation back: unchanged lines as they were."""
+        if new == self.text:
+            return self.source
+        if not self.indent:
+            return new
+        old, raw, lines = lines_of(self.text), self.raw_lines, lines_of(new)
+        out: list[str] = []
+        for op, a1, a2, b1, b2 in difflib.SequenceMatcher(None, old, lines, autojunk=False).get_opcodes():
+            out += raw[a1:a2] if op == "equal" else [self.indent + x if x.strip() else x for x in lines[b1:b2]]
+        return "".join(out)
 
 
 def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
@@ -49,19 +111,14 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
     language = _language(notebook)
     if language not in (None, "python"):
         return FileResult(path, old_bytes=data, skipped=f"a {language} notebook, not Python")
-    cells = _code_cells(text, notebook)
-    module, cells = _join(cells)
-    try:
-        inner = process_python(path, module.encode("utf-8"), settings, rewrite)
-    except SourceError as exc:
-        raise SourceError(_locate(str(exc), cells)) from None
-    result = FileResult(path, old_bytes=data, applied=dict(inner.applied),
-                        findings=[_in_cell(f, cells) for f in inner.findings],
-                        manual=[_in_cell(f, cells) for f in inner.manual])
-    sources = _split(inner.new_bytes.decode("utf-8"), cells) if rewrite and inner.new_bytes \
-        else [c.source for c in cells]
-    sources = _pin_installs(path, cells, sources, settings, rewrite, result)
+    cells = _code_cells(path, text, notebook)
+    result = FileResult(path, old_bytes=data)
+    new = _python_cells(path, [c for c in cells if c.kind == PYTHON], settings, rewrite, result)
+    for cell in cells:
+        if cell.kind == EMBEDDED:
+            new[cell.index] = _embedded_cell(path, cell, settings, rewrite, result)
     if rewrite:
+        sources = [cell.reindented(new.get(cell.index, cell.text)) for cell in cells]
         new_text = _splice(text, cells, sources)
         if new_text != text:
             result.new_bytes = (data[:3] if data.startswith(b"\xef\xbb\xbf") else b"") + new_text.encode("utf-8")
@@ -69,9 +126,57 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
     return result
 
 
-def _pin_installs(path: str, cells: list[Cell], sources: list[str], settings: Settings, rewrite: bool,
-                  result: FileResult) -> list[str]:
-    """`!pip install` / `%pip install` lines, pinned like install lines of shell scripts (the pin rules).
+def _python_cells(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult
+                  ) -> dict[int, str]:
+    """The Python cells checked (and rewritten) as one module; their new dedented texts by cell index."""
+    if not cells:
+        return {}
+    module = _join(cells)
+    _pin_installs(path, cells, settings, rewrite, result)
+    awaiting = TOP_LEVEL_AWAIT.set(True)  # IPython runs `await` at the top level of a cell
+    try:
+        inner = process_python(path, module.encode("utf-8"), settings, rewrite)
+    except SourceError as exc:
+        raise SourceError(_locate(str(exc), cells)) from None
+    finally:
+        TOP_LEVEL_AWAIT.reset(awaiting)
+    for code, n in inner.applied.items():
+        result.applied[code] = result.applied.get(code, 0) + n
+    result.findings += [_in_module(f, cells) for f in inner.findings]
+    result.manual += [_in_module(f, cells) for f in inner.manual]
+    result.files_read.update(inner.files_read)
+    if not rewrite:
+        return {}
+    rewritten = inner.new_bytes.decode("utf-8") if inner.new_bytes else module
+    return {cell.index: new for cell, new in zip(cells, _split(rewritten, cells))}
+
+
+def _embedded_cell(path: str, cell: Cell, settings: Settings, rewrite: bool, result: FileResult) -> str:
+    """A `%%writefile` or shell cell through the handlers of its body's kind; the cell's new dedented text (its
+    text where nothing changes or the handlers cannot read the body: the cell is then left alone)."""
+    from neuron_migrate.engine import handlers
+
+    lines = lines_of(cell.text)
+    head, body = "".join(lines[:cell.body_line]), "".join(lines[cell.body_line:])
+    try:
+        inner = handlers.process(cell.file_path, body.encode("utf-8"), cell.file_kind, settings, rewrite)
+    except SourceError:
+        return cell.text
+    if inner is None or inner.error:
+        return cell.text
+    for code, n in inner.applied.items():
+        result.applied[code] = result.applied.get(code, 0) + n
+    result.findings += [_in_cell(f, cell, cell.body_line, path) for f in inner.findings]
+    result.manual += [_in_cell(f, cell, cell.body_line, path) for f in inner.manual]
+    result.files_read.update(inner.files_read)
+    if rewrite and inner.changed:
+        return head + inner.new_bytes.decode("utf-8")
+    return cell.text
+
+
+def _pin_installs(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult) -> None:
+    """`!pip install` / `%pip install` lines (with the lines they continue on), pinned like install lines of shell
+    scripts (the pin rules): the pinned command is what the placeholder comes back as.
 
     Cells run in order, so a package an earlier cell installs is not added again later; findings are placed at
     their cell and line, and the pins' counts join the result's.
@@ -79,23 +184,21 @@ def _pin_installs(path: str, cells: list[Cell], sources: list[str], settings: Se
     from neuron_migrate.pin.shell import pin_install_command
 
     present: set[str] = set()
-    out = []
-    for cell, source in zip(cells, sources):
-        lines = source.splitlines(keepends=True)
-        for number, (line, starts) in enumerate(zip(lines, _logical_starts(lines)), start=1):
-            body = line.rstrip("\r\n")
-            if not (starts and INSTALL_LINE.match(line)):
+    for cell in cells:
+        for magic in cell.placeholders.values():
+            if not INSTALL_LINE.match(magic.text):
                 continue
-            pinned = pin_install_command(body, settings, path=path, rewrite=rewrite, present=frozenset(present))
+            pinned = pin_install_command(magic.text, settings, path=path, rewrite=rewrite,
+                                         present=frozenset(present))
             present |= pinned.installs
-            result.findings += [dataclasses.replace(f, path=path, line=number + f.line - 1, cell=cell.index,
-                                                    end_line=None if f.end_line is None else number + f.end_line - 1)
-                                for f in pinned.findings]
+            for f in pinned.findings:
+                result.findings.append(_at(
+                    f, cell, path, magic.line + f.line - 1, f.col + (magic.indent if f.line == 1 else 0),
+                    None if f.end_line is None else magic.line + f.end_line - 1,
+                    None if f.end_col is None else f.end_col + (magic.indent if f.end_line == 1 else 0)))
             for code, n in pinned.applied.items():
                 result.applied[code] = result.applied.get(code, 0) + n
-            lines[number - 1] = pinned.text + line[len(body):]
-        out.append("".join(lines))
-    return out
+            magic.replacement = pinned.text
 
 
 def _language(notebook: dict) -> str | None:
@@ -106,71 +209,145 @@ def _language(notebook: dict) -> str | None:
     return None
 
 
-# -- cells to one module and back ----------------------------------------------------------------------------
+# -- the cells as IPython reads them ---------------------------------------------------------------------------
 
-def _code_cells(text: str, notebook: dict) -> list[Cell]:
+def _code_cells(path: str, text: str, notebook: dict) -> list[Cell]:
     spans = _source_spans(text)
     out = []
     for i, (cell, span) in enumerate(zip(notebook["cells"], spans), start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
-        source = "".join(source) if isinstance(source, list) else source
-        if not isinstance(source, str) or not _is_python_cell(source):
+        source = "".join(source) if isinstance(source, list) and all(isinstance(s, str) for s in source) \
+            else source
+        if not isinstance(source, str):
             continue
-        out.append(Cell(i, source, span))
+        found = Cell(i, source, span)
+        found.indent, found.text = _dedented(source)
+        _classify(path, found)
+        if found.kind != SKIPPED:
+            out.append(found)
     return out
 
 
-def _is_python_cell(source: str) -> bool:
-    first = source.lstrip().split("\n", 1)[0]
-    if not first.startswith("%%"):
-        return True
-    name = first[2:].split(maxsplit=1)[0] if first[2:].strip() else ""
-    return name in PYTHON_CELL_MAGICS
+def _dedented(source: str) -> tuple[str, str]:
+    """IPython's first step on a cell: the indentation of the first non-blank line is taken off every line that
+    starts with it. Returns (that indentation, the text)."""
+    lines = lines_of(source)
+    first = next((line for line in lines if line.strip()), "")
+    indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if not indent:
+        return "", source
+    return indent, "".join(line[len(indent):] if line.startswith(indent) else line for line in lines)
 
+
+def _classify(path: str, cell: Cell) -> None:
+    """Python (plain, or under a cell magic that runs Python), EMBEDDED (the body is a file of a kind the tool
+    handles: `%%writefile FILE`, shell cell magics) or SKIPPED (not code, or not code the tool reads)."""
+    from neuron_migrate.engine.discover import kind_of
+
+    lines = lines_of(cell.text)
+    first = next((n for n, line in enumerate(lines) if line.strip()), None)
+    if first is None or not lines[first].startswith("%%"):
+        return
+    words = _words(lines[first][2:])
+    name, args = (words[0], words[1:]) if words else ("", [])
+    cell.body_line = first + 1
+    if name in PYTHON_CELL_MAGICS:
+        return
+    cell.kind = EMBEDDED
+    if name in WRITEFILE_MAGICS:
+        target = next((a for a in args if not a.startswith("-")), None)
+        kind = kind_of(target) if target else None
+        if kind is not None and kind != "notebook":
+            cell.file_kind = kind
+            cell.file_path = os.path.normpath(os.path.join(os.path.dirname(path), os.path.expanduser(target)))
+            return
+    elif name in SHELL_CELL_MAGICS or (name == "script" and os.path.basename(_program(args)) in SCRIPT_SHELLS):
+        cell.file_kind, cell.file_path = "shell", path
+        return
+    cell.kind = SKIPPED
+
+
+def _words(line: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError:  # an unclosed quote
+        return line.split()
+
+
+def _program(args: list[str]) -> str:
+    """The program a `%%script [options] PROGRAM` cell runs."""
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg in SCRIPT_VALUE_OPTIONS:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return ""
+
+
+# -- Python cells to one module and back ---------------------------------------------------------------------
 
 def _boundary(n: int) -> str:
     return f"# @@@ {NONCE} c{n}"
 
 
-def _join(cells: list[Cell]) -> tuple[str, list[Cell]]:
+def _join(cells: list[Cell]) -> str:
     lines: list[str] = []
     for n, cell in enumerate(cells):
         if n:
             lines.append(_boundary(n) + "\n")
         cell.start = len(lines) + 1
-        body = _mask(cell)
-        lines.extend(body.splitlines(keepends=True))
-        if lines and not lines[-1].endswith("\n"):
+        lines.extend(lines_of(_mask(cell)))
+        if lines and not lines[-1].endswith(("\n", "\r")):
             lines[-1] += "\n"
-    return "".join(lines), cells
+    return "".join(lines)
 
 
 def _mask(cell: Cell) -> str:
-    """The cell's code with every IPython-only line replaced by a `pass` placeholder of the same indentation."""
+    """The cell's code with every IPython-only logical line replaced by a `pass` placeholder of the same
+    indentation, and the physical lines it continues on by comments: the line count stays."""
     out = []
-    lines = cell.source.splitlines(keepends=True)
-    for line, starts in zip(lines, _logical_starts(lines)):
-        if starts and MAGIC_LINE.match(line) and not line.lstrip().startswith("#"):
-            tag = f"# @@@ {NONCE} m{len(cell.placeholders)}"
-            cell.placeholders[tag] = line.rstrip("\r\n").lstrip()
-            indent = line[: len(line) - len(line.lstrip())]
-            out.append(f"{indent}pass  {tag}\n")
-        else:
+    lines = lines_of(cell.text)
+    starts = _logical_starts(lines)
+    n = 0
+    while n < len(lines):
+        line = lines[n]
+        if not (starts[n] and MAGIC_LINE.match(line) and not line.lstrip().startswith("#")):
             out.append(line)
+            n += 1
+            continue
+        end = n + 1
+        while end < len(lines) and not starts[end]:
+            end += 1
+        tag = f"# @@@ {NONCE} m{len(cell.placeholders)}"
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        text = _without_newline(stripped + "".join(lines[n + 1:end]))
+        cell.placeholders[tag] = Magic(text, text, n + 1, len(indent))
+        out.append(f"{indent}pass  {tag}\n")
+        out += [f"{indent}{tag}.{k}\n" for k in range(1, end - n)]
+        n = end
     return "".join(out)
 
 
+def _without_newline(text: str) -> str:
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith(("\n", "\r")) else text
+
+
 def _logical_starts(lines: list[str]) -> list[bool]:
-    """For each line, whether it begins a new logical line (not inside brackets, a string or a continuation)."""
+    """For each line, whether it begins a new logical line (not inside brackets, a string or a continuation).
+    An IPython line (`!cmd`, `%magic`) continues while its lines end with a backslash, as IPython reads it."""
     out = []
     depth, quote, continued = 0, "", False
     for line in lines:
         starts = depth == 0 and not quote and not continued
         out.append(starts)
-        if starts and MAGIC_LINE.match(line):
-            continued = False
+        if (starts or continued == "magic") and (continued == "magic" or MAGIC_LINE.match(line)):
+            continued = "magic" if _without_newline(line).endswith("\\") else False
             continue
         continued = False
         i = 0
@@ -187,7 +364,7 @@ def _logical_starts(lines: list[str]) -> list[bool]:
             elif c == "#":
                 break
             elif c in "\"'":
-                quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else c
+                quote = line[i:i + 3] if line[i:i + 3] in ('\"\"\"', "\'\'\'") else c
                 i += len(quote)
                 continue
             elif c in "([{":
@@ -203,10 +380,10 @@ def _logical_starts(lines: list[str]) -> list[bool]:
 
 
 def _split(module: str, cells: list[Cell]) -> list[str]:
-    """The rewritten module cut back into cell sources, with the IPython lines restored."""
+    """The rewritten module cut back into the cells' dedented texts, with the IPython lines restored."""
     parts: list[list[str]] = [[]]
     boundaries = {_boundary(n) for n in range(1, len(cells))}
-    for line in module.splitlines(keepends=True):
+    for line in lines_of(module):
         if line.rstrip("\r\n") in boundaries:
             parts.append([])
         else:
@@ -217,26 +394,46 @@ def _split(module: str, cells: list[Cell]) -> list[str]:
     out = []
     for cell, lines in zip(cells, parts):
         text = "".join(_restore(line, cell) for line in lines)
-        if not cell.source.endswith("\n") and text.endswith("\n"):
+        if not cell.text.endswith(("\n", "\r")) and text.endswith("\n"):
             text = text[:-1]
         out.append(text)
     return out
 
 
 def _restore(line: str, cell: Cell) -> str:
+    """A module line as the cell holds it: a placeholder becomes its IPython line again (the lines it continues
+    on come with it, so their own placeholders go)."""
     stripped = line.strip()
-    if stripped.startswith("pass  # @@@"):
-        tag = stripped[len("pass  "):]
-        if tag in cell.placeholders:
-            return line[: len(line) - len(line.lstrip())] + cell.placeholders[tag] + "\n"
+    if stripped.startswith(f"# @@@ {NONCE} m") and "." in stripped and stripped.rsplit(".", 1)[0] in cell.placeholders:
+        return ""
+    tag = stripped[len("pass  "):] if stripped.startswith("pass  # @@@") else stripped  # or the comment alone,
+    if tag in cell.placeholders:  # kept where an edit removed the statement around the placeholder
+        newline = line[len(line.rstrip("\r\n")):] or "\n"
+        return line[: len(line) - len(line.lstrip())] + cell.placeholders[tag].replacement + newline
     return line
 
 
-def _in_cell(finding: Finding, cells: list[Cell]) -> Finding:
+def _in_module(finding: Finding, cells: list[Cell]) -> Finding:
     cell = _cell_at(finding.line, cells)
     shift = cell.start - 1
-    return dataclasses.replace(finding, cell=cell.index, line=finding.line - shift,
-                               end_line=finding.end_line - shift if finding.end_line is not None else None)
+    return _at(finding, cell, finding.path, finding.line - shift, finding.col,
+               None if finding.end_line is None else finding.end_line - shift, finding.end_col)
+
+
+def _in_cell(finding: Finding, cell: Cell, offset: int, path: str) -> Finding:
+    """A finding of an embedded body (line 1 is the cell's line `offset + 1`), placed in the notebook."""
+    return _at(finding, cell, path, finding.line + offset, finding.col,
+               None if finding.end_line is None else finding.end_line + offset, finding.end_col)
+
+
+def _at(finding: Finding, cell: Cell, path: str, line: int, col: int, end_line: int | None,
+        end_col: int | None) -> Finding:
+    """The finding at (line, col) .. (end_line, end_col) of the cell's dedented text, placed in its source."""
+    line, col = cell.position(line, col)
+    if end_line is not None:
+        end_line, end_col = cell.position(end_line, end_col)
+    return dataclasses.replace(finding, path=path, cell=cell.index, line=line, col=col, end_line=end_line,
+                               end_col=end_col)
 
 
 def _cell_at(line: int, cells: list[Cell]) -> Cell:
@@ -252,7 +449,8 @@ def _locate(message: str, cells: list[Cell]) -> str:
     if not m or not cells:
         return message
     cell = _cell_at(int(m.group(1)), cells)
-    return f"cell {cell.index}, line {int(m.group(1)) - cell.start + 1}:{m.group(2)}: {m.group(3)}"
+    line, col = cell.position(int(m.group(1)) - cell.start + 1, int(m.group(2)))
+    return f"cell {cell.index}, line {line}:{col}: {m.group(3)}"
 
 
 # -- the JSON text: find each cell's `source` and replace only what changed ----------------------------------

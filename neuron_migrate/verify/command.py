@@ -77,6 +77,10 @@ def verify(script, args, migrated, reference_python, target, max_steps, nproc, s
         report = verify_script(Path(script), options, workdir)
     except VerifyError as exc:
         _error(f"{script}: error: {exc}")
+    except OSError as exc:  # the environment (a folder that cannot be copied, a full disk): no verdict, exit 2
+        _error(f"{script}: error: {_short(exc.strerror or exc)}")
+    except Exception as exc:  # neither equivalent (0) nor different (1): an error (2), not a traceback's 1
+        _error(f"{script}: error: internal error ({type(exc).__name__}: {_short(exc)}); please report it")
     finally:  # on every exit, Ctrl-C and SIGTERM included: the runs' folders go
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -87,6 +91,11 @@ def verify(script, args, migrated, reference_python, target, max_steps, nproc, s
 
 def _terminate(signum, frame) -> None:
     raise SystemExit(128 + signum)
+
+
+def _short(what: object, limit: int = 300) -> str:
+    text = " ".join(str(what).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
 
 
 def _error(message: str) -> None:
