@@ -66,7 +66,7 @@ def main() -> None:
     \b
     Start with:  neuron-migrate rewrite --diff src/    (review, writes nothing)
     Then:        neuron-migrate rewrite src/           (apply)
-                 neuron-migrate check src/             (what is left, and what the native backend lacks)
+                 neuron-migrate check src/             (what is left; what the native backend lacks)
     """
 
 
