@@ -8,6 +8,7 @@ such imports goes away whole, and an `if <feature test>:` guard left empty goes 
 from __future__ import annotations
 
 import re
+import sys
 from collections import ChainMap
 from typing import Callable, Mapping
 
@@ -228,9 +229,76 @@ def _walk(node: cst.CSTNode):
 
 
 def _add_imports(module: cst.Module, required: list[tuple[str, str | None]]) -> cst.Module:
+    """Third-party imports (torch) where the legacy import was, or after the leading imports; standard-library
+    ones (os) in the file's standard-library block (see `_add_stdlib_import`)."""
     if not required:
         return module
+    stdlib = [(m, a) for m, a in required if section(m) == STDLIB]
+    module = _add_other_imports(module, [(m, a) for m, a in required if section(m) != STDLIB])
+    for m, a in stdlib:
+        module = _add_stdlib_import(module, cst.parse_statement(f"import {m} as {a}\n" if a else f"import {m}\n"), m)
+    return module
+
+
+FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY = range(4)  # the blocks of a module's imports, in their order
+
+
+def section(module: str) -> int:
+    root = module.split(".")[0]
+    if root == "__future__":
+        return FUTURE
+    return STDLIB if root in sys.stdlib_module_names else THIRD_PARTY
+
+
+def _line_section(stmt: cst.BaseStatement) -> tuple[int, str, bool] | None:
+    """(block, module, is a `from` import) of a top-level import line; None for any other statement."""
+    if not _is_import_line(stmt):
+        return None
+    first = stmt.body[0]
+    if isinstance(first, cst.ImportFrom):
+        if first.relative or first.module is None:
+            return FIRST_PARTY, "", True
+        name = dotted_str(first.module)
+        return section(name), name, True
+    name = dotted_str(first.names[0].name)
+    return section(name), name, False
+
+
+def _add_stdlib_import(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> cst.Module:
+    """`import os` into the leading standard-library block: in name order among its `import` lines (which
+    come before its `from` lines); a file without one gets a block of its own before its other imports (after
+    `from __future__` imports and the docstring), set off by a blank line."""
+    body = list(module.body)
+    leading: list[tuple[int, tuple[int, str, bool]]] = []
+    for i, stmt in enumerate(body):
+        found = _line_section(stmt)
+        if found is None and not (i == 0 and is_docstring(stmt)):
+            break
+        if found is not None:
+            leading.append((i, found))
+    block = [(i, m, is_from) for i, (sec, m, is_from) in leading if sec == STDLIB]
+    if block:
+        before = next((i for i, m, is_from in block if is_from or m > name), None)
+        if before is None:
+            return module.with_changes(body=[*body[:block[-1][0] + 1], new, *body[block[-1][0] + 1:]])
+        if before == block[0][0]:
+            new = new.with_changes(leading_lines=body[before].leading_lines)
+            body[before] = body[before].with_changes(leading_lines=[])
+        return module.with_changes(body=[*body[:before], new, *body[before:]])
+    later = next((i for i, (sec, _m, _f) in leading if sec > STDLIB), None)
+    if later is not None:
+        new = new.with_changes(leading_lines=body[later].leading_lines)
+        body[later] = body[later].with_changes(leading_lines=[cst.EmptyLine()])
+        return module.with_changes(body=[*body[:later], new, *body[later:]])
+    return _add_other_imports(module, [], [new])
+
+
+def _add_other_imports(module: cst.Module, required: list[tuple[str, str | None]],
+                       statements: list[cst.SimpleStatementLine] = ()) -> cst.Module:
     new = [cst.parse_statement(f"import {m} as {a}\n" if a else f"import {m}\n") for m, a in required]
+    new += list(statements)
+    if not new:
+        return module
     body = list(module.body)
     index = _import_position(body)
     if index < len(body) and _mentions_legacy_import(body[index]):
