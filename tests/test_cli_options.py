@@ -333,3 +333,26 @@ def test_help_and_tables_fit_100_columns():
     assert len(fix_columns) == 1  # the fix column is aligned, whatever the length of the names
     summary_column = {len(line) - len(line.lstrip()) for line in rules if line.startswith(" ")}
     assert len(summary_column) <= 1
+
+
+def test_readme_try_it_command_does_what_the_readme_says(tmp_path):
+    import shlex
+    import shutil
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Try it"):]
+    line = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+    command = shlex.split(line.split("&&")[-1])
+    assert command[:2] == ["neuron-migrate", "rewrite"] and "--diff" in command
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")  # the command runs in the clone
+    before = {p: p.read_bytes() for p in (tmp_path / "examples").rglob("*") if p.is_file()}
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_MIGRATE_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "user-cache")
+    out = subprocess.run([sys.executable, "-m", "neuron_migrate", *command[1:]], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1 and "exits 1" in section  # the README says so
+    assert out.stdout.startswith("--- a/examples/") and "Would rewrite" in out.stderr
+    assert {p: p.read_bytes() for p in (tmp_path / "examples").rglob("*") if p.is_file()} == before
+    assert (tmp_path / ".neuron_migrate_cache").is_dir() and ".neuron_migrate_cache/" in section
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".neuron_migrate_cache", "examples", "pyproject.toml"]
