@@ -191,7 +191,7 @@ def test_add_noqa_silences_the_current_findings(tmp_path):
     assert before
     out = cli("check", "--no-cache", "--add-noqa", str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"in 2 files" in out.stdout
+    assert "in 2 files" in out.stdout
     text = code.read_text()
     compile(text, "train.py", "exec")
     assert "xm.xla_device())  # noqa: NM101\n" in text  # the last line of the statement

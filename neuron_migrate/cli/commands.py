@@ -38,7 +38,8 @@ def _codes(values: tuple[str, ...]) -> frozenset[str]:
 
 def common_options(f):
     f = click.option("--select", multiple=True, metavar="CODES",
-                     help="Only these rule codes or prefixes: `--select NM1,NM301` or `--select NM1 --select NM301`.")(f)
+                     help="Only these rule codes or prefixes: `--select NM1,NM301` or `--select NM1 "
+                     "--select NM301`.")(f)
     f = click.option("--ignore", multiple=True, metavar="CODES",
                      help="Skip these rule codes or prefixes (comma-separated or repeated).")(f)
     f = click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
