@@ -153,7 +153,6 @@ class Output:
         self.output_file = output_file
         self.chunks: list[str] = []
         self.style = PLAIN if output_file else style_for(color, sys.stdout)
-        self.err_style = style_for(color, sys.stderr)
 
     def echo(self, text: str = "", nl: bool = True) -> None:
         if self.output_file is None:
@@ -216,8 +215,7 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors, warnings = result.errors, result.warnings
     if add_noqa:
-        _add_noqa(findings, errors, warnings, paths, resolved, jobs, quiet)
-        return
+        _add_noqa(findings, errors, warnings, quiet)
     known.update((r.path, r.old_bytes) for r in result.results if r.old_bytes is not None)
     sources = reports.Sources(known)
     out = Output(output_file, color)
@@ -235,10 +233,13 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     elif fmt == "github":
         out.echo(reports.github_annotations(findings, errors, sources))
     else:
+        lines: dict[tuple[str, int | None], list[str] | None] = {}  # the source lines of each file (or cell)
         for f in findings:
             out.echo(finding_line(f, style))
             if fmt == "full":
-                for line in code_frame(f, source_lines(sources.data(f.path), f.cell), style):
+                if (f.path, f.cell) not in lines:
+                    lines[f.path, f.cell] = source_lines(sources.data(f.path), f.cell)
+                for line in code_frame(f, lines[f.path, f.cell], style):
                     out.echo(line)
                 out.echo()
     out.close()
@@ -246,11 +247,11 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
         _report_errors(errors, warnings)
         if not quiet:
             click.echo(check_summary(findings, len(result.results), len(errors)),
-                       err=bool(findings or errors))
+                       err=bool(findings or errors) or fmt == "json")
     sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
-def _add_noqa(findings, errors, warnings, paths, resolved, jobs, quiet) -> None:
+def _add_noqa(findings, errors, warnings, quiet: bool) -> NoReturn:
     from neuron_migrate.cli.noqa import add_noqa
     from neuron_migrate.engine.sources import SourceError, read_bytes
 
