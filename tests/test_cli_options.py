@@ -356,3 +356,14 @@ def test_readme_try_it_command_does_what_the_readme_says(tmp_path):
     assert {p: p.read_bytes() for p in (tmp_path / "examples").rglob("*") if p.is_file()} == before
     assert (tmp_path / ".neuron_migrate_cache").is_dir() and ".neuron_migrate_cache/" in section
     assert sorted(p.name for p in tmp_path.iterdir()) == [".neuron_migrate_cache", "examples", "pyproject.toml"]
+
+
+def test_doctor_colours_its_status_column_only_when_asked_or_on_a_terminal():
+    env = {k: "" for k in ("NO_COLOR", "FORCE_COLOR", "CI")}
+    env["TERM"] = "xterm"
+    plain = cli("doctor", "--no-device")
+    assert not ANSI.search(plain.stdout)
+    forced = cli("doctor", "--no-device", "--color", "always")
+    assert ANSI.search(forced.stdout) and ANSI.sub("", forced.stdout).split() == plain.stdout.split()
+    assert ANSI.search(_on_a_terminal(["doctor", "--no-device"], env))
+    assert not ANSI.search(_on_a_terminal(["doctor", "--no-device"], {**env, "NO_COLOR": "1"}))
