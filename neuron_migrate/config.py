@@ -63,6 +63,20 @@ def find_config(paths: Iterable[str]) -> Path | None:
     return None
 
 
+def explicit_table(path: Path) -> dict:
+    """The settings of a file named with `--config`: a pyproject.toml's [tool.neuron-migrate] table, or the
+    top level of any other TOML file (a `neuron-migrate.toml` holding the keys themselves)."""
+    if not path.is_file():
+        raise ConfigError(f"--config {path}: no such file")
+    data = _read(path)
+    table = data.get("tool", {}).get(TABLE) if isinstance(data.get("tool"), dict) else None
+    if table is not None:
+        return table
+    if path.name == "pyproject.toml":
+        raise ConfigError(f"--config {path}: the file has no [tool.{TABLE}] table")
+    return data
+
+
 def _read(path: Path) -> dict:
     try:
         with open(path, "rb") as fh:
@@ -158,11 +172,16 @@ def resolve(paths: Iterable[str], **flags) -> Resolved:
     A flag replaces the file's value, except `ignore` and `exclude`, which add to it.
 
     Flags: select, ignore (frozensets), exclude (tuple), compile (bool), torch, device_style (str),
-    safe_only (bool).
+    safe_only (bool); config_file (a path): this file instead of the pyproject.toml found from the paths.
     """
     paths = list(paths)
-    source = find_config(paths)
-    values = parse_table(_read(source)["tool"][TABLE], source) if source is not None else {}
+    config_file = flags.pop("config_file", None)
+    if config_file is not None:
+        source = Path(config_file)
+        values = parse_table(explicit_table(source), source)
+    else:
+        source = find_config(paths)
+        values = parse_table(_read(source)["tool"][TABLE], source) if source is not None else {}
     given = {k: v for k, v in flags.items() if v is not None}
     if "ignore" in given:
         given["ignore"] = given["ignore"] | values.get("ignore", frozenset())

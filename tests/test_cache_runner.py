@@ -82,10 +82,10 @@ def test_concurrent_runs_share_the_cache_safely(tmp_path, cache_dir):
 
 def test_parallel_output_is_in_discovery_order_and_no_cache_writes_no_cache(tmp_path, cache_dir):
     repo = _repo(tmp_path / "repo", n=24)
-    one = cli("check", "--no-cache", "-j", "1", str(repo))
+    one = cli("check", "--no-cache", "-j", "1", "--output-format", "concise", str(repo))
     two = cli("check", "--no-cache", "-j", "2", "--format", "json", str(repo))
     assert one.returncode == two.returncode == 1
-    assert one.stdout == cli("check", "--no-cache", "-j", "2", str(repo)).stdout
+    assert one.stdout == cli("check", "--no-cache", "-j", "2", "--output-format", "concise", str(repo)).stdout
     assert len(json.loads(two.stdout)["findings"]) == one.stdout.count("\n")
     assert not cache_dir.exists()
     assert "\r" not in one.stderr  # piped: no progress bar

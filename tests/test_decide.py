@@ -131,7 +131,7 @@ def test_sarif_runs_the_pipeline_once_and_carries_the_fixes(tmp_path, monkeypatc
     results = json.loads(out.output)["runs"][0]["results"]
     assert {r["ruleId"] for r in results} == {"NM101", "NM190"}
     assert all(r.get("fixes") for r in results)
-    text = CliRunner().invoke(commands.check, ["--no-cache", "train.py"]).output
+    text = CliRunner().invoke(commands.check, ["--no-cache", "--output-format", "concise", "train.py"]).output
     assert text.count("NM1") == len(results)
 
 

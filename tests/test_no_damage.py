@@ -313,7 +313,7 @@ def test_folder_loop_is_reported_and_the_rest_is_processed(tmp_path):
     (tmp_path / "pkg" / "train.py").write_bytes(LEGACY)
     (tmp_path / "pkg" / "again").symlink_to(tmp_path, target_is_directory=True)
     proc = cli("rewrite", str(tmp_path))
-    assert proc.returncode == 2
-    assert f"{tmp_path / 'pkg' / 'again'}: error: symbolic link back to a folder that contains it (a loop); " \
+    assert proc.returncode == 0, proc.stderr  # told, but not a failure of the run
+    assert f"{tmp_path / 'pkg' / 'again'}: warning: symbolic link back to a folder that contains it (a loop); " \
            "skipped" in proc.stderr
     assert (tmp_path / "pkg" / "train.py").read_bytes() == MIGRATED

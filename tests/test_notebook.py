@@ -73,7 +73,7 @@ def test_check_points_at_cell_and_line(tmp_path):
     assert proc.returncode == 1
     assert f"{path}:cell 4:2:10: NM101" in proc.stdout
     assert f"{path}:cell 4:5:5: NM103" in proc.stdout
-    assert f"{path}:cell 2:1:14: NM602 `torch-neuronx==2.8.0` is the legacy XLA build" in proc.stdout
+    assert f"{path}:cell 2:1:14: NM602 [*] `torch-neuronx==2.8.0` is the legacy XLA build" in proc.stdout
     assert "cell 5" not in proc.stdout  # the %%bash cell is not Python
 
 

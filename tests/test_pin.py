@@ -305,7 +305,7 @@ def test_check_and_rewrite_run_the_pin_handlers(tmp_path):
     req.write_text(LEGACY)
     check = cli("check", str(tmp_path))
     assert check.returncode == 1
-    assert "requirements.txt:2:1: NM602 `torch-neuronx==2.1.*` is the legacy XLA build" in check.stdout
+    assert "requirements.txt:2:1: NM602 [*] `torch-neuronx==2.1.*` is the legacy XLA build" in check.stdout
     assert cli("rewrite", str(tmp_path)).returncode == 0
     assert "torch-neuronx==2.14.*" in req.read_text()
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 from tests.helpers import ROOT, cli
@@ -63,3 +65,118 @@ def test_hook_mode_with_no_files_deleted_files_and_excluded_files(tmp_path):
         assert excluded.returncode == 0, excluded.stdout
     assert (vendor / "old.py").read_text(encoding="utf-8") == LEGACY
     assert cli("check", "--hook", "--no-cache", "vendor/old.py", cwd=tmp_path).returncode == 1
+
+
+# -- every file kind reaches the hooks; the README's snippets work ----------------------------------------------
+
+KINDS_FILES = {
+    "train.py": LEGACY,
+    "setup.py": 'from setuptools import setup\nsetup(name="x", install_requires=["torch-xla==2.1.0"])\n',
+    "requirements.txt": "torch-xla==2.1.0\n",
+    "pyproject.toml": '[project]\nname = "x"\nversion = "1"\ndependencies = ["torch-neuronx==2.1.2"]\n',
+    "setup.cfg": "[metadata]\nname = x\n[options]\ninstall_requires =\n    torch-xla==2.1.0\n",
+    "Dockerfile": "FROM python:3.11\nENV PJRT_DEVICE=NEURON\n",
+    "scripts/run.sh": "#!/bin/sh\nexport PJRT_DEVICE=NEURON\npython train.py\n",
+}
+
+
+def _hooks() -> list[dict]:
+    import yaml
+
+    return yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+
+
+def _sample_names(pattern: str) -> list[str]:
+    return [pattern.replace("*", fill) for fill in ("", "-dev", "x")]
+
+
+def test_hook_file_patterns_take_exactly_the_kinds_the_tool_handles():
+    from neuron_migrate.engine.discover import KINDS, kind_of
+
+    for hook in _hooks():
+        assert "types_or" not in hook and "types" not in hook, hook["id"]
+        files = re.compile(hook["files"])
+        names = [n for pattern, _kind in KINDS for n in _sample_names(pattern)]
+        names += ["notes.txt", "README.md", "config.yaml", "setup.py.orig", "pyproject.toml.bak", "Makefile"]
+        for name in names:
+            for path in (name, f"sub/dir/{name}"):
+                assert bool(files.search(path)) == (kind_of(path) is not None), (hook["id"], path)
+
+
+def _shim(folder: Path) -> Path:
+    """A `neuron-migrate` command on PATH that runs this checkout (what `pip install` puts there)."""
+    folder.mkdir()
+    script = folder / "neuron-migrate"
+    script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                      "from neuron_migrate.cli import main\nsys.exit(main())\n", encoding="utf-8")
+    script.chmod(0o755)
+    return folder
+
+
+def _run(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PRE_COMMIT_HOME": str(repo.parent / "pre-commit-home"),
+           "NEURON_MIGRATE_CACHE_DIR": str(repo.parent / "cache"),
+           "PATH": f"{_shim(repo.parent / 'bin') if not (repo.parent / 'bin').exists() else repo.parent / 'bin'}"
+                   f"{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "pre_commit", *args], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _staged_repo(repo: Path, config: str) -> None:
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    for name, text in KINDS_FILES.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text, encoding="utf-8")
+    (repo / "notes.txt").write_text("torch-xla==2.1.0\n", encoding="utf-8")
+    (repo / ".pre-commit-config.yaml").write_text(config, encoding="utf-8")
+    _git(repo, "add", ".")
+
+
+def test_the_hooks_check_and_fix_every_kind_with_the_real_pre_commit(tmp_path):
+    """The hooks of .pre-commit-hooks.yaml, as a `repo: local` (offline: no clone, no install)."""
+    import yaml
+
+    hooks = [{**{k: h[k] for k in ("id", "name", "entry", "files")}, "language": "system"} for h in _hooks()]
+    repo = tmp_path / "repo"
+    _staged_repo(repo, yaml.safe_dump({"repos": [{"repo": "local", "hooks": hooks}]}))
+    check = _run(repo, "run", "neuron-migrate-check", "--all-files")
+    assert check.returncode == 1, check.stdout + check.stderr
+    for name in KINDS_FILES:
+        assert re.search(rf"^{re.escape(name)}:\d+:\d+: NM\d+", check.stdout, re.M), (name, check.stdout)
+    assert "notes.txt" not in check.stdout
+    fix = _run(repo, "run", "neuron-migrate-fix", "--all-files")
+    assert fix.returncode == 1 and "files were modified by this hook" in fix.stdout, fix.stdout + fix.stderr
+    for name, text in KINDS_FILES.items():
+        assert (repo / name).read_text(encoding="utf-8") != text, name
+    assert (repo / "notes.txt").read_text(encoding="utf-8") == "torch-xla==2.1.0\n"
+
+
+def _readme_block(after: str, language: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index(after)
+    m = re.compile(rf"```{language}\n(.*?)```", re.S).search(text, start)
+    return textwrap.dedent(m.group(1))
+
+
+def test_readme_local_hook_snippet_runs(tmp_path):
+    import yaml
+
+    snippet = _readme_block("needs no tag", "yaml")
+
+    config = yaml.safe_load(snippet)
+    assert config["repos"][0]["repo"] == "local"
+    repo = tmp_path / "repo"
+    _staged_repo(repo, snippet)
+    out = _run(repo, "run", "--all-files")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "train.py:3:10: NM101" in out.stdout and "requirements.txt:1:1: NM601" in out.stdout
+
+
+def test_readme_tagged_snippet_names_the_release_tag_scheme():
+    from neuron_migrate import __version__
+
+    snippet = _readme_block("Release tags", "yaml")
+    assert f"rev: v{__version__}" in snippet
+    header = (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    assert f"rev: v{__version__}" in header

@@ -7,12 +7,16 @@ when called, so `check`, `rewrite` and `pin` start fast and never import torch.
 from __future__ import annotations
 
 import importlib
+import re
 import signal
 import sys
 
 import click
 
 from neuron_migrate import __version__
+
+HELP_WIDTH = 100  # help texts and tables fit this many columns
+SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)\.(?=\s|$)")
 
 # name -> "module:attribute" of a click command, imported on first use.
 LAZY_COMMANDS: dict[str, str] = {
@@ -54,8 +58,26 @@ class LazyGroup(click.Group):
             click.echo(f"Interrupted: {what}.", err=True)
             ctx.exit(128 + signum)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with the whole first sentence of its help (wrapped), not click's cut at 45 characters or
+        at the first full stop (which `e.g.` has)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.short_help or first_sentence(cmd.help or "")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+
+def first_sentence(text: str) -> str:
+    paragraph = " ".join(text.strip().split("\n\n")[0].split())
+    m = SENTENCE_END.search(paragraph)
+    return paragraph[: m.end()] if m else paragraph
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": HELP_WIDTH})
 @click.version_option(__version__, prog_name="neuron-migrate")
 def main() -> None:
     """Migrate torch_xla / XLA-based torch-neuronx code to the native PyTorch `neuron` device.
@@ -63,7 +85,7 @@ def main() -> None:
     \b
     Start with:  neuron-migrate rewrite --diff src/    (review, writes nothing)
     Then:        neuron-migrate rewrite src/           (apply)
-                 neuron-migrate check src/             (what is left, and what the native backend lacks)
+                 neuron-migrate check src/             (what is left; what the native backend lacks)
     """
 
 

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+import textwrap
+from typing import NoReturn
 
 import click
 
 from neuron_migrate import catalogue, config
+from neuron_migrate.cli import HELP_WIDTH
 from neuron_migrate.cli import formats as reports
-from neuron_migrate.cli.output import (check_summary, finding_line, json_report, library_line, rewrite_summary,
+from neuron_migrate.cli.output import (check_summary, code_frame, color_diff, finding_line, library_line, plural,
+                                       rewrite_summary, source_lines, statistics as stats_lines, statistics_json,
                                        unified_diff)
-from neuron_migrate.engine.runner import run, write_results
+from neuron_migrate.cli.terminal import COLOR_CHOICES, PLAIN, style_for
+from neuron_migrate.engine import handlers
+from neuron_migrate.engine.discover import kind_of
+from neuron_migrate.engine.runner import run, run_bytes, write_results
+from neuron_migrate.engine.sources import write_atomic
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+REPORT_FORMATS = {".md": "markdown", ".markdown": "markdown", ".json": "json"}
+OUTPUT_FORMATS = ("full", "concise", "json", "sarif", "github")
+STDIN = "-"
 
 
 def _codes(values: tuple[str, ...]) -> frozenset[str]:
@@ -24,15 +38,28 @@ def _codes(values: tuple[str, ...]) -> frozenset[str]:
 
 
 def common_options(f):
-    f = click.option("--select", multiple=True, help="Only these rule codes or prefixes (NM1, NM105).")(f)
-    f = click.option("--ignore", multiple=True, help="Skip these rule codes or prefixes.")(f)
-    f = click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: all cores).")(f)
+    f = click.option("--select", multiple=True, metavar="CODES",
+                     help="Only these rule codes or prefixes: `--select NM1,NM301` or `--select NM1 "
+                     "--select NM301`.")(f)
+    f = click.option("--ignore", multiple=True, metavar="CODES",
+                     help="Skip these rule codes or prefixes (comma-separated or repeated).")(f)
+    f = click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+                     help="Worker processes, 1 or more (default: all cores).")(f)
     f = click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")(f)
     f = click.option("--no-cache", is_flag=True,
                      help="Process every file again instead of reusing results from .neuron_migrate_cache/.")(f)
     f = click.option("--hook", is_flag=True,
                      help="The paths are files from a pre-commit hook: none means nothing to do, missing files "
                      "are skipped, exclusions apply to them.")(f)
+    f = click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+                     help="Settings from this file (a pyproject.toml with [tool.neuron-migrate], or a TOML file "
+                     "with the keys at its top level) instead of the pyproject.toml found from the paths.")(f)
+    f = click.option("--stdin-filename", default=None, metavar="NAME",
+                     help="Read the source from standard input (also `-` as the path) and treat it as the file "
+                     "NAME: its kind, its settings, its name in the output.")(f)
+    f = click.option("--quiet", "-q", is_flag=True, help="Print findings, diffs and errors only: no summary.")(f)
+    f = click.option("--color", type=click.Choice(COLOR_CHOICES), default="auto", show_default=True,
+                     help="Colour the output: auto colours a terminal (not a pipe, not with NO_COLOR set).")(f)
     f = click.argument("paths", nargs=-1, type=click.Path())(f)
     return f
 
@@ -61,7 +88,7 @@ def _paths(paths: tuple[str, ...], hook: bool, exclude: tuple[str, ...]) -> tupl
 
 
 def _settings(paths, select, ignore, exclude, **flags) -> config.Resolved:
-    """Settings from `[tool.neuron-migrate]`, overridden by the flags that were given."""
+    """Settings from `[tool.neuron-migrate]` (or the `--config` file), overridden by the flags that were given."""
     try:
         return config.resolve(paths, select=config.codes(_codes(select), "--select") if select else None,
                               ignore=config.codes(_codes(ignore), "--ignore") if ignore else None,
@@ -71,53 +98,197 @@ def _settings(paths, select, ignore, exclude, **flags) -> config.Resolved:
         sys.exit(EXIT_ERROR)
 
 
+def _usage(message: str) -> NoReturn:
+    raise click.UsageError(message)
+
+
+def _stdin_mode(paths: tuple[str, ...], stdin_filename: str | None, hook: bool) -> bool:
+    """Whether the source comes from standard input; refuses `-` mixed with paths or with --hook."""
+    wants = STDIN in paths or (stdin_filename is not None and not paths)
+    if not wants:
+        if stdin_filename is not None:
+            _usage("--stdin-filename names the source read from standard input; give `-` (or no path) instead "
+                   f"of {' '.join(paths)}")
+        return False
+    if paths not in ((), (STDIN,)):
+        _usage("`-` (standard input) cannot be combined with other paths; give one or the other")
+    if hook:
+        _usage("--hook takes the file names pre-commit passes, not standard input")
+    return True
+
+
+def _refuse_codes_as_paths(paths: tuple[str, ...]) -> None:
+    """`--select NM1 NM2` makes NM2 a path: say so instead of "no such file"."""
+    for p in paths:
+        if p != STDIN and config.CODE_OR_PREFIX.match(p.upper()) and not os.path.lexists(p):
+            _usage(f"{p!r} is not a file or folder but looks like a rule code; to give several codes write "
+                   f"`--select NM1,{p.upper()}` or repeat the option: `--select NM1 --select {p.upper()}`")
+
+
+def _read_stdin(stdin_filename: str | None) -> tuple[str, bytes, str]:
+    """(the name shown, the bytes, the kind) of the source on standard input; Python when the name says nothing."""
+    name = stdin_filename or STDIN
+    data = sys.stdin.buffer.read()
+    kind = (kind_of(name) if stdin_filename else None) or "python"
+    if kind not in handlers.HANDLERS:
+        kind = "python"
+    return name, data, kind
+
+
 ERROR_LINE = re.compile(r"^line (\d+(?::\d+)?): ")
 
 
-def _report_errors(errors: list[tuple[str, str]]) -> None:
+def _report_errors(errors: list[tuple[str, str]], warnings: list[tuple[str, str]] = ()) -> None:
     for path, message in errors:
         m = ERROR_LINE.match(message)
         where = f"{path}:{m.group(1)}" if m else path
         click.echo(f"{where}: error: {message[m.end():] if m else message}", err=True)
+    for path, message in warnings:
+        click.echo(f"{path}: warning: {message}", err=True)
+
+
+class Output:
+    """Where the findings, the diff or a machine format go: stdout, or the --output-file (never coloured)."""
+
+    def __init__(self, output_file: str | None, color: str) -> None:
+        self.output_file = output_file
+        self.chunks: list[str] = []
+        self.style = PLAIN if output_file else style_for(color, sys.stdout)
+
+    def echo(self, text: str = "", nl: bool = True) -> None:
+        if self.output_file is None:
+            click.echo(text, nl=nl, color=self.style.color or None)
+        else:
+            self.chunks.append(text + ("\n" if nl else ""))
+
+    def close(self) -> None:
+        if self.output_file is None:
+            return
+        try:
+            write_atomic(self.output_file, "".join(self.chunks).encode("utf-8"))
+        except OSError as exc:
+            click.echo(f"error: --output-file {self.output_file}: {exc.strerror or exc}", err=True)
+            sys.exit(EXIT_ERROR)
 
 
 @click.command()
 @common_options
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text",
-              show_default=True, help="sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.")
+@click.option("--output-format", "--format", "fmt", type=click.Choice([*OUTPUT_FORMATS, "text"]), default="full",
+              show_default=True,
+              help="full: each finding with a code frame; concise: one line each; json (with severity, link and "
+              "fix); sarif: SARIF 2.1.0 for code scanning; github: workflow annotations.")
+@click.option("--statistics", is_flag=True, help="Print how many findings each rule code has, not the findings.")
+@click.option("--output-file", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write the findings (in the chosen format) to this file instead of standard output.")
+@click.option("--add-noqa", is_flag=True,
+              help="Add a `# noqa: NMxxx` comment for every current finding (adopting the checks on a big "
+              "repository: new code only is held to them), then report what is left.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
 @target_options
-def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero, torch, neuron_sdk, instance) -> None:
+def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, fmt,
+          statistics, output_file, add_noqa, exit_zero, torch, neuron_sdk, instance) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
     The sources of an XLA-stack library (torch_xla, neuronx-distributed, optimum-neuron, ...) are left alone with
-    one note per library; notes do not change the exit code.
+    one note per library; notes do not change the exit code. `[*]` marks the findings `neuron-migrate rewrite` fixes.
     """
-    resolved = _settings(paths or (".",), select, ignore, exclude, torch=torch, neuron_sdk=neuron_sdk,
-                         instance=instance)
-    paths = _paths(paths, hook, resolved.exclude)
-    # One pass gives the findings and, where SARIF carries them, the fixed files (the findings are the same).
-    result = run(paths, resolved.settings, rewrite=fmt == "sarif", jobs=jobs, exclude=resolved.exclude,
-                 use_cache=not no_cache)
-    findings = sorted(result.findings, key=lambda f: f.sort_key())
-    errors = result.errors
-    libraries = result.libraries
-    if fmt == "json":
-        click.echo(json_report(findings, errors, libraries))
-    elif fmt == "sarif":
-        click.echo(reports.sarif_report(findings, errors, {r.path: r for r in result.changed}, libraries))
-    elif fmt == "github":
-        click.echo(reports.github_annotations(findings, errors, libraries))
+    fmt = "full" if fmt == "text" else fmt
+    from_stdin = _stdin_mode(paths, stdin_filename, hook)
+    _refuse_codes_as_paths(paths)
+    if statistics and fmt in ("sarif", "github"):
+        _usage(f"--statistics prints counts, which --output-format {fmt} cannot carry; use full, concise or json")
+    if add_noqa and from_stdin:
+        _usage("--add-noqa edits files; it cannot edit standard input")
+    where = (stdin_filename or ".",) if from_stdin else (paths or (".",))
+    resolved = _settings(where, select, ignore, exclude, torch=torch, neuron_sdk=neuron_sdk, instance=instance,
+                         config_file=config_file)
+    # One pass gives the findings and, where JSON and SARIF carry them, the fixed files (the findings are the same).
+    rewrite = fmt in ("sarif", "json") and not statistics
+    known: dict[str, bytes] = {}
+    if from_stdin:
+        name, data, kind = _read_stdin(stdin_filename)
+        known[name] = data
+        result = run_bytes(name, data, kind, resolved.settings, rewrite)
     else:
+        paths = _paths(paths, hook, resolved.exclude)
+        result = run(paths, resolved.settings, rewrite=rewrite, jobs=jobs, exclude=resolved.exclude,
+                     use_cache=not no_cache)
+    findings = sorted(result.findings, key=lambda f: f.sort_key())
+    errors, warnings = result.errors, result.warnings
+    libraries = getattr(result, "libraries", ())
+    if add_noqa:
+        _add_noqa(findings, errors, warnings, quiet)
+    known.update((r.path, r.old_bytes) for r in result.results if r.old_bytes is not None)
+    sources = reports.Sources(known)
+    out = Output(output_file, color)
+    style = out.style
+    if statistics:
+        if fmt == "json":
+            out.echo(statistics_json(findings))
+        else:
+            for line in stats_lines(findings, style):
+                out.echo(line)
+    elif fmt == "json":
+        out.echo(reports.json_report(findings, errors, {r.path: r for r in result.changed}, sources, warnings,
+                                     libraries))
+    elif fmt == "sarif":
+        out.echo(reports.sarif_report(findings, errors, {r.path: r for r in result.changed}, sources, libraries))
+    elif fmt == "github":
+        out.echo(reports.github_annotations(findings, errors, sources, libraries))
+    else:
+        lines: dict[tuple[str, int | None], list[str] | None] = {}  # the source lines of each file (or cell)
         for f in findings:
-            click.echo(finding_line(f))
-        for library in libraries:
-            click.echo(library_line(library))
-        _report_errors(errors)
-        click.echo(check_summary(findings, len(result.results), len(errors), libraries),
-                   err=bool(findings or errors))
+            out.echo(finding_line(f, style))
+            if fmt == "full":
+                if (f.path, f.cell) not in lines:
+                    lines[f.path, f.cell] = source_lines(sources.data(f.path), f.cell)
+                for line in code_frame(f, lines[f.path, f.cell], style):
+                    out.echo(line)
+                out.echo()
+    for library in libraries if fmt in ("full", "concise") and not statistics else ():
+        out.echo(library_line(library))
+    out.close()
+    if fmt in ("full", "concise") or statistics:
+        _report_errors(errors, warnings)
+        if not quiet:
+            click.echo(check_summary(findings, len(result.results), len(errors), libraries),
+                       err=bool(findings or errors) or fmt == "json")
     sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+
+
+def _add_noqa(findings, errors, warnings, quiet: bool) -> NoReturn:
+    from neuron_migrate.cli.noqa import add_noqa
+    from neuron_migrate.engine.sources import SourceError, read_bytes
+
+    def read(path: str) -> bytes | None:
+        try:
+            return read_bytes(path)
+        except SourceError:
+            return None
+
+    added = add_noqa(findings, read, kind_of)
+    _report_errors(errors, warnings)
+    for f, why in added.left:
+        click.echo(f"{finding_line(f)}  (no comment added: {why})", err=True)
+    if not quiet:
+        click.echo(f"Added {plural(added.comments, 'noqa code')} in {plural(len(added.files), 'file')}; "
+                   f"{plural(len(added.left), 'finding')} left as they were.")
+    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if added.left else EXIT_CLEAN)
+
+
+def _report_format(report_path: str | None, report_format: str | None) -> str | None:
+    if report_path is None:
+        if report_format is not None:
+            _usage("--report-format needs --report FILE")
+        return None
+    if report_format is not None:
+        return report_format
+    suffix = os.path.splitext(report_path)[1].lower()
+    if suffix not in REPORT_FORMATS:
+        _usage(f"--report {report_path}: the format is not known from the name; name the file .md or .json, "
+               "or give --report-format markdown|json")
+    return REPORT_FORMATS[suffix]
 
 
 @click.command()
@@ -133,37 +304,72 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, fmt, exit_zero, 
               help="Write a migrated copy of the tree to this folder and leave the source alone.")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False),
               help="Write the migration report to FILE.md (a pull-request description) or FILE.json.")
+@click.option("--report-format", type=click.Choice(["markdown", "json"]), default=None,
+              help="The --report format when the file name does not end in .md or .json.")
 @target_options
-def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, dry_run, no_compile, safe_only, device_style,
-            output_dir, report_path, torch, neuron_sdk, instance) -> None:
-    """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir)."""
+def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, dry_run,
+            no_compile, safe_only, device_style, output_dir, report_path, report_format, torch, neuron_sdk,
+            instance) -> None:
+    """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir).
+
+    With `-` (or --stdin-filename) the source is read from standard input and the migrated source is printed
+    (the diff with --diff).
+    """
     from neuron_migrate.engine import outdir
     from neuron_migrate.cli import report
 
-    resolved = _settings(paths or (".",), select, ignore, exclude, compile=False if no_compile else None,
+    from_stdin = _stdin_mode(paths, stdin_filename, hook)
+    _refuse_codes_as_paths(paths)
+    if dry_run and output_dir:
+        _usage("--diff writes nothing, so --output-dir would be ignored; give one or the other")
+    if from_stdin and output_dir:
+        _usage("--output-dir copies a tree of files; standard input has none (the migrated source is printed)")
+    fmt = _report_format(report_path, report_format)
+    where = (stdin_filename or ".",) if from_stdin else (paths or (".",))
+    resolved = _settings(where, select, ignore, exclude, compile=False if no_compile else None,
                          safe_only=safe_only, device_style=device_style, torch=torch, neuron_sdk=neuron_sdk,
-                         instance=instance)
+                         instance=instance, config_file=config_file)
+    style = style_for(color, sys.stdout)
+    if from_stdin:
+        name, data, kind = _read_stdin(stdin_filename)
+        result = run_bytes(name, data, kind, resolved.settings, rewrite=True)
+        if dry_run:
+            show_or_write(result, True, style=style, quiet=quiet)
+        else:
+            changed = result.changed
+            sys.stdout.buffer.write(changed[0].new_bytes if changed else data)
+            sys.stdout.flush()
+            _report_errors(result.errors)
+            if not quiet:
+                for line in rewrite_summary(result.results, True):
+                    click.echo(line, err=True)
+        if report_path:
+            report.write(report_path, report.build(result, "standard input"), fmt)
+        if result.errors:
+            sys.exit(EXIT_ERROR)
+        sys.exit(EXIT_FINDINGS if dry_run and result.changed else EXIT_CLEAN)
     paths = _paths(paths, hook, resolved.exclude)
     tree = None
-    if output_dir and not dry_run:
+    if output_dir:
         try:
             tree = outdir.plan(paths, output_dir)
         except outdir.OutputDirError as exc:
             click.echo(f"error: --output-dir: {exc}", err=True)
             sys.exit(EXIT_ERROR)
     result = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache)
-    show_or_write(result, dry_run, write=(lambda r: outdir.write_tree(tree, r)) if tree is not None else write_results)
+    show_or_write(result, dry_run, write=(lambda r: outdir.write_tree(tree, r)) if tree is not None else write_results,
+                  style=style, quiet=quiet)
     if report_path:
         mode = "dry run" if dry_run else f"copy in {output_dir}" if tree is not None else "in place"
-        report.write(report_path, report.build(result, mode))
+        report.write(report_path, report.build(result, mode), fmt)
     exit_after_rewrite(result, dry_run)
 
 
-def show_or_write(result, dry_run: bool, write=write_results) -> None:
+def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet: bool = False) -> None:
     """The diff (dry run) or the writes, then the errors and the summary (shared by rewrite and pin)."""
     if dry_run:
         for r in result.changed:
-            click.echo(unified_diff(r), nl=False)
+            click.echo(color_diff(unified_diff(r), style), nl=False, color=style.color or None)
     else:
         try:
             write(result)
@@ -171,8 +377,10 @@ def show_or_write(result, dry_run: bool, write=write_results) -> None:
             from neuron_migrate.engine.runner import Interrupted
 
             raise exc if isinstance(exc, Interrupted) else Interrupted(None) from None
-    _report_errors(result.errors)
-    for line in rewrite_summary(result.results, dry_run, result.libraries):
+    _report_errors(result.errors, getattr(result, "warnings", ()))
+    if quiet:
+        return
+    for line in rewrite_summary(result.results, dry_run, getattr(result, "libraries", ())):
         click.echo(line, err=dry_run)
 
 
@@ -189,14 +397,23 @@ def rules(markdown: bool) -> None:
     if markdown:
         click.echo(catalogue.rules_markdown(), nl=False)
         return
-    for info in catalogue.catalogue().values():
-        click.echo(f"{info.code}  {info.name:<32} {info.fix.value:<7} {info.summary.strip()}")
+    infos = list(catalogue.catalogue().values())
+    name_width = max(len(i.name) for i in infos)
+    fix_width = max(len(i.fix.value) for i in infos)
+    indent = " " * (len(infos[0].code) + 2 + name_width + 2 + fix_width + 2)
+    for info in infos:
+        head = f"{info.code}  {info.name:<{name_width}}  {info.fix.value:<{fix_width}}  "
+        summary = " ".join(info.summary.split())
+        lines = textwrap.wrap(summary, width=max(30, HELP_WIDTH - len(indent)), break_on_hyphens=False) or [""]
+        click.echo(head + lines[0])
+        for line in lines[1:]:
+            click.echo(indent + line)
 
 
 @click.command()
 @click.argument("code")
 def explain(code: str) -> None:
-    """Print the documentation of one rule (e.g. NM103)."""
+    """Print the documentation of one rule, such as NM103."""
     info = catalogue.catalogue().get(code.upper())
     if info is None:
         raise click.BadParameter(f"no rule {code}; `neuron-migrate rules` lists them", param_hint="CODE")

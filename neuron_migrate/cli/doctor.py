@@ -287,7 +287,9 @@ def diagnose(search_path: Iterable[str] | None = None, python: tuple[int, int, i
 @click.option("--neuron-sdk", "neuron_sdk", type=click.Choice(matrix().sdk_names), default=None,
               help="Neuron release to check against (default: the project's `neuron-sdk` setting, else the newest "
               "release with the installed family).")
-def doctor(require_device: bool, no_device: bool, torch: str | None, neuron_sdk: str | None) -> None:
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour the status column: auto colours a terminal (not a pipe, not with NO_COLOR set).")
+def doctor(require_device: bool, no_device: bool, torch: str | None, neuron_sdk: str | None, color: str) -> None:
     """Check this environment for the native `neuron` backend: Python, packages, families, device.
 
     Reads `[tool.neuron-migrate]` from the nearest pyproject.toml above the current folder.
@@ -302,8 +304,15 @@ def doctor(require_device: bool, no_device: bool, torch: str | None, neuron_sdk:
     except (config.ConfigError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    from neuron_migrate.cli.terminal import style_for
+
+    colored = style_for(color, sys.stdout).color
+    hue = {Status.OK: "green", Status.WARN: "yellow", Status.FAIL: "red"}
     for check in report.checks:
-        click.echo(f"{check.status.value:<5} {check.message}")
+        status = f"{check.status.value:<5}"
+        if colored:
+            status = click.style(status, fg=hue[check.status], bold=check.status is Status.FAIL)
+        click.echo(f"{status} {check.message}", color=colored or None)
     from neuron_migrate.syntax import installation  # the tool's own LibCST: LibCST loads only here
 
     click.echo(f"info  neuron-migrate itself: {installation().reason}")

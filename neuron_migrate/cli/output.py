@@ -1,4 +1,4 @@
-"""Render results for people and machines: finding lines, unified diffs, JSON, summaries."""
+"""Render results for people and machines: finding lines, code frames, unified diffs, statistics, summaries."""
 
 from __future__ import annotations
 
@@ -6,12 +6,101 @@ import difflib
 import json
 from collections import Counter
 
+from neuron_migrate.cli.terminal import PLAIN, Style
 from neuron_migrate.findings import FileResult, Finding
 
+FRAME_LINES = 3  # at most this many lines of the finding itself in a code frame
+FRAME_WIDTH = 100  # a frame line longer than this is cut (with an ellipsis)
 
-def finding_line(f: Finding) -> str:
+
+def finding_line(f: Finding, style: Style = PLAIN) -> str:
+    """`path:line:col: CODE [*] message`; `[*]`: `neuron-migrate rewrite` fixes it."""
     where = f"{f.path}:cell {f.cell}:{f.line}:{f.col}" if f.cell is not None else f"{f.path}:{f.line}:{f.col}"
-    return f"{where}: {f.code} {f.message}"
+    mark = " " + style.fixable("[*]") if f.fixable else ""
+    return f"{style.path(where)}: {style.code(f.code)}{mark} {f.message}"
+
+
+def cell_source(data: bytes, cell: int) -> str | None:
+    try:
+        cells = json.loads(data.decode("utf-8-sig")).get("cells", [])
+        source = cells[cell - 1].get("source", "")
+    except (ValueError, AttributeError, IndexError, TypeError):
+        return None
+    source = "".join(source) if isinstance(source, list) else source
+    return source if isinstance(source, str) else None
+
+
+def source_lines(data: bytes | None, cell: int | None) -> list[str] | None:
+    """The lines a finding's line numbers count: the file's, or its notebook cell's."""
+    if data is None:
+        return None
+    text = cell_source(data, cell) if cell is not None else data.decode("utf-8", errors="replace")
+    return None if text is None else text.splitlines()
+
+
+def code_frame(f: Finding, lines: list[str] | None, style: Style = PLAIN) -> list[str]:
+    """A short frame under a finding: the line before it, its lines (at most FRAME_LINES) and carets under
+    its first line; nothing when the lines are not at hand."""
+    if not lines or not 1 <= f.line <= len(lines):
+        return []
+    last = min(f.end_line or f.line, f.line + FRAME_LINES - 1, len(lines))
+    first = max(1, f.line - 1)
+    width = len(str(last))
+    gutter = " " * width + " " + style.dim("|")
+    out = [gutter]
+    for number in range(first, last + 1):
+        text = lines[number - 1].expandtabs(1)
+        shown = text if len(text) <= FRAME_WIDTH else text[:FRAME_WIDTH - 1] + "…"
+        out.append(f"{style.dim(str(number).rjust(width) + ' |')} {shown}".rstrip())
+        if number == f.line:
+            start = max(0, f.col - 1)
+            end = f.end_col - 1 if f.end_line == f.line and f.end_col is not None else len(text.rstrip())
+            end = min(max(end, start + 1), FRAME_WIDTH)
+            if start < FRAME_WIDTH:
+                out.append(f"{gutter} {' ' * start}{style.caret('^' * (end - start))} {style.code(f.code)}")
+    out.append(gutter)
+    return out
+
+
+def statistics(findings: list[Finding], style: Style = PLAIN) -> list[str]:
+    """Counts by code, most frequent first: `count  CODE  [*]  name` (`[*]`: every one of them is fixable)."""
+    from neuron_migrate import catalogue
+
+    counts = Counter(f.code for f in findings)
+    fixable = Counter(f.code for f in findings if f.fixable)
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    out = []
+    for code, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        mark = "[*]" if fixable[code] == n else "[-]" if fixable[code] else "   "
+        out.append(f"{str(n).rjust(width)}  {style.code(code)}  {style.fixable(mark)}  {catalogue.rule(code).name}")
+    return out
+
+
+def statistics_json(findings: list[Finding]) -> str:
+    from neuron_migrate import catalogue
+
+    counts = Counter(f.code for f in findings)
+    fixable = Counter(f.code for f in findings if f.fixable)
+    return json.dumps([{"code": code, "name": catalogue.rule(code).name, "count": n, "fixable": fixable[code]}
+                       for code, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))], indent=2)
+
+
+def color_diff(text: str, style: Style) -> str:
+    if not style.color:
+        return text
+    out = []
+    for line in text.splitlines(keepends=True):
+        body, end = line.rstrip("\r\n"), line[len(line.rstrip("\r\n")):]
+        if line.startswith(("---", "+++")):
+            body = style.header(body)
+        elif line.startswith("@@"):
+            body = style.hunk(body)
+        elif line.startswith("+"):
+            body = style.added(body)
+        elif line.startswith("-"):
+            body = style.removed(body)
+        out.append(body + end)
+    return "".join(out)
 
 
 def unified_diff(result: FileResult) -> str:
@@ -86,9 +175,7 @@ def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=()) -> l
     return lines
 
 
-def json_report(findings: list[Finding], errors: list[tuple[str, str]], libraries=()) -> str:
-    return json.dumps({
-        "findings": [f.to_json() for f in findings],
-        "errors": [{"path": p, "message": m} for p, m in errors],
-        "libraries": [lib.to_json() for lib in libraries],
-    }, indent=2)
+def json_report(findings: list[Finding], errors: list[tuple[str, str]], **kw) -> str:
+    from neuron_migrate.cli.formats import json_report as report
+
+    return report(findings, errors, **kw)

@@ -138,6 +138,8 @@ def _where(item: dict) -> str:
     return f"{item['path']}:{cell}{item['line']}"
 
 
-def write(path: str, report: Report) -> None:
-    text = report.to_json() if path.lower().endswith(".json") else markdown(report)
+def write(path: str, report: Report, fmt: str | None = None) -> None:
+    """`fmt` "json" or "markdown"; None: from the file name (`.json`, else markdown)."""
+    fmt = fmt or ("json" if path.lower().endswith(".json") else "markdown")
+    text = report.to_json() if fmt == "json" else markdown(report)
     write_atomic(path, text.encode("utf-8"))

@@ -68,6 +68,7 @@ class Target:
 class Problem:
     path: str
     message: str
+    warning: bool = False  # told, but the run still succeeds (a folder loop skipped)
 
 
 def _is_venv(path: Path) -> bool:
@@ -126,7 +127,7 @@ def _walk(root: Path, root_real: str, exclude_spec, problems: list[Problem]) -> 
         if real in visited:
             if _is_loop(folder, real):
                 problems.append(Problem(str(folder), "symbolic link back to a folder that contains it (a loop); "
-                                                     "skipped"))
+                                                     "skipped", warning=True))
             continue
         visited.add(real)
         spec = _ignore_spec(folder)

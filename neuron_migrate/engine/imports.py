@@ -8,6 +8,7 @@ such imports goes away whole, and an `if <feature test>:` guard left empty goes 
 from __future__ import annotations
 
 import re
+import sys
 from collections import ChainMap
 from typing import Callable, Mapping
 
@@ -228,9 +229,105 @@ def _walk(node: cst.CSTNode):
 
 
 def _add_imports(module: cst.Module, required: list[tuple[str, str | None]]) -> cst.Module:
-    if not required:
-        return module
+    """Each new import in the block of the file's leading imports it belongs to (standard library, third party),
+    in name order there (see `_into_block`); a third-party one without such a block goes where the legacy import
+    was or after the leading imports, a standard-library one starts its own block before the others."""
+    for m, a in required:
+        statement = cst.parse_statement(f"import {m} as {a}\n" if a else f"import {m}\n")
+        placed = _into_block(module, statement, m)
+        if placed is None:
+            placed = _new_stdlib_block(module, statement) if section(m) == STDLIB else \
+                _after_earlier_blocks(module, statement)
+        module = placed
+    return module
+
+
+def _after_earlier_blocks(module: cst.Module, new: cst.SimpleStatementLine) -> cst.Module:
+    """A third-party import in a file without a third-party block: where the legacy import was, or after the
+    leading imports; set off by a blank line when it follows the standard-library block."""
+    index = _import_position(list(module.body))
+    module = _add_other_imports(module, [], [new])
+    body = list(module.body)
+    previous = _line_section(body[index - 1]) if index > 0 else None
+    if previous is not None and previous[0] < THIRD_PARTY and not body[index].leading_lines:
+        body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
+        return module.with_changes(body=body)
+    return module
+
+
+FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY = range(4)  # the blocks of a module's imports, in their order
+
+
+def section(module: str) -> int:
+    root = module.split(".")[0]
+    if root == "__future__":
+        return FUTURE
+    return STDLIB if root in sys.stdlib_module_names else THIRD_PARTY
+
+
+def _line_section(stmt: cst.BaseStatement) -> tuple[int, str, bool] | None:
+    """(block, module, is a `from` import) of a top-level import line; None for any other statement."""
+    if not _is_import_line(stmt):
+        return None
+    first = stmt.body[0]
+    if isinstance(first, cst.ImportFrom):
+        if first.relative or first.module is None:
+            return FIRST_PARTY, "", True
+        name = dotted_str(first.module)
+        return section(name), name, True
+    name = dotted_str(first.names[0].name)
+    return section(name), name, False
+
+
+def _leading_imports(body: list[cst.BaseStatement]) -> list[tuple[int, tuple[int, str, bool]]]:
+    """(index, (block, module, is a `from` import)) of the import lines before the module's first other statement."""
+    out = []
+    for i, stmt in enumerate(body):
+        found = _line_section(stmt)
+        if found is None and not (i == 0 and is_docstring(stmt)):
+            break
+        if found is not None:
+            out.append((i, found))
+    return out
+
+
+def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> cst.Module | None:
+    """`new` (an `import name`) in the leading block of its kind, where isort puts it: among the block's
+    `import` lines by name, before its `from` lines; None when the file has no such block. Inserted before the
+    block's first line, it takes that line's blank lines above."""
+    body = list(module.body)
+    kind = section(name)
+    block = [(i, m, is_from) for i, (sec, m, is_from) in _leading_imports(body) if sec == kind]
+    if not block:
+        return None
+    key = name.lower()
+    before = next((i for i, m, is_from in block if is_from or m.lower() > key), None)
+    if before is None:
+        return module.with_changes(body=[*body[:block[-1][0] + 1], new, *body[block[-1][0] + 1:]])
+    if before == block[0][0]:
+        new = new.with_changes(leading_lines=body[before].leading_lines)
+        body[before] = body[before].with_changes(leading_lines=[])
+    return module.with_changes(body=[*body[:before], new, *body[before:]])
+
+
+def _new_stdlib_block(module: cst.Module, new: cst.SimpleStatementLine) -> cst.Module:
+    """A standard-library block of its own before the file's other imports (after `from __future__` imports and
+    the docstring), set off by a blank line."""
+    body = list(module.body)
+    later = next((i for i, (sec, _m, _f) in _leading_imports(body) if sec > STDLIB), None)
+    if later is None:
+        return _add_other_imports(module, [], [new])
+    new = new.with_changes(leading_lines=body[later].leading_lines)
+    body[later] = body[later].with_changes(leading_lines=[cst.EmptyLine()])
+    return module.with_changes(body=[*body[:later], new, *body[later:]])
+
+
+def _add_other_imports(module: cst.Module, required: list[tuple[str, str | None]],
+                       statements: list[cst.SimpleStatementLine] = ()) -> cst.Module:
     new = [cst.parse_statement(f"import {m} as {a}\n" if a else f"import {m}\n") for m, a in required]
+    new += list(statements)
+    if not new:
+        return module
     body = list(module.body)
     index = _import_position(body)
     if index < len(body) and _mentions_legacy_import(body[index]):

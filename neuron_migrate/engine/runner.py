@@ -37,9 +37,14 @@ class Run:
 
     @property
     def errors(self) -> list[tuple[str, str]]:
-        out = [(p.path, p.message) for p in self.problems]
+        out = [(p.path, p.message) for p in self.problems if not p.warning]
         out += [(r.path, r.error) for r in self.results if r.error]
         return out
+
+    @property
+    def warnings(self) -> list[tuple[str, str]]:
+        """What the run met and went past (a folder loop): told, not a failure."""
+        return [(p.path, p.message) for p in self.problems if p.warning]
 
     @property
     def findings(self):
@@ -171,6 +176,14 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     if cache is not None:
         cache.save()
     return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries)
+
+
+def run_bytes(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool) -> Run:
+    """Process bytes that are not read from a file (standard input) as the file `path` of `kind`; no cache."""
+    result = _process(Target(path, kind, explicit=True), settings, rewrite, data).result
+    if result.old_bytes is None and not result.error:
+        result.old_bytes = data
+    return Run(results=[result])
 
 
 def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes]) -> FileResult | None:

@@ -18,6 +18,7 @@ lines. Findings carry the cell number (counting every cell from 1) and the line 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import difflib
 import functools
@@ -557,3 +558,42 @@ def _line_indent(text: str, i: int) -> str:
 def _indent_unit(text: str) -> str:
     m = re.search(r"\n([ \t]+)\S", text)
     return m.group(1) if m else " "
+
+
+# -- where a cell's line lies in the .ipynb file (for annotations on the file itself) -------------------------
+
+def cell_file_lines(data: bytes) -> dict[int, list[int]]:
+    """For each code cell (numbered like findings: every cell from 1), the 1-based line of the notebook file on
+    which each of its source lines is written; {} for a file that is not a notebook. A `source` written as one
+    JSON string puts every line of the cell on the line of that string."""
+    try:
+        text = data.decode("utf-8-sig")
+        spans = _source_spans(text)
+    except (UnicodeDecodeError, ValueError, IndexError):
+        return {}
+    newlines = [i for i, ch in enumerate(text) if ch == "\n"]
+
+    def line_of(offset: int) -> int:
+        return bisect.bisect_left(newlines, offset) + 1
+
+    out: dict[int, list[int]] = {}
+    for index, span in enumerate(spans, start=1):
+        if span is None:
+            continue
+        start, end = span
+        try:
+            if text[start] == '"':
+                out[index] = [line_of(start)] * _line_count(json.loads(text[start:end]))
+            elif text[start] == "[":
+                rows: list[int] = []
+                for s, e in _elements(text, start):
+                    value = json.loads(text[s:e])
+                    rows += [line_of(s)] * _line_count(value if isinstance(value, str) else "")
+                out[index] = rows
+        except ValueError:
+            continue
+    return out
+
+
+def _line_count(value: str) -> int:
+    return max(1, value.count("\n") + (0 if value.endswith("\n") else 1))

@@ -25,7 +25,8 @@ PIN_CODES = frozenset({"NM6", "NM513", "NM900"})
               help=f"Target instance (default {matrix().default_instance}): TorchAO Neuron is pinned on trn3.")
 @click.option("--diff", "--dry-run", "dry_run", is_flag=True,
               help="Print a unified diff and write nothing (exit 1 when something would change).")
-@click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: all cores).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes, 1 or more (default: all cores).")
 @click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")
 def pin(paths, torch, neuron_sdk, instance, dry_run, jobs, exclude) -> None:
     """Pin requirements, pyproject.toml, setup.py/setup.cfg, environment.yml, Dockerfiles, shell scripts and

@@ -4,24 +4,29 @@ when the fix is made, rank expressions read from the launcher's environment, sta
 
 from __future__ import annotations
 
-from neuron_migrate.engine.facts import fstring_quote
-
+import re
 from typing import Callable
 
 import libcst as cst
 
+from neuron_migrate.engine.facts import fstring_quote
 from neuron_migrate.rules.patterns import has_star
 from neuron_migrate.syntax.parse import expression
 
+INT_LITERAL = re.compile(r"^-?\d+$")
 # Places where an expression needs no parentheses of its own.
 LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return, cst.BooleanOperation,
                  cst.Expr)
 
 
 def env_int(ctx, variable: str, default: str) -> str:
-    """`int(os.environ.get("RANK", 0))`: what torchrun set, or the single-process value."""
+    """`int(os.environ.get("RANK", "0"))`: what torchrun set, or the single-process value.
+
+    The default is a string, as the environment's values are (linters flag a non-string default: PLW1508); an
+    expression default becomes `str(...)`, which `int` turns back into the same integer."""
     quote = fstring_quote(ctx, ctx.current.node) or ctx.quote
-    return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {default}))"
+    text = f"{quote}{default}{quote}" if INT_LITERAL.match(default) else f"str({default})"
+    return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {text}))"
 
 
 def rank(ctx) -> str:

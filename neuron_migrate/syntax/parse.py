@@ -78,7 +78,7 @@ _register_identity_hash_in_c()
 
 # -- expressions the rules write -----------------------------------------------------------------------------
 # Rules build their replacements from text, and the same few texts come back in file after file
-# (`int(os.environ.get("LOCAL_RANK", 0))`, `"neuron"`): LibCST's parser costs about 0.1 ms a call whatever the
+# (`int(os.environ.get("LOCAL_RANK", "0"))`, `"neuron"`): LibCST's parser costs about 0.1 ms a call whatever the
 # text's length. Nodes are immutable, so one parsed expression can serve any number of files; within one file a
 # node must appear only once (the engine keys its maps by node), so the n-th use of a text in a file takes the
 # n-th copy parsed of it (parsed when no file needed that many before). The file is the open session (door.py),
