@@ -192,6 +192,9 @@ def decide(ctx: FileContext, rules: list[type[Rule]], step: bool) -> None:
         _isolated(ctx, rule.finish)
     if step:
         leftovers.report_leftovers(ctx)
+    found = vars(ctx.facts).get("paths")  # computed by the first report, if any
+    if found is not None and found.multi_backend and found.branches:
+        _isolated(ctx, found.mark_branches)
 
 
 def _isolated(ctx: FileContext, call, *args) -> None:
@@ -248,6 +251,8 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     new_module = apply(module, edits, analysis.parents)
     after = Analysis(new_module, reuse=analysis)
     unused = imports.unused_bindings(after)
+    if unused and ctx.facts.paths.multi_backend:
+        unused = []  # a multi-backend file keeps its XLA code, legacy imports too (engine/paths.py)
     if not rewrite:
         return None, unused
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
