@@ -81,10 +81,10 @@ def unused_decisions(ctx, unused: list[Binding]) -> list:
 
 
 def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
-         definitions: list[str], *, render: Callable[[cst.Module], str]) -> cst.Module:
+         definitions: list[str], *, render: Callable[[cst.Module], str], fixed: bool = True) -> cst.Module:
     """Add the imports and definitions the fixed `module` needs, drop the `unused` legacy imports (and the guards
     that only held them). `analysis` is that of `module` (see `fix` in python.py); `render` gives a module's
-    code."""
+    code; `fixed`: the rules made edits (a file they leave alone keeps its detections as they are)."""
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
@@ -93,7 +93,9 @@ def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required
         unresolved |= set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
     module = _add_definitions(module, definitions)
-    flags = flag_only_bindings(analysis)
+    flags = flag_only_bindings(analysis) if fixed else []
+    if fixed and not _legacy_kept(analysis, unused, flags):
+        module = _native_probes(module)
     if not unused and not flags:
         return module
     dead_aliases = {id(b.alias) for b in unused}
@@ -161,6 +163,49 @@ def _native_import(alias: str | None):
 def _has_native_import(guard: cst.Try) -> bool:
     return any(isinstance(s, cst.Import) and any(dotted_str(a.name) == NATIVE_DETECTION for a in s.names)
                for line in guard.body.body if isinstance(line, cst.SimpleStatementLine) for s in line.body)
+
+
+def _legacy_kept(analysis: Analysis, unused: list[Binding], flags: list[Binding]) -> bool:
+    """Whether the fixed module still imports torch_xla somewhere (after the tidy-up)."""
+    going = {id(b) for b in unused} | {id(b) for b in flags}
+    return any(_legacy_module_of(b) is not None and id(b) not in going
+               for scope in analysis.scopes for bindings in scope.bindings.values() for b in bindings)
+
+
+_PROBES = frozenset({"find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
+                     "_is_package_available", "is_package_available", "_package_available"})
+
+
+def _native_probes(module: cst.Module) -> cst.Module:
+    """`find_spec("torch_xla")` (and RequirementCache / package_available) -> `find_spec("torch_neuronx")`, once the
+    file no longer imports torch_xla: the detection then succeeds where the migrated code can run."""
+    found: list[cst.SimpleString] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Call and node.args and (dotted(node.func) or [""])[-1] in _PROBES:
+            value = node.args[0].value
+            if type(value) is cst.SimpleString and value.evaluated_value in ("torch_xla", "torch-xla"):
+                found.append(value)
+        stack.extend(children(node, tokens=False))
+    if not found:
+        return module
+    edits = EditSet()
+    for value in found:
+        quote = value.value[len(value.prefix)] if value.prefix else value.value[0]
+        edits.add_replace(value, lambda old, q=quote: old.with_changes(value=f"{q}{NATIVE_DETECTION}{q}"))
+    return apply(module, edits, _parents(module))
+
+
+def _parents(module: cst.Module) -> dict:
+    out: dict = {module: None}
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        for child in children(node, tokens=True):
+            out[child] = node
+            stack.append(child)
+    return out
 
 
 def flag_only_bindings(analysis: Analysis) -> list[Binding]:

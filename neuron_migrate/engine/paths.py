@@ -109,11 +109,16 @@ def guards_imports(node: cst.Try) -> bool:
     return any(_handler_guards(h) for h in node.handlers)
 
 
+# The packages whose import marks the XLA path: torch_xla, and torch_neuronx (what a migrated detection imports,
+# so that a second run sees the same paths).
+XLA_PACKAGES = ("torch_xla", "torch_neuronx")
+
+
 def _is_legacy_import(small: cst.CSTNode) -> bool:
     if isinstance(small, cst.Import):
-        return any((dotted_str(a.name) or "").split(".")[0] == "torch_xla" for a in small.names)
+        return any((dotted_str(a.name) or "").split(".")[0] in XLA_PACKAGES for a in small.names)
     if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
-        return (dotted_str(small.module) or "").split(".")[0] == "torch_xla"
+        return (dotted_str(small.module) or "").split(".")[0] in XLA_PACKAGES
     return False
 
 
@@ -137,7 +142,9 @@ class Paths:
         self.guarded_imports: set[cst.CSTNode] = set()  # torch_xla import small statements inside a try guard
         self.kinds: set[str] = set()  # every kind some test in the file tests for
         self.unguarded = False  # a module-level torch_xla import outside any guard
-        self.branches: dict[cst.CSTNode, list] = {}  # multi-backend: XLA branch statement -> findings held there
+        # multi-backend: statement a marker stands above -> ([the XLA branches' heads], [the calls held there])
+        self.branches: dict[cst.CSTNode, tuple[list[str], list[str]]] = {}
+        self._continued: set[cst.If] = set()  # `if not HAS_XLA: return`: the code after it is the XLA branch
         self._walk_block(analysis.module.body, COMMON, None, analysis.module_scope, toplevel=True)
         self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds
                                                     or self._imports_xla_in_functions())
@@ -193,32 +200,37 @@ class Paths:
     # -- multi-backend files: one marker per XLA branch ----------------------------------------------------
     def hold(self, node: cst.CSTNode, statement: cst.CSTNode | None, fields: dict) -> None:
         """A finding on XLA code of a multi-backend file: not reported itself; its branch gets one NM111 marker."""
-        anchor = self._anchor(node, statement)
-        if anchor is None:
+        found = self._anchor(node, statement)
+        if found is None:
             return
-        uses = self.branches.setdefault(anchor, [])
+        place, head = found
+        heads, uses = self.branches.setdefault(place, ([], []))
+        if head not in heads:
+            heads.append(head)
         name = fields.get("name") or fields.get("call") or dotted_str(node) or _short(node)
-        name = re.sub(r"\(.*", "(...)", str(name), flags=re.S) if isinstance(name, str) else name
+        name = re.sub(r"\(.*", "", str(name), flags=re.S)
         if name and name not in uses:
             uses.append(name)
 
-    def _anchor(self, node: cst.CSTNode, statement: cst.CSTNode | None) -> cst.CSTNode | None:
+    def _anchor(self, node: cst.CSTNode, statement: cst.CSTNode | None) -> tuple[cst.CSTNode, str] | None:
+        """(the statement the marker stands above, how the message names the branch)."""
         parents = self.ctx.analysis.parents
+        module = self.ctx.analysis.module
         _path, branch = self.where(node)
         current = branch if branch is not None else (statement or node)
         if branch is None:  # common code: the function (or top-level statement) that holds it
-            while current is not None and not isinstance(current, cst.FunctionDef) and \
-                    parents.get(current) is not self.ctx.analysis.module:
+            while current is not None and not isinstance(current, cst.FunctionDef) and parents.get(current) is not module:
                 current = parents.get(current)
-            if current is not None and parents.get(current) is not self.ctx.analysis.module and \
-                    not isinstance(current, cst.FunctionDef):
-                return None
         while current is not None and not isinstance(current, cst.BaseStatement):
             current = parents.get(current)  # an arm of `x if c else y`: its statement
+        if current is None:
+            return None
+        parent = parents.get(current)
+        head = _head(current, current in self._continued, isinstance(parent, cst.If) and parent.orelse is current)
         while isinstance(current, cst.If) and isinstance(parents.get(current), cst.If) and \
                 parents.get(current).orelse is current:
             current = parents.get(current)  # an `elif`: the marker stands above the `if` of its chain
-        return current
+        return current, head
 
     def mark_branches(self) -> None:
         """Report NM111 once per XLA branch that held findings (a multi-backend file; see `hold`)."""
@@ -226,8 +238,8 @@ class Paths:
 
         ctx = self.ctx
         ctx.current = None
-        for anchor, uses in self.branches.items():
-            ctx.report(NATIVE_BRANCH, anchor, statement=anchor, branch=_head(anchor),
+        for place, (heads, uses) in self.branches.items():
+            ctx.report(NATIVE_BRANCH, place, statement=place, branch=" and ".join(heads),
                        uses=", ".join(f"`{u}`" for u in uses[:4]) + (", ..." if len(uses) > 4 else ""),
                        device=native_device(ctx))
 
@@ -306,7 +318,10 @@ class Paths:
             self._set(node.orelse, orelse, else_branch)
             self._walk_suite(node.orelse.body, orelse, else_branch, scope)
         if node.orelse is None and _terminates(node.body) and orelse != path and not self._value_test(node.test):
-            return orelse, (node if orelse == XLA and path != XLA else branch)
+            if orelse == XLA and path != XLA:
+                self._continued.add(node)
+                return orelse, node
+            return orelse, branch
         return path, branch
 
     def _condition(self, test, path, branch, body, orelse, scope) -> None:
@@ -488,7 +503,7 @@ class Paths:
         parts = dotted(call.func)
         if parts and parts[-1] in _PACKAGE_PROBES and call.args:
             value = _string(call.args[0].value)
-            if value is not None and re.match(r"torch[_-]xla\b", value):
+            if value is not None and re.match(r"torch[_-](?:xla|neuronx)\b", value):
                 return XLA
         return None
 
@@ -513,7 +528,7 @@ class Paths:
             return known
         bindings = owner.bindings[name]
         target = import_target(bindings)
-        if target is not None and target.split(".")[0] == "torch_xla":
+        if target is not None and target.split(".")[0] in XLA_PACKAGES:
             return XLA  # `xm` of a guarded import, tested: `if xm:`, `xm is not None`
         for b in bindings:
             if b.kind == "import" and b.alias is not None:
@@ -548,6 +563,8 @@ class Paths:
         found = self._test(value, scope)
         if found is None or not found[1]:
             return
+        if found[0] == XLA:
+            self.detections.add(value)  # `USE_XLA = xm is not None`
         for t in targets:
             if isinstance(t, cst.Name):
                 self.flags[self._owner_key(t.value, scope)] = found[0]
@@ -573,7 +590,7 @@ class Paths:
         return None
 
     def _imports_xla_in_functions(self) -> bool:
-        return any(b.kind == "import" and (b.qualname or "").split(".")[0] == "torch_xla"
+        return any(b.kind == "import" and (b.qualname or "").split(".")[0] in XLA_PACKAGES
                    for s in self.ctx.analysis.scopes if s.kind == "function"
                    for bindings in s.bindings.values() for b in bindings)
 
@@ -583,16 +600,19 @@ def _short(node: cst.CSTNode) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _head(statement: cst.CSTNode) -> str:
-    """The first line of a compound statement (`if is_torch_xla_available():`, `def step(self):`, `try:`)."""
+def _head(statement: cst.CSTNode, continued: bool = False, elif_: bool = False) -> str:
+    """How a marker names an XLA branch: `if is_torch_xla_available()`, `def step`, `try: import ...`, or the code
+    after `if not HAS_XLA: return`."""
     if isinstance(statement, cst.If):
-        return "if " + _short(statement.test)
+        if continued:
+            return f"the code after `if {_short(statement.test)}: return`"
+        return f"`{'elif' if elif_ else 'if'} {_short(statement.test)}`"
     if isinstance(statement, cst.FunctionDef):
-        return f"def {statement.name.value}"
+        return f"`def {statement.name.value}`"
     if isinstance(statement, cst.Try):
         first = statement.body.body[0] if statement.body.body else None
-        return "try: " + _short(first) if first is not None else "try"
-    return _short(statement)
+        return f"`try: {_short(first)}`" if first is not None else "`try`"
+    return f"`{_short(statement)}`"
 
 
 def _docstring(statement) -> bool:

@@ -256,7 +256,8 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     if not rewrite:
         return None, unused
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
-                              render=renderer.code)
+                              render=renderer.code,
+                              fixed=any(d.status == FIXED for d in ctx.decisions))
     rendered = renderer.code(new_module)
     if rendered == original:
         return ctx.source.text, unused  # nothing edited (even where the parser does not give the file back)
