@@ -152,6 +152,11 @@ def test_paths_signals(code, needle, path):
     assert path_of_line(code, needle) == path
 
 
+def test_an_availability_call_outside_a_condition_is_on_its_backend_path():
+    code = "import torch\ndef env():\n    cuda_ok = torch.cuda.is_available()\n    return cuda_ok\n"
+    assert path_of_line(code, "cuda_ok =") == P.CUDA
+
+
 def test_the_right_operand_of_and_is_on_the_tested_path():
     code = "import torch\nok = (torch.cuda.is_available()\n      and torch.cuda.is_bf16_supported())\n"
     assert path_of_line(code, "is_bf16_supported") == P.CUDA
@@ -162,6 +167,12 @@ def test_the_right_operand_of_and_is_on_the_tested_path():
     ("import torch_xla.core.xla_model as xm\nimport torch\nif torch.cuda.is_available():\n    pass\n", False, False),
     (GUARD + "if torch.cuda.is_available():\n    pass\nif torch.backends.mps.is_available():\n    pass\n", True, True),
     (GUARD + "import os\nif os.environ.get('PJRT_DEVICE') == 'TPU':\n    pass\n", True, True),
+    # the package's own backend switch: accelerate's relative helper import, Lightning's private flag
+    ("from .utils import is_torch_xla_available\nif is_torch_xla_available():\n    import torch_xla\n", True, True),
+    ("from lightning.fabric.accelerators.xla import _XLA_AVAILABLE\ndef f():\n    if _XLA_AVAILABLE:\n"
+     "        import torch_xla\n", True, True),
+    ("from accelerate.utils import is_torch_xla_available\nif is_torch_xla_available():\n    import torch_xla\n",
+     True, False),
 ])
 def test_file_facts(code, optional, multi):
     found, _ = _paths(code)

@@ -183,7 +183,8 @@ class FileContext:
             if not found.allows(family, node):
                 return False
             if family == paths.XLA_REWRITE and found.multi_backend:
-                found.hold(node, statement or (self.current.statement if self.current else None), fields)
+                found.hold(node, statement or (self.current.statement if self.current else None), fields,
+                           self.current.scope if self.current else None)
                 return False
         statement = statement or (self.current.statement if self.current else None)
         # the same decision for check and rewrite: the one policy, asked as rewrite asks it

@@ -144,13 +144,14 @@ class Paths:
         self.unguarded = False  # a module-level torch_xla import outside any guard
         # multi-backend: statement a marker stands above -> ([the XLA branches' heads], [the calls held there])
         self.branches: dict[cst.CSTNode, tuple[list[str], list[str]]] = {}
+        self.own_switch = False  # XLA is tested through the package's own helpers (a relative import)
         self._continued: set[cst.If] = set()  # `if not HAS_XLA: return`: the code after it is the XLA branch
         self._walk_block(analysis.module.body, COMMON, None, analysis.module_scope, toplevel=True)
         self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds
                                                     or self._imports_xla_in_functions())
         others = self.kinds & BACKENDS
         self.multi_backend = self.xla_optional and (
-            TPU in self.kinds or len(others) >= 2 or bool(_TPU_TEXT.search(ctx.source.text)))
+            TPU in self.kinds or len(others) >= 2 or self.own_switch or bool(_TPU_TEXT.search(ctx.source.text)))
 
     # -- queries ---------------------------------------------------------------------------------------------
     def where(self, node: cst.CSTNode) -> tuple[str, cst.CSTNode | None]:
@@ -198,8 +199,11 @@ class Paths:
         return path not in OTHER_PATHS
 
     # -- multi-backend files: one marker per XLA branch ----------------------------------------------------
-    def hold(self, node: cst.CSTNode, statement: cst.CSTNode | None, fields: dict) -> None:
-        """A finding on XLA code of a multi-backend file: not reported itself; its branch gets one NM111 marker."""
+    def hold(self, node: cst.CSTNode, statement: cst.CSTNode | None, fields: dict, scope: Scope | None) -> None:
+        """A finding on XLA code of a multi-backend file: not reported itself; its branch gets one NM111 marker.
+        (Findings on common code that names no torch_xla API are about code every backend runs: left alone.)"""
+        if self.path_of(node) != XLA and not self._names_xla(node, scope):
+            return
         found = self._anchor(node, statement)
         if found is None:
             return
@@ -211,6 +215,11 @@ class Paths:
         name = re.sub(r"\(.*", "", str(name), flags=re.S)
         if name and name not in uses:
             uses.append(name)
+
+    def _names_xla(self, node: cst.CSTNode, scope: Scope | None) -> bool:
+        expr = node.func if isinstance(node, cst.Call) else node
+        qual = self.ctx.analysis.qualname(expr, scope or self.ctx.analysis.module_scope)
+        return qual is not None and qual.split(".")[0] in XLA_PACKAGES
 
     def _anchor(self, node: cst.CSTNode, statement: cst.CSTNode | None) -> tuple[cst.CSTNode, str] | None:
         """(the statement the marker stands above, how the message names the branch)."""
@@ -391,6 +400,12 @@ class Paths:
                     self._set(arm, q, qb)
                     stack.append((arm, q, qb))
                 continue
+            if isinstance(current, cst.Call) and p not in OTHER_PATHS:
+                found = self._call(current, scope)  # `ok = torch.cuda.is_available()`: asks that backend
+                if found is not None and found[0] in OTHER_PATHS:
+                    self.kinds.add(found[0])
+                    self._set(current, found[0], None)
+                    p, b = found[0], None
             if isinstance(current, cst.BooleanOperation):
                 body, orelse = self._branch(current.left, p, scope)
                 right = body if isinstance(current.operator, cst.And) else orelse
@@ -479,8 +494,19 @@ class Paths:
             kinds = {self._value_kind(e.value) for e in node.elements}
             return kinds.pop() if len(kinds) == 1 else None
         if isinstance(node, cst.Attribute) and isinstance(node.value, (cst.Name, cst.Attribute)):
-            return _ENUM_KINDS.get(node.attr.value)  # DistributedType.XLA, accelerator type enums
+            kind = _ENUM_KINDS.get(node.attr.value)  # DistributedType.XLA, accelerator type enums
+            if kind is not None and self._relative(dotted(node.value)):
+                self.own_switch = True
+            return kind
         return None
+
+    def _relative(self, parts: list[str] | None) -> bool:
+        """Whether the head of `parts` is bound by a relative import (the package's own names)."""
+        if not parts:
+            return False
+        owner = self.ctx.analysis.lookup(parts[0], self.ctx.analysis.module_scope)
+        return owner is not None and any(isinstance(b.node, cst.ImportFrom) and b.node.relative
+                                         for b in owner.bindings[parts[0]])
 
     def _call(self, call: cst.Call, scope: Scope) -> tuple[str, bool] | None:
         probe = self._probe(call, scope)
@@ -532,7 +558,13 @@ class Paths:
             return XLA  # `xm` of a guarded import, tested: `if xm:`, `xm is not None`
         for b in bindings:
             if b.kind == "import" and b.alias is not None:
-                return _helper_kind((dotted_str(b.alias.name) or "").split(".")[-1])
+                imported = (dotted_str(b.alias.name) or "").split(".")[-1]
+                kind = _helper_kind(imported)
+                if kind == XLA and isinstance(b.node, cst.ImportFrom) and (b.node.relative or imported.startswith("_")):
+                    # a library's own backend switch: accelerate's `from .utils import is_torch_xla_available`,
+                    # Lightning's private `_XLA_AVAILABLE`
+                    self.own_switch = True
+                return kind
             if b.kind == "def" and b.node in self.functions:
                 return self.functions[b.node]
             if b.kind == "def":

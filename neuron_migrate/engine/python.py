@@ -193,8 +193,11 @@ def decide(ctx: FileContext, rules: list[type[Rule]], step: bool) -> None:
     if step:
         leftovers.report_leftovers(ctx)
     found = vars(ctx.facts).get("paths")  # computed by the first report, if any
-    if found is not None and found.multi_backend and found.branches:
-        _isolated(ctx, found.mark_branches)
+    if found is not None and found.multi_backend:
+        if found.branches:
+            _isolated(ctx, found.mark_branches)
+        ctx.required_imports.clear()  # asked for by fixes the paths held back
+        ctx.definitions.clear()
 
 
 def _isolated(ctx: FileContext, call, *args) -> None:
