@@ -40,13 +40,21 @@ def line_paths(text: str, guards: list | None = None) -> dict[int, str]:
             guard = parents.get(parents.get(parents.get(small)))
             if isinstance(guard, cst.Try) and guard in where:
                 guards.append(range(where[guard].start.line, where[guard].end.line + 1))
+    parents = found.ctx.analysis.parents
+
+    def depth(node):
+        n = 0
+        while node is not None:
+            node, n = parents.get(node), n + 1
+        return n
+
     spans = []
     for node, (path, _branch) in found._path.items():
         pos = where.get(node)
         if pos is not None:
-            spans.append((pos.end.line - pos.start.line, pos.start.line, pos.end.line, path))
+            spans.append((-(pos.end.line - pos.start.line), depth(node), pos.start.line, pos.end.line, path))
     out: dict[int, str] = {}
-    for _size, start, end, path in sorted(spans, reverse=True):  # widest first: inner nodes overwrite
+    for _size, _depth, start, end, path in sorted(spans):  # widest (then outermost) first: inner nodes overwrite
         for line in range(start, end + 1):
             out[line] = path
     return out
@@ -125,7 +133,8 @@ def path_of_line(text: str, needle: str) -> str:
      "d = 4", P.FALLBACK),
     ("import torch\nif torch.cuda.is_available():\n    c = 3\nelse:\n    d = 4\n", "d = 4", P.COMMON),
     ("import torch\nif torch.cuda.is_available():\n    c = 3\nelse:\n    d = 4\n", "c = 3", P.CUDA),
-    ("import torch as th\nx = th.device('cuda' if th.cuda.is_available() else 'cpu')\n", "x =", P.COMMON),
+    ("import torch as th\nx = th.device(\n    'cuda' if th.cuda.is_available()\n    else 'cpu'\n)\n", "'cuda' if", P.CUDA),
+    ("import torch as th\nx = th.device(\n    'cuda' if th.cuda.is_available()\n    else 'cpu'\n)\n", "else 'cpu'", P.COMMON),
     ("try:\n    import torch_xla\n    HAS_XLA = True\nexcept ImportError:\n    HAS_XLA = False\n"
      "def f():\n    if not HAS_XLA:\n        return 0\n    x = 1\n", "x = 1", P.XLA),
     ("try:\n    import torch_xla\n    HAS_XLA = True\nexcept ImportError:\n    HAS_XLA = False\n"
