@@ -94,13 +94,15 @@ def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
     module = _add_definitions(module, definitions)
     flags = flag_only_bindings(analysis) if fixed else []
-    if fixed and not _legacy_kept(analysis, unused, flags):
-        module = _native_probes(module)
-    if not unused and not flags:
+    probes = _native_probes(module) if fixed and not _legacy_kept(analysis, unused, flags) else []
+    if not unused and not flags and not probes:
         return module
     dead_aliases = {id(b.alias) for b in unused}
     dead_names = {b.name for b in unused}
     edits = EditSet()
+    for probe in probes:
+        quote = probe.value[len(probe.prefix)]
+        edits.add_replace(probe, lambda old, q=quote: old.with_changes(value=f"{q}{NATIVE_DETECTION}{q}"))
     emptied: set[cst.CSTNode] = set()
     for b in unused:
         node = b.node
@@ -176,9 +178,9 @@ _PROBES = frozenset({"find_spec", "find_loader", "RequirementCache", "module_ava
                      "_is_package_available", "is_package_available", "_package_available"})
 
 
-def _native_probes(module: cst.Module) -> cst.Module:
-    """`find_spec("torch_xla")` (and RequirementCache / package_available) -> `find_spec("torch_neuronx")`, once the
-    file no longer imports torch_xla: the detection then succeeds where the migrated code can run."""
+def _native_probes(module: cst.Module) -> list[cst.SimpleString]:
+    """The `"torch_xla"` of `find_spec("torch_xla")` (and RequirementCache / package_available): once the file no
+    longer imports torch_xla they name torch_neuronx, so the detection succeeds where the migrated code runs."""
     found: list[cst.SimpleString] = []
     stack: list[cst.CSTNode] = [module]
     while stack:
@@ -188,24 +190,7 @@ def _native_probes(module: cst.Module) -> cst.Module:
             if type(value) is cst.SimpleString and value.evaluated_value in ("torch_xla", "torch-xla"):
                 found.append(value)
         stack.extend(children(node, tokens=False))
-    if not found:
-        return module
-    edits = EditSet()
-    for value in found:
-        quote = value.value[len(value.prefix)] if value.prefix else value.value[0]
-        edits.add_replace(value, lambda old, q=quote: old.with_changes(value=f"{q}{NATIVE_DETECTION}{q}"))
-    return apply(module, edits, _parents(module))
-
-
-def _parents(module: cst.Module) -> dict:
-    out: dict = {module: None}
-    stack: list[cst.CSTNode] = [module]
-    while stack:
-        node = stack.pop()
-        for child in children(node, tokens=True):
-            out[child] = node
-            stack.append(child)
-    return out
+    return found
 
 
 def flag_only_bindings(analysis: Analysis) -> list[Binding]:
