@@ -80,8 +80,23 @@ def unused_decisions(ctx, unused: list[Binding]) -> list:
     return out
 
 
+def flag_decisions(ctx, flags: list[Binding]) -> list:
+    """NM190 for each legacy import the fixed file reads only as an availability flag (its fix: it becomes
+    `import torch_neuronx as <name>`, so the tests keep working)."""
+    from neuron_migrate import catalogue
+    from neuron_migrate.engine.context import FIXED, Decision
+
+    info = catalogue.rule(UNUSED_CODE)
+    parents = ctx.analysis.parents
+    after = (f" except as an availability flag once the other fixes are made (it becomes `import "
+             f"{NATIVE_DETECTION} as ...`, so the tests keep working)")
+    return [Decision(UNUSED_CODE, b.alias, info.format(module=_legacy_module_of(b), after=after), True,
+                     parents.get(b.node), status=FIXED) for b in flags]
+
+
 def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
-         definitions: list[str], *, render: Callable[[cst.Module], str], fixed: bool = True) -> cst.Module:
+         definitions: list[str], *, render: Callable[[cst.Module], str], fixed: bool = True,
+         flags: list[Binding] | None = None) -> cst.Module:
     """Add the imports and definitions the fixed `module` needs, drop the `unused` legacy imports (and the guards
     that only held them). `analysis` is that of `module` (see `fix` in python.py); `render` gives a module's
     code; `fixed`: the rules made edits (a file they leave alone keeps its detections as they are)."""
@@ -93,7 +108,7 @@ def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required
         unresolved |= set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
     module = _add_definitions(module, definitions)
-    flags = flag_only_bindings(analysis) if fixed else []
+    flags = (flag_only_bindings(analysis) if flags is None else flags) if fixed else []
     probes = _native_probes(module) if fixed and not _legacy_kept(analysis, unused, flags) else []
     if not unused and not flags and not probes:
         return module
