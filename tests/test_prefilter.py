@@ -23,7 +23,7 @@ from neuron_migrate import catalogue, suppress
 from neuron_migrate import syntax
 from neuron_migrate.syntax import codegen
 from neuron_migrate.syntax import parse as cstparse
-from neuron_migrate.engine import edits, leftovers
+from neuron_migrate.engine import edits, leftovers, paths
 from neuron_migrate.engine import python as engine
 from neuron_migrate.engine.imports import LEGACY_ROOTS, UNUSED_CODE
 from neuron_migrate.engine.names import Analysis, Collector
@@ -80,6 +80,7 @@ ENGINE_CODES = {
     UNUSED_CODE: lambda data: any(r.encode() in data for r in LEGACY_ROOTS),
     engine.MARKER_CODE: lambda data: edits.MARKER_PREFIX.encode() in data,
     suppress.UNUSED_CODE: lambda data: suppress.MAY_SUPPRESS.search(data) is not None,
+    paths.NATIVE_BRANCH: lambda data: any(t in data for t in (b"xla", b"XLA", b"torch_neuronx")),  # XLA code held
 }
 
 

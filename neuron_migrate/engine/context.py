@@ -14,6 +14,7 @@ from typing import Callable
 import libcst as cst
 
 from neuron_migrate import catalogue
+from neuron_migrate.engine import paths
 from neuron_migrate.engine.edits import EditSet, has_marker, marker_text
 from neuron_migrate.engine.facts import Facts
 from neuron_migrate.engine.imports import is_docstring
@@ -159,7 +160,7 @@ class FileContext:
         return self.settings.enabled(code, self.path)
 
     def report(self, code: str, node: cst.CSTNode, statement: cst.CSTNode | None = None, marker: bool = True,
-               **fields) -> bool:
+               acts_on: str | None = None, **fields) -> bool:
         """Record a finding. Returns True when the rule should now make its edits for it.
 
         The answer is the same for `check` and `rewrite`: True when the code is enabled, not suppressed on its
@@ -168,10 +169,23 @@ class FileContext:
         True is returned and the caller places one marker for several findings. Check-only rules get no marker.
         A finding on a statement that already carries this code's marker is not repeated: the marker (NM900)
         stands for it. Every reported node counts as handled, enabled or not, so NM199 never reports it.
+
+        The code paths gate every finding first (engine/paths.py): a finding is reported only where its family
+        (`Rule.acts_on`, or `acts_on` for a rule that reports one code for two families) acts; in a multi-backend
+        file an XLA finding is held for its branch's one NM111 marker instead.
         """
         self.handled.add(node)
         if isinstance(node, cst.Call):
             self.handled.add(node.func)
+        if code != paths.NATIVE_BRANCH:
+            found = self.facts.paths
+            family = acts_on or paths.acts_on(code)
+            if not found.allows(family, node):
+                return False
+            if family == paths.XLA_REWRITE and found.multi_backend:
+                found.hold(node, statement or (self.current.statement if self.current else None), fields,
+                           self.current.scope if self.current else None)
+                return False
         statement = statement or (self.current.statement if self.current else None)
         # the same decision for check and rewrite: the one policy, asked as rewrite asks it
         policy = Policy(self.settings, self.path, rewrite=True).decide(

@@ -3,6 +3,12 @@
 Legacy imports are those of torch_xla (and its submodules). An import is dropped only when no read of its
 name resolves to it; a `try: import torch_xla... except ImportError: xm = None` guard whose body held only
 such imports goes away whole, and an `if <feature test>:` guard left empty goes too.
+
+A guard that stays (its body runs more code, or its handler does something the program reads) is a feature
+detection: its torch_xla import is never simply dropped. It becomes `import torch_neuronx` in the same place, so
+the body still fails where Neuron is absent and the handler (the GPU / CPU fallback) still runs there; an import
+whose name is still read only as an availability flag (`xm is not None`, `if xm:`) becomes
+`import torch_neuronx as xm`.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ import libcst as cst
 
 from neuron_migrate.engine.edits import EditSet, apply
 from neuron_migrate.engine.names import Analysis, Binding, dotted, dotted_str
+from neuron_migrate.engine.paths import guards_imports
 from neuron_migrate.syntax.walk import children
 
 LEGACY_ROOTS = ("torch_xla",)
+NATIVE_DETECTION = "torch_neuronx"  # what a kept feature detection imports instead of torch_xla
 REPORTING_CALLS = frozenset({"print", "warn", "warning", "info", "debug", "error", "exception", "log"})
 UNUSED_CODE = "NM190"
 
@@ -73,11 +81,26 @@ def unused_decisions(ctx, unused: list[Binding]) -> list:
     return out
 
 
+def flag_decisions(ctx, flags: list[Binding]) -> list:
+    """NM190 for each legacy import the fixed file reads only as an availability flag (its fix: it becomes
+    `import torch_neuronx as <name>`, so the tests keep working)."""
+    from neuron_migrate import catalogue
+    from neuron_migrate.engine.context import FIXED, Decision
+
+    info = catalogue.rule(UNUSED_CODE)
+    parents = ctx.analysis.parents
+    after = (f" except as an availability flag once the other fixes are made (it becomes `import "
+             f"{NATIVE_DETECTION} as ...`, so the tests keep working)")
+    return [Decision(UNUSED_CODE, b.alias, info.format(module=_legacy_module_of(b), after=after), True,
+                     parents.get(b.node), status=FIXED) for b in flags]
+
+
 def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
-         definitions: list[str], *, render: Callable[[cst.Module], str]) -> cst.Module:
+         definitions: list[str], *, render: Callable[[cst.Module], str], fixed: bool = True,
+         flags: list[Binding] | None = None) -> cst.Module:
     """Add the imports and definitions the fixed `module` needs, drop the `unused` legacy imports (and the guards
     that only held them). `analysis` is that of `module` (see `fix` in python.py); `render` gives a module's
-    code."""
+    code; `fixed`: the rules made edits (a file they leave alone keeps its detections as they are)."""
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
@@ -86,11 +109,16 @@ def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required
         unresolved |= set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
     module = _add_definitions(module, definitions)
-    if not unused:
+    flags = (flag_only_bindings(analysis) if flags is None else flags) if fixed else []
+    probes = _native_probes(module) if fixed and not _legacy_kept(analysis, unused, flags) else []
+    if not unused and not flags and not probes:
         return module
     dead_aliases = {id(b.alias) for b in unused}
     dead_names = {b.name for b in unused}
     edits = EditSet()
+    for probe in probes:
+        quote = probe.value[len(probe.prefix)]
+        edits.add_replace(probe, lambda old, q=quote: old.with_changes(value=f"{q}{NATIVE_DETECTION}{q}"))
     emptied: set[cst.CSTNode] = set()
     for b in unused:
         node = b.node
@@ -105,8 +133,123 @@ def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required
             edits.add_replace(node, _keep_aliases(keep))
     parents = _parents_after_additions(analysed, module, analysis.parents)
     guards = _Guards(emptied, dead_names, analysis)
-    edits.remove.update(s for s in _enclosing_statements(emptied, parents) if guards.only_guards_dead_imports(s))
+    gone = {s for s in _enclosing_statements(emptied, parents) if guards.only_guards_dead_imports(s)}
+    edits.remove.update(gone)
+    _keep_detections(edits, emptied, flags, gone, parents)
     return apply(module, edits, parents)
+
+
+def _guard_of(small: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> cst.Try | None:
+    """The `try` whose own body holds the import `small`, where a handler catches its ImportError."""
+    line = parents.get(small)
+    block = parents.get(line) if line is not None else None
+    owner = parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+    if isinstance(owner, cst.Try) and owner.body is block and guards_imports(owner):
+        return owner
+    return None
+
+
+def _keep_detections(edits: EditSet, emptied: set[cst.CSTNode], flags: list[Binding], gone: set[cst.CSTNode],
+                     parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> None:
+    """Turn the torch_xla imports of the feature detections that stay into torch_neuronx imports (see the module
+    docstring): one per guard, plus one per name still tested as a flag."""
+    served: set[cst.Try] = set()
+    for b in flags:
+        guard = _guard_of(b.node, parents)
+        if guard is None or b.node in emptied:
+            continue
+        served.add(guard)
+        edits.add_replace(b.node, _native_import(b.name))
+    for small in sorted(emptied, key=lambda n: id(n)):
+        guard = _guard_of(small, parents)
+        if guard is None or guard in gone or guard in served or _has_native_import(guard):
+            continue
+        served.add(guard)
+        edits.remove.discard(small)
+        edits.add_replace(small, _native_import(None))
+
+
+def _native_import(alias: str | None):
+    name = cst.ImportAlias(cst.Name(NATIVE_DETECTION),
+                           asname=cst.AsName(cst.Name(alias)) if alias and alias != NATIVE_DETECTION else None)
+
+    def fn(updated):
+        return cst.Import(names=[name], semicolon=updated.semicolon)
+    return fn
+
+
+def _has_native_import(guard: cst.Try) -> bool:
+    return any(isinstance(s, cst.Import) and any(dotted_str(a.name) == NATIVE_DETECTION for a in s.names)
+               for line in guard.body.body if isinstance(line, cst.SimpleStatementLine) for s in line.body)
+
+
+def _legacy_kept(analysis: Analysis, unused: list[Binding], flags: list[Binding]) -> bool:
+    """Whether the fixed module still imports torch_xla somewhere (after the tidy-up)."""
+    going = {id(b) for b in unused} | {id(b) for b in flags}
+    return any(_legacy_module_of(b) is not None and id(b) not in going
+               for scope in analysis.scopes for bindings in scope.bindings.values() for b in bindings)
+
+
+_PROBES = frozenset({"find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
+                     "_is_package_available", "is_package_available", "_package_available"})
+
+
+def _native_probes(module: cst.Module) -> list[cst.SimpleString]:
+    """The `"torch_xla"` of `find_spec("torch_xla")` (and RequirementCache / package_available): once the file no
+    longer imports torch_xla they name torch_neuronx, so the detection succeeds where the migrated code runs."""
+    found: list[cst.SimpleString] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Call and node.args and (dotted(node.func) or [""])[-1] in _PROBES:
+            value = node.args[0].value
+            if type(value) is cst.SimpleString and value.evaluated_value in ("torch_xla", "torch-xla"):
+                found.append(value)
+        stack.extend(children(node, tokens=False))
+    return found
+
+
+def flag_only_bindings(analysis: Analysis) -> list[Binding]:
+    """The torch_xla imports in a guard whose name every read uses only as an availability flag (`xm is not None`,
+    `if xm:`, `not xm`, `xm and ...`), whole-import bindings only (`import a.b as xm`, `from a import b as xm`)."""
+    candidates: dict[str, list[Binding]] = {}
+    for scope in analysis.scopes:
+        for name, bindings in scope.bindings.items():
+            for b in bindings:
+                if _legacy_module_of(b) is not None and len(b.node.names) == 1 and \
+                        _guard_of(b.node, analysis.parents) is not None:
+                    candidates.setdefault(name, []).append(b)
+    if not candidates:
+        return []
+    uses: dict[str, list[bool]] = {}
+    stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(analysis.module, None)]
+    while stack:  # the module as it is now (the parent map also holds the nodes that edits replaced)
+        node, parent = stack.pop()
+        if type(node) is cst.Name and node.value in candidates:
+            use = _flag_use(node, parent)
+            if use is not None:
+                uses.setdefault(node.value, []).append(use)
+        stack.extend((c, node) for c in children(node, tokens=False))
+    return [b for name, bs in candidates.items() if uses.get(name) and all(uses[name]) for b in bs]
+
+
+def _flag_use(name: cst.Name, parent) -> bool | None:
+    """True: `name` is read as a flag; False: read otherwise; None: not a read (a binding, an attribute name)."""
+    if parent is None or isinstance(parent, (cst.ImportAlias, cst.AsName, cst.AssignTarget, cst.Param)) or (
+            isinstance(parent, cst.Attribute) and parent.attr is name) or (
+            isinstance(parent, cst.Arg) and parent.keyword is name):
+        return None
+    if isinstance(parent, cst.Comparison) and parent.left is name and len(parent.comparisons) == 1:
+        target = parent.comparisons[0]
+        return isinstance(target.operator, (cst.Is, cst.IsNot)) and isinstance(target.comparator, cst.Name) \
+            and target.comparator.value == "None"
+    if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not):
+        return True
+    if isinstance(parent, (cst.If, cst.While, cst.IfExp)) and parent.test is name:
+        return True
+    if isinstance(parent, cst.BooleanOperation):
+        return True
+    return False
 
 
 def _enclosing_statements(statements: set[cst.CSTNode], parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> list:

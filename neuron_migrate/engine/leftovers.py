@@ -85,8 +85,8 @@ def report_leftovers(ctx) -> None:
         if type(node) not in NODE_TYPES or node in ctx.handled:
             continue
         qual = _reference(ctx, occ)
-        if qual is None:
-            continue
+        if qual is None or ctx.facts.paths.kept_detection(node, occ.scope):
+            continue  # `xm is not None`, `if xm:`: an availability test, which the import tidy keeps working
         name = dotted_str(node) or qual
         hint = MODULE_HINT if isinstance(node, cst.Name) and _is_module(qual) else hint_for(qual)
         if ctx.report(CODE, node, marker=False, name=name, qualname=qual, hint=f"; {hint}" if hint else ""):

@@ -201,6 +201,12 @@ def decide(ctx: FileContext, rules: list[type[Rule]], step: bool) -> None:
         _isolated(ctx, rule.finish)
     if step:
         leftovers.report_leftovers(ctx)
+    found = vars(ctx.facts).get("paths")  # computed by the first report, if any
+    if found is not None and found.multi_backend:
+        if found.branches:
+            _isolated(ctx, found.mark_branches)
+        ctx.required_imports.clear()  # asked for by fixes the paths held back
+        ctx.definitions.clear()
 
 
 def _isolated(ctx: FileContext, call, *args) -> None:
@@ -232,7 +238,8 @@ def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
     dropped: set[int] = set()
     while True:
         try:
-            new_text, unused = _fixed(ctx, ctx.without(dropped) if dropped else ctx.edits, renderer, rewrite, original)
+            new_text, unused, flags = _fixed(ctx, ctx.without(dropped) if dropped else ctx.edits, renderer, rewrite,
+                                             original)
             break
         except RecursionError:
             raise
@@ -246,27 +253,32 @@ def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
             reason = "its rewrite did not compile" if isinstance(exc, SourceError) else \
                 f"its rewrite failed: {type(exc).__name__}"
             ctx.fix_failed(ctx.decisions[culprit], reason)
-    if unused and ctx.enabled(imports.UNUSED_CODE):
-        ctx.decisions += imports.unused_decisions(ctx, unused)
+    if (unused or flags) and ctx.enabled(imports.UNUSED_CODE):
+        ctx.decisions += imports.unused_decisions(ctx, unused) + imports.flag_decisions(ctx, flags)
     return new_text
 
 
 def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original: str | None):
-    """(the fixed text or None, the legacy import bindings it no longer uses); raises where it cannot be made."""
+    """(the fixed text or None, the legacy import bindings it no longer uses, those it uses only as availability
+    flags: they become torch_neuronx imports); raises where it cannot be made."""
     module, analysis = ctx.module, ctx.analysis
     new_module = apply(module, edits, analysis.parents)
     after = Analysis(new_module, reuse=analysis)
     unused = [b for b in imports.unused_bindings(after) if not _kept_import(ctx, b)]
+    if unused and ctx.facts.paths.multi_backend:
+        unused = []  # a multi-backend file keeps its XLA code, legacy imports too (engine/paths.py)
+    fixed = any(d.status == FIXED for d in ctx.decisions)
+    flags = imports.flag_only_bindings(after) if fixed and "torch_xla" in ctx.source.text else []
     if not rewrite:
-        return None, unused
+        return None, unused, flags
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
-                              render=renderer.code)
+                              render=renderer.code, fixed=fixed, flags=flags)
     rendered = renderer.code(new_module)
     if rendered == original:
-        return ctx.source.text, unused  # nothing edited (even where the parser does not give the file back)
+        return ctx.source.text, unused, flags  # nothing edited (even where the parser does not give the file back)
     new_text = final_newline(ctx.source, rendered)
     validate(new_text)  # Python accepts the result: the file was Python to begin with
-    return new_text, unused
+    return new_text, unused, flags
 
 
 def _kept_import(ctx: FileContext, binding) -> bool:

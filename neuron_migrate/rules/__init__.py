@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import libcst as cst
 
+from neuron_migrate.engine.paths import XLA_REWRITE
+
 if TYPE_CHECKING:
     from neuron_migrate.engine.python import FileContext
 
@@ -56,6 +58,11 @@ class Rule:
     context: ClassVar[tuple[bytes, ...]] = ()
     # ... and, when set, this pattern too (see `names_pattern`): for names short enough to hide in other words.
     pattern: ClassVar[NamesPattern | re.Pattern[bytes] | None] = None
+    # Which code paths (engine/paths.py) the codes act on: XLA_REWRITE (the default) acts on XLA-path and common
+    # code, never on a TPU, CUDA, MPS, XPU or CPU-fallback path, and not at all in a multi-backend file (one NM111
+    # marker per XLA branch instead); CUDA_LEFTOVER (NM320-NM323) acts on XLA-path code, and on common code only
+    # where the file does not keep XLA optional. `FileContext.report` applies it to every finding.
+    acts_on: ClassVar[str] = XLA_REWRITE
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx

@@ -1,6 +1,8 @@
 """NM320-NM323: CUDA leftovers in code moved to the `neuron` device.
 
-Only in files of a program moving to neuron (see `moving_to_neuron`): elsewhere CUDA code is a GPU path.
+Only in files of a program moving to neuron (see `moving_to_neuron`): elsewhere CUDA code is a GPU path. Within
+such a file only where the code paths (engine/paths.py) put the code on the XLA path, or on common code of a file
+that does not keep XLA optional: never in a branch or condition that tests for CUDA, never on the fallback path.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ import re
 
 import libcst as cst
 
+from neuron_migrate.engine.paths import CUDA_LEFTOVER
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, short, string_value
@@ -53,6 +56,7 @@ class CudaDeviceString(XlaDeviceString):
     """`"cuda"` in the places where NM102 respells `"xla"`: device arguments, comparisons, device variables."""
 
     codes = ("NM321",)
+    acts_on = CUDA_LEFTOVER
     triggers = (b"cuda",)
     context = MOVING_TO_NEURON
     pattern = None
@@ -71,6 +75,7 @@ class CudaMethod(Rule):
     """`x.cuda()` -> `x.to("neuron")`; `x.cuda(1)` -> `x.to("neuron:1")`; `non_blocking=` is kept."""
 
     codes = ("NM320",)
+    acts_on = CUDA_LEFTOVER
     triggers = (b".cuda(", b".cuda (")
     context = MOVING_TO_NEURON
 
@@ -109,6 +114,7 @@ class TorchCudaApi(Rule):
     """`torch.cuda.<f>` -> `torch.neuron.<f>` where TorchNeuron has the namesake; a finding otherwise."""
 
     codes = ("NM322", "NM323")
+    acts_on = CUDA_LEFTOVER
     triggers = (b"cuda",)
     context = MOVING_TO_NEURON
 

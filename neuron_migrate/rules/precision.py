@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.engine.paths import CUDA_LEFTOVER
+
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import moving_to_neuron, reference
@@ -120,9 +122,9 @@ class Autocast(Rule):
         if qual in XLA_AUTOCAST:
             self._rewrite(node, ("device", "enabled", "dtype", "cache_enabled"), "bfloat16")
         elif qual in CUDA_AUTOCAST and moving_to_neuron(ctx):
-            self._rewrite(node, ("enabled", "dtype", "cache_enabled"), "float16")
+            self._rewrite(node, ("enabled", "dtype", "cache_enabled"), "float16", CUDA_LEFTOVER)
 
-    def _rewrite(self, node: cst.Call, params: tuple[str, ...], default_dtype: str) -> None:
+    def _rewrite(self, node: cst.Call, params: tuple[str, ...], default_dtype: str, acts_on: str | None = None) -> None:
         """Keep every argument by name, drop the device, and state the dtype the old call used by default."""
         ctx = self.ctx
         if has_star(node):
@@ -136,5 +138,5 @@ class Autocast(Rule):
         parts.append(f"dtype={code(dtype.value)}" if dtype is not None else f"dtype={torch}.{default_dtype}")
         parts += [f"{p}={code(given[p].value)}" for p in ("enabled", "cache_enabled") if given.get(p) is not None]
         fixed = f"{torch}.autocast({', '.join(parts)})"
-        if ctx.report("NM402", node, call=short(node), fixed=fixed):
+        if ctx.report("NM402", node, call=short(node), fixed=fixed, acts_on=acts_on):
             ctx.replace(node, expression(fixed))

@@ -36,6 +36,14 @@ def device_target(ctx) -> Target:
     return Target(ctx)
 
 
+def native_device(ctx) -> str:
+    """How the native device is spelled in the file's style, for marker prose (adds nothing to the file)."""
+    torch = ctx.analysis.local_name_for("torch", ctx.analysis.module_scope) or "torch"
+    if portable(ctx):
+        return f"{torch}.accelerator.current_accelerator()"
+    return f"{torch}.device({ctx.string(NEURON)})"
+
+
 def target(ctx) -> Target:
     return ctx.facts.device_target
 
