@@ -160,3 +160,14 @@ def test_the_imports_of_one_library_are_one_finding_with_their_count_and_hints()
     assert "3 imports" in found[0].message and "pipelining" in found[0].message and "DTensor" in found[0].message
     out = rewrite_text(NXD)
     assert out.count("TODO(neuron-migrate NM506)") == 2 and rewrite_bytes(out.encode()) is None
+
+
+def test_the_imports_of_nxd_inference_are_one_finding_with_their_count():
+    source = ("from neuronx_distributed_inference.models.config import NeuronConfig\n"
+              "from neuronx_distributed_inference.models.llama.modeling_llama import NeuronLlamaForCausalLM\n"
+              "import neuronx_distributed_inference.utils.hf_adapter as hf_adapter\n")
+    found = [f for f in _findings(source) if f.code == "NM507"]
+    assert [(f.line, f.message.split(":")[0]) for f in found] == [(1, "`neuronx_distributed_inference`")]
+    assert "3 imports in this file" in found[0].message
+    out = rewrite_text(source)
+    assert out.count("TODO(neuron-migrate NM507)") == 1 and rewrite_bytes(out.encode()) is None

@@ -237,6 +237,26 @@ class NxdInference(Rule):
     codes = ("NM507", "NM510")
     triggers = (b"neuronx_distributed",)
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.nxdi: list = []  # (occurrence, node) of the imports of NxD Inference: one finding at the first
+
+    def finish(self) -> None:
+        if not self.nxdi:
+            return
+        occ, node = self.nxdi[0]
+        self.ctx.current = occ
+        n = len(self.nxdi)
+        self._report(node, NXD_INFERENCE if n > 1 else self._module_of(node),
+                     "NxD Inference" + (f" ({n} imports in this file)" if n > 1 else ""))
+        self.ctx.current = None
+
+    @staticmethod
+    def _module_of(node: cst.CSTNode) -> str:
+        if isinstance(node, cst.ImportFrom):
+            return dotted_str(node.module)
+        return next(m for a in node.names if (m := dotted_str(a.name) or "").split(".")[0] == NXD_INFERENCE)
+
     def _report(self, node: cst.CSTNode, name: str, what: str) -> None:
         ctx = self.ctx
         if release.xla_inference_maintained(ctx.settings):
@@ -249,7 +269,7 @@ class NxdInference(Rule):
             return
         module = dotted_str(node.module)
         if module == NXD_INFERENCE or (module or "").startswith(NXD_INFERENCE + "."):
-            self._report(node, module, "NxD Inference")
+            self.nxdi.append((self.ctx.current, node))
             return
         if isinstance(node.names, cst.ImportStar):
             return
@@ -264,7 +284,7 @@ class NxdInference(Rule):
         for alias in node.names:
             module = dotted_str(alias.name) or ""
             if module == NXD_INFERENCE or module.startswith(NXD_INFERENCE + "."):
-                self._report(node, module, "NxD Inference")
+                self.nxdi.append((self.ctx.current, node))
                 return
 
     def visit_Call(self, node: cst.Call) -> None:
