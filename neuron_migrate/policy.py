@@ -129,11 +129,12 @@ def unused_suppressions(policy: Policy, suppressions: LineSuppressions | None,
 
 
 def marked_above(lines_above: Sequence[str], code: str) -> bool:
-    """Whether the marker lines right above a line (the end of `lines_above`) hold this code's marker."""
+    """Whether the comment lines right above a line (the end of `lines_above`) hold this code's marker, wherever
+    it sits among them (a person may have added a comment under it)."""
     tag = f"{MARKER_PREFIX}{code})"
     for line in reversed(lines_above):
         text = line.strip()
-        if not text.startswith(MARKER_PREFIX):
+        if not text.startswith("#"):
             return False
         if text.startswith(tag):
             return True

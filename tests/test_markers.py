@@ -171,3 +171,11 @@ def test_the_imports_of_nxd_inference_are_one_finding_with_their_count():
     assert "3 imports in this file" in found[0].message
     out = rewrite_text(source)
     assert out.count("TODO(neuron-migrate NM507)") == 1 and rewrite_bytes(out.encode()) is None
+
+
+def test_a_marker_in_a_shell_script_is_recognised_under_a_comment_a_person_added():
+    from neuron_migrate.files.envfiles import process_shell
+
+    first = process_shell("run.sh", b"export XLA_USE_BF16=1\npython train.py\n", Settings(), True).new_bytes
+    edited = first.replace(b"export XLA_USE_BF16", b"# kept for the old image\nexport XLA_USE_BF16")
+    assert process_shell("run.sh", edited, Settings(), True).new_bytes is None
