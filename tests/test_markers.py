@@ -179,3 +179,10 @@ def test_a_marker_in_a_shell_script_is_recognised_under_a_comment_a_person_added
     first = process_shell("run.sh", b"export XLA_USE_BF16=1\npython train.py\n", Settings(), True).new_bytes
     edited = first.replace(b"export XLA_USE_BF16", b"# kept for the old image\nexport XLA_USE_BF16")
     assert process_shell("run.sh", edited, Settings(), True).new_bytes is None
+
+
+def test_other_xla_impl_apis_are_not_called_nki_entry_points():
+    source = ("from torch_neuronx.xla_impl.hlo import xla_hlo_call\n\n\n"
+              "@xla_hlo_call\ndef marker(x):\n    return x\n")
+    (found,) = [f for f in _findings(source) if f.code == "NM505"]
+    assert "XLA-era way to call an NKI kernel" not in found.message and "torch_neuronx.xla_impl" in found.message

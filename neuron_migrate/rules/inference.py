@@ -33,6 +33,10 @@ NKI_BUNDLED = "neuronxcc.nki"  # the compiler's NKI namespace: one finding a fil
 XLA_ERA_NKI = ("is the XLA-era way to call an NKI kernel", "write the kernel with `@nki.jit` (the standalone `nki` "
                "package) and register it for PyTorch with `@nki_op(\"namespace::name\", mutates_args=...)`",
                "write an `@nki.jit` kernel, register it with nki_op")
+XLA_IMPL = ("comes from `torch_neuronx.xla_impl`, the XLA-based implementation, which TorchNeuron does not have",
+            "an NKI kernel becomes an `@nki.jit` function registered with `@nki_op(\"namespace::name\", "
+            "mutates_args=...)`; an HLO custom call or other XLA operation becomes PyTorch operators or an NKI kernel",
+            "port xla_impl use to PyTorch or nki_op")
 # NxD Core inference APIs (end of support on Trn2/Trn3 in Neuron 2.34) -> what the finding calls them.
 NXD_TRACE = {
     "neuronx_distributed.trace.parallel_model_trace": "NxD Core's `parallel_model_trace`",
@@ -157,7 +161,7 @@ class NeuronxTrace(Rule):
             self.nki_uses.append((self.ctx.current, node))
             self.ctx.handled.add(node)
         elif found == "NM505":
-            what, todo, short = XLA_ERA_NKI
+            what, todo, short = XLA_ERA_NKI if qual.rsplit(".", 1)[-1] == "nki_jit" else XLA_IMPL
             self.ctx.report(found, node, what=what, todo=todo, short=short, **spelled_as(node, qual))
         else:
             self.ctx.report(found, node, **spelled_as(node, qual))
