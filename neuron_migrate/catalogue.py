@@ -78,12 +78,24 @@ class RuleInfo:
     marks_migrating_only: bool = False
     example_settings: dict = field(default_factory=dict)  # settings the example is checked with ({"instance": "trn3"})
     renames: tuple[Rename, ...] = ()  # `[[rule.rename]]` rows: what the generic rename rule rewrites for this code
+    marker: str = ""  # the marker's few words (a template like `message`); `explain` holds the long form
 
     def format(self, **fields: object) -> str:
         try:
             return self.message.format(**fields)
         except (KeyError, IndexError):
             return self.message
+
+    def format_marker(self, **fields: object) -> str:
+        """What the marker says: the `marker` template, or the message up to its first colon or semicolon."""
+        if self.marker:
+            try:
+                return self.marker.format(**fields)
+            except (KeyError, IndexError):
+                return self.marker
+        message = self.format(**fields)
+        cuts = [i for i in (message.find(": "), message.find("; ")) if i > 0]
+        return message[:min(cuts)] if cuts else message
 
 
 class CatalogueError(Exception):

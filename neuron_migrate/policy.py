@@ -48,6 +48,7 @@ class Decision:
     fixable: bool  # the finding's `fixable`: a fix exists and this run may apply it
     fix: bool  # rewrite: make the rule's edit now (and count it as applied)
     mark: bool  # rewrite: leave a TODO marker above the line
+    what: str = ""  # what the marker says (the catalogue's short form)
 
     @property
     def status(self) -> str:
@@ -61,7 +62,7 @@ class Decision:
 
     @property
     def marker(self) -> str:
-        return marker_text(self.code, self.message, self.link)
+        return marker_text(self.code, self.what or self.message, self.link)
 
 
 def _never() -> bool:
@@ -104,7 +105,8 @@ class Policy:
                 mark = not info.check_only and (not info.marks_migrating_only or migrating())
             else:
                 fix = fixable
-        return Decision(code, info.format(**fields), info.link, fixable, fix, mark)
+        return Decision(code, info.format(**fields), info.link, fixable, fix, mark,
+                        info.format_marker(**fields) if mark else "")
 
     def unused_suppression(self, code: str) -> str | None:
         """The NM901 message for a suppression of `code` ("*": a bare `# neuron-migrate: ignore`) that silenced
@@ -142,11 +144,12 @@ def unused_suppressions(policy: Policy, suppressions: LineSuppressions | None,
 
 
 def marked_above(lines_above: Sequence[str], code: str) -> bool:
-    """Whether the marker lines right above a line (the end of `lines_above`) hold this code's marker."""
+    """Whether the comment lines right above a line (the end of `lines_above`) hold this code's marker, wherever
+    it sits among them (a person may have added a comment under it)."""
     tag = f"{MARKER_PREFIX}{code})"
     for line in reversed(lines_above):
         text = line.strip()
-        if not text.startswith(MARKER_PREFIX):
+        if not text.startswith("#"):
             return False
         if text.startswith(tag):
             return True

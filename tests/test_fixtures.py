@@ -4,11 +4,15 @@ Layout: fixtures/<topic>/<case>.py with <case>.expected.py beside it; a case wit
 stay byte-identical. <case>.accelerator.expected.py, where present, is the output with
 `--device-style accelerator`; look-alikes must stay byte-identical in that style too. A first line `# fixture-settings: compile=False, device_style="accelerator"` passes
 settings to the engine.
+
+After a deliberate change of what the rewrite writes (marker texts, say), regenerate the expected files that
+exist with `NEURON_MIGRATE_UPDATE_SNAPSHOTS=1 python -m pytest -q tests/test_fixtures.py`, and read the diff.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 import re
 
 import libcst as cst
@@ -17,6 +21,7 @@ import pytest
 from tests.helpers import FIXTURES, rewrite_bytes
 
 SETTINGS = re.compile(rb"^# fixture-settings: (.*)$", re.M)
+UPDATE = os.environ.get("NEURON_MIGRATE_UPDATE_SNAPSHOTS") == "1"
 
 
 def _cases():
@@ -61,8 +66,10 @@ def _check(case, expected, **settings):
     if expected is None:
         assert out is None, f"{case.name} must stay byte-identical, but the rewrite changed it:\n{out!r}"
         return
-    want = expected.read_bytes()
     assert out is not None, f"{case.name}: nothing was rewritten"
+    if UPDATE:
+        expected.write_bytes(out)
+    want = expected.read_bytes()
     assert out.decode("utf-8", "replace") == want.decode("utf-8", "replace")  # a readable diff first
     assert out == want  # then the bytes: encodings, BOM, newlines
     ast.parse(out)

@@ -53,7 +53,7 @@ def test_a_rule_that_fails_on_one_node_loses_only_that_fix(monkeypatch):
     _fail_after_reporting(monkeypatch, "NM224")
     out = rewrite_text(LEGACY)
     assert 'device = torch.device("neuron")' in out and "xm.mark_step()" not in out  # the other fixes are made
-    marker = "        # TODO(neuron-migrate NM224): not rewritten automatically (the rule failed here: ValueError): "
+    marker = "        # TODO(neuron-migrate NM224): not rewritten (rule failed: ValueError); neuron-migrate explain NM224\n"
     assert marker in out
     assert "xm.add_step_closure(log, args=(step, loss,  # logged after the step" in out  # the call is kept
     assert "import torch_xla.core.xla_model as xm" in out  # still used by the kept call
@@ -78,7 +78,7 @@ def test_an_edit_whose_result_does_not_compile_is_found_dropped_and_marked(monke
     text = LEGACY.replace("        xm.mark_step()\n", "        xm.mark_step()\n    xm.mark_step()\n")
     out = rewrite_text(text)
     compile(out, "out.py", "exec")
-    assert out.count("# TODO(neuron-migrate NM103): not rewritten automatically (its rewrite did not compile)") == 2
+    assert out.count("# TODO(neuron-migrate NM103): not rewritten (rewrite did not compile); neuron-migrate") == 2
     assert 'device = torch.device("neuron")' in out and "log(step, loss," in out
 
 

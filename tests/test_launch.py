@@ -54,7 +54,7 @@ def test_process_count_from_neuron_rt_num_cores(tmp_path):
 def test_unknown_process_count_is_marked_once(tmp_path):
     script = "  python train.py\n"
     out, result = rewrite(tmp_path, script, SPAWNED.format(nprocs="n"))
-    assert out.startswith("  # TODO(neuron-migrate NM241): `python train.py` starts a program that used xmp.spawn")
+    assert out.startswith("  # TODO(neuron-migrate NM241): launch it with torchrun --nproc_per_node; neuron-migrate explain NM241\n")
     assert out.endswith("\n  python train.py\n")
     assert process_shell(str(tmp_path / "run.sh"), out.encode(), Settings(), True).new_bytes is None
 

@@ -191,7 +191,7 @@ class FileContext:
         policy = Policy(self.settings, self.path, rewrite=True).decide(
             code, self.current.statement if self.current else statement,
             self.suppressions if self.may_suppress else None, fields,
-            marked=lambda: statement is not None and has_marker(statement, code),
+            marked=lambda: statement is not None and has_marker(statement, code, self.header_of(statement)),
             migrating=lambda: self.moving_to_neuron)
         if policy is None:
             return False
@@ -206,6 +206,11 @@ class FileContext:
         if policy.fix:
             decision.status = FIXED
         return policy.fix
+
+    def header_of(self, statement: cst.CSTNode) -> tuple:
+        """The module's header lines where `statement` is the module's first statement (they stand above it)."""
+        body = self.module.body
+        return tuple(self.module.header) if body and body[0] is statement else ()
 
     def replace(self, node: cst.CSTNode, new: cst.CSTNode | Callable[[cst.CSTNode], cst.CSTNode]) -> None:
         self._edit("replace", node, new if callable(new) else (lambda _old, _new=new: _new))
@@ -258,7 +263,7 @@ class FileContext:
         info = catalogue.rule(decision.code)
         decision.status = MARKED if decision.statement is not None else LEFT
         if decision.statement is not None:  # owned by no decision: no later drop takes it away
-            text = marker_text(decision.code, f"not rewritten automatically ({reason}): {decision.message}", info.link)
+            text = marker_text(decision.code, f"not rewritten ({reason})", info.link)
             self._edit("marker", decision.statement, text, owner=-1)
 
     def replace_small_statement(self, code: str) -> bool:

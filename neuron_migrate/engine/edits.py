@@ -20,11 +20,36 @@ from neuron_migrate.syntax.walk import children, node_kind, visit_fields
 Replacer = Callable[[cst.CSTNode], cst.CSTNode]
 
 MARKER_PREFIX = "# TODO(neuron-migrate "
+MARKER_LIMIT = 100  # characters of a marker comment, indentation aside: it fits the usual line-length limits
+_NAME = re.compile(r"`([A-Za-z_][\w.]*\.)([A-Za-z_]\w*)((?:\(\.\.\.\)|\(\))?)`")
 
 
-def marker_text(code: str, message: str, link: str) -> str:
-    message = " ".join(message.split()).rstrip(".")
-    return f"{MARKER_PREFIX}{code}): {message}, see {link}"
+def marker_text(code: str, what: str, link: str = "") -> str:
+    """`# TODO(neuron-migrate CODE): <what>; neuron-migrate explain CODE`, at most MARKER_LIMIT characters.
+
+    The marker says what to do in a few words and where to read the rest: `explain` prints the long form with
+    its link. A `what` too long to fit has its dotted names shortened to their last part, then is cut at a word."""
+    head, tail = f"{MARKER_PREFIX}{code}): ", f"; neuron-migrate explain {code}"
+    return head + shorten(" ".join(what.split()).rstrip(".;:, "), marker_room(code)) + tail
+
+
+def marker_room(code: str) -> int:
+    """How many characters a marker of `code` has for what it says."""
+    return MARKER_LIMIT - len(f"{MARKER_PREFIX}{code}): ") - len(f"; neuron-migrate explain {code}")
+
+
+def shorten(text: str, room: int) -> str:
+    if len(text) <= room:
+        return text
+    text = _NAME.sub(lambda m: f"`{m.group(2)}{m.group(3)}`", text)
+    if len(text) <= room:
+        return text
+    cut = text[:room - 3].rsplit(" ", 1)[0].rstrip(".;:,( ")
+    if cut.count("`") % 2:  # never half a name
+        cut = cut[:cut.rindex("`")].rstrip(".;:,( ")
+    if cut.count("(") > cut.count(")"):  # nor half a parenthesis
+        cut = cut[:cut.rindex("(")].rstrip(".;:,( ")
+    return cut + "..."
 
 
 @dataclass
@@ -46,27 +71,40 @@ class EditSet:
         return {*self.replace, *self.remove, *self.after, *self.before, *self.markers, *self.unwrap}
 
     def add_marker(self, statement: cst.CSTNode, text: str) -> None:
+        """One marker per (code, statement): the first one asked for stands for the others."""
         texts = self.markers.setdefault(statement, [])
-        if text not in texts:
+        if marker_code(text) not in {marker_code(t) for t in texts}:
             texts.append(text)
 
 
-def existing_comments(statement: cst.CSTNode) -> list[str]:
-    lines = getattr(statement, "leading_lines", ())
+def marker_code(text: str) -> str | None:
+    """The code of a `# TODO(neuron-migrate CODE): ...` comment, None for any other comment."""
+    if not text.startswith(MARKER_PREFIX):
+        return None
+    return text[len(MARKER_PREFIX):].split(")", 1)[0]
+
+
+def existing_comments(statement: cst.CSTNode, header: tuple = ()) -> list[str]:
+    """The comments above `statement`: its own leading lines, and, for the first statement of a module, the
+    module's header (LibCST gives the comments above the first statement to the module)."""
+    lines = [*header, *getattr(statement, "leading_lines", ())]
     return [line.comment.value for line in lines if line.comment is not None]
 
 
-def has_marker(statement: cst.CSTNode, code: str) -> bool:
-    tag = f"{MARKER_PREFIX}{code})"
-    return any(c.startswith(tag) for c in existing_comments(statement))
+def has_marker(statement: cst.CSTNode, code: str, header: tuple = ()) -> bool:
+    """Whether a marker of `code` stands above `statement`, among the comment lines between it and the
+    statement before it (wherever in that run it sits)."""
+    return any(marker_code(c) == code for c in existing_comments(statement, header))
 
 
 class Applier:
     """Rebuilds the nodes on the paths to the edited ones, bottom-up, as a LibCST transformer would, without
     visiting the subtrees that hold no edit."""
 
-    def __init__(self, edits: EditSet, visit: set[cst.CSTNode]) -> None:
+    def __init__(self, edits: EditSet, visit: set[cst.CSTNode], module: cst.Module | None = None) -> None:
         self.edits = edits
+        self.first = module.body[0] if module is not None and module.body else None  # its comments: the header
+        self.header = tuple(module.header) if module is not None else ()
         self.visit = visit  # the edited nodes and their ancestors; other subtrees are left as they are
         self._dropped: set[cst.CSTNode] = set()
 
@@ -122,30 +160,38 @@ class Applier:
                     updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lost])
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
-        texts = [t for t in edits.markers.get(original, ()) if t not in existing_comments(original)]
-        if texts and hasattr(updated, "leading_lines"):
-            lines = [cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in texts]
-            updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lines])
+        present = {marker_code(c) for c in existing_comments(original, self.header if original is self.first else ())}
+        texts = [t for t in edits.markers.get(original, ()) if marker_code(t) not in present]
+        markers = [cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in texts]
+        if not hasattr(updated, "leading_lines"):
+            markers = []
         if dropped:
             kept = removed_comments(original)
             if kept and hasattr(updated, "leading_lines"):
                 updated = updated.with_changes(leading_lines=[*updated.leading_lines, *kept])
             replacement = [*before, *after]
             if not replacement:
+                if markers:
+                    updated = updated.with_changes(leading_lines=[*updated.leading_lines, *markers])
                 self._dropped.add(updated)  # the enclosing block carries its comments on
                 return updated
             replacement[0] = replacement[0].with_changes(
-                leading_lines=[*updated.leading_lines, *replacement[0].leading_lines])
+                leading_lines=[*updated.leading_lines, *markers, *replacement[0].leading_lines])
             return cst.FlattenSentinel(replacement)
         if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
             body = list(updated.body.body)
             header = _comment_lines([updated.body.header.comment])
-            body[0] = body[0].with_changes(leading_lines=[*updated.leading_lines, *header, *body[0].leading_lines])
+            body[0] = body[0].with_changes(
+                leading_lines=[*updated.leading_lines, *header, *markers, *body[0].leading_lines])
             return cst.FlattenSentinel(body)
+        if before and hasattr(updated, "leading_lines"):
+            # the statement's own comments go above what is inserted before it; its markers stay on it, where
+            # the next run looks for them
+            before[0] = before[0].with_changes(leading_lines=[*updated.leading_lines, *before[0].leading_lines])
+            updated = updated.with_changes(leading_lines=[])
+        if markers:
+            updated = updated.with_changes(leading_lines=[*updated.leading_lines, *markers])
         if before or after:
-            if before and hasattr(updated, "leading_lines"):
-                before[0] = before[0].with_changes(leading_lines=[*updated.leading_lines, *before[0].leading_lines])
-                updated = updated.with_changes(leading_lines=[])
             return cst.FlattenSentinel([*before, updated, *after])
         return updated
 
@@ -258,7 +304,7 @@ def apply(module: cst.Module, edits: EditSet,
     """The module with the edits made. `parents` (from the module's Analysis) saves a walk over the tree."""
     if not edits:
         return module
-    return Applier(edits, with_ancestors(module, edits.targets(), parents)).rebuild(module)
+    return Applier(edits, with_ancestors(module, edits.targets(), parents), module).rebuild(module)
 
 
 def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode],

@@ -287,9 +287,16 @@ def _still_needed(module: cst.Module, required: list[tuple[str, str | None]], un
             out.append((m, a))
         elif a is None and "." in m:  # `import torch.distributed` where `torch` is bound: is the submodule used?
             text = render(module) if text is None else text
-            if re.search(rf"(?<![\w.]){re.escape(m)}\b", text):
+            if re.search(rf"(?<![\w.]){re.escape(m)}\b", text) and not _imported_at_top(text, m):
                 out.append((m, a))
     return out
+
+
+def _imported_at_top(text: str, module: str) -> bool:
+    """The file already has `import <module>` (among others on the line, perhaps) at its top level."""
+    name = re.escape(module)
+    return re.search(rf"(?m)^import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*{name}[ \t]*(?:,|#|;|$)",
+                     text) is not None
 
 
 def _keep_aliases(keep: list[cst.ImportAlias]):

@@ -9,7 +9,7 @@ import functools
 import libcst as cst
 
 from neuron_migrate.catalogue import load_data, rule
-from neuron_migrate.engine.edits import marker_text
+from neuron_migrate.engine.edits import marker_room, marker_text
 from neuron_migrate.engine.imports import is_legacy
 from neuron_migrate.engine.names import dotted_str
 
@@ -90,12 +90,19 @@ def report_leftovers(ctx) -> None:
         name = dotted_str(node) or qual
         hint = MODULE_HINT if isinstance(node, cst.Name) and _is_module(qual) else hint_for(qual)
         if ctx.report(CODE, node, marker=False, name=name, qualname=qual, hint=f"; {hint}" if hint else ""):
-            items = by_statement.setdefault(occ.statement, [])
-            item = f"`{name}` ({hint})" if hint else f"`{name}`"
-            if item not in items:
-                items.append(item)
+            items = by_statement.setdefault(occ.statement, {})
+            items.setdefault(name, hint)
     ctx.current = None
     info = rule(CODE)
     for statement, items in by_statement.items():
-        text = "torch_xla API without an automatic rewrite: " + ", ".join(items)
-        ctx.mark(statement, marker_text(CODE, text, info.link))
+        ctx.mark(statement, marker_text(CODE, _marker_what(items), info.link))
+
+
+def _marker_what(items: dict[str, str | None]) -> str:
+    """`xm.foo`, `xm.bar` without an automatic rewrite; with the hint where one name has one and it fits."""
+    names = ", ".join(f"`{name}`" for name in items)
+    if len(items) == 1:
+        (name, hint), = items.items()
+        if hint and len(with_hint := f"`{name}` has no automatic rewrite: {hint}") <= marker_room(CODE):
+            return with_hint
+    return f"{names}: no automatic rewrite"

@@ -226,7 +226,7 @@ def _failed(ctx: FileContext, mark: tuple[int, int], exc: Exception) -> None:
         raise exc  # the test suite's setting: a rule that fails before it reports is a bug to see, not to hide
     for decision in taken:
         ctx.decisions.append(decision)
-        ctx.fix_failed(decision, f"the rule failed here: {type(exc).__name__}")
+        ctx.fix_failed(decision, f"rule failed: {type(exc).__name__}")
 
 
 def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
@@ -250,8 +250,8 @@ def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
             if culprit is None:
                 raise
             dropped.add(culprit)
-            reason = "its rewrite did not compile" if isinstance(exc, SourceError) else \
-                f"its rewrite failed: {type(exc).__name__}"
+            reason = "rewrite did not compile" if isinstance(exc, SourceError) else \
+                f"rewrite failed: {type(exc).__name__}"
             ctx.fix_failed(ctx.decisions[culprit], reason)
     if (unused or flags) and ctx.enabled(imports.UNUSED_CODE):
         ctx.decisions += imports.unused_decisions(ctx, unused) + imports.flag_decisions(ctx, flags)

@@ -134,7 +134,7 @@ class TextDocument:
         starts = self.line_starts()
         index = bisect.bisect_left(starts, line_start)
         above: list[str] = []
-        while index > 0 and self.text[starts[index - 1]:starts[index]].lstrip().startswith(MARKER_PREFIX):
+        while index > 0 and self.text[starts[index - 1]:starts[index]].lstrip().startswith("#"):
             index -= 1
             above.insert(0, self.text[starts[index]:starts[index + 1]])
         return marked_above(above, code)

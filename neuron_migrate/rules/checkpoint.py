@@ -52,7 +52,7 @@ class Save(Rule):
         if ctx.report(code_, node, call=short(node), fixed=fixed):
             ctx.replace(node, build)
             if condition is not None:
-                guard_statement(ctx, ctx.current.statement, condition)
+                guard_statement(ctx, ctx.current.statement, condition, local=flags[1] != "True")
 
 
 class Load(Rule):

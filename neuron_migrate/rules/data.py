@@ -120,6 +120,8 @@ class DeviceLoaders(Rule):
                 ctx.handled.add(found.node.func.value.func)
             device = self._device_code(found)
             for loop in loops:
+                if _moves_batch(loop.node.body, _batch(loop)):
+                    continue  # the loop moves its batch itself (a no-op with the device loader): once is enough
                 ctx.current = loop.occ
                 ctx.insert_before(loop.node.body.body[0], self._move(_batch(loop), device) + "\n")
         ctx.current = None
@@ -232,6 +234,52 @@ def _batch(loop: Loop) -> cst.BaseExpression | None:
             and all(isinstance(e.value, cst.Name) for e in target.elements):
         return target
     return None
+
+
+MOVERS = frozenset({"to", "cuda", "send_to_device", "move_to_device", "to_device", "tree_map_only", "tree_map"})
+
+
+def _moves_batch(body: cst.IndentedBlock, batch: cst.BaseExpression) -> bool:
+    """The first statement of the loop that reads the batch is an assignment that moves it (`batch =
+    batch.to(device)`, `x, y = x.to(device), y.to(device)`, `batch = {k: v.to(device) for k, v in batch.items()}`,
+    `batch = send_to_device(batch, device)`)."""
+    names = {batch.value} if isinstance(batch, cst.Name) else {e.value.value for e in batch.elements}
+    for statement in body.body:
+        found = _BatchReads(names)
+        statement.visit(found)
+        if not found.reads:
+            continue
+        small = statement.body[0] if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+            else None
+        return isinstance(small, cst.Assign) and found.moved
+    return False
+
+
+class _BatchReads(cst.CSTVisitor):
+    """Reads of the batch names in a statement, and whether one of them is inside a call that moves tensors."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+        self.reads = 0
+        self.movers = 0  # calls that move tensors, open around the current node
+        self.moved = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if name in MOVERS:
+            self.movers += 1
+
+    def leave_Call(self, node: cst.Call) -> None:
+        func = node.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+        if name in MOVERS:
+            self.movers -= 1
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value in self.names:
+            self.reads += 1
+            self.moved = self.moved or self.movers > 0
 
 
 def _loader_of(call: cst.Call) -> cst.BaseExpression:

@@ -29,6 +29,14 @@ NEURONX_API = {
     "neuronxcc.nki": "NM505",
 }
 NEURON_ROOTS = ("torch_neuronx", "torch_neuron")
+NKI_BUNDLED = "neuronxcc.nki"  # the compiler's NKI namespace: one finding a file, at its import
+XLA_ERA_NKI = ("is the XLA-era way to call an NKI kernel", "write the kernel with `@nki.jit` (the standalone `nki` "
+               "package) and register it for PyTorch with `@nki_op(\"namespace::name\", mutates_args=...)`",
+               "write an `@nki.jit` kernel, register it with nki_op")
+XLA_IMPL = ("comes from `torch_neuronx.xla_impl`, the XLA-based implementation, which TorchNeuron does not have",
+            "an NKI kernel becomes an `@nki.jit` function registered with `@nki_op(\"namespace::name\", "
+            "mutates_args=...)`; an HLO custom call or other XLA operation becomes PyTorch operators or an NKI kernel",
+            "port xla_impl use to PyTorch or nki_op")
 # NxD Core inference APIs (end of support on Trn2/Trn3 in Neuron 2.34) -> what the finding calls them.
 NXD_TRACE = {
     "neuronx_distributed.trace.parallel_model_trace": "NxD Core's `parallel_model_trace`",
@@ -50,6 +58,8 @@ def library_hints() -> dict[str, str]:
     return load_data("inference.toml")["libraries"]
 
 
+LIBRARY_ROOTS = ("neuronx_distributed", "transformers_neuronx", "optimum.neuron")  # library_hints' top keys
+
 
 @fact
 def imports_neuron_libraries(ctx) -> bool:
@@ -67,9 +77,44 @@ def xla_inference_maintained(ctx) -> bool:
     return release.xla_inference_maintained(ctx.settings)
 
 
+def _uses(n: int, what: str = "use") -> str:
+    return f"{n} {what}" + ("s" if n != 1 else "")
+
+
 class NeuronxTrace(Rule):
     codes = ("NM501", "NM502", "NM503", "NM504", "NM505", "NM510")
     triggers = (b"torch_neuronx", b"neuronxcc")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.nki_imports: list = []  # (occurrence, node) of the imports of neuronxcc.nki
+        self.nki_uses: list = []  # (occurrence, node) of the names read through it
+
+    def visit_Import(self, node: cst.Import) -> None:
+        if any(_bundled_nki(dotted_str(a.name)) for a in node.names):
+            self.nki_imports.append((self.ctx.current, node))
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = None if node.relative or node.module is None else dotted_str(node.module)
+        names = () if isinstance(node.names, cst.ImportStar) else node.names
+        if _bundled_nki(module) or (module == "neuronxcc" and any(dotted_str(a.name) == "nki" for a in names)):
+            self.nki_imports.append((self.ctx.current, node))
+
+    def finish(self) -> None:
+        """The compiler's NKI namespace: one finding at its first import (or first use), with the count of uses."""
+        ctx = self.ctx
+        if self._maintained() or not (self.nki_imports or self.nki_uses):
+            return
+        occ, node = (self.nki_imports or self.nki_uses)[0]
+        ctx.current = occ
+        n = len(self.nki_uses)
+        count = f" ({_uses(n)} in this file)" if n else ""
+        ctx.report("NM505", node, name=NKI_BUNDLED,
+                   what=f"is the NKI namespace bundled with neuronx-cc, removed in Neuron 2.34{count}",
+                   todo="import NKI from the standalone `nki` package TorchNeuron uses (`import nki.language as nl`, "
+                        "`import nki.isa as nisa`), then port the kernels (the NKI migration guide)",
+                   short=f"use `import nki.language as nl`{f' ({_uses(n)})' if n else ''}")
+        ctx.current = None
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -110,18 +155,47 @@ class NeuronxTrace(Rule):
             return
         qual = reference(self.ctx, node)
         found = lookup(NEURONX_API, qual)
-        if found is not None:
+        if found is None:
+            return
+        if _bundled_nki(qual):
+            self.nki_uses.append((self.ctx.current, node))
+            self.ctx.handled.add(node)
+        elif found == "NM505":
+            what, todo, short = XLA_ERA_NKI if qual.rsplit(".", 1)[-1] == "nki_jit" else XLA_IMPL
+            self.ctx.report(found, node, what=what, todo=todo, short=short, **spelled_as(node, qual))
+        else:
             self.ctx.report(found, node, **spelled_as(node, qual))
 
     visit_Attribute = visit_Name = _reference
 
 
+def _bundled_nki(module: str | None) -> bool:
+    return module is not None and (module == NKI_BUNDLED or module.startswith(NKI_BUNDLED + "."))
+
+
 class NeuronLibrary(Rule):
-    """neuronx_distributed, transformers_neuronx, optimum.neuron: reported where they are imported."""
+    """neuronx_distributed, transformers_neuronx, optimum.neuron: reported where they are imported, one finding
+    per library and file (at its first import, with the count and the hints of the parts imported)."""
 
     codes = ("NM506",)
     triggers = (b"neuron",)
     context = (b"neuronx_distributed", b"transformers_neuronx", b"optimum")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.found: dict[str, list] = {}  # library -> [(occurrence, node, module, hint)]
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for library, imports in self.found.items():
+            occ, node, module, _ = imports[0]
+            ctx.current = occ
+            hints = "; ".join(dict.fromkeys(hint for *_, hint in imports))
+            n = len(imports)
+            ctx.report("NM506", node, module=module if n == 1 else library, hint=hints, library=library,
+                       count="" if n == 1 else f" ({n} imports in this file)",
+                       uses="" if n == 1 else f" ({n} imports)")
+        ctx.current = None
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -136,7 +210,9 @@ class NeuronLibrary(Rule):
             return  # NM507 (or NM510) reports it with the documented replacement
         hint = lookup(library_hints(), module)
         if hint is not None:
-            self.ctx.report("NM506", node, module=module, hint=hint)
+            self.ctx.handled.add(node)
+            library = next((root for root in LIBRARY_ROOTS if module == root or module.startswith(root + ".")), module)
+            self.found.setdefault(library, []).append((self.ctx.current, node, module, hint))
 
 
 def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
@@ -165,6 +241,26 @@ class NxdInference(Rule):
     codes = ("NM507", "NM510")
     triggers = (b"neuronx_distributed",)
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.nxdi: list = []  # (occurrence, node) of the imports of NxD Inference: one finding at the first
+
+    def finish(self) -> None:
+        if not self.nxdi:
+            return
+        occ, node = self.nxdi[0]
+        self.ctx.current = occ
+        n = len(self.nxdi)
+        self._report(node, NXD_INFERENCE if n > 1 else self._module_of(node),
+                     "NxD Inference" + (f" ({n} imports in this file)" if n > 1 else ""))
+        self.ctx.current = None
+
+    @staticmethod
+    def _module_of(node: cst.CSTNode) -> str:
+        if isinstance(node, cst.ImportFrom):
+            return dotted_str(node.module)
+        return next(m for a in node.names if (m := dotted_str(a.name) or "").split(".")[0] == NXD_INFERENCE)
+
     def _report(self, node: cst.CSTNode, name: str, what: str) -> None:
         ctx = self.ctx
         if release.xla_inference_maintained(ctx.settings):
@@ -177,7 +273,7 @@ class NxdInference(Rule):
             return
         module = dotted_str(node.module)
         if module == NXD_INFERENCE or (module or "").startswith(NXD_INFERENCE + "."):
-            self._report(node, module, "NxD Inference")
+            self.nxdi.append((self.ctx.current, node))
             return
         if isinstance(node.names, cst.ImportStar):
             return
@@ -192,7 +288,7 @@ class NxdInference(Rule):
         for alias in node.names:
             module = dotted_str(alias.name) or ""
             if module == NXD_INFERENCE or module.startswith(NXD_INFERENCE + "."):
-                self._report(node, module, "NxD Inference")
+                self.nxdi.append((self.ctx.current, node))
                 return
 
     def visit_Call(self, node: cst.Call) -> None:

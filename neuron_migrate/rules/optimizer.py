@@ -31,20 +31,30 @@ def is_data_parallel(ctx) -> bool:
     return ctx.facts.data_parallel
 
 
+def step_arguments(node: cst.Call) -> tuple[cst.Arg, cst.Arg | None] | None:
+    """(optimizer, optimizer_args) of an `xm.optimizer_step(...)` call NM105 can rewrite: no star, no argument
+    it does not know; None otherwise (the call stays, and so does the averaging it does)."""
+    if has_star(node):
+        return None
+    opt = arg(node, 0, "optimizer")
+    args = arg(node, 1, "optimizer_args")
+    known = {id(a) for a in (opt, args, arg(node, 2, "groups"), arg(node, 3, "pin_layout"), arg(node, 4, "barrier"))
+             if a is not None}
+    if opt is None or any(id(a) not in known for a in node.args):
+        return None
+    return opt, args
+
+
 class OptimizerStep(Rule):
     codes = ("NM105",)
     triggers = (b"optimizer_step",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        if ctx.qualname(node.func) not in OPTIMIZER_STEP or has_star(node):
+        found = step_arguments(node) if ctx.qualname(node.func) in OPTIMIZER_STEP else None
+        if found is None:
             return
-        opt = arg(node, 0, "optimizer")
-        args = arg(node, 1, "optimizer_args")
-        known = {id(a) for a in (opt, args, arg(node, 2, "groups"), arg(node, 3, "pin_layout"), arg(node, 4, "barrier"))
-                 if a is not None}
-        if opt is None or any(id(a) not in known for a in node.args):
-            return
+        opt, args = found
         if args is not None and not isinstance(args.value, cst.Dict):
             step_args = f"**{code(args.value)}"
         elif args is not None:

@@ -40,9 +40,24 @@ class Renamed(Rule):
             return
         rule, row = found
         style = portable(ctx)
+        if self._patches_itself(row, node):
+            # `torch.utils.checkpoint.checkpoint = xla_checkpoint.checkpoint`: a monkeypatch of the PyTorch name
+            # with the legacy one; renamed it would assign the name to itself, so the statement goes
+            if ctx.report(rule, node, call=code(node), fixed=row.spelling(style)):
+                ctx.remove(occ.small)
+            return
         fixed = f"{ctx.module_ref(row.module)}.{row.attribute(style)}"
         if ctx.report(rule, node, call=code(node), fixed=fixed):
             ctx.replace(node, expression(fixed))
+
+    def _patches_itself(self, row, node: cst.CSTNode) -> bool:
+        """`<new name> = <legacy name>` alone: the assignment the rename would make `x = x`."""
+        occ = self.ctx.current
+        small = occ.small
+        if type(small) is not cst.Assign or small.value is not node or len(small.targets) != 1:
+            return False
+        target = self.ctx.qualname(small.targets[0].target)
+        return target is not None and target in (row.neuron, row.accelerator)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._reference(node)

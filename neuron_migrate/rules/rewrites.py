@@ -9,7 +9,7 @@ from typing import Callable
 
 import libcst as cst
 
-from neuron_migrate.engine.facts import fstring_quote
+from neuron_migrate.engine.facts import fact, fstring_quote
 from neuron_migrate.rules.patterns import has_star
 from neuron_migrate.syntax.parse import expression
 
@@ -97,13 +97,120 @@ def keep_parens(old: cst.CSTNode, text: str) -> cst.BaseExpression:
     return new
 
 
-def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str] = ()) -> None:
-    """Run `statement` (and `extra` lines after it) only when `condition` holds: `if <condition>:` around it."""
+def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str] = (), local: bool = False) -> None:
+    """Run `statement` (and `extra` lines after it) only on rank 0 (`local`: on each node's local rank 0), where
+    `condition` says so: `if <condition>:` around it. Inside an existing rank-0 check no guard is added; guards
+    made for statements next to each other in one block become one `if`."""
+    if under_rank_zero(ctx, statement, local):
+        if extra:
+            ctx.insert_after(statement, "".join(f"{x}\n" for x in extra))
+        return
+    made = ctx.facts.rank_guards
+
     def fn(old: cst.CSTNode) -> cst.CSTNode:
         body = [old.with_changes(leading_lines=[]), *cst.parse_module("".join(f"{x}\n" for x in extra)).body]
-        return cst.If(test=expression(condition), body=cst.IndentedBlock(body=body),
-                      leading_lines=old.leading_lines)
+        guard = cst.If(test=expression(condition), body=cst.IndentedBlock(body=body), leading_lines=old.leading_lines)
+        made.add(id(guard))
+        return guard
     ctx.replace(statement, fn)
+    block = ctx.current.block if ctx.current is not None and ctx.current.statement is statement else None
+    if block is not None and id(block) not in made.blocks:
+        made.blocks.add(id(block))
+        ctx.replace(block, lambda new: _merge_guards(new, made))
+
+
+class RankGuards(set):
+    """The ids of the `if` guards made in one file (`blocks`: those whose block merges them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks: set[int] = set()
+
+
+@fact
+def rank_guards(ctx) -> RankGuards:
+    """The guards guard_statement made in this file, so that guards side by side become one."""
+    return RankGuards()
+
+
+def _merge_guards(block, made: RankGuards):
+    """Consecutive guards made here, with the same condition, become one `if` (comments between them go inside)."""
+    body: list = []
+    merged = False
+    for stmt in block.body:
+        prev = body[-1] if body else None
+        if (prev is not None and id(prev) in made and id(stmt) in made
+                and _code(prev.test) == _code(stmt.test)):
+            inner = list(stmt.body.body)
+            inner[0] = inner[0].with_changes(leading_lines=[*stmt.leading_lines, *inner[0].leading_lines])
+            joined = prev.with_changes(body=prev.body.with_changes(body=[*prev.body.body, *inner]))
+            made.add(id(joined))
+            body[-1] = joined
+            merged = True
+        else:
+            body.append(stmt)
+    return block.with_changes(body=body) if merged else block
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
+
+
+RANK_ZERO_NAMES = frozenset({"is_master_ordinal", "is_main_process", "is_master", "is_rank_zero", "is_global_zero",
+                             "is_world_process_zero", "is_master_rank", "is_rank_0", "is_main_rank"})
+LOCAL_RANK_ZERO_NAMES = frozenset({"is_local_main_process", "is_local_process_zero", "is_local_master"})
+RANKISH = re.compile(r"rank|ordinal|process_index", re.I)
+LOCAL = re.compile(r"local", re.I)
+
+
+def under_rank_zero(ctx, statement: cst.CSTNode, local: bool = False) -> bool:
+    """`statement` runs only on rank 0 already: it is in the body of an `if` whose test checks for rank 0 (a
+    local rank-0 check is enough where `local`), in the same function."""
+    parents = ctx.analysis.parents
+    node = statement
+    while node is not None:
+        parent = parents.get(node)
+        if isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if isinstance(parent, cst.If) and parent.body is node:
+            found = rank_zero_test(parent.test)
+            if found == "global" or (found == "local" and local):
+                return True
+        node = parent
+    return False
+
+
+def rank_zero_test(test: cst.BaseExpression) -> str | None:
+    """"global" for a test that holds on rank 0 only (`rank == 0`, `dist.get_rank() == 0`,
+    `xm.is_master_ordinal()`, `accelerator.is_main_process`, ...), "local" for one of each node's local rank 0."""
+    if isinstance(test, cst.BooleanOperation):
+        if isinstance(test.operator, cst.And):
+            found = {rank_zero_test(test.left), rank_zero_test(test.right)}
+            return "global" if "global" in found else "local" if "local" in found else None
+        return None
+    if isinstance(test, cst.Call):
+        test = test.func
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        name = test.value if isinstance(test, cst.Name) else test.attr.value
+        return "global" if name in RANK_ZERO_NAMES else "local" if name in LOCAL_RANK_ZERO_NAMES else None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        left, right = test.left, target.comparator
+        if isinstance(target.operator, cst.Equal):
+            other = right if _is_zero(left) else left if _is_zero(right) else None
+        elif isinstance(target.operator, cst.In) and isinstance(right, (cst.Tuple, cst.List)) \
+                and any(_is_zero(e.value) for e in right.elements):
+            other = left
+        else:
+            other = None
+        text = _code(other) if other is not None else ""
+        if text and RANKISH.search(text):
+            return "local" if LOCAL.search(text) else "global"
+    return None
+
+
+def _is_zero(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Integer) and node.value == "0"
 
 
 def alone_on_line(ctx, node: cst.CSTNode) -> bool:
