@@ -84,7 +84,7 @@ def device_equality(node: cst.Comparison) -> tuple[cst.BaseExpression, cst.BaseE
 
 def by_type(ctx, other: cst.BaseExpression, device: cst.BaseExpression) -> None:
     """Compare the device types: `other` -> `other.type`, the device -> the target's device type."""
-    ctx.replace(other, lambda old: cst.Attribute(value=old, attr=cst.Name("type")))
+    ctx.replace(other, lambda old: expression("_.type").with_changes(value=old))
     ctx.replace(device, expression(target(ctx).device_type()))
 
 
@@ -226,6 +226,9 @@ class XlaDeviceString(Rule):
     def visit_Dict(self, node: cst.Dict) -> None:
         self.names.dict_literal(node)
 
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        self.names.subscript(node)
+
     def _class(self) -> cst.ClassDef | None:
         scope = self.ctx.scope
         return scope.node if scope.kind == "class" else None
@@ -258,7 +261,7 @@ class XlaDeviceString(Rule):
             kind = TYPE if strings or site.role != VALUE else _kind_of_holder(site.holder)
             new = self._new(site.node, kind)
             if site.in_pattern and not isinstance(new, (cst.SimpleString, cst.Attribute)):
-                self._keep(group, mine)  # a `case` value must stay a literal or a dotted name
+                self._keep(group, mine, PATTERN)  # a `case` value must stay a literal or a dotted name
                 return
             planned.append((site, new))
         fixed = []
@@ -271,14 +274,24 @@ class XlaDeviceString(Rule):
                 ctx.replace(site.node, new)
         else:  # one site may not change (suppressed, disabled, another path): none of them does
             for decision, _, _ in fixed:
-                decision.status = LEFT
+                decision.status, decision.fixable = LEFT, False
 
-    def _keep(self, group: Group, mine: list[Site]) -> None:
+    def _keep(self, group: Group, mine: list[Site], why: str | None = None) -> None:
+        """One NM117 marker where the group's value is defined: where it enters from outside, else its first site."""
         ctx = self.ctx
-        occ, source = group.sources[0]
+        if group.sources:
+            occ, source = group.sources[0]
+            why = why or f"comes from {source}"
+            node = occ.node
+        else:
+            first = min(mine, key=lambda s: (s.role != VALUE, self._order(s)))
+            occ, node = first.occ, first.node
         ctx.current = occ
         tests = sorted({_where(s.occ) for s in group.sites if s.role == TEST})
-        ctx.report("NM117", occ.node, text=code(mine[0].node), source=source, where=", ".join(tests))
+        ctx.report("NM117", node, text=code(mine[0].node), why=why, where=", ".join(tests))
+
+    def _order(self, site: Site) -> int:
+        return self.names.order(site)
 
 
 def _imports_torch_xla_at_module_level(ctx) -> bool:
@@ -292,7 +305,14 @@ def _kind_of_name(target: cst.BaseExpression) -> str:
     return TYPE if name.lower().endswith("type") else DEVICE
 
 
+PATTERN = "is matched by a `case` pattern, which cannot spell the device type of --device-style accelerator with an index"
+
+
 def _kind_of_holder(holder: tuple) -> str:
+    """A name or attribute holds what its name says (a device, or a device type); an environment value or a
+    configuration entry is text."""
+    if holder[0] in ("env", "key"):
+        return TYPE
     return TYPE if str(holder[-1]).lower().endswith("type") else DEVICE
 
 

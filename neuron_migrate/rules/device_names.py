@@ -125,6 +125,10 @@ class DeviceNames:
         self._find(holder)
         self._sites[node] = Site(node, self.ctx.current, holder, role, fam, in_pattern)
 
+    def order(self, site: Site) -> int:
+        """The site's place in the file: sites are found in file order, but for option choices and defaults."""
+        return list(self._sites).index(site.node)
+
     def _source(self, holder: tuple, where: str) -> None:
         self._find(holder)
         self._sources.setdefault(holder, (self.ctx.current, where))
@@ -239,10 +243,12 @@ class DeviceNames:
             default = arg(node, 1, None)
             if name is not None and default is not None:
                 self.flow(self._config_key(name), default.value)
+            elif key is not None:
+                self._lookup(func.value, key.value)  # `TABLE.get(device)`
             return
         if isinstance(func, cst.Attribute) and func.attr.value == "startswith" and node.args:
             for holder in self.holders(func.value):
-                for literal in _choices(node.args[0].value):
+                for literal in self.choices(node.args[0].value):
                     self._site(literal, holder, TEST)
             return
         if isinstance(func, cst.Name) and func.value == "dict" and qual is None:
@@ -284,7 +290,7 @@ class DeviceNames:
         if default is not None:
             self.flow(holder, default.value)
         if choices is not None:
-            for literal in _choices(choices.value):
+            for literal in self.choices(choices.value):
                 self._site(literal, holder, CHOICE)
 
     def compare(self, left: cst.BaseExpression, op: cst.BaseCompOp, right: cst.BaseExpression) -> bool:
@@ -293,7 +299,7 @@ class DeviceNames:
             return False
         for held, other in ((left, right), (right, left)):
             holders = self.holders(held)
-            literals = _choices(other) if isinstance(op, (cst.In, cst.NotIn)) and held is left else (
+            literals = self.choices(other) if isinstance(op, (cst.In, cst.NotIn)) and held is left else (
                 [other] if family(other) else [])
             literals = [lit for lit in literals if family(lit)]
             if holders and literals:
@@ -303,6 +309,47 @@ class DeviceNames:
                     self._site(literal, holders[0], TEST)
                 return True
         return False
+
+    def subscript(self, node: cst.Subscript) -> None:
+        """`TABLE[device]`: the keys of the table this file defines are compared with the value."""
+        if len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            self._lookup(node.value, node.slice[0].slice.value)
+
+    def _lookup(self, table: cst.BaseExpression, key: cst.BaseExpression) -> None:
+        holders = self.holders(key)
+        if holders:
+            value = self.bound_value(table)
+            if isinstance(value, cst.Dict):
+                for literal in self.choices(value):
+                    self._site(literal, holders[0], TEST)
+
+    def bound_value(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The value a name is bound to, when the file binds it once, by a plain assignment."""
+        ctx = self.ctx
+        if not isinstance(expr, cst.Name):
+            return None
+        owner = ctx.analysis.lookup(expr.value, ctx.scope)
+        bindings = owner.bindings[expr.value] if owner is not None else []
+        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].node is None:
+            return None
+        parent = ctx.analysis.parents.get(bindings[0].node)
+        if isinstance(parent, cst.AssignTarget):
+            assign = ctx.analysis.parents.get(parent)
+            return assign.value if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
+        if isinstance(parent, cst.AnnAssign) and parent.target is bindings[0].node:
+            return parent.value
+        return None
+
+    def choices(self, value: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The literals of `("xla", "cuda")`, `["cpu", "xla"]`, `{"xla"}`, a dictionary's keys, one literal, or of
+        the collection a name is bound to (`SUPPORTED = ("cpu", "xla")`)."""
+        if isinstance(value, cst.Name):
+            value = self.bound_value(value) or value
+        if isinstance(value, (cst.Tuple, cst.List, cst.Set)):
+            return [el.value for el in value.elements if family(el.value)]
+        if isinstance(value, cst.Dict):
+            return [el.key for el in value.elements if isinstance(el, cst.DictElement) and family(el.key)]
+        return [value] if family(value) else []
 
     def match(self, node: cst.Match) -> None:
         holders = self.holders(node.subject)
@@ -413,13 +460,6 @@ def _literals(value: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(value, cst.BooleanOperation):
         return _literals(value.left) + _literals(value.right)
     return []
-
-
-def _choices(value: cst.BaseExpression) -> list[cst.BaseExpression]:
-    """The literals of `("xla", "cuda")`, `["cpu", "xla"]`, `{"xla"}`, or one literal."""
-    if isinstance(value, (cst.Tuple, cst.List, cst.Set)):
-        return [el.value for el in value.elements if family(el.value)]
-    return [value] if family(value) else []
 
 
 def _pattern_literals(pattern) -> list[cst.BaseExpression]:
