@@ -280,7 +280,7 @@ class XlaDeviceString(Rule):
         """One NM117 marker where the group's value is defined: where it enters from outside, else its first site."""
         ctx = self.ctx
         if group.sources:
-            occ, source = group.sources[0]
+            occ, source, _ = min(group.sources, key=lambda source: _nearest(source, mine))
             why = why or f"comes from {source}"
             node = occ.node
         else:
@@ -314,6 +314,15 @@ def _kind_of_holder(holder: tuple) -> str:
     if holder[0] in ("env", "key"):
         return TYPE
     return TYPE if str(holder[-1]).lower().endswith("type") else DEVICE
+
+
+def _nearest(source: tuple, mine: list[Site]) -> tuple[bool, bool]:
+    """Sources first whose holder this rule's literal defines (`device="xla"`), then those in a function that
+    compares the value; else file order (`min` keeps the first of equals)."""
+    occ, _, holder = source
+    defined = any(s.holder == holder and s.role == VALUE for s in mine)
+    compared_here = any(s.role == TEST and s.occ.scope is occ.scope for s in mine)
+    return not defined, not compared_here
 
 
 def _where(occ) -> str:

@@ -30,7 +30,8 @@ from neuron_migrate.rules.patterns import arg, is_device_string, string_value
 
 XLA, CUDA = "xla", "cuda"
 CUDA_NAME = re.compile(r"^cuda(:\d+)?$")
-DEVICE_NAME = re.compile(r"(^|_)device(_type)?$|^dev$", re.I)
+# names of holders that hold a device name: `device`, `eval_device`, `device_type`, `device_name`, `DEVICE_KIND`, `dev`
+DEVICE_NAME = re.compile(r"(^|_)device(_?(type|name|kind|str|string|spec))?$|^dev$", re.I)
 VALUE, TEST, CHOICE = "value", "test", "choice"  # CHOICE: an option's `choices=` entry
 ENV_READS = frozenset({"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"})
 CONFIG_LOADERS = frozenset({"json.load", "json.loads", "yaml.load", "yaml.safe_load", "yaml.full_load",
@@ -76,7 +77,8 @@ class Group:
     holders: list[tuple] = field(default_factory=list)
     sites: list[Site] = field(default_factory=list)
     device: bool = False  # a holder is named for a device, or the value reaches a device position
-    sources: list[tuple[Occurrence, str]] = field(default_factory=list)  # where the value enters from outside
+    # where the value enters from outside: (occurrence, what it is, its holder), in file order
+    sources: list[tuple[Occurrence, str, tuple]] = field(default_factory=list)
 
     @property
     def open(self) -> bool:
@@ -98,7 +100,7 @@ class DeviceNames:
         self._parent: dict[tuple, tuple] = {}
         self._sites: dict[cst.CSTNode, Site] = {}
         self._device_used: set[tuple] = set()
-        self._sources: dict[tuple, tuple[Occurrence, str]] = {}
+        self._sources: dict[tuple, tuple[Occurrence, str, tuple]] = {}
         self._scopes: dict[int, Scope] | None = None
         self._config_loaded = False
         self._config_reads: list[tuple[tuple, Occurrence]] = []
@@ -131,7 +133,7 @@ class DeviceNames:
 
     def _source(self, holder: tuple, where: str) -> None:
         self._find(holder)
-        self._sources.setdefault(holder, (self.ctx.current, where))
+        self._sources.setdefault(holder, (self.ctx.current, where, holder))
 
     # -- holders -------------------------------------------------------------------------------------------
     def holders(self, expr: cst.BaseExpression | None) -> list[tuple]:
@@ -216,7 +218,8 @@ class DeviceNames:
             self.flow(holder, node.default)
         function = scope.node
         if isinstance(function, cst.FunctionDef) and self._public_function(scope):
-            self._source(holder, f"the parameter `{node.name.value}` of the public function `{function.name.value}`")
+            owner = scope.parent.node.name.value + "." if scope.parent.kind == "class" else ""
+            self._source(holder, f"the parameter `{node.name.value}` of the public `{owner}{function.name.value}`")
 
     def call(self, node: cst.Call, qual: str | None) -> None:
         """Options, environment reads, configuration loads, calls of the file's own functions, device uses."""
@@ -262,7 +265,7 @@ class DeviceNames:
             return
         # where the value is used as a device: it must be a device name the running torch knows
         for a in node.args:
-            if a.keyword is not None and DEVICE_NAME.search(a.keyword.value):
+            if a.keyword is not None and a.keyword.value in ("device", "device_type"):
                 self._device_use(a.value)
         first = arg(node, 0, None)
         if first is not None and ((isinstance(func, cst.Attribute) and func.attr.value == "to")
@@ -428,7 +431,7 @@ class DeviceNames:
     def groups(self) -> list[Group]:
         if self._config_loaded:
             for holder, occ in self._config_reads:
-                self._sources.setdefault(holder, (occ, f"a configuration file (`{holder[1]}`)"))
+                self._sources.setdefault(holder, (occ, f"a configuration file (`{holder[1]}`)", holder))
         groups: dict[tuple, Group] = {}
         for key in list(self._parent):
             group = groups.setdefault(self._find(key), Group())
@@ -439,7 +442,7 @@ class DeviceNames:
                 group.sources.append(self._sources[key])
         for site in self._sites.values():
             groups[self._find(site.holder)].sites.append(site)
-        order = {id(occ): i for i, (occ, _) in enumerate(self._sources.values())}
+        order = {id(source[0]): i for i, source in enumerate(self._sources.values())}
         for group in groups.values():
             group.sources.sort(key=lambda s: order[id(s[0])])
         return [g for g in groups.values() if g.sites]
