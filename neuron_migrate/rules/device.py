@@ -9,8 +9,7 @@ import libcst as cst
 from neuron_migrate.rules.patterns import (XM, arg, code, is_device_string, positional_count, respell_device, short,
                                      string_value)
 from neuron_migrate.engine.context import LEFT
-from neuron_migrate.rules.device_names import (CHOICE, TEST, VALUE, XLA, DeviceNames, Group, Site,
-                                               is_tensor_device_expr)
+from neuron_migrate.rules.device_names import CHOICE, TEST, VALUE, XLA, DeviceNames, Group, Site
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -169,8 +168,9 @@ class XlaDeviceString(Rule):
             self._strong(first.value, DEVICE)
         elif qual in DEVICE_FIRST_ARG:
             self._strong(first.value, TYPE)
-        elif isinstance(func, cst.Attribute) and func.attr.value == "startswith" and is_tensor_device_expr(func.value):
-            self._weak(first.value)  # `str(x.device).startswith("xla")`
+        elif isinstance(func, cst.Attribute) and func.attr.value == "startswith" and _is_device_type_expr(func.value) \
+                and not self.names.holders(func.value):
+            self._weak(first.value)  # `str(x.device).startswith("xla")` (a held name's test is a group's)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         if self._device_equality(node):

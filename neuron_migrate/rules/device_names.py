@@ -8,7 +8,8 @@ literals and not the others sends the program down another branch (usually the C
 
 The view joins *holders* (a variable or parameter, an attribute or dataclass field, a configuration key, an
 environment variable, an option's destination) that one value flows between: assignments, calls of the file's own
-functions and classes, `x or "xla"`, `str(x)`, `x.lower()`. The literals that reach a group's holders are its
+functions and classes, `x or "xla"`, `x.lower()`. `str(x)` is not followed: `"xla" in str(device)` holds for a
+device object as well as for its name, so those tests stay NM102's weak positions. The literals that reach a group's holders are its
 *sites*: `value` sites define the value, `test` sites compare it. The device rules (NM102 for `"xla"`, NM321 for
 `"cuda"`) then decide per group, never per literal (see `XlaDeviceString.finish`).
 
@@ -53,13 +54,12 @@ def family(node: cst.CSTNode | None) -> str | None:
 
 
 def is_tensor_device_expr(expr: cst.BaseExpression) -> bool:
-    """`x.device.type`, `device.type`, `str(x.device)`: the device a tensor is on, not a name held as data."""
+    """`x.device.type`, `device.type`, `str(x.device)`, `str(device)`: what a device object says of itself (a
+    name held as data is compared as it is)."""
     if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
         return True
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "str" and expr.args:
-        inner = expr.args[0].value
-        return isinstance(inner, cst.Attribute) and inner.attr.value == "device"
-    return False
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "str" \
+        and len(expr.args) == 1
 
 
 @dataclass(eq=False)
@@ -167,9 +167,7 @@ class DeviceNames:
                     return [self._config_key(name)]
                 if func.attr.value in SAME_VALUE_METHODS and not expr.args:
                     return self.holders(func.value)
-            if isinstance(func, cst.Name) and func.value == "str" and qual is None and first is not None:
-                return self.holders(first.value)
-            return []
+            return []  # `str(x)` too: `"xla" in str(device)` holds for a device object as for its name
         if isinstance(expr, cst.IfExp):
             return self.holders(expr.body) + self.holders(expr.orelse)
         if isinstance(expr, cst.BooleanOperation):
@@ -219,7 +217,7 @@ class DeviceNames:
         function = scope.node
         if isinstance(function, cst.FunctionDef) and self._public_function(scope):
             owner = scope.parent.node.name.value + "." if scope.parent.kind == "class" else ""
-            self._source(holder, f"the parameter `{node.name.value}` of the public `{owner}{function.name.value}`")
+            self._source(holder, f"the parameter `{node.name.value}` of the public function `{owner}{function.name.value}`")
 
     def call(self, node: cst.Call, qual: str | None) -> None:
         """Options, environment reads, configuration loads, calls of the file's own functions, device uses."""
