@@ -153,6 +153,7 @@ class DeviceNames:
             if key is None:
                 return []
             if ctx.qualname(expr.value) == "os.environ":
+                self._source(("env", key), f"the environment variable `{key}`")
                 return [("env", key)]
             return [self._config_key(key)]
         if isinstance(expr, cst.Call):
