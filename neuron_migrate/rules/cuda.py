@@ -17,6 +17,7 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import DEVICE, XlaDeviceString
+from neuron_migrate.rules.device_names import CUDA, XLA, Group
 from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, moving_to_neuron, reference, spelled_as
 from neuron_migrate.syntax.parse import expression
 
@@ -53,22 +54,31 @@ def _portable(ctx, literal: cst.SimpleString, kind: str) -> cst.BaseExpression:
 
 
 class CudaDeviceString(XlaDeviceString):
-    """`"cuda"` in the places where NM102 respells `"xla"`: device arguments, comparisons, device variables."""
+    """`"cuda"` in the places where NM102 respells `"xla"`: device arguments, comparisons, device variables, and
+    device names held as data, group by group. A group that also holds `"xla"` is a switch between backends: its
+    `"cuda"` selects the GPU path and stays (NM102 decides the group)."""
 
-    codes = ("NM321",)
+    codes = ("NM321", "NM117")
     acts_on = CUDA_LEFTOVER
     triggers = (b"cuda",)
     context = MOVING_TO_NEURON
     pattern = None
     is_device = staticmethod(is_cuda_string)
+    rule_code = "NM321"
+    family = CUDA
+
+    def _new(self, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression:
+        return respell_cuda(literal) if not portable(self.ctx) else _portable(self.ctx, literal, kind)
+
+    def _allowed(self) -> bool:
+        return super()._allowed() and moving_to_neuron(self.ctx)
+
+    def _owns(self, group: Group) -> bool:
+        return XLA not in group.families()
 
     def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
-        ctx = self.ctx
-        if not moving_to_neuron(ctx):
-            return
-        new = respell_cuda(literal) if not portable(ctx) else _portable(ctx, literal, kind)
-        if ctx.report("NM321", literal, text=code(literal), fixed=code(new)):
-            ctx.replace(literal, new)
+        if moving_to_neuron(self.ctx):
+            super()._flag(literal, kind)
 
 
 class CudaMethod(Rule):

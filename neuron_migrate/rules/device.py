@@ -8,6 +8,8 @@ import libcst as cst
 
 from neuron_migrate.rules.patterns import (XM, arg, code, is_device_string, positional_count, respell_device, short,
                                      string_value)
+from neuron_migrate.engine.context import LEFT
+from neuron_migrate.rules.device_names import CHOICE, TEST, VALUE, XLA, DeviceNames, Group, Site
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -29,8 +31,30 @@ class XlaDeviceCall(Rule):
     codes = ("NM101",)
     triggers = (b"xla_device", b"torch_xla")
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.compared: set[cst.Call] = set()  # calls rewritten as a device-type comparison
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        """`p.device != xm.xla_device()` -> `p.device.type != "neuron"`: tensors are on `neuron:N`, and an
+        index-less `torch.device("neuron")` equals none of them."""
+        ctx = self.ctx
+        equality = device_equality(node)
+        if equality is None:
+            return
+        other, device = equality
+        if not isinstance(device, cst.Call) or ctx.qualname(device.func) not in XLA_DEVICE or device.args \
+                or (isinstance(other, cst.Call) and ctx.qualname(other.func) in XLA_DEVICE):
+            return
+        fixed = f"{code(other)}.type {code(node.comparisons[0].operator).strip()} {target(ctx).device_type()}"
+        self.compared.add(device)
+        if ctx.report("NM101", device, call=short(device), fixed=fixed):
+            by_type(ctx, other, device)
+
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
+        if node in self.compared:
+            return
         qual = ctx.qualname(node.func)
         if qual not in XLA_DEVICE:
             return
@@ -43,46 +67,92 @@ class XlaDeviceCall(Rule):
             ctx.replace(node, expression(new))
 
 
-class XlaDeviceString(Rule):
-    """Strong device positions are respelled everywhere; weak ones only in files of the XLA program.
+def device_equality(node: cst.Comparison) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """(other side, device side) of `a == b` / `a != b` whose one side is a call, the other a device expression:
+    a name, an attribute (`p.device`, `self.device`), a subscript or a call result that is not itself a call of
+    the same kind. None for anything else."""
+    if len(node.comparisons) != 1 or not isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+        return None
+    left, right = node.left, node.comparisons[0].comparator
+    for other, device in ((left, right), (right, left)):
+        if isinstance(device, cst.Call) and isinstance(other, (cst.Name, cst.Attribute, cst.Subscript, cst.Call)) \
+                and not (isinstance(other, cst.Attribute) and other.attr.value == "type") and not other.lpar:
+            return other, device
+    return None
 
-    Strong: `torch.device("xla")`, `.to("xla")`, `device="xla"`, `torch.autocast("xla")`. Weak: comparisons
-    with `<x>.device.type` and device-named variables or parameters. Multi-backend code (PyTorch itself,
-    libraries with a CPU/GPU/XLA switch) compares device types without being an XLA program; there a
-    respelled `"xla"` would send the neuron device down an XLA-only path. A file counts as part of the
-    XLA program when it imports torch_xla at module level, asks for the XLA device, or uses a strong position.
+
+def by_type(ctx, other: cst.BaseExpression, device: cst.BaseExpression) -> None:
+    """Compare the device types: `other` -> `other.type`, the device -> the target's device type."""
+    ctx.replace(other, lambda old: expression("_.type").with_changes(value=old))
+    ctx.replace(device, expression(target(ctx).device_type()))
+
+
+class XlaDeviceString(Rule):
+    """NM102: `"xla"` as a device. Device positions are respelled literal by literal; device names held as data
+    are respelled group by group (`device_names.py`), or kept whole with one NM117 marker.
+
+    Strong positions (`torch.device("xla")`, `.to("xla")`, `device="xla"` given to torch or a library,
+    `torch.autocast("xla")`) are respelled everywhere. Weak ones (comparisons with a tensor's device type,
+    `device_type="xla"` tags) and device names held as data only in files of the XLA program: multi-backend code
+    (PyTorch itself, libraries with a CPU/GPU/XLA switch) compares device types without being an XLA program; there
+    a respelled `"xla"` would send the neuron device down an XLA-only path. A file counts as part of the XLA
+    program when it imports torch_xla at module level, asks for the XLA device, or uses a strong position.
+
+    A group of device names (see `DeviceNames`) is respelled whole: every default, option choice, environment
+    default, configuration value, comparison and `case` that reaches the same value, or none of them. A group whose
+    value comes from outside the file (the command line, the environment, a configuration file, a public
+    function's parameter) and is compared is kept as it is, with one NM117 marker where the value is defined: the
+    users' `--device xla`, `DEVICE=xla` and callers must keep selecting the branch they selected, and that branch
+    (`xm.xla_device()`) is itself migrated to the `neuron` device, so the old name now selects Neuron. Respelling
+    the comparisons instead would silently send those users down the fallback branch (the CPU, usually).
     """
 
-    codes = ("NM102",)
+    codes = ("NM102", "NM117")
     triggers = (b"xla",)
     pattern = XLA_IN_DEVICE_POSITION
     is_device = staticmethod(is_device_string)  # which literals name the device this rule respells
+    rule_code = "NM102"
+    family = XLA
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self.weak: list[tuple[object, cst.BaseExpression]] = []
+        self.weak: list[tuple[object, cst.BaseExpression, str]] = []
         self.xla_program = False
+        self.names = DeviceNames(ctx)
+        self.compared: set[cst.CSTNode] = set()  # literals rewritten as a device-type comparison
+
+    # -- how this rule respells one literal ------------------------------------------------------------------
+    def _new(self, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression:
+        ctx = self.ctx
+        return _portable(ctx, literal, kind) if portable(ctx) else respell_device(literal)
+
+    def _allowed(self) -> bool:
+        """Whether weak positions and held device names may be respelled in this file."""
+        return self.xla_program or _imports_torch_xla_at_module_level(self.ctx)
 
     def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
         ctx = self.ctx
-        if portable(ctx):
-            new = _portable(ctx, literal, kind)
-            if ctx.report("NM102", literal, text=code(literal), fixed=code(new)):
-                ctx.replace(literal, new)
-        elif ctx.report("NM102", literal, text=code(literal), fixed=code(respell_device(literal))):
-            ctx.replace(literal, respell_device)
+        new = self._new(literal, kind)
+        if ctx.report(self.rule_code, literal, text=code(literal), fixed=code(new)):
+            ctx.replace(literal, new)
 
     def _strong(self, literal: cst.BaseExpression, kind: str = DEVICE) -> None:
         self.xla_program = True
-        self._flag(literal, kind)
+        if literal not in self.compared:
+            self._flag(literal, kind)
 
     def _weak(self, literal: cst.BaseExpression, kind: str = TYPE) -> None:
         self.weak.append((self.ctx.current, literal, kind))
 
+    # -- visits -----------------------------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
-        qual = self.ctx.qualname(node.func)
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        self.names.call(node, qual)
+        func = node.func
+        local = self.names.local_callable(func) is not None  # `Config(device="xla")`: a value the file holds
         for a in node.args:
-            if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value):
+            if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value) and not local:
                 kind = TYPE if a.keyword.value == "device_type" else DEVICE
                 # `device_type="xla"` outside autocast is mostly a tag (test decorators, skip lists): weak
                 if a.keyword.value == "device" or _is_autocast(qual):
@@ -94,17 +164,27 @@ class XlaDeviceString(Rule):
         first = arg(node, 0, None)
         if first is None or not self.is_device(first.value):
             return
-        func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "to":
             self._strong(first.value, DEVICE)
         elif qual in DEVICE_FIRST_ARG:
             self._strong(first.value, TYPE)
+        elif isinstance(func, cst.Attribute) and func.attr.value == "startswith" and _is_device_type_expr(func.value) \
+                and not self.names.holders(func.value):
+            self._weak(first.value)  # `str(x.device).startswith("xla")` (a held name's test is a group's)
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
+        if self._device_equality(node):
+            return
         operands = [node.left, *(t.comparator for t in node.comparisons)]
-        if not any(_is_device_type_expr(o) for o in operands):
+        taken = set()
+        for i, t in enumerate(node.comparisons):
+            if self.names.compare(operands[i], t.operator, operands[i + 1]):
+                taken.update((operands[i], operands[i + 1]))
+        if not any(_is_device_type_expr(o) for o in operands if o not in taken):
             return
         for o in operands:
+            if o in taken:
+                continue
             if self.is_device(o):
                 self._weak(o)
             elif isinstance(o, (cst.Tuple, cst.List, cst.Set)):
@@ -112,26 +192,106 @@ class XlaDeviceString(Rule):
                     if self.is_device(el.value):
                         self._weak(el.value)
 
+    def _device_equality(self, node: cst.Comparison) -> bool:
+        """`t.device == torch.device("xla")` -> `t.device.type == "neuron"` (an index-less device equals no
+        tensor's device, which has an index)."""
+        ctx = self.ctx
+        equality = device_equality(node)
+        if equality is None:
+            return False
+        other, device = equality
+        first = arg(device, 0, "type")
+        if ctx.qualname(device.func) != "torch.device" or len(device.args) != 1 or first is None \
+                or not self.is_device(first.value) or ":" in (string_value(first.value) or ":"):
+            return False
+        self.xla_program = True
+        self.compared.add(first.value)
+        fixed = f"{code(other)}.type {code(node.comparisons[0].operator).strip()} {target(ctx).device_type()}"
+        if ctx.report(self.rule_code, first.value, text=code(device), fixed=fixed):
+            by_type(ctx, other, device)
+        return True
+
     def visit_Assign(self, node: cst.Assign) -> None:
-        if self.is_device(node.value) and any(_is_device_name(t.target) for t in node.targets):
-            self._weak(node.value, _kind_of_name(node.targets[0].target))
+        self.names.assign([t.target for t in node.targets], node.value, self._class())
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        if node.value is not None and self.is_device(node.value) and _is_device_name(node.target):
-            self._weak(node.value, _kind_of_name(node.target))
+        self.names.assign([node.target], node.value, self._class())
 
     def visit_Param(self, node: cst.Param) -> None:
-        if node.default is not None and self.is_device(node.default) and DEVICE_NAME.search(node.name.value):
-            self._weak(node.default, _kind_of_name(node.name))
+        self.names.param(node)
 
+    def visit_Match(self, node: cst.Match) -> None:
+        self.names.match(node)
+
+    def visit_Dict(self, node: cst.Dict) -> None:
+        self.names.dict_literal(node)
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        self.names.subscript(node)
+
+    def _class(self) -> cst.ClassDef | None:
+        scope = self.ctx.scope
+        return scope.node if scope.kind == "class" else None
+
+    # -- decisions that need the whole file -------------------------------------------------------------------
     def finish(self) -> None:
         ctx = self.ctx
-        if not self.weak or not (self.xla_program or _imports_torch_xla_at_module_level(ctx)):
-            return
-        for occ, literal, kind in self.weak:
-            ctx.current = occ
-            self._flag(literal, kind)
+        allowed = self._allowed()
+        if allowed:
+            for occ, literal, kind in self.weak:
+                ctx.current = occ
+                self._flag(literal, kind)
+        for group in self.names.groups():
+            mine = [s for s in group.sites if s.family == self.family]
+            if mine and group.device and allowed and self._owns(group):
+                self._decide(group, mine)
         ctx.current = None
+
+    def _owns(self, group: Group) -> bool:
+        return True  # every group with an `"xla"` site; NM321 leaves those to this rule
+
+    def _decide(self, group: Group, mine: list[Site]) -> None:
+        ctx = self.ctx
+        if group.open and group.tested:
+            self._keep(group, mine)
+            return
+        strings = group.tested or any(s.role == CHOICE for s in group.sites)
+        planned = []
+        for site in mine:
+            kind = TYPE if strings or site.role != VALUE else _kind_of_holder(site.holder)
+            new = self._new(site.node, kind)
+            if site.in_pattern and not isinstance(new, (cst.SimpleString, cst.Attribute)):
+                self._keep(group, mine, PATTERN)  # a `case` value must stay a literal or a dotted name
+                return
+            planned.append((site, new))
+        fixed = []
+        for site, new in planned:
+            ctx.current = site.occ
+            if ctx.report(self.rule_code, site.node, text=code(site.node), fixed=code(new)):
+                fixed.append((ctx.decisions[-1], site, new))
+        if len(fixed) == len(planned):
+            for _, site, new in fixed:
+                ctx.replace(site.node, new)
+        else:  # one site may not change (suppressed, disabled, another path): none of them does
+            for decision, _, _ in fixed:
+                decision.status, decision.fixable = LEFT, False
+
+    def _keep(self, group: Group, mine: list[Site], why: str | None = None) -> None:
+        """One NM117 marker where the group's value is defined: where it enters from outside, else its first site."""
+        ctx = self.ctx
+        if group.sources:
+            occ, source, _ = min(group.sources, key=lambda source: _nearest(source, mine))
+            why = why or f"comes from {source}"
+            node = occ.node
+        else:
+            first = min(mine, key=lambda s: (s.role != VALUE, self._order(s)))
+            occ, node = first.occ, first.node
+        ctx.current = occ
+        tests = sorted({_where(s.occ) for s in group.sites if s.role == TEST})
+        ctx.report("NM117", node, text=code(mine[0].node), why=why, where=", ".join(tests))
+
+    def _order(self, site: Site) -> int:
+        return self.names.order(site)
 
 
 def _imports_torch_xla_at_module_level(ctx) -> bool:
@@ -143,6 +303,37 @@ def _imports_torch_xla_at_module_level(ctx) -> bool:
 def _kind_of_name(target: cst.BaseExpression) -> str:
     name = target.value if isinstance(target, cst.Name) else getattr(getattr(target, "attr", None), "value", "")
     return TYPE if name.lower().endswith("type") else DEVICE
+
+
+PATTERN = "is matched by a `case` pattern, which cannot spell the device type of --device-style accelerator with an index"
+
+
+def _kind_of_holder(holder: tuple) -> str:
+    """A name or attribute holds what its name says (a device, or a device type); an environment value or a
+    configuration entry is text."""
+    if holder[0] in ("env", "key"):
+        return TYPE
+    return TYPE if str(holder[-1]).lower().endswith("type") else DEVICE
+
+
+def _nearest(source: tuple, mine: list[Site]) -> tuple[bool, bool]:
+    """Sources first whose holder this rule's literal defines (`device="xla"`), then those in a function that
+    compares the value; else file order (`min` keeps the first of equals)."""
+    occ, _, holder = source
+    defined = any(s.holder == holder and s.role == VALUE for s in mine)
+    compared_here = any(s.role == TEST and s.occ.scope is occ.scope for s in mine)
+    return not defined, not compared_here
+
+
+def _where(occ) -> str:
+    """Where a comparison sits, for a message: `get_device()`, `Trainer.setup()` or `module level`."""
+    names = []
+    scope = occ.scope
+    while scope is not None and scope.kind != "module":
+        name = getattr(scope.node, "name", None)
+        names.append(name.value if isinstance(name, cst.Name) else "<lambda>")
+        scope = scope.parent
+    return ".".join(reversed(names)) + "()" if names else "module level"
 
 
 def _portable(ctx, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression:
