@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.engine.names import dotted
-from neuron_migrate.rules.patterns import XM, arg, code, short, string_value
+from neuron_migrate.rules.patterns import XM, arg, code, has_star, short, string_value
 from neuron_migrate.rules.checkpoint import cpu_copy
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
                                      is_statement, keep_parens, local_rank, only_args, paren, rank, replace_statement,
@@ -104,11 +104,36 @@ class ProcessGroup(Rule):
         text = ", ".join(code(w) for w in wrong)
         after = ", ".join(fixed[string_value(w)] for w in wrong)
         bind = backend is not None and backend.value in wrong and _placeable(ctx, node)
+        # torch_xla's rendezvous worked in a plain `python train.py` too; env:// needs torchrun's variables, so
+        # one process started without them gets a group of its own (an in-memory store, rank 0 of 1)
+        alone = method is not None and method.value in wrong and is_statement(ctx, node) \
+            and not has_star(node) and all(a.keyword is None or a.keyword.value not in ("rank", "world_size", "store")
+                                           for a in node.args)
+        if alone:
+            d, os_ = dist(ctx), ctx.module_ref("os")
+            started = f"{ctx.string('RANK')} in {os_}.environ"
+            after += f" when torchrun started the process ({started}), else a group of one process"
+
+            def both(call: cst.Call) -> list[str]:
+                kept = [a for i, a in enumerate(call.args)
+                        if not (a.keyword is not None and a.keyword.value == "init_method")
+                        and not (a.keyword is None and i == 1)]
+                single = ", ".join([*(code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in kept),
+                                    f"store={d}.HashStore()", "rank=0", "world_size=1"])
+                return [f"if {started}:\n    {code(call)}\nelse:\n    {code(call.func)}({single})"]
+
         if ctx.report("NM201", node, text=text, fixed=after):
             for w in wrong:
                 ctx.replace(w, expression(fixed[string_value(w)]))
-            if bind:  # every rank on its own device, before the group is made and before the block uses a device
-                ctx.insert_before(_block_start(ctx.current), target(ctx).select_device_statement(local_rank(ctx)))
+            binding = target(ctx).select_device_statement(local_rank(ctx)) if bind else ""
+            start = _block_start(ctx.current)
+            if alone:
+                first = binding if start is ctx.current.statement else ""
+                replace_statement(ctx, ctx.current.statement, lambda call: [*filter(None, [first.rstrip()]),
+                                                                            *both(call)])
+                binding = "" if first else binding
+            if binding:  # every rank on its own device, before the group is made and before the block uses one
+                ctx.insert_before(start, binding)
 
 
 XLA_GROUP_STRINGS = ("xla", "xla://", "pjrt://")
