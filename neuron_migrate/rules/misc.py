@@ -8,7 +8,7 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.target import target
-from neuron_migrate.rules.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank
+from neuron_migrate.rules.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank, replace_statement
 from neuron_migrate.syntax.parse import expression
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
@@ -169,7 +169,11 @@ class Seed(Rule):
                 ctx.current = set_occ
                 fixed = target(ctx).set_rng_state(saved)
                 if ctx.report("NM225", set_node, call=short(set_node), fixed=fixed):
-                    ctx.replace(set_node, expression(fixed))
+                    if is_statement(ctx, set_node):
+                        text = target(ctx).set_rng_state_statement(saved).rstrip()
+                        replace_statement(ctx, set_occ.statement, lambda _call, text=text: [text])
+                    else:
+                        ctx.replace(set_node, expression(fixed))
         ctx.current = None
 
     def _only_restored(self, saved: str, occ, restores: int) -> bool:

@@ -126,6 +126,15 @@ class Target:
         return f"({torch}.get_device_module({device}).set_rng_state({state}) if {device}.type != " \
                f"{self.ctx.string('cpu')} else {torch}.set_rng_state({state}))"
 
+    def set_rng_state_statement(self, state: str) -> str:
+        """`set_rng_state(state)` as a statement (in the portable style an `if` on the device type)."""
+        if not self.portable:
+            return self.set_rng_state(state) + "\n"
+        torch, device = self._torch(), self.module_device()
+        return f"if {device}.type != {self.ctx.string('cpu')}:\n" \
+               f"    {torch}.get_device_module({device}).set_rng_state({state})\nelse:\n" \
+               f"    {torch}.set_rng_state({state})\n"
+
     def device_count(self) -> str:
         """The function that counts the devices this process sees."""
         return self.device_module("device_count")
