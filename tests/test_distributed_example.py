@@ -42,14 +42,19 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def start(folder, processes: int, batch_size: int) -> subprocess.Popen:
-    """torchrun for several processes; one process runs as `python train.py` with the variables torchrun sets."""
+def start(folder, processes: int, batch_size: int, plain: bool = False) -> subprocess.Popen:
+    """torchrun for several processes; one process runs as `python train.py` with the variables torchrun sets
+    (`plain`: without them)."""
     launcher = folder / "emulated.py"
     launcher.write_text(LAUNCHER)
     args = [str(launcher), str(folder / "train.py"), "--epochs", "1", "--max-steps", "6", "--log-steps", "1", "--batch-size", str(batch_size),
-            "--train-size", "256", "--test-size", "128", "--checkpoint", str(folder / f"ckpt{processes}.pt")]
+            "--train-size", "256", "--test-size", "128", "--checkpoint", str(folder / f"ckpt{processes}{'-plain' if plain else ''}.pt")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    if processes == 1:
+    for variable in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(variable, None)
+    if plain:
+        command = [sys.executable, *args]
+    elif processes == 1:
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         command = [sys.executable, *args]
     else:
@@ -98,6 +103,15 @@ def test_two_processes_train_like_one(migrated):
     (_, _, _, accuracy, checksum), = RANK.findall(single)
     assert ranks[0][1] == accuracy
     assert ranks[0][2] == pytest.approx(float(checksum), rel=1e-5)
+
+
+def test_plain_python_trains_like_torchrun_with_one_process(migrated):
+    """`python train.py` with none of torchrun's variables: one process, its own process group, no launcher."""
+    runs = [start(migrated, processes=1, batch_size=32), start(migrated, processes=1, batch_size=32, plain=True)]
+    one, plain = (output(run, migrated) for run in runs)
+    assert [float(loss) for *_, loss in STEP.findall(plain)] == [float(loss) for *_, loss in STEP.findall(one)]
+    assert [r[:2] for r in RANK.findall(plain)] == [("0", "1")]
+    assert RANK.findall(plain) == RANK.findall(one)
 
 
 def test_checkpoint_loads_into_the_bare_model(migrated):

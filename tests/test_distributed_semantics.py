@@ -67,7 +67,8 @@ if dist.is_initialized():  # no rank leaves while another is still in a collecti
 @pytest.fixture(scope="module")
 def program(tmp_path_factory):
     folder = tmp_path_factory.mktemp("semantics")
-    migrated = rewrite_text(LEGACY).replace('"neuron"', '"gloo"')
+    # on the CPU: gloo for the `neuron` process group, and no device to bind each rank to
+    migrated = rewrite_text(LEGACY).replace('"neuron"', '"gloo"').replace("torch.neuron.set_device(", "int(")
     assert "torch_xla" not in migrated and "TODO(neuron-migrate" not in migrated
     (folder / "migrated.py").write_text(migrated)
     (folder / "runner.py").write_text(RUNNER)

@@ -21,13 +21,8 @@ TORCH_XLA_COMPILE = frozenset({"torch_xla.compile", "torch_xla.torch_xla.compile
 MODULE_NAME = re.compile(
     r"(model|net|module|encoder|decoder|classifier|transformer|network|backbone|policy|critic|actor|generator"
     r"|discriminator|llm|lm|unet|vae|bert|gpt|resnet|vit)$", re.I)
-NOT_MODULE_NAME = re.compile(r"(inputs?|data|batch|labels?|targets?|tensor|mask|ids|x|y|images?|logits|loss)$", re.I)
-TENSOR_CLASSES = frozenset({"Tensor", "FloatTensor", "LongTensor", "IntTensor", "BoolTensor", "HalfTensor",
-                            "BFloat16Tensor", "DoubleTensor", "ByteTensor", "Parameter", "Generator"})
 TRAINING_CALL = re.compile(r"\.(backward|zero_grad|step)\s*\(|\boptimizer_step\s*\(")
 CALLED_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
-MODULE_FACTORY = re.compile(r"(model|net|module|encoder|decoder|resnet|vit|bert|gpt|llama|mlp|cnn|lstm|gru|rnn)",
-                            re.I)
 
 
 def _last(expr: cst.BaseExpression) -> str:
@@ -43,8 +38,32 @@ def placed_object(value: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
+# Classes (qualified) whose instances are modules, besides the torch.nn classes; subclasses defined in the file
+# count too.
+MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module", "lightning.LightningModule",
+                          "lightning.pytorch.LightningModule", "pytorch_lightning.LightningModule",
+                          "transformers.PreTrainedModel", "transformers.modeling_utils.PreTrainedModel",
+                          "diffusers.ModelMixin", "diffusers.models.modeling_utils.ModelMixin"})
+NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "UninitializedParameter",
+                         "UninitializedBuffer"})
+FACTORIES = frozenset({"timm.create_model", "peft.get_peft_model", "torch.hub.load"})
+# transformers / diffusers classes whose `from_pretrained` / `from_config` return a model (not a tokenizer, a
+# processor, a config or a pipeline)
+PRETRAINED_MODEL = re.compile(r"(Model|For[A-Z]\w*|LMHead\w*|Autoencoder\w*|UNet\w*|Transformer\w*Model)$")
+LOADERS = frozenset({"from_pretrained", "from_config", "from_single_file"})
+# What a module answers and a tensor, a pipeline or a tokenizer does not: a name used so is a module.
+MODULE_ONLY = frozenset({"parameters", "named_parameters", "buffers", "named_buffers", "modules", "named_modules",
+                         "children", "named_children", "eval", "train", "state_dict", "load_state_dict", "zero_grad",
+                         "register_forward_hook", "register_forward_pre_hook"})
+# Module methods that return the module itself.
+RETURNS_SELF = frozenset({"eval", "train", "float", "half", "bfloat16", "double", "requires_grad_", "cpu", "to"})
+COMPILERS = frozenset({"torch.compile", "torch_neuronx.trace"})
+
+
 class CompilePlacedModel(Rule):
-    """Insert `model.compile(backend="neuron", dynamic=False)` after a model is moved to the neuron device."""
+    """Insert `model.compile(backend="neuron", dynamic=False)` after a model is moved to the neuron device: only a
+    value known to be an `nn.Module` (built from a module class of the file or a known model factory, annotated
+    as one, or used as one: `model.parameters()`), and only one the file does not compile otherwise."""
 
     codes = ("NM107",)
     triggers = (b"xla",)
@@ -53,7 +72,11 @@ class CompilePlacedModel(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.device_names: set[str] = set()  # last components of names assigned a device
-        self.module_names: set[str] = set()  # dotted names assigned a module instance
+        self.assigned: list[tuple[object, str, cst.BaseExpression]] = []  # (occurrence, dotted name, value)
+        self.annotated: list[tuple[object, str, cst.BaseExpression]] = []  # (occurrence, dotted name, annotation)
+        self.used_as_module: set[str] = set()  # dotted names of which a module-only method is called
+        self.compiled: set[str] = set()  # dotted names compiled by the file (torch.compile, trace, .compile())
+        self.classes: list[tuple[object, cst.ClassDef]] = []
         self.placements: list[tuple[object, cst.CSTNode, str, cst.BaseExpression]] = []
 
     # -- what holds a device, what holds a module ----------------------------------------------------------
@@ -70,25 +93,61 @@ class CompilePlacedModel(Rule):
         parts = dotted(expr)
         return bool(parts) and parts[-1] in self.device_names
 
-    def _is_module_value(self, expr: cst.BaseExpression) -> bool:
-        """A constructor call (`Net()`, `AutoModel.from_pretrained(...)`, `models.resnet18()`) or a module name."""
-        if isinstance(expr, cst.Call):
-            parts = dotted(expr.func)
-            if not parts:
-                return False
-            qual = self.ctx.qualname(expr.func) or ""
-            if qual.startswith(("torch.", "numpy.")) and not qual.startswith(("torch.nn.", "torchvision.models")):
-                return False
-            if any(p in TENSOR_CLASSES for p in parts):
-                return False
-            return any(p[:1].isupper() for p in parts) or bool(MODULE_FACTORY.search(parts[-1]))
-        text = dotted_str(expr)
-        if text is None:
-            return False
-        if text in self.module_names:
+    def _module_classes(self) -> set[str]:
+        """Names of the file's classes that derive (through each other) from a module class."""
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for occ, node in self.classes:
+                if node.name.value in found:
+                    continue
+                for base in node.bases:
+                    qual = self.ctx.qualname(base.value, occ.scope) or ""
+                    if qual in MODULE_BASES or _nn_class(qual) or dotted_str(base.value) in found:
+                        found.add(node.name.value)
+                        changed = True
+                        break
+        return found
+
+    def _builds_module(self, expr: cst.BaseExpression, scope, classes: set[str], modules: set[str]) -> bool:
+        """`Net()`, `nn.Linear(...)`, `models.resnet18()`, `AutoModelForX.from_pretrained(...)`, a module name, and
+        those followed by `.eval()`, `.float()`, ... (which return the module)."""
+        while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+                and expr.func.attr.value in RETURNS_SELF:
+            expr = expr.func.value
+        if not isinstance(expr, cst.Call):
+            return dotted_str(expr) in modules
+        func = expr.func
+        if isinstance(func, cst.Name) and func.value in classes:
             return True
-        last = text.split(".")[-1]
-        return bool(MODULE_NAME.search(last)) and not NOT_MODULE_NAME.search(last)
+        qual = self.ctx.qualname(func, scope) or ""
+        if _nn_class(qual) or qual in FACTORIES or qual.startswith("torchvision.models."):
+            return not qual.split(".")[-1] in NOT_MODULES
+        if isinstance(func, cst.Attribute) and func.attr.value in LOADERS:
+            owner = self.ctx.qualname(func.value, scope) or ""
+            return owner.startswith(("transformers.", "diffusers.")) and bool(PRETRAINED_MODEL.search(owner))
+        return False
+
+    def _modules(self) -> set[str]:
+        """Dotted names known to hold a module."""
+        classes = self._module_classes()
+        modules = set(self.used_as_module)
+        for occ, name, annotation in self.annotated:
+            qual = self.ctx.qualname(annotation, occ.scope) or ""
+            if qual in MODULE_BASES or _nn_class(qual) or dotted_str(annotation) in classes:
+                modules.add(name)
+        changed = True
+        while changed:
+            changed = False
+            for occ, name, value in self.assigned:
+                if name not in modules and self._builds_module(value, occ.scope, classes, modules):
+                    modules.add(name)
+                    changed = True
+        return modules
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.classes.append((self.ctx.current, node))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1:
@@ -99,11 +158,34 @@ class CompilePlacedModel(Rule):
             return
         if self._is_device(node.value):
             self.device_names.add(name.split(".")[-1])
-        if self._is_module_value(node.value):
-            self.module_names.add(name)
+        self.assigned.append((self.ctx.current, name, node.value))
         placed = placed_object(node.value)
         if placed is not None:
             self.placements.append((self.ctx.current, node, name, placed))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        name = dotted_str(node.target)
+        if name is not None:
+            self.annotated.append((self.ctx.current, name, node.annotation.annotation))
+            if node.value is not None:
+                self.assigned.append((self.ctx.current, name, node.value))
+
+    def visit_Param(self, node: cst.Param) -> None:
+        if node.annotation is not None:
+            self.annotated.append((self.ctx.current, node.name.value, node.annotation.annotation))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute):
+            owner = dotted_str(func.value)
+            if owner is not None and func.attr.value in MODULE_ONLY:
+                self.used_as_module.add(owner)
+            if owner is not None and func.attr.value == "compile":
+                self.compiled.add(owner)
+        if node.args and self.ctx.qualname(func) in COMPILERS:
+            name = dotted_str(node.args[0].value)
+            if name is not None:
+                self.compiled.add(name)
 
     def visit_Expr(self, node: cst.Expr) -> None:
         placed = placed_object(node.value)
@@ -114,8 +196,10 @@ class CompilePlacedModel(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if not ctx.settings.compile:
+        if not ctx.settings.compile or not self.placements:
             return
+        modules = self._modules()
+        classes = self._module_classes()
         done: set[tuple[int, str]] = set()
         text = ctx.source.text
         for occ, node, name, moved in self.placements:
@@ -123,18 +207,27 @@ class CompilePlacedModel(Rule):
             call = node.value
             if not self._is_device(call.args[0].value) or occ.in_loop:
                 continue
-            if not (self._is_module_value(moved) or name in self.module_names):
+            if name not in modules and not self._builds_module(moved, occ.scope, classes, modules):
                 continue
             if not isinstance(occ.statement, cst.SimpleStatementLine) or len(occ.statement.body) != 1:
                 continue
             key = (id(occ.scope), name)
-            if key in done or _already_compiled(text, name):
+            if key in done or name in self.compiled or _already_compiled(text, name):
                 continue
             done.add(key)
             fixed = f"{name}.compile(backend={target(ctx).compile_backend()}, dynamic=False)"
             if ctx.report("NM107", call, statement=occ.statement, target=name, fixed=fixed):
                 ctx.insert_after(occ.statement, fixed + "\n")
         ctx.current = None
+
+
+def _nn_class(qual: str) -> bool:
+    """A module class of torch.nn (`torch.nn.Linear`, `torch.nn.modules.conv.Conv2d`), not a function."""
+    if not qual.startswith("torch.nn.") or qual.startswith(("torch.nn.functional.", "torch.nn.init.",
+                                                              "torch.nn.utils.", "torch.nn.parameter.")):
+        return False
+    last = qual.split(".")[-1]
+    return last[:1].isupper() and last not in NOT_MODULES
 
 
 def _requote(literal: cst.SimpleString, value: str) -> str:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.rules.patterns import XM, arg, code, short, string_value
-from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, assigned_name, dist, env_int, is_statement, keep_parens,
-                                     local_rank, only_args, paren, rank, replace_statement)
+from neuron_migrate.engine.names import dotted
+from neuron_migrate.rules.patterns import XM, arg, code, has_star, short, string_value
+from neuron_migrate.rules.checkpoint import cpu_copy
+from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
+                                     is_statement, keep_parens, local_rank, only_args, paren, rank, replace_statement,
+                                     several_processes)
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -35,6 +38,7 @@ SPAWN = frozenset({f"{XMP}.spawn"})
 INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group",
                                 "torch.distributed.distributed_c10d.init_process_group"})
 
+NATIVE = "torch.distributed."
 REDUCE_OPS = {"sum": "SUM", "mul": "PRODUCT", "and": "BAND", "or": "BOR", "min": "MIN", "max": "MAX"}
 REDUCE_CONSTANTS = {f"{XM}.REDUCE_{name.upper()}": op for name, op in REDUCE_OPS.items()}
 ALL_REDUCE = frozenset({f"{XM}.all_reduce"})
@@ -43,6 +47,7 @@ REDUCE_SCATTER = frozenset({f"{XM}.reduce_scatter"})
 ALL_TO_ALL = frozenset({f"{XM}.all_to_all"})
 RENDEZVOUS = frozenset({f"{XM}.rendezvous"})
 MESH_REDUCE = frozenset({f"{XM}.mesh_reduce"})
+BROADCAST_MASTER_PARAM = frozenset({f"{XM}.broadcast_master_param"})
 
 
 class RankAndWorldSize(Rule):
@@ -77,7 +82,8 @@ class RankAndWorldSize(Rule):
 
 
 class ProcessGroup(Rule):
-    """NM201: `init_process_group("xla", init_method="xla://")` -> the `neuron` backend, `env://`."""
+    """NM201: `init_process_group("xla", init_method="xla://")` -> the `neuron` backend, `env://`, and the
+    process bound to its own device first (torch_xla's Neuron integration did that from `LOCAL_RANK`)."""
 
     codes = ("NM201",)
     triggers = (b"xla",)
@@ -90,21 +96,80 @@ class ProcessGroup(Rule):
         backend = arg(node, 0, "backend")
         method = arg(node, 1, "init_method")
         wrong = [a.value for a in (backend, method)
-                 if a is not None and string_value(a.value) in ("xla", "xla://")]
+                 if a is not None and string_value(a.value) in XLA_GROUP_STRINGS]
         if not wrong:
             return
-        fixed = {"xla": target(ctx).process_group_backend(), "xla://": ctx.string("env://")}
+        env = ctx.string("env://")
+        fixed = {"xla": target(ctx).process_group_backend(), "xla://": env, "pjrt://": env}
         text = ", ".join(code(w) for w in wrong)
         after = ", ".join(fixed[string_value(w)] for w in wrong)
+        bind = backend is not None and backend.value in wrong and _placeable(ctx, node)
+        # torch_xla's rendezvous worked in a plain `python train.py` too; env:// needs torchrun's variables, so
+        # one process started without them gets a group of its own (an in-memory store, rank 0 of 1)
+        alone = method is not None and method.value in wrong and is_statement(ctx, node) \
+            and not has_star(node) and all(a.keyword is None or a.keyword.value not in ("rank", "world_size", "store")
+                                           for a in node.args)
+        if alone:
+            d, os_ = dist(ctx), ctx.module_ref("os")
+            started = f"{ctx.string('RANK')} in {os_}.environ"
+            after += f" when torchrun started the process ({started}), else a group of one process"
+
+            def both(call: cst.Call) -> list[str]:
+                kept = [a for i, a in enumerate(call.args)
+                        if not (a.keyword is not None and a.keyword.value == "init_method")
+                        and not (a.keyword is None and i == 1)]
+                single = ", ".join([*(code(a.with_changes(comma=cst.MaybeSentinel.DEFAULT)) for a in kept),
+                                    f"store={d}.HashStore()", "rank=0", "world_size=1"])
+                return [f"if {started}:\n    {code(call)}\nelse:\n    {code(call.func)}({single})"]
+
         if ctx.report("NM201", node, text=text, fixed=after):
             for w in wrong:
                 ctx.replace(w, expression(fixed[string_value(w)]))
+            binding = target(ctx).select_device_statement(local_rank(ctx)) if bind else ""
+            start = _block_start(ctx.current)
+            if alone:
+                first = binding if start is ctx.current.statement else ""
+                replace_statement(ctx, ctx.current.statement, lambda call: [*filter(None, [first.rstrip()]),
+                                                                            *both(call)])
+                binding = "" if first else binding
+            if binding:  # every rank on its own device, before the group is made and before the block uses one
+                ctx.insert_before(start, binding)
+
+
+XLA_GROUP_STRINGS = ("xla", "xla://", "pjrt://")
+
+
+def _block_start(occ) -> cst.CSTNode:
+    """The first statement of the block that holds `occ`'s statement, after its docstring and imports (the
+    statement itself at module level, where the imports and definitions come first)."""
+    block = occ.block
+    if not isinstance(block, cst.IndentedBlock):
+        return occ.statement
+    for statement in block.body:
+        if statement is occ.statement:
+            break
+        if isinstance(statement, cst.SimpleStatementLine) and all(
+                isinstance(s, (cst.Import, cst.ImportFrom))
+                or (isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.ConcatenatedString)))
+                for s in statement.body):
+            continue
+        return statement
+    return occ.statement
+
+
+def _placeable(ctx, node: cst.Call) -> bool:
+    """A statement can be put in front of the one holding `node`, on the same path (not a one-line compound)."""
+    occ = ctx.current
+    return isinstance(occ.statement, cst.SimpleStatementLine) and occ.small is not None \
+        and getattr(occ.small, "value", None) is node
 
 
 class Spawn(Rule):
-    """NM202: `xmp.spawn(fn, args=(...), nprocs=N)` -> `fn(local rank, ...)`, launched by torchrun."""
+    """NM202: `xmp.spawn(fn, args=(...), nprocs=N)` -> `fn(local rank, ...)`, launched by torchrun; NM242: a spawn
+    that starts a function it was given (a launcher in a library), computes its process count or picks a start
+    method is marked with the torchrun command that replaces it."""
 
-    codes = ("NM202",)
+    codes = ("NM202", "NM242")
     triggers = (b"xla_multiprocessing",)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -115,7 +180,7 @@ class Spawn(Rule):
         args = arg(node, 1, "args")
         nprocs = arg(node, 2, "nprocs")
         method = arg(node, 3, "start_method")
-        if fn is None or not only_args(node, fn, args, nprocs, method) or not is_statement(ctx, node):
+        if fn is None or not only_args(node, fn, args, nprocs, method):
             return
         index = local_rank(ctx)
 
@@ -130,22 +195,78 @@ class Spawn(Rule):
                 rest = [f"*{code(spawned.value)}"]
             return f"{code(arg(call, 0, 'fn').value)}({', '.join([index, *rest])})"
 
-        procs = code(nprocs.value) if nprocs is not None and isinstance(nprocs.value, cst.Integer) else "<NeuronCores>"
+        every = nprocs is None or (isinstance(nprocs.value, cst.Name) and nprocs.value.value == "None")
+        literal = nprocs is not None and isinstance(nprocs.value, cst.Integer)
+        procs = code(nprocs.value) if literal else "<NeuronCores>"
+        defined = self._defined_here(fn.value)
+        reasons = []
+        if not defined:
+            reasons.append(f"starts `{code(fn.value)}`, a function it was given (a launcher that a library offers)")
+        if not (every or literal):
+            reasons.append(f"computes its process count (`{code(nprocs.value)}`)")
+            procs = f"<the value of {code(nprocs.value)}>"
+        if method is not None:
+            reasons.append(f"picks a start method (`{code(method.value)}`): torchrun starts every process afresh, so "
+                           f"the code before this call runs in each of them")
+        if reasons:
+            ctx.report("NM242", node, call=short(node), reason="; ".join(reasons), fixed=direct(node),
+                       torchrun=f"torchrun --nproc_per_node={procs} <script>")
+        if not defined or not is_statement(ctx, node):
+            return  # the launcher stays as it is, marked; an expression: left to NM199
         if ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs):
             ctx.replace(node, lambda new: expression(direct(new)))
-            setup = target(ctx).select_device_statement(index)
-            if "init_process_group" not in ctx.source.text and self._defined_here(fn.value):
-                setup += f"{dist(ctx)}.init_process_group(backend={target(ctx).process_group_backend()}, " \
-                         f"init_method={ctx.string('env://')})\n"
+            made = self._makes_process_group(fn.value)
+            if made == "xla":
+                return  # the spawned function makes its group, and NM201 binds the device there
+            d, group = dist(ctx), target(ctx)
+            setup = group.select_device_statement(index)
+            if made is None:
+                others = "init_process_group" in ctx.source.text  # another path may have made it already
+                test = several_processes(ctx) + (f" and not {d}.is_initialized()" if others else "")
+                setup += (f"if {test}:\n"
+                          f"    {d}.init_process_group(backend={group.process_group_backend()}, "
+                          f"init_method={ctx.string('env://')})\n")
             ctx.insert_before(ctx.current.statement, setup)
 
+    def _defs(self, name: str, scope) -> list[cst.FunctionDef]:
+        owner = self.ctx.analysis.lookup(name, scope)
+        if owner is None or not all(b.kind == "def" for b in owner.bindings[name]):
+            return []
+        return [b.node for b in owner.bindings[name] if isinstance(b.node, cst.FunctionDef)]
 
     def _defined_here(self, fn: cst.BaseExpression) -> bool:
-        """The spawned function is a `def` of this file (so that its missing process group is known)."""
-        if not isinstance(fn, cst.Name):
-            return False
-        owner = self.ctx.analysis.lookup(fn.value, self.ctx.scope)
-        return owner is not None and all(b.kind == "def" for b in owner.bindings[fn.value])
+        """The spawned function is a `def` of this file (so that what it does is known)."""
+        return isinstance(fn, cst.Name) and bool(self._defs(fn.value, self.ctx.scope))
+
+    def _makes_process_group(self, fn: cst.Name) -> str | None:
+        """Whether the spawned function, or a function of this file it calls, calls `init_process_group`: "xla"
+        (the group NM201 rewrites, binding the device there), "other", or None."""
+        module = self.ctx.analysis.module_scope
+        todo, seen = list(self._defs(fn.value, self.ctx.scope)), set()
+        while todo:
+            function = todo.pop()
+            if id(function) in seen:
+                continue
+            seen.add(id(function))
+            for call in _calls(function):
+                parts = dotted(call.func) or []
+                if parts[-1:] == ["init_process_group"]:
+                    backend = arg(call, 0, "backend")
+                    return "xla" if backend is not None and string_value(backend.value) == "xla" else "other"
+                if len(parts) == 1:
+                    todo.extend(self._defs(parts[0], module))
+        return None
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(Calls())
+    return found
 
 
 class Collectives(Rule):
@@ -158,6 +279,9 @@ class Collectives(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.consumed: set[cst.CSTNode] = set()  # REDUCE_* nodes a rewritten call already translated
+        self.calls: dict[int, cst.Call] = {}  # id of an argument -> its call
+        self.held: list[tuple[object, cst.CSTNode, str, str]] = []  # `op = xm.REDUCE_SUM`: (occ, node, op, name)
+        self.native_reads: list[tuple[object, str]] = []  # (scope, name) of names passed to torch.distributed
 
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func)
@@ -176,6 +300,8 @@ class Collectives(Rule):
             self._rendezvous(node)
         elif qual in MESH_REDUCE:
             self._mesh_reduce(node)
+        elif qual in BROADCAST_MASTER_PARAM:
+            self._broadcast_master_param(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._constant(node)
@@ -202,17 +328,55 @@ class Collectives(Rule):
         return f"{dist(self.ctx)}.ReduceOp.{name}"
 
     def _constant(self, node: cst.CSTNode) -> None:
+        """A REDUCE_* constant no rewritten call took: rewritten only where its consumer is native, an argument of
+        a torch.distributed call, or a name that only torch.distributed calls read (decided in finish)."""
         ctx = self.ctx
         if node in self.consumed:
             return
         name = REDUCE_CONSTANTS.get(ctx.qualname(node))
-        if name is None or isinstance(ctx.current.small, (cst.Import, cst.ImportFrom)):
+        occ = ctx.current
+        if name is None or isinstance(occ.small, (cst.Import, cst.ImportFrom)):
             return
+        parent = occ.parent
+        if isinstance(parent, cst.Arg) and parent.value is node:
+            call = self.calls.get(id(parent))
+            if call is not None and (ctx.qualname(call.func) or "").startswith(NATIVE):
+                self._rewrite_constant(node, name)
+            return
+        small = occ.small
+        if isinstance(small, cst.Assign) and small.value is node and len(small.targets) == 1 \
+                and isinstance(small.targets[0].target, cst.Name):
+            self.held.append((occ, node, name, small.targets[0].target.value))
+
+    def visit_Arg(self, node: cst.Arg) -> None:
+        call = self.ctx.current.parent
+        if isinstance(call, cst.Call):
+            self.calls[id(node)] = call
+            if isinstance(node.value, cst.Name) and (self.ctx.qualname(call.func) or "").startswith(NATIVE):
+                self.native_reads.append((self.ctx.current.scope, node.value.value))
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for occ, node, name, held in self.held:
+            scope = ctx.analysis.lookup(held, occ.scope)
+            if scope is None or len(scope.bindings.get(held, [])) != 1:
+                continue
+            reads = sum(s.reads.get(held, 0) for s in ctx.analysis.scopes if ctx.analysis.lookup(held, s) is scope)
+            native = sum(1 for s, n in self.native_reads if n == held and ctx.analysis.lookup(held, s) is scope)
+            if reads and reads == native:
+                ctx.current = occ
+                self._rewrite_constant(node, name)
+        ctx.current = None
+
+    def _rewrite_constant(self, node: cst.CSTNode, name: str) -> None:
+        ctx = self.ctx
         fixed = f"{dist(ctx)}.ReduceOp.{name}"
         if ctx.report("NM207", node, text=code(node), fixed=fixed):
             ctx.replace(node, expression(fixed))
 
     # -- the calls -------------------------------------------------------------------------------------
+    # Each native form runs the collective only where torchrun started several processes: in a plain
+    # `python train.py`, as in a one-process torchrun run, it returns the local value as torch_xla did there.
     def _all_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx
         reduce_type = arg(node, 0, "reduce_type")
@@ -228,20 +392,19 @@ class Collectives(Rule):
         if op is None:
             return
         factor = None if scale is None or code(scale.value) in ("1", "1.0") else code(scale.value)
+        guard = several_processes(ctx)
         if is_statement(ctx, node) and isinstance(inputs.value, (cst.List, cst.Tuple)):
             # the list form reduces every tensor in place
             d = dist(ctx)
 
             def in_place(call: cst.Call) -> list[str]:
-                lines = []
-                for element in arg(call, 1, "inputs").value.elements:
-                    tensor = code(element.value)
-                    lines.append(f"{d}.all_reduce({tensor}, op={op})")
-                    if factor is not None:
-                        lines.append(f"{tensor}.mul_({code(arg(call, 2, 'scale').value)})")
-                return lines
+                tensors = [code(element.value) for element in arg(call, 1, "inputs").value.elements]
+                lines = [f"if {guard}:", *(f"    {d}.all_reduce({tensor}, op={op})" for tensor in tensors)]
+                if factor is not None:
+                    lines += [f"{tensor}.mul_({code(arg(call, 2, 'scale').value)})" for tensor in tensors]
+                return ["\n".join(lines)]
 
-            if ctx.report("NM204", node, call=short(node), fixed="; ".join(in_place(node))):
+            if ctx.report("NM204", node, call=short(node), fixed="; ".join(in_place(node)).replace("\n", " ")):
                 replace_statement(ctx, ctx.current.statement, in_place)
             return
         if is_statement(ctx, node) or isinstance(inputs.value, (cst.List, cst.Tuple)):
@@ -250,10 +413,11 @@ class Collectives(Rule):
         loose = isinstance(ctx.current.parent, LOOSE_PARENTS)
 
         def build(call: cst.Call) -> str:
-            text = f"{functional}.all_reduce({code(arg(call, 1, 'inputs').value)}, op={op})"
+            tensor = code(arg(call, 1, "inputs").value)
+            text = f"{functional}.all_reduce({tensor}, op={op}) if {guard} else {paren(tensor)}.clone()"
             if factor is None:
-                return text
-            text += f" * {paren(code(arg(call, 2, 'scale').value))}"
+                return text if loose else f"({text})"
+            text = f"({text}) * {paren(code(arg(call, 2, 'scale').value))}"
             return text if loose else f"({text})"
 
         if ctx.report("NM204", node, call=short(node), fixed=build(node)):
@@ -269,9 +433,16 @@ class Collectives(Rule):
             return
         torch = ctx.module_ref("torch")
         functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
-        fixed = f"{torch}.cat({functional}.all_gather({{tensor}}), dim={code(dim.value) if dim else 0})"
-        if ctx.report("NM204", node, call=short(node), fixed=fixed.format(tensor=code(value.value))):
-            ctx.replace(node, lambda new: keep_parens(new, fixed.format(tensor=code(arg(new, 0, "value").value))))
+        loose = isinstance(ctx.current.parent, LOOSE_PARENTS)
+        guard = several_processes(ctx)
+
+        def build(tensor: str) -> str:
+            text = (f"{torch}.cat({functional}.all_gather({tensor}), dim={code(dim.value) if dim else 0}) "
+                    f"if {guard} else {paren(tensor)}.clone()")
+            return text if loose else f"({text})"
+
+        if ctx.report("NM204", node, call=short(node), fixed=build(code(value.value))):
+            ctx.replace(node, lambda new: keep_parens(new, build(code(arg(new, 0, "value").value))))
 
     def _reduce_scatter(self, node: cst.Call) -> None:
         """`y = xm.reduce_scatter(op, x, scale, 0, n)`: this rank's 1/n of the reduced `x`, along dim 0."""
@@ -287,15 +458,19 @@ class Collectives(Rule):
         if op is None:
             return
         d = dist(ctx)
+        guard = several_processes(ctx)
 
         def scatter(call: cst.Call) -> list[str]:
             x, n = code(arg(call, 1, "input").value), code(arg(call, 4, "shard_count").value)
-            lines = [f"{target} = {x}.new_empty({x}.shape[0] // {paren(n)}, *{x}.shape[1:])",
-                     f"{d}.reduce_scatter_tensor({target}, {x}, op={op})"]
+            lines = [f"if {guard}:\n"
+                     f"    {target} = {x}.new_empty({x}.shape[0] // {paren(n)}, *{x}.shape[1:])\n"
+                     f"    {d}.reduce_scatter_tensor({target}, {x}, op={op})\n"
+                     f"else:\n"
+                     f"    {target} = {x}.clone()"]
             factor = code(arg(call, 2, "scale").value)
             return lines + ([f"{target}.mul_({factor})"] if factor not in ("1", "1.0") else [])
 
-        if ctx.report("NM204", node, call=short(node), fixed="; ".join(scatter(node))):
+        if ctx.report("NM204", node, call=short(node), fixed=_one_line(scatter(node))):
             replace_statement(ctx, ctx.current.statement, scatter)
 
     def _all_to_all(self, node: cst.Call) -> None:
@@ -310,22 +485,48 @@ class Collectives(Rule):
                 or self._groups(node, groups):
             return
         torch, d = ctx.module_ref("torch"), dist(ctx)
+        guard = several_processes(ctx)
 
         def exchange(call: cst.Call) -> list[str]:
             x = code(arg(call, 0, "value").value)
-            return [f"{target} = {torch}.empty_like({x})", f"{d}.all_to_all_single({target}, {x})"]
+            return [f"if {guard}:\n"
+                    f"    {target} = {torch}.empty_like({x})\n"
+                    f"    {d}.all_to_all_single({target}, {x})\n"
+                    f"else:\n"
+                    f"    {target} = {x}.clone()"]
 
-        if ctx.report("NM204", node, call=short(node), fixed="; ".join(exchange(node))):
+        if ctx.report("NM204", node, call=short(node), fixed=_one_line(exchange(node))):
             replace_statement(ctx, ctx.current.statement, exchange)
+
+    def _broadcast_master_param(self, node: cst.Call) -> None:
+        """`xm.broadcast_master_param(model)`: rank 0's parameters and buffers, copied to every rank."""
+        ctx = self.ctx
+        model = arg(node, 0, "model")
+        if model is None or not only_args(node, model) or not is_statement(ctx, node):
+            return
+        d = dist(ctx)
+        guard = several_processes(ctx)
+        name = "tensor" if not _taken(ctx, "tensor") else "_tensor"
+
+        def broadcast(call: cst.Call) -> list[str]:
+            m = paren(code(arg(call, 0, "model").value))
+            return [f"if {guard}:\n"
+                    f"    for {name} in [*{m}.parameters(), *{m}.buffers()]:\n"
+                    f"        {d}.broadcast({name}.data, src=0)"]
+
+        if ctx.report("NM204", node, call=short(node), fixed=_one_line(broadcast(node))):
+            replace_statement(ctx, ctx.current.statement, broadcast)
 
     def _rendezvous(self, node: cst.Call) -> None:
         ctx = self.ctx
         tag = arg(node, 0, "tag")
-        if not only_args(node, tag) or not is_statement(ctx, node):
+        if not only_args(node, tag) or not is_statement(ctx, node) or not alone_on_line(ctx, node):
             return  # a payload to exchange: left to NM199 (all_gather_object)
+        guard = several_processes(ctx)
         fixed = f"{dist(ctx)}.barrier()"
-        if ctx.report("NM205", node, call=short(node), fixed=fixed):
+        if ctx.report("NM205", node, call=short(node), fixed=f"if {guard}: {fixed}"):
             ctx.replace(node, expression(fixed))
+            guard_statement(ctx, ctx.current.statement, guard)
 
     def _mesh_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -336,17 +537,51 @@ class Collectives(Rule):
         if data is None or fn is None or target is None or not only_args(node, tag, data, fn):
             return
         gathered = f"{target}_per_rank"
-        if any(gathered in s.bindings or gathered in s.reads for s in ctx.analysis.scopes):
+        if _taken(ctx, gathered):
             return
         d = dist(ctx)
+        guard = several_processes(ctx)
+        # torch_xla gathered (and reduced) CPU copies of the tensors in `data` (the names are resolved now)
+        before, _, after = ("", "", "") if _plain_value(data.value) else cpu_copy(ctx, "\0").partition("\0")
+
+        def copy(value: str) -> str:
+            return f"{before}{value}{after}"
 
         def gather(call: cst.Call) -> list[str]:
-            return [f"{gathered} = [None] * {d}.get_world_size()",
-                    f"{d}.all_gather_object({gathered}, {code(arg(call, 1, 'data').value)})",
+            value = copy(code(arg(call, 1, "data").value))
+            return [f"if {guard}:\n"
+                    f"    {gathered} = [None] * {d}.get_world_size()\n"
+                    f"    {d}.all_gather_object({gathered}, {value})\n"
+                    f"else:\n"
+                    f"    {gathered} = [{value}]",
                     f"{target} = {paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
 
-        if ctx.report("NM206", node, call=short(node), fixed="; ".join(gather(node))):
+        if ctx.report("NM206", node, call=short(node), fixed=_one_line(gather(node))):
             replace_statement(ctx, ctx.current.statement, gather)
+
+
+# Values that hold no tensor: numbers, and what `.item()`, `float()`, `int()`, ... return.
+PLAIN_CALLS = frozenset({"item", "tolist", "float", "int", "bool", "str", "len", "round"})
+
+
+def _plain_value(value: cst.BaseExpression) -> bool:
+    if isinstance(value, (cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value in ("item", "tolist") and not value.args
+        return isinstance(func, cst.Name) and func.value in PLAIN_CALLS - {"item", "tolist"}
+    return False
+
+
+def _taken(ctx, name: str) -> bool:
+    return any(name in s.bindings or name in s.reads for s in ctx.analysis.scopes)
+
+
+def _one_line(lines: list[str]) -> str:
+    """The new lines of a fix, as the one line a message shows."""
+    return "; ".join(" ".join(part.strip() for part in line.split("\n")) for line in lines)
 
 
 def _same_name_free(tensor: cst.Arg, target: str | None) -> bool:

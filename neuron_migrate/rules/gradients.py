@@ -1,4 +1,6 @@
-"""NM106: the gradient averaging `xm.optimizer_step` / `xm.reduce_gradients` did in a data-parallel program.
+"""NM106: the gradient averaging `xm.optimizer_step` / `xm.reduce_gradients` did in every program that runs
+as several processes (torch_xla averaged wherever it found replicas, even without a spawn in the file: under
+torchrun, or in a helper the training loop calls). The migration keeps it everywhere, as a no-op in one process.
 
 Where the model's placement, its optimizer and every use of its name are found, the model is wrapped in
 DistributedDataParallel under a second name right after it is placed (and compiled), and only its forward
@@ -19,7 +21,7 @@ from neuron_migrate.rules.rewrites import dist, only_args, replace_statement, wo
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
 from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP
-from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, is_data_parallel, step_arguments
+from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, step_arguments
 
 REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})
 
@@ -65,7 +67,7 @@ class GradientAveraging(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         qual = ctx.qualname(node.func)
-        if qual in OPTIMIZER_STEP and is_data_parallel(ctx):
+        if qual in OPTIMIZER_STEP:  # any program may run as several processes under torchrun
             found = step_arguments(node)  # a call NM105 leaves alone keeps averaging: nothing to add
             if found is not None:
                 self.steps.append(Step(ctx.current, node, found[0].value, False))
@@ -199,7 +201,9 @@ class GradientAveraging(Rule):
         opt = code(step.optimizer)
         statement = step.occ.statement
         named = isinstance(step.optimizer, (cst.Name, cst.Attribute))
-        if not isinstance(statement, cst.SimpleStatementLine) or not named:
+        if not isinstance(statement, cst.SimpleStatementLine) or not named or not _runs_once_here(step):
+            # a lambda, a callback, a comprehension, a condition: an average in front of the statement would not
+            # run when (nor as often as) the step does
             ctx.report("NM209", step.node, call=short(step.node))
             return
         if not self._report(step, f"all-reduce the gradients of {opt} and divide them by the world size"):
@@ -215,6 +219,12 @@ class GradientAveraging(Rule):
             replace_statement(ctx, statement, lambda _call: [block.rstrip()])
         else:
             ctx.insert_before(statement, block)
+
+
+def _runs_once_here(step: Step) -> bool:
+    """The step is the whole of its small statement (`xm.optimizer_step(opt)`, `result = ...`, `return ...`)."""
+    small = step.occ.small
+    return isinstance(small, (cst.Expr, cst.Assign, cst.Return)) and small.value is step.node
 
 
 def _parameters_of(value: cst.BaseExpression) -> str | None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.target import target
-from neuron_migrate.rules.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank
+from neuron_migrate.rules.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank, replace_statement
 from neuron_migrate.syntax.parse import expression
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
@@ -112,9 +113,11 @@ def _as_arg(element: cst.BaseElement, last: bool) -> cst.Arg:
 class Seed(Rule):
     """NM225: `xm.set_rng_state(seed)` re-seeds the device generator: the Target's manual_seed.
 
-    torch_xla's generator state is an integer seed; the native one is a tensor. A file that also reads the state
-    (`xm.get_rng_state()`, to save and restore it) keeps both calls for a person: the saved value must become
-    `torch.neuron.get_rng_state()` / `set_rng_state(state)` together, and NM199 marks both with that hint.
+    torch_xla's generator state is an integer seed; the native one is a tensor. In a file that also reads the
+    state, a save and restore (`saved = xm.get_rng_state()` ... `xm.set_rng_state(saved)`, the saved name read
+    nowhere else) becomes the native pair `torch.neuron.get_rng_state()` / `torch.neuron.set_rng_state(saved)`
+    together; a literal seed is still a seed; any other call of either is left to NM199, which marks it with the
+    same hint (a value whose type would change under code the tool does not follow).
     """
 
     codes = ("NM225",)
@@ -124,14 +127,18 @@ class Seed(Rule):
         super().__init__(ctx)
         # Files that may read the state wait for the whole file before deciding (bytes first: that is rare).
         self.reads_state = "get_rng_state" in ctx.source.text
-        self.seen_read = False
+        self.reads: list[tuple[object, cst.Call, str | None]] = []  # (occurrence, call, name it is assigned to)
         self.seeds: list[tuple[object, cst.Call]] = []
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         qual = ctx.qualname(node.func)
         if self.reads_state and qual == GET_STATE:
-            self.seen_read = True
+            small = ctx.current.small
+            saved = None
+            if isinstance(small, cst.Assign) and small.value is node and len(small.targets) == 1:
+                saved = dotted_str(small.targets[0].target)
+            self.reads.append((ctx.current, node, saved if not node.args else None))
         if qual not in SEED:
             return
         if self.reads_state:
@@ -140,13 +147,42 @@ class Seed(Rule):
             self._seed(node)
 
     def finish(self) -> None:
-        if self.seen_read:
-            return  # a save / restore: NM199 marks both calls
         ctx = self.ctx
+        restores: dict[str, list[tuple[object, cst.Call]]] = {}
         for occ, node in self.seeds:
+            seed = arg(node, 0, "seed")
+            name = dotted_str(seed.value) if seed is not None and only_args(node, seed) else None
+            if ctx.qualname(node.func, occ.scope) == f"{XM}.set_rng_state" and name is not None:
+                restores.setdefault(name, []).append((occ, node))
+            elif seed is not None and isinstance(seed.value, cst.Integer):
+                ctx.current = occ
+                self._seed(node)  # a literal is a seed, whatever else the file does
+        for occ, node, saved in self.reads:
+            paired = restores.get(saved, []) if saved is not None else []
+            if not paired or not self._only_restored(saved, occ, len(paired)):
+                continue
             ctx.current = occ
-            self._seed(node)
+            fixed = target(ctx).get_rng_state()
+            if ctx.report("NM225", node, call=short(node), fixed=fixed):
+                ctx.replace(node, expression(fixed))
+            for set_occ, set_node in paired:
+                ctx.current = set_occ
+                fixed = target(ctx).set_rng_state(saved)
+                if ctx.report("NM225", set_node, call=short(set_node), fixed=fixed):
+                    if is_statement(ctx, set_node):
+                        text = target(ctx).set_rng_state_statement(saved).rstrip()
+                        replace_statement(ctx, set_occ.statement, lambda _call, text=text: [text])
+                    else:
+                        ctx.replace(set_node, expression(fixed))
         ctx.current = None
+
+    def _only_restored(self, saved: str, occ, restores: int) -> bool:
+        """The saved state is read only by its restores (so its type may change), in the same scope."""
+        if "." not in saved:
+            scope = self.ctx.analysis.lookup(saved, occ.scope)
+            return scope is occ.scope and len(scope.bindings.get(saved, [])) == 1 \
+                and scope.reads.get(saved, 0) == restores
+        return self.ctx.source.text.count(saved) == restores + 1
 
     def _seed(self, node: cst.Call) -> None:
         ctx = self.ctx

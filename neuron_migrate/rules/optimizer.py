@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, code, has_star, short
-from neuron_migrate.engine.facts import fact
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
 
 OPTIMIZER_STEP = frozenset({f"{XM}.optimizer_step"})
-
-# What makes a program data-parallel: any of these in its text.
-DATA_PARALLEL = re.compile(
-    r"\b(xmp\.spawn|spawn|init_process_group|xrt_world_size|world_size|get_ordinal|global_ordinal"
-    r"|DistributedSampler|all_reduce|reduce_gradients|MpDeviceLoader|ParallelLoader|is_master_ordinal"
-    r"|xla_multiprocessing|WORLD_SIZE)\b"
-)
-
-
-@fact
-def data_parallel(ctx) -> bool:
-    """The file reads like a data-parallel program (DATA_PARALLEL)."""
-    return bool(DATA_PARALLEL.search(ctx.source.text))
-
-
-def is_data_parallel(ctx) -> bool:
-    return ctx.facts.data_parallel
 
 
 def step_arguments(node: cst.Call) -> tuple[cst.Arg, cst.Arg | None] | None:

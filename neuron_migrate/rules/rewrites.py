@@ -41,6 +41,12 @@ def world_size(ctx) -> str:
     return env_int(ctx, "WORLD_SIZE", "1")
 
 
+def several_processes(ctx) -> str:
+    """The test that replicas exist: torchrun started more than one process. False in a plain `python train.py`
+    and in a one-process torchrun run, where torch_xla's collectives returned the local value."""
+    return f"{world_size(ctx)} > 1"
+
+
 def dist(ctx) -> str:
     return ctx.module_ref("torch.distributed", "dist")
 

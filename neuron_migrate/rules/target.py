@@ -115,6 +115,34 @@ class Target:
         torch = self._torch()
         return f"{torch}.manual_seed" if self.portable else f"{torch}.neuron.manual_seed"
 
+    def get_rng_state(self) -> str:
+        """The device generator's state (a tensor), as an expression; in the portable style the CPU generator's
+        where there is no accelerator."""
+        torch = self._torch()
+        if not self.portable:
+            return f"{torch}.neuron.get_rng_state()"
+        device = self.module_device()
+        return f"({torch}.get_device_module({device}).get_rng_state() if {device}.type != {self.ctx.string('cpu')} " \
+               f"else {torch}.get_rng_state())"
+
+    def set_rng_state(self, state: str) -> str:
+        """Restore a state `get_rng_state()` returned, as an expression."""
+        torch = self._torch()
+        if not self.portable:
+            return f"{torch}.neuron.set_rng_state({state})"
+        device = self.module_device()
+        return f"({torch}.get_device_module({device}).set_rng_state({state}) if {device}.type != " \
+               f"{self.ctx.string('cpu')} else {torch}.set_rng_state({state}))"
+
+    def set_rng_state_statement(self, state: str) -> str:
+        """`set_rng_state(state)` as a statement (in the portable style an `if` on the device type)."""
+        if not self.portable:
+            return self.set_rng_state(state) + "\n"
+        torch, device = self._torch(), self.module_device()
+        return f"if {device}.type != {self.ctx.string('cpu')}:\n" \
+               f"    {torch}.get_device_module({device}).set_rng_state({state})\nelse:\n" \
+               f"    {torch}.set_rng_state({state})\n"
+
     def device_count(self) -> str:
         """The function that counts the devices this process sees."""
         return self.device_module("device_count")
