@@ -91,8 +91,9 @@ def test_a_lost_fallback_fails_although_the_neuron_path_is_equivalent(tmp_path):
     assert migrated["stopped_on"]["type"] == "AttributeError" and migrated["stopped_on"]["where"] == "train.py:10"
 
 
-def test_a_migration_that_computes_where_the_original_stops_fails(tmp_path):
-    # the original needs torch_xla; a migration that falls back to the CPU silently takes another path
+def test_a_migration_that_computes_where_the_original_stops_and_then_stops_fails(tmp_path):
+    # the original needs torch_xla; a migration that falls back to the CPU, trains there and then stops at its
+    # first `neuron` call (the compile backend) takes another path
     wrong = migration(DATA / "mlp" / "train.py", tmp_path,
                       replace={'torch.device("neuron")': 'torch.device("neuron" if hasattr(torch, "neuron") else "cpu")'})
     proc, report = verify("train.py", "--migrated", str(wrong), "--max-steps", "2", cwd=DATA / "mlp")
@@ -170,3 +171,15 @@ def test_the_report_says_which_path_each_program_took():
     assert ("    migration without Neuron:   stops at train.py:18 `if torch.neuron.is_available():` "
             "(AttributeError: module 'torch' has no attribute 'neuron')") in text
     assert "| no Neuron (plain CPU PyTorch) | **FAIL**: another path" in render_markdown(report)
+
+
+def test_a_fallback_the_migration_adds_and_runs_to_the_end_is_reported_not_failed():
+    from neuron_migrate.verify.paths import compare_no_neuron
+
+    xla = {"type": "ModuleNotFoundError", "message": "No module named 'torch_xla'", "module": "torch_xla",
+           "where": "train.py:3", "line": "import torch_xla"}
+    check = compare_no_neuron(_run("plain original", 1, xla),
+                              _run("plain migration", param_devices=["cpu"], losses=[1.0], step_times=[0.1]))
+    assert check.ok and check.added and not check.same_path
+    assert check.summary().startswith("a path added: the original stops for want of torch_xla")
+    assert any("make it stop there" in note for note in check.notes)

@@ -94,10 +94,11 @@ class PathCheck:
     detail: str
     comparison: Comparison | None = None  # what both computed (when both ran, or printed before stopping)
     notes: list[str] = field(default_factory=list)
+    added: bool = False  # the original has no path without torch_xla; the migration runs one to the end
 
     @property
     def ok(self) -> bool:
-        return self.same_path and (self.comparison is None or not self.comparison.failed)
+        return (self.same_path or self.added) and (self.comparison is None or not self.comparison.failed)
 
     @property
     def failed_checks(self) -> list[Check]:
@@ -108,6 +109,8 @@ class PathCheck:
         return Outcome.of(self.original), Outcome.of(self.migration)
 
     def summary(self) -> str:
+        if self.added:
+            return f"a path added: {self.detail}"
         if not self.same_path:
             return f"another path: {self.detail}"
         if self.comparison is not None and self.comparison.failed:
@@ -139,9 +142,14 @@ def compare_no_neuron(original: RunResult, migration: RunResult, rtol: float | N
                          "the migration stops where the original runs: the original's fallback is lost (a "
                          "`torch.neuron` call, a `neuron` device or backend reached where no Neuron device exists?)")
     if not a.ran and b.ran:
-        return PathCheck(original, migration, False,
-                         "the migration runs where the original stops for want of torch_xla: it computes where the "
-                         "original refuses to (a device that falls back to the CPU silently?)")
+        # the original has no path here, so the migration keeps none from it; a fallback it runs to the end
+        # (the accelerator device style's CPU fallback) is reported, not failed
+        check = PathCheck(original, migration, False,
+                          f"the original stops for want of torch_xla, the migration runs to the end without Neuron "
+                          f"({b.where()})", added=True)
+        check.notes.append("no-Neuron path: the migration runs where the original stopped for want of torch_xla "
+                           f"({b.where()}): if the program must not run without Neuron, make it stop there")
+        return check
     differ = _differences(a, b)
     printed = _printed(original, migration)
     if a.ran:
