@@ -120,6 +120,21 @@ def test_three_way_a_known_torch_xla_cpu_difference_is_not_the_migrations():
     assert report.exit_code == 0 and "xla  final parameters" in render_text(report)
 
 
+def test_three_way_bfloat16_accumulation_is_a_known_torch_xla_cpu_difference():
+    """A long bfloat16 sum of ones: torch_xla on the CPU accumulates in bfloat16 (256), torch in float32."""
+    def run(total, dtype="torch.bfloat16"):
+        r = record([], [], steps=[], dtypes=(dtype,), call_dtypes=[dtype], module_types=["Summer"])
+        r["outputs"] = [[torch.tensor([total])]]
+        return r
+    main = _three_way(run(256.0), run(109056.0), run(109056.0))
+    outputs = next(c for c in main.checks if c.name.startswith("module outputs"))
+    assert not outputs.ok and outputs.explained == "bfloat16 accumulation" and main.equivalent
+    assert any("bfloat16 accumulation" in n for n in main.notes)
+    # in float32 no known difference applies: the same numbers fail
+    main = _three_way(run(256.0, "torch.float32"), run(109056.0, "torch.float32"), run(109056.0, "torch.float32"))
+    assert not main.equivalent
+
+
 def test_three_way_a_target_that_differs_from_the_cpu_run_fails():
     xla, cpu = _bn_records([0.98568, 1.0]), _bn_records([0.98845, 1.0])
     main = _three_way(xla, cpu, _bn_records([0.97, 1.0]))  # the migration itself is wrong

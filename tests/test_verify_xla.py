@@ -74,3 +74,22 @@ def test_traced_inference_left_on_the_cpu_is_caught_and_its_fix_verifies(tmp_pat
     proc, report = verify("infer.py", *reference, "--migrated", str(fixed), "--nproc", "2", cwd=folder)
     assert proc.returncode == 0, proc.stdout
     assert checks(report)["printed numbers (4 lines)"]["ok"]
+
+
+def test_three_way_names_the_batchnorm_difference_and_does_not_excuse_a_wrong_migration(tmp_path):
+    """4 samples a batch: torch_xla's running variance (biased) is 3/4 of torch's; the target equals the plain
+    CPU run, so the verdict is equivalent with the difference named; a wrong migration stays NOT equivalent."""
+    folder = DATA / "bn1d"
+    proc, report = verify("train.py", "--reference-python", XLA_PYTHON, cwd=folder)
+    assert proc.returncode == 0, proc.stdout
+    found = checks(report)
+    assert not found["final parameters"]["ok"] and found["final parameters"]["explained"] == "BatchNorm running variance"
+    assert found["final parameters"]["differing"] == ["norm.running_var"]
+    assert found["module outputs (1 call)"]["explained"] == "BatchNorm running variance"
+    assert found["loss curve"]["ok"] and report["no_neuron"]["ok"]
+    wrong = migration(folder / "train.py", tmp_path, replace={"nn.BatchNorm1d(hidden)": "nn.BatchNorm1d(hidden, momentum=0.2)"})
+    proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--migrated", str(wrong), "--skip-no-neuron",
+                          cwd=folder)
+    assert proc.returncode == 1, proc.stdout
+    params = checks(report)["final parameters"]  # the running mean differs too: not the known difference
+    assert not params["ok"] and "explained" not in params and "norm.running_mean" in params["differing"]

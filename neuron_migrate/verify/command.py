@@ -39,10 +39,13 @@ INSTALL_HINT = ('neuron-migrate verify needs PyTorch: pip install "neuron-migrat
                    "torchvision. Both runs share the rest of the caller's environment.")
 @click.option("--target-env", "target_env", multiple=True, metavar="KEY=VALUE",
               help="A variable only the migrated runs get (repeatable).")
+@click.option("--skip-no-neuron", is_flag=True,
+              help="Do not run the no-Neuron path (the original without torch_xla and the migration without "
+                   "Neuron, on plain CPU PyTorch).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--quickstart", is_flag=True, help="Only the quickstart device check (a matmul on neuron vs CPU).")
 def verify(script, args, migrated, reference_python, target, max_steps, nproc, seed, rtol, atol, strict, timeout,
-           reference_env, target_env, fmt, quickstart) -> None:
+           reference_env, target_env, skip_no_neuron, fmt, quickstart) -> None:
     """Run the original and the migrated SCRIPT side by side and compare what they compute.
 
     \b
@@ -70,7 +73,7 @@ def verify(script, args, migrated, reference_python, target, max_steps, nproc, s
     options = Options(args=list(args), migrated=migrated, reference_python=reference_python, target=target,
                       max_steps=max_steps, nproc=nproc, seed=seed, rtol=rtol, atol=atol, strict=strict,
                       timeout=timeout, reference_env=_variables("--reference-env", reference_env),
-                      target_env=_variables("--target-env", target_env))
+                      target_env=_variables("--target-env", target_env), no_neuron=not skip_no_neuron)
     workdir = Path(tempfile.mkdtemp(prefix="neuron-migrate-verify-"))
     previous = {sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:

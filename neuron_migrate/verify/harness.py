@@ -5,6 +5,11 @@ modules moved to a device (their outputs in eval / no-grad calls, their final pa
 of each optimizer step, the compilations, and the device's operator counts. `max_steps` ends the run cleanly
 after N optimizer steps (N forward calls of the moved modules for a program without an optimizer).
 
+On the `plain` device (a machine without Neuron: the no-Neuron path) nothing is set up: the XLA-based stack and
+torch-neuronx cannot be imported, there is no `torch.neuron`, and modules moved to the CPU are recorded too.
+The record then says where the program's tensors went (`moved_to`) and, when it stopped on an exception, what
+and where (`error`).
+
 This module runs under the reference interpreter too (torch_xla, another torch version): it uses only the
 standard library and torch, and imports the emulator only when asked to emulate.
 """
@@ -22,6 +27,10 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 CONFIG_ENV = "NEURON_MIGRATE_VERIFY"
 MAX_OUTPUT_CALLS = 64
+# What a machine without Neuron does not have: the XLA-based stack and torch-neuronx (legacy or native).
+NEURON_PACKAGES = ("torch_xla", "torch_neuronx", "libneuronxla", "neuronx_distributed",
+                   "neuronx_distributed_training", "neuronx_distributed_inference", "transformers_neuronx",
+                   "neuronx_cc", "torch_neuron", "optimum.neuron")
 
 
 class Recorder:
@@ -43,6 +52,8 @@ class Recorder:
         self.loss_facts: set[tuple[str, str]] = set()  # (dtype, device type) of each loss
         self.call_facts: set[tuple[str, str]] = set()  # (dtype, device type) of each output of the modules
         self.start_fingerprints: list[list[float]] = []  # of each module's parameters when first moved
+        self.moved_to: set[str] = set()  # device types of the program's .to() calls (the `plain` device)
+        self.error: dict | None = None  # the exception the program stopped on
 
     # -- events ------------------------------------------------------------------------------------------
     def on_backward(self, tensor: torch.Tensor) -> None:
@@ -154,6 +165,8 @@ class Recorder:
             "module_types": sorted({type(sub).__name__ for m in modules for sub in m.modules()}),
             "params_changed": [start != _fingerprint(m) for start, m in zip(starts, modules)],
             "files": _imported_files([r for r in (self.config.get("script_root"), self.config.get("root")) if r]),
+            "moved_to": sorted(self.moved_to),
+            "error": self.error,
             **_safe_device_facts(self.config["device"]),
         }
 
@@ -245,12 +258,13 @@ def _device_facts(device: str) -> dict:
     return {}
 
 
-def _is_device(args, kwargs) -> bool:
+def _moved_to(args, kwargs) -> str | None:
+    """The device type a `.to(...)` call moves to (None: a dtype-only call, or one this harness cannot parse)."""
     try:
         device = torch._C._nn._parse_to(*args, **kwargs)[0]
     except Exception:  # not a device move this harness understands: the program will raise on its own
-        return False
-    return device is not None and device.type not in ("cpu", "meta")
+        return None
+    return None if device is None else device.type
 
 
 def _install_hooks(recorder: Recorder) -> None:
@@ -263,14 +277,28 @@ def _install_hooks(recorder: Recorder) -> None:
     torch.Tensor.backward = recorded_backward
 
     module_to = torch.nn.Module.to
+    plain = recorder.config["device"] == "plain"  # no device: the CPU is where the model goes
 
     def recorded_to(self, *args, **kwargs):
         out = module_to(self, *args, **kwargs)
-        if _is_device(args, kwargs):
+        device = _moved_to(args, kwargs)
+        if device is not None and (plain or device not in ("cpu", "meta")):
             recorder.on_module_to(self)
+        if plain and device is not None:
+            recorder.moved_to.add(device)
         return out
 
     torch.nn.Module.to = recorded_to
+    if plain:
+        tensor_to = torch.Tensor.to
+
+        def recorded_tensor_to(self, *args, **kwargs):
+            device = _moved_to(args, kwargs)
+            if device is not None:
+                recorder.moved_to.add(device)
+            return tensor_to(self, *args, **kwargs)
+
+        torch.Tensor.to = recorded_tensor_to
 
     module_compile = torch.nn.Module.compile
 
@@ -315,6 +343,49 @@ def _setup_device(config: dict) -> None:
         import torch_neuronx
 
         torch_neuronx.clear_op_tracking()
+    elif device == "plain":
+        sys.meta_path.insert(0, _Absent(NEURON_PACKAGES))
+
+
+class _Absent:
+    """A meta path finder for packages this machine does not have: importing them fails as if not installed."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if any(fullname == name or fullname.startswith(name + ".") for name in self.names):
+            raise ModuleNotFoundError(f"No module named {fullname!r}", name=fullname)
+        return None
+
+
+def _error_facts(kind, value, tb, roots: list[str]) -> dict:
+    """What the program stopped on, and the innermost line of the program's own files it was raised from."""
+    import traceback
+
+    facts = {"type": kind.__name__, "message": str(value)[:400], "module": getattr(value, "name", None)
+             if isinstance(value, ImportError) else None, "where": None, "line": None}
+    for frame in reversed(traceback.extract_tb(tb)):
+        path = os.path.abspath(frame.filename)
+        root = next((r for r in roots if path.startswith(r + os.sep)), None)
+        if root is not None:
+            facts["where"] = f"{os.path.relpath(path, root)}:{frame.lineno}"
+            facts["line"] = (frame.line or "").strip()
+            break
+    return facts
+
+
+def _record_errors(recorder: Recorder) -> None:
+    previous = sys.excepthook
+    roots = [r for r in (recorder.config.get("script_root"), recorder.config.get("root")) if r]
+
+    def excepthook(kind, value, tb):
+        try:
+            recorder.error = _error_facts(kind, value, tb, roots)
+        finally:
+            previous(kind, value, tb)
+
+    sys.excepthook = excepthook
 
 
 class _PatchOnImport:
@@ -371,6 +442,7 @@ def start() -> Recorder | None:
         torch.manual_seed(config["seed"])
     recorder = Recorder(config)
     _install_hooks(recorder)
+    _record_errors(recorder)
     atexit.register(recorder.write)
     try:
         import multiprocessing.util

@@ -12,6 +12,7 @@ from neuron_migrate.cli.output import plural
 from neuron_migrate.findings import Finding
 from neuron_migrate.verify.compare import Check, Comparison
 from neuron_migrate.verify.fallbacks import DATA_FILE, Fallback
+from neuron_migrate.verify.paths import PathCheck
 from neuron_migrate.verify.runs import Migration, RunResult
 
 DEVICE_NAMES = {
@@ -19,6 +20,7 @@ DEVICE_NAMES = {
     "emulated": "the emulated `neuron` device (CPU)",
     "neuron": "the `neuron` device (native torch-neuronx)",
     "xla": "torch_xla's CPU device (PJRT_DEVICE=CPU)",
+    "plain": "plain CPU PyTorch (no Neuron, no torch_xla)",
 }
 EMULATED_TIMING = ("the emulated device's times are those of the CPU emulation, not of a NeuronCore: read them for "
                    "where compilation happens and how often, not as device performance")
@@ -54,6 +56,7 @@ class Report:
     comparison: Comparison | None = None
     fallbacks: list[Fallback] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    no_neuron: PathCheck | None = None  # the no-Neuron path (plain CPU): the original's fallback kept?
 
     @property
     def failed_runs(self) -> list[RunResult]:
@@ -63,7 +66,7 @@ class Report:
     def exit_code(self) -> int:
         if self.failed_runs or self.comparison is None:
             return 2
-        if self.comparison.failed:
+        if self.comparison.failed or (self.no_neuron is not None and not self.no_neuron.ok):
             return 1
         return 0 if self.comparison.evidence else 2
 
@@ -246,10 +249,49 @@ def render_text(report: Report) -> str:
         out += [_check_line(check) for check in c.checks]
         if report.exit_code == 2:
             out.append(f"  {NOTHING_COMPARABLE}")
+    out += _path_lines(report)
     out += _performance_lines(report)
     out += _fallback_lines(report)
     out += [f"note: {n}" for n in report.notes]
     return "\n".join(out) + "\n"
+
+
+PATH_RUNS = ("original without torch_xla", "migration without Neuron")
+
+
+def _neuron_path(report: Report) -> str:
+    c = report.comparison
+    if report.failed_runs or c is None:
+        return "not compared (a run failed)"
+    if c.failed:
+        return "the runs differ (see Numerics)"
+    return "equivalent (see Numerics)" if c.evidence else "nothing comparable"
+
+
+def _path_lines(report: Report) -> list[str]:
+    """Both paths, plainly: where Neuron exists (the runs above) and where it does not (plain CPU PyTorch)."""
+    target = next(r for r in report.runs if r.program.role == "target")
+    out = ["\nPaths:", f"  Neuron ({target.program.device}): {_neuron_path(report)}"]
+    p = report.no_neuron
+    if p is None:
+        return out + ["  no Neuron: not run (--skip-no-neuron)"]
+    out.append(f"  {'ok  ' if p.ok else 'FAIL'} no Neuron (plain CPU PyTorch): {p.summary()}")
+    for what, r, o in zip(PATH_RUNS, (p.original, p.migration), p.outcomes):
+        out.append(f"    {what + ':':<27} {o.describe()} (exit {r.returncode}, {_seconds(r.seconds)})")
+    if p.comparison is not None:
+        out += ["  " + _check_line(check) for check in p.comparison.checks]
+    return out
+
+
+def _path_json(report: Report) -> dict | None:
+    p = report.no_neuron
+    if p is None:
+        return None
+    original, migration = p.outcomes
+    return {"ok": p.ok, "same_path": p.same_path, "summary": p.summary(),
+            "runs": [{**_run_json(r), "ran": o.ran, "stopped_on": o.error, "devices": o.devices, "progress": o.progress}
+                     for r, o in ((p.original, original), (p.migration, migration))],
+            "checks": [] if p.comparison is None else [c.to_json() for c in p.comparison.checks]}
 
 
 def _processes(r: RunResult) -> str:
@@ -336,6 +378,7 @@ def to_json(report: Report) -> dict:
             "atol": c.atol,
             "checks": [check.to_json() for check in c.checks],
         },
+        "no_neuron": _path_json(report),
         "fallbacks": [{"op": f.op, "count": f.count, "note": f.note} for f in report.fallbacks],
         "notes": report.notes,
     }
@@ -391,6 +434,7 @@ def render_markdown(report: Report) -> str:
                 f"{'; '.join(d for d in (ch.detail, ch.explained) if d)} |" for ch in c.checks]
         if report.exit_code == 2:
             out += ["", NOTHING_COMPARABLE]
+    out += _path_markdown(report)
     out += ["", "#### Performance", "", "| run | steps or calls | first | steady state | compiled graphs |",
             "| --- | --- | --- | --- | --- |"]
     for r in report.runs:
@@ -408,6 +452,21 @@ def render_markdown(report: Report) -> str:
                 for f in report.fallbacks] or ["None of the operators the program ran is a known fallback."]
     out += [f"\n> {n}" for n in report.notes]
     return "\n".join(out) + "\n"
+
+
+def _path_markdown(report: Report) -> list[str]:
+    target = next(r for r in report.runs if r.program.role == "target")
+    p = report.no_neuron
+    out = ["", "#### Paths", "", "| path | result |", "| --- | --- |",
+           f"| Neuron ({target.program.device}) | {_neuron_path(report)} |"]
+    if p is None:
+        return out + ["| no Neuron | not run |"]
+    out.append(f"| no Neuron (plain CPU PyTorch) | {'ok' if p.ok else '**FAIL**'}: {p.summary()} |")
+    out += [f"| no Neuron: {what} | {o.describe()} |" for what, o in zip(PATH_RUNS, p.outcomes)]
+    if p.comparison is not None:
+        out += [f"| no Neuron: {ch.name} | {'ok' if ch.passed else '**FAIL**'} {ch.detail} |"
+                for ch in p.comparison.checks]
+    return out
 
 
 RENDERERS = {"text": render_text, "json": render_json, "markdown": render_markdown}

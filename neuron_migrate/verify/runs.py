@@ -80,11 +80,12 @@ class Migration:
 
 @dataclass
 class Program:
-    role: str  # "reference", "cpu" (the migration on the plain CPU, three-way) or "target"
+    role: str  # "reference", "cpu" (the migration on the plain CPU, three-way), "target", or for the no-Neuron
+    # path "plain original" / "plain migration"
     label: str  # what is run, for the report
     python: str
     script: Path  # the script where it lies (the user's file, the migrated copy or the given migration)
-    device: str  # "cpu", "emulated", "neuron", "xla"
+    device: str  # "cpu", "emulated", "neuron", "xla", "plain" (no Neuron, no XLA: plain CPU PyTorch)
     nproc: int = 1
     env: dict[str, str] = field(default_factory=dict)  # the run's own variables
     overlay: Migration | None = None  # migrated files laid over the run's copy of the working folder
@@ -212,6 +213,8 @@ def environment(program: Program, harness: Path, config: dict) -> dict[str, str]
     if program.device == "xla":
         env.pop("PYTHONPATH", None)
         env.setdefault("PJRT_DEVICE", "CPU")
+    if program.device == "plain":  # a machine without Neuron: no backend loads itself when torch is imported
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     env.update(program.env)
     env[CONFIG_ENV] = json.dumps(config)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(harness), env.get("PYTHONPATH")) if p)

@@ -3,6 +3,8 @@
 Runs: the reference (the original under torch_xla with --reference-python, else the migration on the plain
 CPU) and the target (the migration on the device). With --reference-python the migration also runs on the
 plain CPU (the three-way comparison), and with --nproc N the target runs once more as N processes.
+Then the no-Neuron path (unless --skip-no-neuron): the original without torch_xla and the migration without
+Neuron, both on plain CPU PyTorch in this interpreter (`paths.py`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_migrate.verify import fallbacks
+from neuron_migrate.verify import fallbacks, paths
 from neuron_migrate.verify.compare import (Check, Comparison, compare, compare_parameters, explain_by_cpu,
                                            printed_lines, ranks_agree)
 from neuron_migrate.verify.report import EMULATED_TIMING, XLA_TIMING, Report
@@ -35,9 +37,12 @@ class Options:
     timeout: float | None = None
     reference_env: dict[str, str] = field(default_factory=dict)
     target_env: dict[str, str] = field(default_factory=dict)
+    no_neuron: bool = True  # also run the no-Neuron path
 
 
-def _programs(script: Path, options: Options, workdir: Path) -> tuple[list[Program], Migration | None]:
+def _programs(script: Path, options: Options, workdir: Path) -> tuple[list[Program], Migration | None,
+                                                                         list[Program]]:
+    """The runs of the Neuron path, the migration, and the two runs of the no-Neuron path."""
     needs_migration = options.migrated is None or options.reference_python is None
     migration = migrate_copy(script, workdir) if needs_migration else None
     if migration is not None and migration.errors:
@@ -56,6 +61,10 @@ def _programs(script: Path, options: Options, workdir: Path) -> tuple[list[Progr
     def target(role: str, on: str, nproc: int, env: dict[str, str]) -> Program:
         return Program(role, label, sys.executable, migrated, on, nproc, env, overlay)
 
+    # the no-Neuron path runs in this interpreter, one process (a data-parallel program as one torchrun worker)
+    plain = [Program("plain original", f"original {script.name} without torch_xla", sys.executable,
+                     script.resolve(), "plain", 1, options.target_env),
+             target("plain migration", "plain", 1, options.target_env)] if options.no_neuron else []
     if options.reference_python:
         check_reference_python(options.reference_python, options.reference_env)
         programs = [Program("reference", f"original {script.name}", options.reference_python, script.resolve(),
@@ -63,12 +72,12 @@ def _programs(script: Path, options: Options, workdir: Path) -> tuple[list[Progr
                     target("cpu", "cpu", 1, options.target_env), target("target", device, 1, options.target_env)]
         if options.nproc > 1:
             programs.append(target("target", device, options.nproc, options.target_env))
-        return programs, migration
+        return programs, migration, plain
     if migration is None:
         raise VerifyError("nothing to compare the given migration with")
     reference = Program("reference", f"migrated copy of {script.name}", sys.executable, migration.script, "cpu",
                         options.nproc, options.target_env, migration)
-    return [reference, target("target", device, options.nproc, options.target_env)], migration
+    return [reference, target("target", device, options.nproc, options.target_env)], migration, plain
 
 
 def _show_original_paths(runs: list[RunResult], copies: list[Path], original: Path) -> None:
@@ -128,16 +137,20 @@ def verify_script(script: Path, options: Options, workdir: Path, cwd: Path | Non
     if not script.is_file():
         raise VerifyError("no such script")
     cwd = cwd or Path.cwd()
-    programs, migration = _programs(script, options, workdir)
-    runs = []
-    for program in programs:
-        runs.append(run_program(program, options.args, workdir, cwd, max_steps=options.max_steps,
-                                seed=options.seed, strict=options.strict, timeout=options.timeout))
+    programs, migration, plain = _programs(script, options, workdir)
+    runs, plain_runs = [], []
+    for program in programs + plain:
+        (plain_runs if any(program is p for p in plain) else runs).append(
+            run_program(program, options.args, workdir, cwd, max_steps=options.max_steps, seed=options.seed,
+                        strict=options.strict, timeout=options.timeout))
     if migration is not None:
         copies = [migration.folder] + [r.folder / os.path.relpath(script.resolve().parent, cwd.resolve())
                                        for r in runs if r.folder is not None]
         _show_original_paths(runs, copies, script.resolve().parent)
     report = Report(str(script), options.args, runs, migration)
+    if plain_runs:
+        report.no_neuron = paths.compare_no_neuron(*plain_runs, options.rtol, options.atol)
+        report.notes.extend(report.no_neuron.notes)
     target_run = next(r for r in runs if r.program.role == "target")
     known = fallbacks.known_fallbacks()
     if target_run.records:
