@@ -65,9 +65,10 @@ def test_triggers_never_miss_a_match():
     for path in FIXTURES.rglob("*.py"):
         data = path.read_bytes()
         reported = {f.code for f in process_python(str(path), data, Settings(), False).findings}
-        for rule in all_rules():
-            if reported & set(rule.codes) - {"NM900"}:
-                assert rule.may_match(data), (rule.__name__, path)
+        for code in reported - {"NM900"}:
+            # a code two rules report (NM117: the "xla" and the "cuda" device names) needs one of them let through
+            owners = [rule for rule in all_rules() if code in rule.codes]
+            assert not owners or any(rule.may_match(data) for rule in owners), (code, [r.__name__ for r in owners], path)
 
 
 def _env_file(name: str, rewrite: bool = False):

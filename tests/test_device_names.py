@@ -165,7 +165,7 @@ def test_a_compared_value_from_outside_is_kept_with_one_marker_where_it_is_defin
                  "public library function compared on its parameter"):
         source = textwrap.dedent(PROGRAMS[name])
         out = rewrite_text(source)
-        assert out.count("NM117") == 1, out
+        assert out.count("TODO(neuron-migrate NM117)") == 1, out
         marker = out.splitlines().index(next(line for line in out.splitlines() if "NM117" in line))
         defining = out.splitlines()[marker + 1]
         assert "add_argument" in defining or "environ" in defining or defining.startswith("def get_device"), out
@@ -193,7 +193,7 @@ def test_an_unrelated_xla_string_stays():
     assert "NM117" not in out
 
 
-def test_cuda_in_a_switch_with_xla_is_not_respelled_and_cuda_alone_is_respelled_whole():
+def test_cuda_in_a_switch_with_xla_is_not_respelled_and_cuda_alone_is_respelled_whole_unless_tested():
     switch = textwrap.dedent('''
         import torch
         import torch_xla.core.xla_model as xm
@@ -214,7 +214,14 @@ def test_cuda_in_a_switch_with_xla_is_not_respelled_and_cuda_alone_is_respelled_
     alone = switch.replace('if device == "xla":\n        return xm.xla_device()\n    elif', "if")
     alone = alone.replace("import torch\n", "import torch\nxm.mark_step()\n")
     out = rewrite_text(alone)
-    assert 'def pick(device="neuron"):' in out and 'if device == "neuron":' in out, out
+    # `device == "cuda"` tests for CUDA: its branch is a GPU path (engine/paths.py), kept with its group
+    assert 'def pick(device="cuda"):' in out and 'if device == "cuda":' in out, out
+    # a "cuda" group that no test reads is a leftover of the program moving to neuron: respelled whole
+    unread = alone.replace('    if device == "cuda":\n        return torch.device(device)\n    return torch.device("cpu")\n',
+                           "    return torch.device(device)\n")
+    assert unread != alone
+    out = rewrite_text(unread)
+    assert 'def pick(device="neuron"):' in out and "return torch.device(device)" in out, out
 
 
 def test_a_suppressed_site_holds_its_group_back():

@@ -194,7 +194,7 @@ def test_a_collapsed_detection_imports_torch_neuronx_where_torch_xla_was():
     code = ("import torch\n\n\ndef get_device():\n    try:\n        import torch_xla.core.xla_model as xm\n"
             "        return xm.xla_device()\n    except ImportError:\n        return torch.device('cpu')\n")
     out = rewrite_text(code)
-    assert "        import torch_neuronx\n        return torch.device('neuron')\n" in out
+    assert "        import torch_neuronx  # noqa: F401\n        return torch.device('neuron')\n" in out
     assert "    except ImportError:\n        return torch.device('cpu')\n" in out
 
 
@@ -230,5 +230,5 @@ def test_in_a_multi_backend_file_the_xla_branch_gets_one_marker_and_stays():
             "    elif torch.cuda.is_available():\n        torch.cuda.synchronize()\n"
             "    elif torch.backends.mps.is_available():\n        torch.mps.synchronize()\n")
     out = rewrite_text(code)
-    assert out.count("NM111") == 1
+    assert out.count("TODO(neuron-migrate NM111)") == 1
     assert out.replace(next(l for l in out.splitlines(True) if "NM111" in l), "") == code

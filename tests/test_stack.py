@@ -54,6 +54,9 @@ def test_every_case_is_listed():
     assert sorted(c.name for c in CASES) == sorted(LIBRARIES)
 
 
+UPDATE = os.environ.get("NEURON_MIGRATE_UPDATE_SNAPSHOTS") == "1"  # rewrite the expected files that exist
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_rewrite_gives_expected_files_and_reports_each_library_once(case, tmp_path):
     work = copy_case(case, tmp_path)
@@ -65,6 +68,8 @@ def test_rewrite_gives_expected_files_and_reports_each_library_once(case, tmp_pa
         expected = case / "expected" / relative
         if relative.suffix == ".py":
             expected = expected.with_name(relative.stem + ".expected.py")
+        if UPDATE and expected.exists():
+            expected.write_bytes((work / relative).read_bytes())
         want = expected.read_bytes() if expected.exists() else source.read_bytes()
         assert (work / relative).read_bytes().decode() == want.decode(), f"{case.name}/{relative}"
     libraries = [(lib.name, os.path.relpath(os.path.abspath(lib.root), work), lib.files) for lib in first.libraries]

@@ -166,7 +166,13 @@ def _keep_detections(edits: EditSet, emptied: set[cst.CSTNode], flags: list[Bind
             continue
         served.add(guard)
         edits.remove.discard(small)
-        edits.add_replace(small, _native_import(None))
+        line = parents.get(small)
+        if isinstance(line, cst.SimpleStatementLine) and list(line.body) == [small] \
+                and line.trailing_whitespace.comment is None:
+            # imported only to fail where Neuron is absent: linters are told it is meant (pyflakes' F401)
+            edits.add_replace(line, _native_import_line)
+        else:
+            edits.add_replace(small, _native_import(None))
 
 
 def _native_import(alias: str | None):
@@ -176,6 +182,15 @@ def _native_import(alias: str | None):
     def fn(updated):
         return cst.Import(names=[name], semicolon=updated.semicolon)
     return fn
+
+
+def _native_import_line(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """`import torch_neuronx  # noqa: F401` in the place of the line's one torch_xla import."""
+    return updated.with_changes(
+        body=[cst.Import(names=[cst.ImportAlias(cst.Name(NATIVE_DETECTION))])],
+        trailing_whitespace=cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "),
+                                                   comment=cst.Comment("# noqa: F401"),
+                                                   newline=updated.trailing_whitespace.newline))
 
 
 def _has_native_import(guard: cst.Try) -> bool:
@@ -401,8 +416,12 @@ def _after_earlier_blocks(module: cst.Module, new: cst.SimpleStatementLine) -> c
     previous = _line_section(body[index - 1]) if index > 0 else None
     if previous is not None and previous[0] < THIRD_PARTY and not body[index].leading_lines:
         body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
-        return module.with_changes(body=body)
-    return module
+    following = index + 1
+    if following < len(body) and _line_section(body[following]) is None and not body[following].leading_lines \
+            and not (following == 1 and is_docstring(body[0])):
+        # the code after the imports stays set off from them by a blank line (isort's and ruff's I001)
+        body[following] = body[following].with_changes(leading_lines=[cst.EmptyLine()])
+    return module.with_changes(body=body)
 
 
 FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY = range(4)  # the blocks of a module's imports, in their order

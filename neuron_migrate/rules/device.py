@@ -267,7 +267,8 @@ class XlaDeviceString(Rule):
         fixed = []
         for site, new in planned:
             ctx.current = site.occ
-            if ctx.report(self.rule_code, site.node, text=code(site.node), fixed=code(new)):
+            if ctx.report(self.rule_code, site.node, statement=_statement_of(ctx, site.node), text=code(site.node),
+                          fixed=code(new)):
                 fixed.append((ctx.decisions[-1], site, new))
         if len(fixed) == len(planned):
             for _, site, new in fixed:
@@ -371,3 +372,11 @@ def _is_device_type_expr(expr: cst.BaseExpression) -> bool:
         inner = expr.args[0].value
         return _is_device_name(inner) or (isinstance(inner, cst.Attribute) and inner.attr.value == "device")
     return _is_device_name(expr)
+
+
+def _statement_of(ctx, node: cst.CSTNode) -> cst.CSTNode | None:
+    """The statement that holds `node` (a literal of a group may sit far from the use being visited)."""
+    parents = ctx.analysis.parents
+    while node is not None and not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+        node = parents.get(node)
+    return node
