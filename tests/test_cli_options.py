@@ -322,7 +322,7 @@ def test_help_and_tables_fit_100_columns():
     top = cli("--help", env=env).stdout
     assert "Print the documentation of one rule, such as NM103." in top and not re.search(r"\w\.\.\.$", top, re.M)
     for args in (("--help",), ("check", "--help"), ("rewrite", "--help"), ("rules", "--help"),
-                 ("explain", "--help"), ("rules",)):
+                 ("explain", "--help"), ("rules",), ("verify", "--help"), ("pin", "--help"), ("doctor", "--help")):
         out = cli(*args, env=env)
         assert out.returncode == 0
         long = [line for line in out.stdout.splitlines() if len(line) > 100]

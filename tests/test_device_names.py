@@ -261,3 +261,29 @@ def test_device_equality_compares_types(style, device_type):
     assert f"if p.device.type != {device_type}:" in out
     assert f"if batch.device.type == {device_type}:" in out
     assert f"str(batch.device).startswith({device_type})" in out
+
+
+def test_a_migrated_switch_keeps_its_gpu_branch_on_a_second_run():
+    """torch_xla's own checkpoint helper tags CUDA and XLA autocast states with one key: the `"xla"` tag becomes
+    `"neuron"`, and on a second run the `"cuda"` beside the migrated `"neuron"` is still the GPU branch."""
+    source = textwrap.dedent('''
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        class Checkpoint(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, run_function, *args):
+                ctx.gpu_autocast_kwargs = {
+                    "device_type": "cuda",
+                    "enabled": torch.is_autocast_enabled("cuda"),
+                }
+                ctx.xla_autocast_kwargs = {
+                    "device_type": "xla",
+                    "enabled": torch.is_autocast_enabled("xla"),
+                }
+                ctx.state = xm.get_rng_state()
+                return run_function(*args)
+        ''')
+    once = rewrite_text(source)
+    assert '"device_type": "cuda"' in once and '"device_type": "neuron"' in once, once
+    assert rewrite_text(once) == once

@@ -17,7 +17,7 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import DEVICE, XlaDeviceString
-from neuron_migrate.rules.device_names import CUDA, XLA, Group
+from neuron_migrate.rules.device_names import CUDA, NEURON, XLA, Group
 from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, moving_to_neuron, reference, spelled_as
 from neuron_migrate.syntax.parse import expression
 
@@ -74,7 +74,7 @@ class CudaDeviceString(XlaDeviceString):
         return super()._allowed() and moving_to_neuron(self.ctx)
 
     def _owns(self, group: Group) -> bool:
-        return XLA not in group.families()
+        return not group.families() & {XLA, NEURON}  # a switch with the XLA (or migrated) branch keeps its GPU one
 
     def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
         if moving_to_neuron(self.ctx):

@@ -29,8 +29,9 @@ import libcst as cst
 from neuron_migrate.engine.names import Occurrence, Scope
 from neuron_migrate.rules.patterns import arg, is_device_string, string_value
 
-XLA, CUDA = "xla", "cuda"
+XLA, CUDA, NEURON = "xla", "cuda", "neuron"  # NEURON: a name already migrated (a second run sees it)
 CUDA_NAME = re.compile(r"^cuda(:\d+)?$")
+NEURON_NAME = re.compile(r"^neuron(:\d+)?$")
 # names of holders that hold a device name: `device`, `eval_device`, `device_type`, `device_name`, `DEVICE_KIND`, `dev`
 DEVICE_NAME = re.compile(r"(^|_)device(_?(type|name|kind|str|string|spec))?$|^dev$", re.I)
 VALUE, TEST, CHOICE = "value", "test", "choice"  # CHOICE: an option's `choices=` entry
@@ -44,12 +45,15 @@ EQUALITY = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
 
 
 def family(node: cst.CSTNode | None) -> str | None:
-    """Which device a literal names: "xla" (`"xla"`, `"xla:0"`, `f"xla:{i}"`), "cuda" (`"cuda"`, `"cuda:1"`), or None."""
+    """Which device a literal names: "xla" (`"xla"`, `"xla:0"`, `f"xla:{i}"`), "cuda" (`"cuda"`, `"cuda:1"`),
+    "neuron" (`"neuron"`, `"neuron:0"`), or None."""
     if is_device_string(node):
         return XLA
     value = string_value(node)
     if value is not None and CUDA_NAME.match(value):
         return CUDA
+    if value is not None and NEURON_NAME.match(value):
+        return NEURON  # no rule respells it; a `"cuda"` beside it is the GPU branch of a migrated switch
     return None
 
 

@@ -50,8 +50,8 @@ def verify(script, args, migrated, reference_python, target, max_steps, nproc, s
 
     \b
     Arguments after SCRIPT (or after --) go to the script, the same in both runs.
-    Exit 0 when equivalent, 1 when not, 2 when a run failed, nothing was comparable, or the input or the
-    environment was wrong.
+    Exit 0 when equivalent, 1 when not, 2 when a run failed, nothing was comparable, or the input or
+    the environment was wrong.
     """
     import warnings
 
