@@ -22,7 +22,7 @@ import libcst as cst
 
 from neuron_migrate.engine.edits import EditSet, apply
 from neuron_migrate.engine.names import Analysis, Binding, dotted, dotted_str
-from neuron_migrate.engine.paths import guards_imports
+from neuron_migrate.engine.paths import PACKAGE_PROBES, guards_imports
 from neuron_migrate.syntax.walk import children
 
 LEGACY_ROOTS = ("torch_xla",)
@@ -205,10 +205,6 @@ def _legacy_kept(analysis: Analysis, unused: list[Binding], flags: list[Binding]
                for scope in analysis.scopes for bindings in scope.bindings.values() for b in bindings)
 
 
-_PROBES = frozenset({"find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
-                     "_is_package_available", "is_package_available", "_package_available"})
-
-
 def _native_probes(module: cst.Module) -> list[cst.SimpleString]:
     """The `"torch_xla"` of `find_spec("torch_xla")` (and RequirementCache / package_available): once the file no
     longer imports torch_xla they name torch_neuronx, so the detection succeeds where the migrated code runs."""
@@ -216,7 +212,7 @@ def _native_probes(module: cst.Module) -> list[cst.SimpleString]:
     stack: list[cst.CSTNode] = [module]
     while stack:
         node = stack.pop()
-        if type(node) is cst.Call and node.args and (dotted(node.func) or [""])[-1] in _PROBES:
+        if type(node) is cst.Call and node.args and (dotted(node.func) or [""])[-1] in PACKAGE_PROBES:
             value = node.args[0].value
             if type(value) is cst.SimpleString and value.evaluated_value in ("torch_xla", "torch-xla"):
                 found.append(value)

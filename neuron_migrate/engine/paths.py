@@ -67,8 +67,8 @@ _TORCH_TESTS = {"torch.cuda.is_available": CUDA, "torch.cuda.is_bf16_supported":
                 "torch.xpu.device_count": XPU, "torch.npu.is_available": OTHER, "torch.hpu.is_available": OTHER,
                 "torch.mlu.is_available": OTHER}
 # `find_spec("torch_xla")`, `RequirementCache("torch_xla>=2.1")`, `package_available("torch_xla")`
-_PACKAGE_PROBES = {"find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
-                   "_is_package_available", "is_package_available", "_package_available"}
+PACKAGE_PROBES = frozenset({"find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
+                            "_is_package_available", "is_package_available", "_package_available"})
 _TPU_TEXT = re.compile(r"(?<![A-Za-z])(?:tpu|TPU|Tpu)")
 
 
@@ -527,7 +527,7 @@ class Paths:
     def _probe(self, call: cst.Call, scope: Scope) -> str | None:
         """`find_spec("torch_xla")` and the like: XLA."""
         parts = dotted(call.func)
-        if parts and parts[-1] in _PACKAGE_PROBES and call.args:
+        if parts and parts[-1] in PACKAGE_PROBES and call.args:
             value = _string(call.args[0].value)
             if value is not None and re.match(r"torch[_-](?:xla|neuronx)\b", value):
                 return XLA
