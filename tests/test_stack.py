@@ -34,6 +34,8 @@ LIBRARIES = {
                  ("transformers-neuronx", "third_party/transformers_neuronx", 2)],
     "nxdt_setup_py": [("neuronx-distributed-training", ".", 7)],
     "nemo_fork": [("the Neuron fork of NeMo, Megatron and apex (neuronx-nemo-megatron)", "neuronx-nemo-megatron", 10)],
+    "multibackend_vendored": [("accelerate", "third_party/accelerate", 3), ("Lightning", "third_party/lightning", 4),
+                              ("transformers", "third_party/transformers", 2)],
     "lookalike_project": [],
     "tpu_project": [],
     "inf1_project": [],
@@ -115,7 +117,7 @@ def test_outputs_carry_the_notes_and_keep_the_exit_code(tmp_path):
     assert rewritten.returncode == 0 and rewritten.stdout == ""
     assert "1 XLA-stack library left alone (9 files):" in rewritten.stderr
     report = (tmp_path / "report.md").read_text()
-    assert "### XLA-stack libraries left alone" in report and "- `torch_xla`: torch_xla is part of" in report
+    assert "### Libraries left alone" in report and "- `torch_xla`: torch_xla is part of" in report
 
 
 def test_a_file_named_on_the_command_line_inside_a_library_is_left_alone_too(tmp_path):
@@ -143,6 +145,10 @@ def _write(root, files: dict[str, str]):
                   'setup(name=os.environ.get("TORCH_XLA_PACKAGE_NAME", "torch_xla"))\n'}, "torch_xla"),
     ({"setup.cfg": "[metadata]\nname = libneuronxla\n"}, "libneuronxla"),
     ({"pyproject.toml": '[tool.poetry]\nname = "Optimum_Neuron"\n'}, "optimum-neuron"),
+    # multi-backend libraries: their XLA branches serve TPU users too
+    ({"pyproject.toml": '[project]\nname = "accelerate"\n'}, "accelerate"),
+    ({"setup.py": 'from setuptools import setup\nsetup(name="pytorch_lightning")\n'}, "Lightning"),
+    ({"pyproject.toml": '[project]\nname = "accelerate-examples"\n'}, None),
     # a pyproject.toml that only configures tools declares no project: the setup.py above it does
     ({"setup.py": 'from setuptools import setup\nsetup(name="neuronx-distributed-inference")\n',
       "examples/pyproject.toml": "[tool.ruff]\nline-length = 120\n"}, "neuronx-distributed-inference"),
@@ -168,6 +174,9 @@ def test_the_project_declared_above_the_file_tells(tmp_path, files, library):
     (["mypkg/__init__.py", "mypkg/torch_xla/__init__.py", "mypkg/torch_xla/core/__init__.py"], None),
     (["scripts/torch_xla/core/__init__.py"], None),
     (["optimum/__init__.py", "optimum/core/__init__.py"], None),
+    (["src/transformers/__init__.py", "src/transformers/models/__init__.py"], "transformers"),
+    (["src/lightning/__init__.py", "src/lightning/fabric/__init__.py"], "Lightning"),
+    (["mypkg/__init__.py", "mypkg/accelerate/__init__.py"], None),
     (["nemo/nemo/__init__.py", "nemo/nemo/core/__init__.py"], None),
 ])
 def test_the_files_own_top_level_package_tells(tmp_path, files, library):

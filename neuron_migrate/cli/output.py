@@ -8,6 +8,7 @@ from collections import Counter
 
 from neuron_migrate.cli.terminal import PLAIN, Style
 from neuron_migrate.findings import FileResult, Finding
+from neuron_migrate.engine.stack import MULTI_BACKEND, XLA_STACK
 
 FRAME_LINES = 3  # at most this many lines of the finding itself in a code frame
 FRAME_WIDTH = 100  # a frame line longer than this is cut (with an ellipsis)
@@ -127,17 +128,21 @@ def plural(n: int, word: str) -> str:
 
 
 def library_line(library) -> str:
-    """The note for an XLA-stack library whose files were left alone (engine/stack.py): one per library."""
+    """The note for a library whose files were left alone (engine/stack.py): one per library."""
     return f"{library.root}: note: {library.message}"
 
 
 def libraries_left(libraries) -> str:
-    """`2 XLA-stack libraries left alone (310 files)`, for the summaries; "" when there are none."""
+    """`2 XLA-stack libraries and 1 multi-backend library left alone (310 files)`, for the summaries; "" when
+    there are none."""
     if not libraries:
         return ""
-    n = len(libraries)
-    return (f"{n} XLA-stack {'library' if n == 1 else 'libraries'} left alone "
-            f"({plural(sum(lib.files for lib in libraries), 'file')})")
+    groups = []
+    for kind, word in ((XLA_STACK, "XLA-stack"), (MULTI_BACKEND, "multi-backend")):
+        n = sum(1 for lib in libraries if lib.kind == kind)
+        if n:
+            groups.append(f"{n} {word} {'library' if n == 1 else 'libraries'}")
+    return f"{' and '.join(groups)} left alone ({plural(sum(lib.files for lib in libraries), 'file')})"
 
 
 def check_summary(findings: list[Finding], files: int, errors: int, libraries=()) -> str:

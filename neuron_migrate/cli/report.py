@@ -339,7 +339,7 @@ def _skipped(report: Report, limits: Limits) -> list[str]:
 def _libraries(report: Report, limits: Limits) -> list[str]:
     if not report.libraries:
         return []
-    return ["### XLA-stack libraries left alone", "",
+    return ["### Libraries left alone", "",
             *[f"- `{lib['path']}`: {lib['message']}" for lib in report.libraries], ""]
 
 

@@ -76,8 +76,10 @@ class FileContext:
     # fails is dropped with its decision's other edits, and the rest of the file is still fixed
     journal: list[tuple[int, str, cst.CSTNode, object]] = field(default_factory=list)
     _qualnames: dict[tuple[cst.CSTNode, Scope], str | None] = field(default_factory=dict)
-    # imports placed at a function's top (see module_ref): kept whatever edit is dropped, they harm nothing
-    _top_imports: dict[tuple[int, str], tuple[str, cst.CSTNode, object]] = field(default_factory=dict)
+    # imports placed at a function's top (see module_ref), by (function, module): made only where a fix inside
+    # that function is made; a rule that spells its fix before the policy holds it back leaves no import behind
+    _top_imports: dict[tuple[int, str], tuple[cst.CSTNode, tuple[str, cst.CSTNode, object]]] = \
+        field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.facts = Facts(self)
@@ -133,8 +135,8 @@ class FileContext:
         body = function_scope.node.body
         first = body.body[0]
         after = isinstance(body, cst.IndentedBlock) and is_docstring(first) and len(body.body) > 1
-        self._top_imports[key] = edit = ("after" if after else "before", first, cstparse.statements(f"import {module}\n"))
-        add_edit(self.edits, *edit)
+        edit = ("after" if after else "before", first, cstparse.statements(f"import {module}\n"))
+        self._top_imports[key] = (function_scope.node, edit)
 
     def _name_taken(self, name: str) -> bool:
         return any(name in s.bindings for s in self.analysis.scopes)
@@ -251,12 +253,20 @@ class FileContext:
     def without(self, dropped: set[int]) -> EditSet:
         """The edits of every decision but those numbered in `dropped`."""
         edits = EditSet()
-        for edit in self._top_imports.values():
-            add_edit(edits, *edit)
+        kept = [(d, node) for d, _kind, node, _value in self.journal if d not in dropped]
+        for function, edit in self._top_imports.values():
+            if any(d >= 0 and self.decisions[d].status == FIXED and self._inside(node, function) for d, node in kept):
+                add_edit(edits, *edit)
         for decision, kind, node, value in self.journal:
             if decision not in dropped:
                 add_edit(edits, kind, node, value)
         return edits
+
+    def _inside(self, node: cst.CSTNode, function: cst.CSTNode) -> bool:
+        parents = self.analysis.parents
+        while node is not None and node is not function:
+            node = parents.get(node)
+        return node is function
 
     def fix_failed(self, decision: Decision, reason: str) -> None:
         """`decision`'s fix could not be made: a marker says so above its statement, and says what to do."""

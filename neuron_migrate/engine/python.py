@@ -238,7 +238,7 @@ def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
     dropped: set[int] = set()
     while True:
         try:
-            new_text, unused, flags = _fixed(ctx, ctx.without(dropped) if dropped else ctx.edits, renderer, rewrite,
+            new_text, unused, flags = _fixed(ctx, ctx.without(dropped), renderer, rewrite,
                                              original)
             break
         except RecursionError:

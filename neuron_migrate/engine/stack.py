@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name
 from neuron_migrate.catalogue import load_data
 
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
+XLA_STACK, MULTI_BACKEND = "xla-stack", "multi-backend"  # built on torch_xla; serving TPUs through it among others
 LINK = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/index.html"
 
 
@@ -44,13 +45,14 @@ class Spec:
     projects: frozenset[str]
     folders: frozenset[str]
     instead: str
+    kind: str = XLA_STACK
 
 
 @functools.lru_cache(maxsize=1)
 def specs() -> tuple[Spec, ...]:
     return tuple(Spec(row["name"], tuple(tuple(p.split(".")) for p in row.get("packages", ())),
                       frozenset(canonicalize_name(p) for p in row.get("projects", ())),
-                      frozenset(row.get("folders", ())), row["instead"])
+                      frozenset(row.get("folders", ())), row["instead"], row.get("kind", XLA_STACK))
                  for row in load_data("libraries.toml")["library"])
 
 
@@ -63,17 +65,21 @@ class Library:
     evidence: str  # how it was told: "pyproject.toml declares `optimum-neuron`", "package `torch_xla`"
     instead: str
     files: int
+    kind: str = XLA_STACK
 
     @property
     def message(self) -> str:
         files = "file was" if self.files == 1 else f"{self.files} files were"
+        if self.kind == MULTI_BACKEND:
+            return (f"{self.name} is a library that serves several backends ({self.evidence}): its torch_xla code "
+                    f"paths serve TPU users too, so its {files} left alone (code and pins); {self.instead}")
         return (f"{self.name} is part of the XLA-based stack ({self.evidence}): its {files} left alone (code and "
                 f"pins), since such a library is replaced on the native backend, not migrated line by line; "
                 f"migrate the code that uses it ({self.instead})")
 
     def to_json(self) -> dict:
-        return {"path": self.root, "library": self.name, "evidence": self.evidence, "files": self.files,
-                "message": self.message, "link": LINK}
+        return {"path": self.root, "library": self.name, "kind": self.kind, "evidence": self.evidence,
+                "files": self.files, "message": self.message, "link": LINK}
 
 
 @dataclass(frozen=True)
@@ -243,6 +249,7 @@ def set_aside(targets: Iterable, finder: Finder | None = None) -> tuple[list, li
             kept.append(target)
             continue
         met.setdefault((found.spec.name, found.root), [found, 0])[1] += 1
-    libraries = [Library(found.spec.name, shown(found.root), found.evidence, found.spec.instead, count)
+    libraries = [Library(found.spec.name, shown(found.root), found.evidence, found.spec.instead, count,
+                         found.spec.kind)
                  for found, count in met.values()]
     return kept, libraries
