@@ -55,19 +55,10 @@ def _diagnostics(files: list[Path]) -> dict[str, Counter]:
     assert proc.returncode == 0, proc.stderr
     out: dict[str, Counter] = {str(f): Counter() for f in files}
     for item in json.loads(proc.stdout):
-        out[str(Path(item["filename"]))][item["code"] or "syntax-error"] += 1
+        # by code and message (which names the import, the variable): an input's unused `torch` does not hide
+        # an unused `torch_neuronx` in the output
+        out[str(Path(item["filename"]))][(item["code"] or "syntax-error", item["message"])] += 1
     return out
-
-
-# What is known to be left, each with its reason; strict: the test fails once it is fixed, to be taken off.
-KNOWN = {
-    "NM103-mark-step/comments_of_removed_lines.expected.py": "I001: the comment of a removed import, kept as a "
-                                                             "line of its own, sits right below the import block",
-    "NM32x-cuda/train.expected.py": "F401: `from torch.cuda import synchronize` stays when its only use becomes "
-                                    "`torch.neuron.synchronize()` (the tidy-up drops only legacy imports)",
-    "NM5xx-inference/serve.expected.py": "I001: a TODO marker above an import inside the import block wants a "
-                                         "blank line above it",
-}
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +69,7 @@ def found() -> dict[str, Counter]:
 def _cases():
     for source, expected in _pairs():
         name = expected.relative_to(FIXTURES).as_posix()
-        marks = [pytest.mark.xfail(reason=KNOWN[name], strict=True)] if name in KNOWN else []
-        yield pytest.param(source, expected, id=name, marks=marks)
+        yield pytest.param(source, expected, id=name)
 
 
 def test_the_fixtures_have_outputs():
