@@ -363,16 +363,19 @@ def _place(module: cst.Module, decisions: list[Decision], path: str, rewrite: bo
     return out
 
 
-def marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
+def marker_findings(text: str, path: str, settings: Settings, others: tuple[str, ...] = ()) -> list[Finding]:
+    """NM900 for each marker in `text`, but those whose code starts with one of `others` (the codes of the other
+    handlers of a file kind, which report their own markers)."""
     if MARKER_PREFIX not in text or not settings.enabled(MARKER_CODE, path):
         return []
     out = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         m = MARKER_RE.search(line)
-        if m:
+        if m and not (others and m.group(1).startswith(others)):
             info = catalogue.rule(MARKER_CODE)
             out.append(Finding(path, lineno, m.start() + 1, MARKER_CODE,
-                               info.format(code=m.group(1), text=m.group(2).strip())))
+                               info.format(code=m.group(1), text=m.group(2).strip()),
+                               end_line=lineno, end_col=len(line.rstrip()) + 1))
     return out
 
 
