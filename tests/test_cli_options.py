@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT, cli
 
 LEGACY = """import torch_xla.core.xla_model as xm
@@ -420,3 +422,40 @@ def test_doctor_colours_its_status_column_only_when_asked_or_on_a_terminal():
     assert ANSI.search(forced.stdout) and ANSI.sub("", forced.stdout).split() == plain.stdout.split()
     assert ANSI.search(_on_a_terminal(["doctor", "--no-device"], env))
     assert not ANSI.search(_on_a_terminal(["doctor", "--no-device"], {**env, "NO_COLOR": "1"}))
+
+
+@pytest.mark.needs_torch
+def test_readme_verify_commands_run(tmp_path):
+    """The README's `verify` block, each line as written, on copies of the bundled examples: the single-process
+    one, the data-parallel one through torchrun, the markdown report appended to a file, and the torch_xla
+    reference (where the named interpreter is absent, a clear refusal)."""
+    import shlex
+    import shutil
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("neuron-migrate verify`"):]
+    block = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    assert len(lines) == 4 and all(line.startswith("neuron-migrate verify train.py") for line in lines)
+    single, parallel, reference, markdown = lines
+    shutil.copytree(ROOT / "examples" / "xla_mnist", tmp_path / "mnist")
+    shutil.copytree(ROOT / "examples" / "xla_mnist_dp", tmp_path / "mnist_dp")
+
+    out = cli(*shlex.split(single)[1:], cwd=tmp_path / "mnist")
+    assert out.returncode == 0 and "equivalent" in out.stdout.lower(), out.stdout + out.stderr[-2000:]
+    out = cli(*shlex.split(parallel)[1:], cwd=tmp_path / "mnist_dp")
+    assert out.returncode == 0 and "equivalent" in out.stdout.lower(), out.stdout + out.stderr[-2000:]
+
+    command, _, target = markdown.partition(">>")
+    out = cli(*shlex.split(command)[1:], cwd=tmp_path / "mnist")
+    assert out.returncode == 0, out.stderr[-2000:]
+    (tmp_path / "mnist" / target.strip()).write_text(out.stdout)  # what `>> pr.md` appends to a new file
+    assert out.stdout.startswith("#") and "|" in out.stdout
+
+    args = shlex.split(reference)[1:]
+    interpreter = args[args.index("--reference-python") + 1]
+    out = cli(*args, "--max-steps", "3", cwd=tmp_path / "mnist")
+    if Path(interpreter).exists():
+        assert out.returncode == 0, out.stdout
+    else:
+        assert out.returncode == 2 and interpreter in out.stderr, out.stderr[-2000:]

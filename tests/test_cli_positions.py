@@ -150,3 +150,28 @@ def test_sarif_regions_are_complete_and_notebook_lines_are_the_files(project):
             or "xla_device" in line}
     lines = {(region["startLine"], region["endLine"]) for uri, region in regions if uri.endswith("nb.ipynb")}
     assert lines == {(i, i) for i in held}, (lines, held)
+
+
+def test_every_kind_carries_severity_link_and_the_fix_rewrite_makes(project, findings, tmp_path):
+    """JSON findings of the other file kinds carry what Python findings carry, and a fixable finding's edits
+    give the file `rewrite` writes (a copy with --output-dir)."""
+    from neuron_migrate import catalogue
+    from neuron_migrate.cli.formats import level
+
+    out = cli("rewrite", "--no-cache", "--output-dir", str(tmp_path / "copy"), ".", cwd=project)
+    assert out.returncode in (0, 1), out.stderr
+    checked = set()
+    for item in findings:
+        info = catalogue.rule(item["code"])
+        assert (item["name"], item["severity"], item["url"]) == (info.name, level(info), info.link)
+        if not item["fixable"] or item["path"].endswith(".ipynb"):
+            continue
+        assert item["fix"]["applicability"] == info.fix.value, item
+        lines = (project / item["path"]).read_text().splitlines(keepends=True)
+        for edit in sorted(item["fix"]["edits"], key=lambda e: e["location"]["row"], reverse=True):
+            assert edit["location"]["column"] == edit["end_location"]["column"] == 1
+            lines[edit["location"]["row"] - 1:edit["end_location"]["row"] - 1] = [edit["content"]]
+        assert "".join(lines) == (tmp_path / "copy" / item["path"]).read_text(), item["path"]
+        checked.add(item["path"])
+    assert checked >= {"requirements.txt", "pyproject.toml", "setup.cfg", "environment.yml", "Dockerfile",
+                       "run.sh", "launch.sh", "configs/accelerate_config.yaml"}, checked
