@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT, cli
 
 LEGACY = """import torch_xla.core.xla_model as xm
@@ -358,6 +360,59 @@ def test_readme_try_it_command_does_what_the_readme_says(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".neuron_migrate_cache", "examples", "pyproject.toml"]
 
 
+def test_readme_try_it_without_cache_leaves_no_folder(tmp_path):
+    """`--no-cache: none`, as the README's "Try it" says."""
+    import shutil
+
+    shutil.copytree(ROOT / "examples" / "xla_mnist", tmp_path / "examples" / "xla_mnist")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_MIGRATE_CACHE_DIR"}
+    out = cli("rewrite", "--diff", "--no-cache", "examples/xla_mnist", cwd=tmp_path, env=env)
+    assert out.returncode == 1 and "--no-cache`: none" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["examples", "pyproject.toml"]
+
+
+def test_readme_use_commands_do_what_their_comments_say(tmp_path):
+    """The README's "Use" block, line by line, on a copy of the bundled example as `src/`."""
+    import shlex
+    import shutil
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Use"):]
+    block = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+    commands = [(shlex.split(line.split("#")[0]), line.partition("#")[2]) for line in block.splitlines()]
+    assert [c[:2] for c, _ in commands] == [["neuron-migrate", "rewrite"], ["neuron-migrate", "rewrite"],
+                                            ["neuron-migrate", "check"], ["neuron-migrate", "rules"]]
+    shutil.copytree(ROOT / "examples" / "xla_mnist", tmp_path / "src")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "src").iterdir()}
+
+    (diff, diff_says), (apply, apply_says), (check, check_says), (rules, rules_says) = commands
+    out = cli(*diff[1:], "--no-cache", cwd=tmp_path)
+    assert "files left alone" in diff_says and "exit 1 if anything would change" in diff_says
+    assert out.returncode == 1 and out.stdout.startswith("--- a/src/")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "src").iterdir()} == before
+    untouched = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "src").iterdir()
+                 if f"--- a/src/{p.name}" not in out.stdout}
+    assert untouched  # files without legacy idioms are in the example
+
+    out = cli(*apply[1:], "--no-cache", cwd=tmp_path)
+    assert "migrate in place" in apply_says and "never written" in apply_says
+    assert out.returncode == 0, out.stderr
+    after = {p.name: p.read_bytes() for p in (tmp_path / "src").iterdir()}
+    assert {name for name in before if after[name] != before[name]} == {"train.py", "requirements.txt", "run.sh"}
+    assert {p.name: p.stat().st_mtime_ns for p in (tmp_path / "src").iterdir() if p.name in untouched} == untouched
+    assert b"torch_xla" not in after["train.py"]
+
+    out = cli(*check[1:], "--no-cache", cwd=tmp_path)
+    assert "exit 0/1/2" in check_says and out.returncode == 1  # what is left: a flag for a person to review
+    assert re.search(r"^src/run\.sh:\d+:\d+: NM405 ", out.stdout, re.M), out.stdout
+    assert "train.py" not in out.stdout
+
+    out = cli(*rules[1:])
+    assert "every rule" in rules_says and out.returncode == 0 and "NM101" in out.stdout
+    assert cli("explain", "NM103").returncode == 0
+
+
 def test_doctor_colours_its_status_column_only_when_asked_or_on_a_terminal():
     env = {k: "" for k in ("NO_COLOR", "FORCE_COLOR", "CI")}
     env["TERM"] = "xterm"
@@ -367,3 +422,40 @@ def test_doctor_colours_its_status_column_only_when_asked_or_on_a_terminal():
     assert ANSI.search(forced.stdout) and ANSI.sub("", forced.stdout).split() == plain.stdout.split()
     assert ANSI.search(_on_a_terminal(["doctor", "--no-device"], env))
     assert not ANSI.search(_on_a_terminal(["doctor", "--no-device"], {**env, "NO_COLOR": "1"}))
+
+
+@pytest.mark.needs_torch
+def test_readme_verify_commands_run(tmp_path):
+    """The README's `verify` block, each line as written, on copies of the bundled examples: the single-process
+    one, the data-parallel one through torchrun, the markdown report appended to a file, and the torch_xla
+    reference (where the named interpreter is absent, a clear refusal)."""
+    import shlex
+    import shutil
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("neuron-migrate verify`"):]
+    block = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    assert len(lines) == 4 and all(line.startswith("neuron-migrate verify train.py") for line in lines)
+    single, parallel, reference, markdown = lines
+    shutil.copytree(ROOT / "examples" / "xla_mnist", tmp_path / "mnist")
+    shutil.copytree(ROOT / "examples" / "xla_mnist_dp", tmp_path / "mnist_dp")
+
+    out = cli(*shlex.split(single)[1:], cwd=tmp_path / "mnist")
+    assert out.returncode == 0 and "equivalent" in out.stdout.lower(), out.stdout + out.stderr[-2000:]
+    out = cli(*shlex.split(parallel)[1:], cwd=tmp_path / "mnist_dp")
+    assert out.returncode == 0 and "equivalent" in out.stdout.lower(), out.stdout + out.stderr[-2000:]
+
+    command, _, target = markdown.partition(">>")
+    out = cli(*shlex.split(command)[1:], cwd=tmp_path / "mnist")
+    assert out.returncode == 0, out.stderr[-2000:]
+    (tmp_path / "mnist" / target.strip()).write_text(out.stdout)  # what `>> pr.md` appends to a new file
+    assert out.stdout.startswith("#") and "|" in out.stdout
+
+    args = shlex.split(reference)[1:]
+    interpreter = args[args.index("--reference-python") + 1]
+    out = cli(*args, "--max-steps", "3", cwd=tmp_path / "mnist")
+    if Path(interpreter).exists():
+        assert out.returncode == 0, out.stdout
+    else:
+        assert out.returncode == 2 and interpreter in out.stderr, out.stderr[-2000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -77,6 +78,14 @@ KINDS_FILES = {
     "setup.cfg": "[metadata]\nname = x\n[options]\ninstall_requires =\n    torch-xla==2.1.0\n",
     "Dockerfile": "FROM python:3.11\nENV PJRT_DEVICE=NEURON\n",
     "scripts/run.sh": "#!/bin/sh\nexport PJRT_DEVICE=NEURON\npython train.py\n",
+    "environment.yml": "name: train\ndependencies:\n  - python=3.12\n  - pip:\n    - torch-xla==2.1.0\n",
+    "configs/accelerate_config.yaml": "compute_environment: LOCAL_MACHINE\ndistributed_type: XLA\nnum_processes: 2\n"
+                                      "# trn1, two neuron cores\n",
+    "notebooks/train.ipynb": json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "execution_count": None,
+                                                    "outputs": [], "source": LEGACY.splitlines(keepends=True)}],
+                                         "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n",
+    # a lock file is not re-pinned (its locking tool regenerates it): a marker says so
+    "uv.lock": 'version = 1\nrequires-python = ">=3.12"\n\n[[package]]\nname = "torch-xla"\nversion = "2.1.0"\n',
 }
 
 
@@ -143,7 +152,7 @@ def test_the_hooks_check_and_fix_every_kind_with_the_real_pre_commit(tmp_path):
     check = _run(repo, "run", "neuron-migrate-check", "--all-files")
     assert check.returncode == 1, check.stdout + check.stderr
     for name in KINDS_FILES:
-        assert re.search(rf"^{re.escape(name)}:\d+:\d+: NM\d+", check.stdout, re.M), (name, check.stdout)
+        assert re.search(rf"^{re.escape(name)}:(cell \d+:)?\d+:\d+: NM\d+", check.stdout, re.M), (name, check.stdout)
     assert "notes.txt" not in check.stdout
     fix = _run(repo, "run", "neuron-migrate-fix", "--all-files")
     assert fix.returncode == 1 and "files were modified by this hook" in fix.stdout, fix.stdout + fix.stderr
@@ -180,3 +189,24 @@ def test_readme_tagged_snippet_names_the_release_tag_scheme():
     assert f"rev: v{__version__}" in snippet
     header = (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
     assert f"rev: v{__version__}" in header
+
+
+def test_readme_tagged_snippet_runs_against_a_clone_tagged_by_the_scheme(tmp_path):
+    """The README's tagged snippet, with only its URL pointing to a clone of this repository that carries the
+    release tag the README documents (`v<version>`): the real pre-commit resolves the tag, installs the hooks
+    and runs them."""
+    import yaml
+
+    from neuron_migrate import __version__
+
+    clone = tmp_path / "neuron-migrate"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)
+    _git(clone, "tag", f"v{__version__}")
+    config = yaml.safe_load(_readme_block("Release tags", "yaml"))
+    config["repos"][0]["repo"] = str(clone)
+    assert config["repos"][0]["rev"] == f"v{__version__}"
+    repo = tmp_path / "repo"
+    _staged_repo(repo, yaml.safe_dump(config))
+    out = _run(repo, "run", "--all-files")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "train.py:3:10: NM101" in out.stdout and "requirements.txt:1:1: NM601" in out.stdout

@@ -4,7 +4,9 @@ Rules never transform trees themselves: they say "replace this node", "remove th
 these statements after that one", "put this marker above that statement". The Applier carries them out
 bottom-up, so an outer replacement sees the inner ones already made, and keeps what nobody asked to change:
 comments above a removed statement move to the next statement, the comments on and inside it stay as lines of
-their own at its indentation (`removed_comments`), a block left empty gets `pass`.
+their own at its indentation (`removed_comments`), a block left empty gets `pass`. A comment line the edits put
+right below an import (a marker, a kept comment) is set off from it by a blank line where isort and ruff want one
+(`_set_off`).
 """
 
 from __future__ import annotations
@@ -101,8 +103,11 @@ class Applier:
     """Rebuilds the nodes on the paths to the edited ones, bottom-up, as a LibCST transformer would, without
     visiting the subtrees that hold no edit."""
 
-    def __init__(self, edits: EditSet, visit: set[cst.CSTNode], module: cst.Module | None = None) -> None:
+    def __init__(self, edits: EditSet, visit: set[cst.CSTNode], module: cst.Module | None = None,
+                 made: set[cst.EmptyLine] | None = None) -> None:
         self.edits = edits
+        # the comment lines this pass (or an earlier one over the same file, which hands its set on) wrote
+        self.made = made if made is not None else set()
         self.first = module.body[0] if module is not None and module.body else None  # its comments: the header
         self.header = tuple(module.header) if module is not None else ()
         self.visit = visit  # the edited nodes and their ancestors; other subtrees are left as they are
@@ -155,18 +160,18 @@ class Applier:
                 keep[-1] = keep[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
                 updated = updated.with_changes(body=keep)
             if not dropped and updated is not original:
-                lost = replaced_comments(original, updated)
+                lost = self._made(replaced_comments(original, updated))
                 if lost:
                     updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lost])
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         present = {marker_code(c) for c in existing_comments(original, self.header if original is self.first else ())}
         texts = [t for t in edits.markers.get(original, ()) if marker_code(t) not in present]
-        markers = [cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in texts]
+        markers = self._made([cst.EmptyLine(indent=True, comment=cst.Comment(t)) for t in texts])
         if not hasattr(updated, "leading_lines"):
             markers = []
         if dropped:
-            kept = removed_comments(original)
+            kept = self._made(removed_comments(original))
             if kept and hasattr(updated, "leading_lines"):
                 updated = updated.with_changes(leading_lines=[*updated.leading_lines, *kept])
             replacement = [*before, *after]
@@ -180,7 +185,7 @@ class Applier:
             return cst.FlattenSentinel(replacement)
         if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
             body = list(updated.body.body)
-            header = _comment_lines([updated.body.header.comment])
+            header = self._made(_comment_lines([updated.body.header.comment]))
             body[0] = body[0].with_changes(
                 leading_lines=[*updated.leading_lines, *header, *markers, *body[0].leading_lines])
             return cst.FlattenSentinel(body)
@@ -204,10 +209,15 @@ class Applier:
         keep[-1] = keep[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(body=keep)
 
+    def _made(self, lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
+        self.made.update(lines)
+        return lines
+
     def _block(self, updated):
         body = list(updated.body)
+        module = isinstance(updated, cst.Module)
         if not any(s in self._dropped for s in body):
-            return updated
+            return self._set_off(updated, body, list(updated.footer), module)
         out: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []
         dropped_before = False
@@ -223,13 +233,60 @@ class Applier:
         footer = list(updated.footer)
         if any(line.comment is not None for line in carried):
             footer = [*carried, *footer]  # comments of the last statements removed stay, at the block's end
-        if isinstance(updated, cst.Module):
-            return updated.with_changes(body=out, footer=footer)
+        if module:
+            return self._set_off(updated, out, footer, module)
         if not out:
             comments = [line for line in footer if line.comment is not None]
             out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
             footer = [line for line in updated.footer]
-        return updated.with_changes(body=out, footer=footer)
+        return self._set_off(updated, out, footer, module)
+
+    def _set_off(self, updated, body: list, footer: list, module: bool):
+        body, footer = _set_off(body, footer, module, self.made)
+        if body == list(updated.body) and footer == list(updated.footer):
+            return updated
+        return updated.with_changes(body=body, footer=footer)
+
+
+def set_off(module: cst.Module, made: set[cst.EmptyLine]) -> cst.Module:
+    """`module` with a blank line above each of the `made` comment lines right below a top-level import (a
+    statement inserted after the edits, a new import, can put one there)."""
+    if not made:
+        return module
+    body, footer = _set_off(list(module.body), list(module.footer), True, made)
+    if body == list(module.body) and footer == list(module.footer):
+        return module
+    return module.with_changes(body=body, footer=footer)
+
+
+def _set_off(body: list, footer: list, module: bool, made: set[cst.EmptyLine]) -> tuple[list, list]:
+    """The statements and footer of a block with a blank line above each comment line of `made` right below an
+    import line, where isort and ruff (I001) want one: above an import (the comment belongs to it, inside the
+    import block), and at module level above anything (the code after the import block is set off from it)."""
+    body = list(body)
+    for i in range(1, len(body) + 1):
+        if not is_import_line(body[i - 1]):
+            continue
+        if i < len(body):
+            if not (module or is_import_line(body[i])):
+                continue
+            lines = list(body[i].leading_lines)
+        elif module:
+            lines = footer
+        else:
+            continue
+        if not lines or lines[0] not in made:
+            continue
+        if i < len(body):
+            body[i] = body[i].with_changes(leading_lines=[cst.EmptyLine(indent=False), *lines])
+        else:
+            footer = [cst.EmptyLine(indent=False), *lines]
+    return body, footer
+
+
+def is_import_line(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom))
+                                                             for s in stmt.body)
 
 
 # Comments about the line itself, for tools: they go with the statement they were on.
@@ -300,11 +357,13 @@ def _strip_blank_start(lines: list) -> list:
 
 
 def apply(module: cst.Module, edits: EditSet,
-          parents: Mapping[cst.CSTNode, cst.CSTNode | None] | None = None) -> cst.Module:
-    """The module with the edits made. `parents` (from the module's Analysis) saves a walk over the tree."""
+          parents: Mapping[cst.CSTNode, cst.CSTNode | None] | None = None,
+          made: set[cst.EmptyLine] | None = None) -> cst.Module:
+    """The module with the edits made. `parents` (from the module's Analysis) saves a walk over the tree; `made`
+    collects the comment lines the edits write (a later pass over the result, the import tidy-up, takes it on)."""
     if not edits:
         return module
-    return Applier(edits, with_ancestors(module, edits.targets(), parents), module).rebuild(module)
+    return Applier(edits, with_ancestors(module, edits.targets(), parents), module, made).rebuild(module)
 
 
 def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode],

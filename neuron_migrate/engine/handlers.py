@@ -64,10 +64,14 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
     current = data
     for handler in handlers:
         result = handler(path, current, settings, rewrite)
-        combined.findings.extend(result.findings)
+        # findings (and the suppressions they used) are placed in the file as it is: after a handler that changed
+        # it (a marker inserted above a line), the next one also reads the original, so its lines do not shift and
+        # the markers just written are not reported as NM900
+        seen = result if current is data or result.error else handler(path, data, settings, rewrite)
+        combined.findings.extend(seen.findings)
         combined.manual.extend(result.manual)
         combined.files_read.update(result.files_read)
-        combined.used_suppressions |= result.used_suppressions
+        combined.used_suppressions |= seen.used_suppressions
         for code, n in result.applied.items():
             combined.applied[code] = combined.applied.get(code, 0) + n
         if result.error:
@@ -78,8 +82,7 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
             current = result.new_bytes
     if current != data:
         combined.new_bytes = current
-    if not rewrite:
-        combined.findings = _unused_suppressions(path, data, kind, settings, combined)
+    combined.findings = _unused_suppressions(path, data, kind, settings, combined)
     combined.findings.sort(key=lambda f: f.sort_key())
     return combined
 

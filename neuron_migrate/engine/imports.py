@@ -1,4 +1,5 @@
-"""Tidy imports after the rules' edits: add what new code needs, drop legacy imports nothing uses any more.
+"""Tidy imports after the rules' edits: add what new code needs, drop legacy imports nothing uses any more, and
+the imports of other libraries that only the rewritten code used (`from torch.cuda import synchronize`).
 
 Legacy imports are those of torch_xla (and its submodules). An import is dropped only when no read of its
 name resolves to it; a `try: import torch_xla... except ImportError: xm = None` guard whose body held only
@@ -20,7 +21,7 @@ from typing import Callable, Mapping
 
 import libcst as cst
 
-from neuron_migrate.engine.edits import EditSet, apply
+from neuron_migrate.engine.edits import EditSet, apply, is_import_line, set_off
 from neuron_migrate.engine.names import Analysis, Binding, dotted, dotted_str
 from neuron_migrate.engine.paths import PACKAGE_PROBES, guards_imports
 from neuron_migrate.syntax.walk import children
@@ -64,6 +65,65 @@ def unused_bindings(analysis: Analysis) -> list[Binding]:
     return out
 
 
+def _read_aliases(analysis: Analysis) -> set[int]:
+    """The ids of the import aliases some read resolves to."""
+    out: set[int] = set()
+    for scope in analysis.scopes:
+        for name in scope.reads:
+            owner = analysis.lookup(name, scope)
+            if owner is not None:
+                out.update(id(b.alias) for b in owner.bindings.get(name, ()) if b.alias is not None)
+    return out
+
+
+def orphaned_bindings(before: Analysis, after: Analysis) -> list[Binding]:
+    """The imports of other libraries that the fixes leave unused (`from torch.cuda import synchronize` once its
+    `synchronize()` became the device's): read in `before`, the file as it was, and no more in `after`. Not the
+    imports of a guard (a feature detection), those silenced for linters (`# noqa`), `from __future__`, nor names
+    the module exports (`__all__`)."""
+    was_read = _read_aliases(before)
+    if not was_read:
+        return []
+    now_read = _read_aliases(after)
+    exported = _exported(after.module)
+    out = []
+    for scope in after.scopes:
+        for name, bindings in scope.bindings.items():
+            for b in bindings:
+                if b.kind != "import" or b.alias is None or id(b.alias) not in was_read or \
+                        id(b.alias) in now_read or _legacy_module_of(b) is not None or name in exported:
+                    continue
+                line = after.parents.get(b.node)
+                if isinstance(b.node, cst.ImportFrom) and dotted_str(b.node.module or cst.Name("")) == "__future__":
+                    continue
+                if _guard_of(b.node, after.parents) is not None or not isinstance(line, cst.SimpleStatementLine) \
+                        or _silenced(line):
+                    continue
+                out.append(b)
+    return out
+
+
+def _silenced(line: cst.SimpleStatementLine) -> bool:
+    comment = line.trailing_whitespace.comment
+    return comment is not None and re.search(r"#\s*noqa\b", comment.value, re.IGNORECASE) is not None
+
+
+def _exported(module: cst.Module) -> set[str]:
+    """The names listed in the module's `__all__`."""
+    out: set[str] = set()
+    for stmt in module.body:
+        if not isinstance(stmt, cst.SimpleStatementLine):
+            continue
+        for small in stmt.body:
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else \
+                [small.target] if isinstance(small, (cst.AugAssign, cst.AnnAssign)) else []
+            value = getattr(small, "value", None)
+            if value is not None and any(isinstance(t, cst.Name) and t.value == "__all__" for t in targets):
+                out.update(n.evaluated_value for n in _walk(value)
+                           if isinstance(n, cst.SimpleString) and isinstance(n.evaluated_value, str))
+    return out
+
+
 def unused_decisions(ctx, unused: list[Binding]) -> list:
     """NM190 for each legacy import the fixed file no longer uses (its fix: the tidy-up removes it). Placed at
     the import, which the fixes do not touch; the message says when the fixes are what leave it unused."""
@@ -97,10 +157,21 @@ def flag_decisions(ctx, flags: list[Binding]) -> list:
 
 def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
          definitions: list[str], *, render: Callable[[cst.Module], str], fixed: bool = True,
-         flags: list[Binding] | None = None) -> cst.Module:
+         flags: list[Binding] | None = None, made: set[cst.EmptyLine] | None = None,
+         orphaned: list[Binding] = ()) -> cst.Module:
     """Add the imports and definitions the fixed `module` needs, drop the `unused` legacy imports (and the guards
-    that only held them). `analysis` is that of `module` (see `fix` in python.py); `render` gives a module's
-    code; `fixed`: the rules made edits (a file they leave alone keeps its detections as they are)."""
+    that only held them) and the `orphaned` imports of other libraries (`orphaned_bindings`). `analysis` is that
+    of `module` (see `fix` in python.py); `render` gives a module's code; `fixed`: the rules made edits (a file
+    they leave alone keeps its detections as they are); `made`: the comment lines the fixes wrote
+    (`edits.apply`), which stay set off from an import above them."""
+    made = set() if made is None else made
+    module = _tidy(module, analysis, unused, required, definitions, render, fixed, flags, made, list(orphaned))
+    return set_off(module, made)
+
+
+def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
+          definitions: list[str], render: Callable[[cst.Module], str], fixed: bool, flags: list[Binding] | None,
+          made: set[cst.EmptyLine], orphaned: list[Binding]) -> cst.Module:
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
@@ -111,32 +182,122 @@ def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required
     module = _add_definitions(module, definitions)
     flags = (flag_only_bindings(analysis) if flags is None else flags) if fixed else []
     probes = _native_probes(module) if fixed and not _legacy_kept(analysis, unused, flags) else []
-    if not unused and not flags and not probes:
+    if not unused and not flags and not probes and not orphaned:
         return module
-    dead_aliases = {id(b.alias) for b in unused}
-    dead_names = {b.name for b in unused}
     edits = EditSet()
     for probe in probes:
         quote = probe.value[len(probe.prefix)]
         edits.add_replace(probe, lambda old, q=quote: old.with_changes(value=f"{q}{NATIVE_DETECTION}{q}"))
-    emptied: set[cst.CSTNode] = set()
-    for b in unused:
-        node = b.node
-        if node in emptied or node is None:
-            continue
-        names = node.names
-        keep = [a for a in names if id(a) not in dead_aliases]
-        if not keep:
-            edits.remove.add(node)
-            emptied.add(node)
-        elif len(keep) != len(names):
-            edits.add_replace(node, _keep_aliases(keep))
     parents = _parents_after_additions(analysed, module, analysis.parents)
-    guards = _Guards(emptied, dead_names, analysis)
+    emptied = _emptied([*unused, *orphaned])
+    guards = _Guards(emptied, {b.name for b in unused}, analysis)
     gone = {s for s in _enclosing_statements(emptied, parents) if guards.only_guards_dead_imports(s)}
     edits.remove.update(gone)
+    # the imports only a guard that goes read (its `is_torch_xla_available()` test) go with it
+    emptied = _drop(edits, module, [*unused, *orphaned, *_read_only_in(gone, module, analysis, parents)], parents)
     _keep_detections(edits, emptied, flags, gone, parents)
-    return apply(module, edits, parents)
+    return apply(module, edits, parents, made)
+
+
+def _emptied(bindings: list[Binding]) -> set[cst.CSTNode]:
+    """The import statements all of whose aliases are among `bindings`."""
+    dead = {id(b.alias) for b in bindings}
+    return {b.node for b in bindings if b.node is not None and all(id(a) in dead for a in b.node.names)}
+
+
+def _drop(edits: EditSet, module: cst.Module, bindings: list[Binding],
+          parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> set[cst.CSTNode]:
+    """Take the import aliases of `bindings` out of their statements, and the statements they empty (where that
+    was the file's last import of torch_neuronx, `import torch_neuronx` stands in its place: `_stand_ins`).
+    Returns the statements removed."""
+    dead = {id(b.alias) for b in bindings}
+    stand_ins = _stand_ins(module, [b for b in bindings if _legacy_module_of(b) is None], dead)
+    emptied: set[cst.CSTNode] = set()
+    seen: set[cst.CSTNode] = set()
+    for b in bindings:
+        node = b.node
+        if node in seen or node is None:
+            continue
+        seen.add(node)
+        keep = [a for a in node.names if id(a) not in dead]
+        if not keep and node in stand_ins:
+            edits.add_replace(node, stand_ins[node])
+            line = parents.get(node)
+            if isinstance(line, cst.SimpleStatementLine) and line.trailing_whitespace.comment is None:
+                edits.add_replace(line, _noqa_line)  # the line says the import is meant (pyflakes' F401)
+        elif not keep:
+            edits.remove.add(node)
+            emptied.add(node)
+        elif len(keep) != len(node.names):
+            edits.add_replace(node, _keep_aliases(keep))
+    return emptied
+
+
+def _read_only_in(statements: set[cst.CSTNode], module: cst.Module, analysis: Analysis,
+                  parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> list[Binding]:
+    """The module-level imports of other libraries that nothing reads but the top-level `statements` of `module`
+    (which go). `analysis` is that of `module` before the tidy-up added imports; `parents`, of `module`."""
+    scope = analysis.module_scope
+    counts: dict[str, int] = {}
+    for statement in statements:
+        if parents.get(statement) is not module:
+            continue
+        stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(statement, None)]
+        while stack:
+            node, parent = stack.pop()
+            if type(node) is cst.Name and _flag_use(node, parent) is not None:
+                counts[node.value] = counts.get(node.value, 0) + 1
+            stack.extend((c, node) for c in children(node, tokens=False))
+    out: list[Binding] = []
+    exported = _exported(module) if counts else set()
+    for name, count in counts.items():
+        bindings = scope.bindings.get(name, ())
+        if not bindings or any(b.kind != "import" or b.alias is None or _legacy_module_of(b) is not None
+                               or parents.get(parents.get(b.node)) is not module for b in bindings):
+            continue
+        reads = sum(other.reads.get(name, 0) for other in analysis.scopes
+                    if name in other.reads and analysis.lookup(name, other) is scope)
+        line = parents.get(bindings[0].node)
+        if reads == count and isinstance(line, cst.SimpleStatementLine) and not _silenced(line) \
+                and name not in exported:
+            out.extend(bindings)
+    return out
+
+
+def _stand_ins(module: cst.Module, orphaned: list[Binding], dead: set[int]) -> dict[cst.CSTNode, Callable]:
+    """For each import statement of torch_neuronx the fixes leave unused, where the file imports torch_neuronx
+    nowhere else: `import torch_neuronx` to stand in its place, which registers the `neuron` device where the
+    automatic loading of device backends is off (TORCH_DEVICE_BACKEND_AUTOLOAD=0). The imports of other
+    libraries simply go, as a linter's fix would take them."""
+    own = [b for b in orphaned if (_module_name(b.node) or "").split(".")[0] == NATIVE_DETECTION
+           and all(id(a) in dead for a in b.node.names)]
+    if not own:
+        return {}
+    stack: list[cst.CSTNode] = [module]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Import or type(node) is cst.ImportFrom:
+            if isinstance(node.names, (list, tuple)) and any(
+                    id(a) not in dead and (_module_name(node, a) or "").split(".")[0] == NATIVE_DETECTION
+                    for a in node.names):
+                return {}
+            continue
+        stack.extend(children(node, tokens=False))
+    return {b.node: _native_import(None) for b in own}
+
+
+def _module_name(node: cst.Import | cst.ImportFrom, alias: cst.ImportAlias | None = None) -> str | None:
+    """The absolute module an import statement (its `alias`, by default its first) imports; None for a relative
+    one."""
+    if isinstance(node, cst.Import):
+        return dotted_str((alias or node.names[0]).name)
+    return None if node.relative or node.module is None else dotted_str(node.module)
+
+
+def _noqa_line(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    return updated.with_changes(trailing_whitespace=cst.TrailingWhitespace(
+        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment("# noqa: F401"),
+        newline=updated.trailing_whitespace.newline))
 
 
 def _guard_of(small: cst.CSTNode, parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> cst.Try | None:
@@ -186,11 +347,7 @@ def _native_import(alias: str | None):
 
 def _native_import_line(updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     """`import torch_neuronx  # noqa: F401` in the place of the line's one torch_xla import."""
-    return updated.with_changes(
-        body=[cst.Import(names=[cst.ImportAlias(cst.Name(NATIVE_DETECTION))])],
-        trailing_whitespace=cst.TrailingWhitespace(whitespace=cst.SimpleWhitespace("  "),
-                                                   comment=cst.Comment("# noqa: F401"),
-                                                   newline=updated.trailing_whitespace.newline))
+    return _noqa_line(updated.with_changes(body=[cst.Import(names=[cst.ImportAlias(cst.Name(NATIVE_DETECTION))])]))
 
 
 def _has_native_import(guard: cst.Try) -> bool:
@@ -432,7 +589,7 @@ def section(module: str) -> int:
 
 def _line_section(stmt: cst.BaseStatement) -> tuple[int, str, bool] | None:
     """(block, module, is a `from` import) of a top-level import line; None for any other statement."""
-    if not _is_import_line(stmt):
+    if not is_import_line(stmt):
         return None
     first = stmt.body[0]
     if isinstance(first, cst.ImportFrom):
@@ -499,7 +656,7 @@ def _add_other_imports(module: cst.Module, required: list[tuple[str, str | None]
         # the new import takes the place (and the blank lines above) of the legacy one it replaces
         new[0] = new[0].with_changes(leading_lines=body[index].leading_lines)
         body[index] = body[index].with_changes(leading_lines=[])
-    elif index < len(body) and not body[index].leading_lines and not _is_import_line(body[index]):
+    elif index < len(body) and not body[index].leading_lines and not is_import_line(body[index]):
         blank = [cst.EmptyLine() for _ in range(2 if isinstance(body[index], (cst.FunctionDef, cst.ClassDef)) else 1)]
         body[index] = body[index].with_changes(leading_lines=blank)
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
@@ -513,7 +670,7 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
     body = list(module.body)
     index = 0
     for i, stmt in enumerate(body):
-        if _is_import_line(stmt) or _mentions_legacy_import(stmt) or (i == 0 and is_docstring(stmt)):
+        if is_import_line(stmt) or _mentions_legacy_import(stmt) or (i == 0 and is_docstring(stmt)):
             index = i + 1
             continue
         break
@@ -521,11 +678,6 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
     if index < len(body) and not body[index].leading_lines:
         body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
-
-
-def _is_import_line(stmt: cst.BaseStatement) -> bool:
-    return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom))
-                                                             for s in stmt.body)
 
 
 def is_docstring(stmt: cst.BaseStatement) -> bool:

@@ -262,7 +262,8 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     """(the fixed text or None, the legacy import bindings it no longer uses, those it uses only as availability
     flags: they become torch_neuronx imports); raises where it cannot be made."""
     module, analysis = ctx.module, ctx.analysis
-    new_module = apply(module, edits, analysis.parents)
+    made: set = set()  # the comment lines the edits write
+    new_module = apply(module, edits, analysis.parents, made)
     after = Analysis(new_module, reuse=analysis)
     unused = [b for b in imports.unused_bindings(after) if not _kept_import(ctx, b)]
     if unused and ctx.facts.paths.multi_backend:
@@ -271,8 +272,9 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     flags = imports.flag_only_bindings(after) if fixed and "torch_xla" in ctx.source.text else []
     if not rewrite:
         return None, unused, flags
+    orphaned = imports.orphaned_bindings(analysis, after) if fixed and not ctx.facts.paths.multi_backend else []
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
-                              render=renderer.code, fixed=fixed, flags=flags)
+                              render=renderer.code, fixed=fixed, flags=flags, made=made, orphaned=orphaned)
     rendered = renderer.code(new_module)
     if rendered == original:
         return ctx.source.text, unused, flags  # nothing edited (even where the parser does not give the file back)
@@ -361,16 +363,19 @@ def _place(module: cst.Module, decisions: list[Decision], path: str, rewrite: bo
     return out
 
 
-def marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
+def marker_findings(text: str, path: str, settings: Settings, others: tuple[str, ...] = ()) -> list[Finding]:
+    """NM900 for each marker in `text`, but those whose code starts with one of `others` (the codes of the other
+    handlers of a file kind, which report their own markers)."""
     if MARKER_PREFIX not in text or not settings.enabled(MARKER_CODE, path):
         return []
     out = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         m = MARKER_RE.search(line)
-        if m:
+        if m and not (others and m.group(1).startswith(others)):
             info = catalogue.rule(MARKER_CODE)
             out.append(Finding(path, lineno, m.start() + 1, MARKER_CODE,
-                               info.format(code=m.group(1), text=m.group(2).strip())))
+                               info.format(code=m.group(1), text=m.group(2).strip()),
+                               end_line=lineno, end_col=len(line.rstrip()) + 1))
     return out
 
 

@@ -52,11 +52,12 @@ def process_accelerate_config(path: str, data: bytes, settings: Settings, rewrit
         return doc.result(data)  # a TPU or GPU configuration: not ours
     if dtype is not None and value.upper() in _XLA_TYPES:
         start = dtype.start("value")
-        if doc.report("NM511", start, value=value, floor=FLOOR):
+        if doc.report("NM511", start, end=dtype.end("value"), value=value, floor=FLOOR):
             doc.replace(start, dtype.end("value"), f"{quote}MULTI_NEURON{quote}")
     unsupported = value.upper() if value.upper() in _UNSUPPORTED else None
     if unsupported is not None:
-        doc.report("NM512", dtype.start("value"), what=f"distributed_type: {value}", why=_UNSUPPORTED[unsupported])
+        doc.report("NM512", dtype.start("value"), end=dtype.end("value"), what=f"distributed_type: {value}",
+                   why=_UNSUPPORTED[unsupported])
     for section, kind in _SECTIONS.items():
         m = keys.get(section)
         if m is None or kind == unsupported:

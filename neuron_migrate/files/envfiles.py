@@ -66,8 +66,8 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
     if rewrite and new_text != source.text:
         result.new_bytes = source.encode(new_text)
         result.manual = _marker_findings(new_text, path, settings)
-    elif not rewrite:
-        result.findings.extend(_marker_findings(source.text, path, settings))
+    # the markers already in the file are findings in both commands (`check --format json` runs a rewrite)
+    result.findings.extend(_marker_findings(source.text, path, settings))
     if suppressions is not None:
         result.used_suppressions = suppressions.used
     return result
@@ -98,7 +98,8 @@ def _marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
         m = MARKER_RE.search(line)
         if m and _leaves_marker(m.group(1)) and m.group(1).startswith(OWN_CODES):
             out.append(Finding(path, lineno, m.start() + 1, MARKER_CODE, info.format(code=m.group(1),
-                                                                                   text=m.group(2).strip())))
+                                                                                   text=m.group(2).strip()),
+                               end_line=lineno, end_col=len(line.rstrip()) + 1))
     return out
 
 
@@ -107,10 +108,10 @@ def _findings(policy: Policy, suppressions: LineSuppressions | None, lineno: int
     """The line's findings, as the policy decides them; `above`: the lines before it (a marker there stands
     for its code)."""
     out = []
-    for col, code, fields in _line_findings(line, setting, tpu):
+    for col, end, code, fields in _line_findings(line, setting, tpu):
         decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: marked_above(above, code))
         if decision is not None:
-            out.append((decision.finding(policy, lineno, col + 1), decision))
+            out.append((decision.finding(policy, lineno, col + 1, end_line=lineno, end_col=end + 1), decision))
     return out
 
 
@@ -142,7 +143,9 @@ def _line_findings(line: str, setting: re.Match | None, tpu: bool = False):
         settings = []  # `PJRT_DEVICE=TPU` (with `XLA_USE_BF16=1` beside it): another product's device, not Neuron's
     for m, name, alone, value in settings:
         entry = env_table()[name]
-        yield m.start(), code_for(name, value if alone else None, alone), {
+        assigned = _ASSIGNED.match(line, m.end())
+        end = setting.end("value") if alone else assigned.end() if assigned else m.end()  # the name and its value
+        yield m.start(), end, code_for(name, value if alone else None, alone), {
             "var": name, "did": entry["did"], "instead": entry["instead"]}
     for m in TRN1.finditer(line):
-        yield m.start(), "NM520", {"text": m.group(0)}
+        yield m.start(), m.end(), "NM520", {"text": m.group(0)}

@@ -37,6 +37,8 @@ LAUNCH = re.compile(
 NUM_CORES = re.compile(r"\bNEURON_RT_NUM_CORES=[\"']?(\d+)")
 
 
+# the markers the other handlers of shell scripts report (environment settings, pip installs): not NM900 twice
+OTHER_HANDLERS_CODES = ("NM4", "NM5", "NM6")
 ALL_DEVICES = "neuron"  # torchrun's --nproc_per_node=<PrivateUse1 name>: one process per visible device
 
 
@@ -99,10 +101,10 @@ def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> 
         out.append(line if tpu else
                    _launch_line(policy, suppressions, number, lines, cores.group(1) if cores else None, result))
     new_text = "".join(out)
-    result.findings += marker_findings(text, path, settings)
+    result.findings += marker_findings(text, path, settings, OTHER_HANDLERS_CODES)
     if rewrite and new_text != text:
         result.new_bytes = source.encode(new_text)
-        result.manual = marker_findings(new_text, path, settings)
+        result.manual = marker_findings(new_text, path, settings, OTHER_HANDLERS_CODES)
     if suppressions is not None:
         result.used_suppressions = suppressions.used
     result.findings.sort(key=lambda f: f.sort_key())
@@ -130,7 +132,8 @@ def _launch_line(policy: Policy, suppressions: LineSuppressions | None, number: 
                              marked=lambda: marked_above(lines[:number - 1], "NM240"))
     if decision is None:
         return line
-    result.findings.append(decision.finding(policy, number, match.start("python") + 1))
+    result.findings.append(decision.finding(policy, number, match.start("python") + 1, end_line=number,
+                                            end_col=match.end("script") + 1))
     if not decision.fix:
         return line
     result.applied["NM240"] = result.applied.get("NM240", 0) + 1
@@ -144,7 +147,8 @@ def _mark(policy: Policy, suppressions: LineSuppressions | None, number: int, li
                              marked=lambda: marked_above(lines[:number - 1], "NM241"))
     if decision is None:
         return line
-    result.findings.append(decision.finding(policy, number, match.start("python") + 1))
+    result.findings.append(decision.finding(policy, number, match.start("python") + 1, end_line=number,
+                                            end_col=match.end("script") + 1))
     if not decision.mark:
         return line
     indent = line[: len(line) - len(line.lstrip())]

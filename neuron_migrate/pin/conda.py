@@ -65,8 +65,8 @@ def process_conda_env(path: str, data: bytes, settings: Settings, rewrite: bool)
     pin_entries(doc, entries, present, lambda entry, text: _item_line(doc, entry, text))
     if mx.index_url not in doc.text and present & mx.neuron_packages:
         first = entries[0]
-        if doc.report("NM604", first.req_start, what="The pip section", how="an `--extra-index-url` item",
-                      url=mx.index_url):
+        if doc.report("NM604", first.req_start, end=first.req_end, what="The pip section",
+                      how="an `--extra-index-url` item", url=mx.index_url):
             doc.replace(first.start, first.start, _item_line(doc, first, f"--extra-index-url {mx.index_url}"))
     return doc.result(data)
 
@@ -92,4 +92,4 @@ def _check_python(doc: TextDocument, value: str, offset: int, mx) -> None:
     else:
         spec = op + version
     if not mx.python_spec_admits_any(spec):
-        doc.report("NM607", offset, text=value, **python_fields())
+        doc.report("NM607", offset, end=offset + len(value), text=value, **python_fields())

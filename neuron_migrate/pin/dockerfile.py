@@ -144,5 +144,5 @@ def check_image(doc: TextDocument, instruction: Instruction, args: dict[str, str
         mx = matrix()
         offset = instruction.args_start + text.index(words[0])
         resolved = f" (`{image}`)" if image != words[0] else ""
-        doc.report("NM608", offset, instruction.start, image=words[0], resolved=resolved,
+        doc.report("NM608", offset, instruction.start, end=offset + len(words[0]), image=words[0], resolved=resolved,
                    what=" and ".join(problems), ubuntu=" or ".join(mx.ubuntu), supported=", ".join(mx.python))

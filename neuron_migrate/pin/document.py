@@ -110,8 +110,15 @@ class TextDocument:
         return starts[index] if index < len(starts) else len(self.text)
 
     # -- findings ------------------------------------------------------------------------------------------
-    def report(self, code: str, offset: int, line_offset: int | None = None, **fields: object) -> bool:
-        """Record a finding at `offset`; True when the caller should make its edit now.
+    def span_end(self, offset: int) -> int:
+        """The offset past the text of the line holding `offset`: the end of a finding that names no end."""
+        rest = self.text[offset:self.line_end(offset)]
+        return offset + len(rest.rstrip(" \t\r\n"))
+
+    def report(self, code: str, offset: int, line_offset: int | None = None, *, end: int | None = None,
+               **fields: object) -> bool:
+        """Record a finding of the text from `offset` to `end` (default: the end of the line's text); True when
+        the caller should make its edit now.
 
         For manual codes the marker goes above the line holding `line_offset` (default: `offset`); a line
         that already carries this code's marker is not reported again (its NM900 stands for it).
@@ -122,7 +129,8 @@ class TextDocument:
                                       marked=lambda: self._marked(anchor, code))
         if decision is None:
             return False
-        self.findings.append(decision.finding(self.policy, line, col))
+        end_line, end_col = self.position(max(offset, self.span_end(offset) if end is None else end))
+        self.findings.append(decision.finding(self.policy, line, col, end_line=end_line, end_col=end_col))
         if decision.mark:
             indent = re.match(r"[ \t]*", self.text[anchor:]).group()
             self.edits.append(Edit(anchor, anchor, indent + decision.marker + self.newline, marker=True))
@@ -167,8 +175,8 @@ class TextDocument:
                 result.new_bytes = self.source.encode(new_text)
                 result.applied = {k: v for k, v in self.applied.items() if v}
                 result.manual = markers(new_text)
-        else:
-            result.findings = self.findings + markers(self.text)
+        # the markers already in the file are findings in both commands (`check --format json` runs a rewrite)
+        result.findings = self.findings + markers(self.text)
         result.findings.sort(key=lambda f: f.sort_key())
         return result
 
@@ -184,5 +192,6 @@ def own_marker_findings(text: str, path: str, settings: Settings,
         m = pattern.search(line)
         if m:
             out.append(Finding(path, lineno, m.start() + 1, "NM900", info.format(code=m.group(1),
-                                                                                   text=m.group(2).strip())))
+                                                                                   text=m.group(2).strip()),
+                               end_line=lineno, end_col=len(line.rstrip()) + 1))
     return out

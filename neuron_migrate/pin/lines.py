@@ -36,7 +36,7 @@ def pin_entries(doc: TextDocument, entries: list[LineEntry], present: set[str],
 
     def report(index: int, code: str, fields: dict) -> bool:
         entry = entries[index]
-        return doc.report(code, entry.req_start, entry.start, **fields)
+        return doc.report(code, entry.req_start, entry.start, end=entry.req_end, **fields)
 
     for index, outcome in planning.approve(result, texts, report, frozen).items():
         entry = entries[index]

@@ -181,7 +181,7 @@ def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Calla
             pin = f'{name} = "{_poetry_pin(fields["requirement" if added else "pin"], name)}"' \
                 if added or "pin" in fields else ""
             fields = {**fields, "requirement": pin if added else group.shown[index], "pin": pin}
-        return doc.report(code, offsets[index], **fields)
+        return doc.report(code, offsets[index], end=offsets[index] + len(group.shown[index]), **fields)
 
     return planning.approve(result, group.texts, report)
 
@@ -200,7 +200,7 @@ def _check_python(doc: TextDocument, parsed, locate: Callable[[str], int]) -> No
         if isinstance(value, str) and not mx.python_spec_admits_any(convert(str(value))):
             shown = f"{key} = {value.as_string()}"
             offset = locate(value.as_string())
-            doc.report("NM607", offset, text=shown, **python_fields())
+            doc.report("NM607", offset, end=offset + len(value.as_string()), text=shown, **python_fields())
 
 
 def _check_sources(doc: TextDocument, parsed, found: list[Group], decisions: Decisions) -> None:

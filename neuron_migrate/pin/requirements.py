@@ -135,7 +135,7 @@ def process_requirements(path: str, data: bytes, settings: Settings, rewrite: bo
 def _add_index(doc: TextDocument, entries: list[LineEntry], indexes: list[str]) -> None:
     url = matrix().index_url
     first = entries[0]
-    if not doc.report("NM604", first.req_start, what=f"`{os.path.basename(doc.path)}`",
+    if not doc.report("NM604", first.req_start, end=first.req_end, what=f"`{os.path.basename(doc.path)}`",
                       how="an `--extra-index-url` line", url=url):
         return
     at = first.start

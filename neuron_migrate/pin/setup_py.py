@@ -165,7 +165,8 @@ def _lists(value: cst.BaseExpression, assignments, span) -> list[ListLiteral]:
 def _check_python(doc: TextDocument, value: cst.BaseExpression, span) -> None:
     if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
         if not matrix().python_spec_admits_any(value.evaluated_value):
-            doc.report("NM607", span(value)[0], text=f"python_requires={value.value}", **python_fields())
+            start, end = span(value)
+            doc.report("NM607", start, end=end, text=f"python_requires={value.value}", **python_fields())
 
 
 def _pin_list(doc: TextDocument, lst: ListLiteral, present: set[str]) -> set[str]:
@@ -173,7 +174,7 @@ def _pin_list(doc: TextDocument, lst: ListLiteral, present: set[str]) -> set[str
     result = planning.plan(texts, doc.family, present, instance=doc.settings.instance)
 
     def report(index: int, code: str, fields: dict) -> bool:
-        return doc.report(code, lst.elements[index].start, **fields)
+        return doc.report(code, lst.elements[index].start, end=lst.elements[index].end, **fields)
 
     removed = []
     for index, outcome in planning.approve(result, texts, report).items():

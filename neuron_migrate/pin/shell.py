@@ -386,7 +386,8 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
             variable, written = resolved[index], command.requirements[index].value
             fields = {**fields, "requirement": f"{written}` with `{variable.name}={variable.value}"
                       if code == "NM602" else written}
-        return doc.report(code, command.requirements[index].start, line, **fields)
+        word = command.requirements[index]
+        return doc.report(code, word.start, line, end=word.end, **fields)
 
     removed = []
     for index, outcome in planning.approve(result, texts, report).items():
@@ -411,7 +412,8 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
 def _add_index(doc: TextDocument, command: PipInstall, line: int) -> None:
     url = matrix().index_url
     what = " ".join(w.value for w in command.words[:3]) + " ..."
-    if doc.report("NM604", command.words[0].start, line, what=f"`{what}`", how="`--extra-index-url`", url=url):
+    if doc.report("NM604", command.words[0].start, line, end=command.words[-1].end, what=f"`{what}`",
+                  how="`--extra-index-url`", url=url):
         _insert_after(doc, command.words[-1], [f"--extra-index-url {url}"])
 
 
