@@ -56,6 +56,8 @@ def reference(ctx, node: cst.CSTNode) -> str | None:
         return None
     if kind is cst.Arg and parent.keyword is node:
         return None
+    if (kind is cst.AssignTarget or kind is cst.AnnAssign or kind is cst.AugAssign) and parent.target is node:
+        return None  # a name bound here (`synchronize = None` in an except handler) is not a read of the API
     if type(ctx.current.small) in (cst.Import, cst.ImportFrom):
         return None
     return ctx.qualname(node)
