@@ -1,0 +1,77 @@
+"""Build the C++ emulated device once per torch version and source, into a cache folder, and load it.
+
+The library is built with `torch.utils.cpp_extension.load` (g++ and torch's headers) into
+`$XDG_CACHE_HOME/neuron-migrate/emulator-<torch version>-<hash of the source>` (`NEURON_MIGRATE_CACHE_DIR`
+overrides the parent folder). A file lock lets one process build while the others of a run wait and then load
+what it built.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("neuron_emulator.cpp")
+NAME = "neuron_emulator"
+FLAGS = ["-O1", "-g0"]  # the kernels are torch's own: the few lines here need no optimisation, the build speed does
+
+
+class BuildError(RuntimeError):
+    """The C++ emulator could not be built here (no compiler, or it failed): the Python one runs instead."""
+
+
+def cache_folder() -> Path:
+    base = os.environ.get("NEURON_MIGRATE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "neuron-migrate")
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:12]
+    return Path(base) / f"emulator-{torch.__version__}-{digest}"
+
+
+def compiler() -> str | None:
+    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+
+
+def load() -> Path:
+    """Load the library into this process, building it first when the cache has none."""
+    folder = cache_folder()
+    built = folder / f"{NAME}.so"
+    if not built.is_file():
+        if compiler() is None:
+            raise BuildError("no C++ compiler (c++ or g++) on PATH")
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process of the run may be building: wait for it
+            if not built.is_file():
+                _build(folder)  # loads what it built
+                return built
+    torch.ops.load_library(str(built))
+    return built
+
+
+def _build(folder: Path) -> None:
+    from torch.utils import cpp_extension
+
+    start = time.perf_counter()
+    work = folder / "build"
+    try:
+        path = cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=FLAGS, build_directory=str(_fresh(work)),
+                                  is_python_module=False, is_standalone=False, verbose=False)
+    except Exception as exc:  # noqa: BLE001 (a compiler's failure has many shapes)
+        raise BuildError(f"building the C++ emulated device failed: {str(exc).strip()[-600:]}") from exc
+    path = path if isinstance(path, str) else str(work / f"{NAME}.so")
+    os.replace(path, folder / f"{NAME}.so.tmp")
+    os.replace(folder / f"{NAME}.so.tmp", folder / f"{NAME}.so")
+    (folder / "build_seconds").write_text(f"{time.perf_counter() - start:.1f}\n")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _fresh(work: Path) -> Path:
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    return work
