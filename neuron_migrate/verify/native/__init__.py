@@ -29,6 +29,11 @@ COLLECTIVES = (
 )
 
 
+# Composites that pick a kernel by the tensors' device and would call an `*_overrideable` stub for a PrivateUse1
+# device: run as on the CPU.
+BY_DEVICE = ("convolution", "_convolution", "convolution_backward")
+
+
 @functools.lru_cache(maxsize=None)
 def functional_name(name: str) -> str:
     """The operator a program called for the out= variant a device runs it as: on a device, `add.Tensor` runs as
@@ -53,7 +58,8 @@ def cpu_kernels_over_composites() -> list[str]:
         return {name.split("::", 1)[1] for name in torch._C._dispatch_get_registrations_for_dispatch_key(key)
                 if name.startswith("aten::")}
 
-    return sorted(registered("CPU") & registered("CompositeExplicitAutograd") - registered("PrivateUse1"))
+    composites = registered("CPU") & registered("CompositeExplicitAutograd") - registered("PrivateUse1")
+    return sorted(composites | {name for name in BY_DEVICE if hasattr(torch.ops.aten, name)})
 
 
 class NativeStats(emulator.Stats):

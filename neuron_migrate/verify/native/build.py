@@ -34,21 +34,34 @@ def cache_folder() -> Path:
 
 
 def compiler() -> str | None:
-    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    """The compiler torch's extension builder will call: $CXX when set, else c++ (or g++)."""
+    if os.environ.get("CXX"):
+        return shutil.which(os.environ["CXX"])
+    return shutil.which("c++") or shutil.which("g++")
 
 
 def load() -> Path:
     """Load the library into this process, building it first when the cache has none."""
     folder = cache_folder()
     built = folder / f"{NAME}.so"
+    failed = folder / "build_failed"
+    if failed.is_file():  # one failed build per source and torch: later runs do not wait for it again
+        raise BuildError(failed.read_text())
     if not built.is_file():
         if compiler() is None:
-            raise BuildError("no C++ compiler (c++ or g++) on PATH")
+            raise BuildError("no C++ compiler (c++ or g++) on PATH" if not os.environ.get("CXX") else
+                             f"no C++ compiler: CXX={os.environ['CXX']} is not on PATH")
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / "build.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # another process of the run may be building: wait for it
+            if failed.is_file():
+                raise BuildError(failed.read_text())
             if not built.is_file():
-                _build(folder)  # loads what it built
+                try:
+                    _build(folder)  # loads what it built
+                except BuildError as exc:
+                    failed.write_text(f"{exc} (delete {folder} to build again)")
+                    raise
                 return built
     torch.ops.load_library(str(built))
     return built

@@ -140,6 +140,12 @@ c10::IValue to_cpu(const c10::IValue& v, std::vector<Alias>& aliases) {
       out.push_back(t.has_value() ? std::optional<at::Tensor>(to_cpu(*t, aliases).toTensor()) : std::nullopt);
     return out;
   }
+  if (v.isList()) {  // Tensor[][] (scatter, gather)
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (const c10::IValue& item : list) out.push_back(to_cpu(item, aliases));
+    return out;
+  }
   if (v.isDevice() && v.toDevice().type() == kDevice) return c10::Device(c10::kCPU);
   if (v.isGenerator() && v.toGenerator().device().type() == kDevice) return inner_generator(v.toGenerator());
   return v;
