@@ -197,7 +197,7 @@ def verify_script(script: Path, options: Options, workdir: Path, cwd: Path | Non
         failed_builds = {r.get("emulator_build_error") for r in target_run.records} - {None}
         if failed_builds:
             report.notes.append(f"the Python emulated device ran: the C++ one (real storage) could not be built "
-                                f"({sorted(failed_builds)[0].splitlines()[0][:160]})")
+                                f"({min(failed_builds).splitlines()[0][:160]})")
     if options.max_steps is None:
         report.notes.append("runs were not limited: --max-steps N ends each run after N optimizer steps")
     return report

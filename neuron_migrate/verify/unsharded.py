@@ -44,9 +44,9 @@ def install() -> None:
 
     if not dist.is_available():
         return
-    import torch.distributed.fsdp as fsdp
     import torch.distributed.tensor as dtensor
-    import torch.distributed.tensor.parallel as parallel
+    from torch.distributed import fsdp
+    from torch.distributed.tensor import parallel
 
     fsdp.fully_shard = _identity
     try:

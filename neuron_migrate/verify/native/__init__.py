@@ -34,7 +34,7 @@ COLLECTIVES = (
 BY_DEVICE = ("convolution", "_convolution", "convolution_backward")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def functional_name(name: str) -> str:
     """The operator a program called for the out= variant a device runs it as: on a device, `add.Tensor` runs as
     `add.out` (the composite of a structured operator); counted as the former, as the Python emulator sees it."""

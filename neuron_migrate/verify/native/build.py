@@ -75,7 +75,7 @@ def _build(folder: Path) -> None:
     try:
         path = cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=FLAGS, build_directory=str(_fresh(work)),
                                   is_python_module=False, is_standalone=False, verbose=False)
-    except Exception as exc:  # noqa: BLE001 (a compiler's failure has many shapes)
+    except Exception as exc:  # a compiler's failure has many shapes
         raise BuildError(f"building the C++ emulated device failed: {str(exc).strip()[-600:]}") from exc
     path = path if isinstance(path, str) else str(work / f"{NAME}.so")
     os.replace(path, folder / f"{NAME}.so.tmp")

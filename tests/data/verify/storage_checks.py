@@ -13,12 +13,12 @@ from neuron_migrate.verify import emulator
 
 emulator.install()
 assert emulator.backend() == "cpp", emulator._state.get("build_error")
-LOCAL_RANK = int(os.environ.get("LOCAL_RANK", 0))
+LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def check_device_per_rank():
     torch.neuron.set_device(LOCAL_RANK)
-    assert torch.neuron.device_count() == int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    assert torch.neuron.device_count() == int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     x = torch.ones(3, device="neuron")
     assert x.device == torch.device("neuron", LOCAL_RANK), x.device
     with torch.neuron.device(0):

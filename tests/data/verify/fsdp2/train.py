@@ -42,7 +42,7 @@ def main():
     args = parser.parse_args()
 
     dist.init_process_group("neuron")
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.neuron.set_device(local_rank)
     device = torch.device("neuron", local_rank)
     mesh = init_device_mesh("neuron", (dist.get_world_size(),))
