@@ -73,8 +73,12 @@ def _build(folder: Path) -> None:
     start = time.perf_counter()
     work = folder / "build"
     try:
-        path = cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=FLAGS, build_directory=str(_fresh(work)),
-                                  is_python_module=False, is_standalone=False, verbose=False)
+        if cpp_extension.is_ninja_available():
+            path = cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=FLAGS, build_directory=str(_fresh(work)),
+                                      is_python_module=False, is_standalone=False, verbose=False)
+        else:  # torch's builder needs ninja: one compiler call does the same
+            path = compile_directly(_fresh(work) / f"{NAME}.so")
+            torch.ops.load_library(path)
     except Exception as exc:  # a compiler's failure has many shapes
         raise BuildError(f"building the C++ emulated device failed: {str(exc).strip()[-600:]}") from exc
     path = path if isinstance(path, str) else str(work / f"{NAME}.so")
@@ -82,6 +86,22 @@ def _build(folder: Path) -> None:
     os.replace(folder / f"{NAME}.so.tmp", folder / f"{NAME}.so")
     (folder / "build_seconds").write_text(f"{time.perf_counter() - start:.1f}\n")
     shutil.rmtree(work, ignore_errors=True)
+
+
+def compile_directly(out: Path) -> str:
+    """Build the library with one call of the compiler (torch's headers and libraries, its C++ ABI)."""
+    import subprocess
+
+    from torch.utils import cpp_extension
+
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    command = [compiler() or "c++", "-shared", "-fPIC", "-std=c++20", *FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+               *(f"-isystem{p}" for p in cpp_extension.include_paths()), str(SOURCE), "-o", str(out),
+               *(f"-L{p}" for p in cpp_extension.library_paths()), "-lc10", "-ltorch_cpu", "-ltorch"]
+    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr or proc.stdout)
+    return str(out)
 
 
 def _fresh(work: Path) -> Path:
