@@ -11,7 +11,7 @@ import torch
 from torch.utils._pytree import tree_map
 from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
-from neuron_migrate.verify import distributed, dynamo, emulator
+from neuron_migrate.verify import distributed, dynamo, emulator, unsharded
 
 NAME = emulator.NAME
 
@@ -26,12 +26,24 @@ class _CpuAutocast(torch.amp.autocast_mode.autocast):
         super().__init__("cpu" if device_type == NAME else device_type, *args, **kwargs)
 
 
+class _CpuGenerator(torch.Generator):
+    """`torch.Generator(device="neuron")` is a CPU generator, as the `neuron` device is the CPU here."""
+
+    def __new__(cls, device="cpu"):
+        return super().__new__(cls, "cpu" if str(device).split(":")[0] == NAME else device)
+
+    def __init__(self, device="cpu") -> None:
+        pass
+
+
 def install() -> None:
     _setup_privateuseone_for_python_backend(NAME, backend_module=emulator.Module())
     emulator._state["libraries"] = emulator.register_device_kernels(_run_on_cpu)
     torch.autocast = torch.amp.autocast = _CpuAutocast
+    torch.Generator = _CpuGenerator
     dynamo.install()
     distributed.install()
+    unsharded.install()
     import importlib.util
     import sys
 

@@ -41,9 +41,13 @@ class Stats:
         self.mixed: Counter[str] = Counter()
         self.tracked: Counter[str] = Counter()  # since torch_neuronx.clear_op_tracking()
 
+    def clear_tracked(self) -> None:
+        self.tracked.clear()
+
 
 STATS = Stats()
-_state = {"strict": False, "device": 0, "installed": False}
+_state = {"strict": False, "device": 0, "installed": False, "native": False}
+BACKEND_ENV = "NEURON_MIGRATE_EMULATOR"  # "cpp", "python" or unset (the C++ one where it builds)
 
 
 @functools.lru_cache(maxsize=None)
@@ -372,7 +376,7 @@ def get_executed_ops() -> list[str]:
 
 
 def clear_op_tracking() -> None:
-    STATS.tracked.clear()
+    STATS.clear_tracked()
 
 
 def _torch_neuronx_stub():
@@ -388,7 +392,7 @@ def _torch_neuronx_stub():
     for name in ("device_count", "current_device", "set_device", "synchronize", "device", "empty_cache",
                  "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
                  "memory_stats", "reset_peak_memory_stats"):
-        setattr(stub, name, getattr(Module, name))
+        setattr(stub, name, getattr(torch.get_device_module(NAME), name))
     _add_streams(stub)
     stub.is_neuron_runtime_initialized = lambda: True
     stub.get_dynamo_metrics = lambda: {}
@@ -449,18 +453,45 @@ def register_device_kernels(kernel) -> tuple[torch.library.Library, ...]:
     return fallback, copies
 
 
+def backend() -> str:
+    """Which emulated device runs in this process: "cpp" (real storage) or "python"."""
+    return "cpp" if _state["native"] else "python"
+
+
 def install(strict: bool = False) -> None:
-    """Register the emulated `neuron` device in this process (once)."""
+    """Register the emulated `neuron` device in this process (once): the C++ one with real storage where it
+    builds (`native/`), else this Python one; NEURON_MIGRATE_EMULATOR=cpp|python chooses."""
     _state["strict"] = strict
     if _state["installed"]:
         return
-    from neuron_migrate.verify import autocast, distributed, dynamo
+    choice = os.environ.get(BACKEND_ENV, "").strip().lower()
+    if choice not in ("", "auto", "cpp", "python"):
+        raise RuntimeError(f"{BACKEND_ENV}={choice!r}: expected cpp, python or auto")
+    if choice != "python":
+        from neuron_migrate.verify import native
+
+        try:
+            return native.install(strict)
+        except native.BuildError as exc:
+            if choice == "cpp":
+                raise
+            _state["build_error"] = str(exc)
+    from neuron_migrate.verify import autocast
 
     _setup_privateuseone_for_python_backend(NAME, backend_module=Module())
     _state["libraries"] = (*register_device_kernels(_device_kernel), *autocast.install())
+    _pin_memory_is_a_no_op()
+    install_common()
+
+
+def install_common() -> None:
+    """What both emulated devices share: compile backend, process group, the `torch_neuronx` stand-in."""
+    from neuron_migrate.verify import autocast, distributed, dynamo
+
+    if _state["native"]:
+        _state["libraries"] = tuple(autocast.install())
     dynamo.install()
     distributed.install()
-    _pin_memory_is_a_no_op()
     import importlib.util
     import sys
 

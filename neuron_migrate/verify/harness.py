@@ -54,6 +54,8 @@ class Recorder:
         self.start_fingerprints: list[list[float]] = []  # of each module's parameters when first moved
         self.moved_to: set[str] = set()  # device types of the program's .to() calls (the `plain` device)
         self.error: dict | None = None  # the exception the program stopped on
+        self.final_params: list[dict] | None = None  # gathered before the process group went away
+        self.final_fingerprints: list[list[float]] | None = None
 
     # -- events ------------------------------------------------------------------------------------------
     def on_backward(self, tensor: torch.Tensor) -> None:
@@ -150,8 +152,7 @@ class Recorder:
             "step_times": self.durations(self.step_ends),
             "call_times": self.durations(self.call_ends),
             "modules": [type(m).__name__ for m in modules],
-            "params": [{k: v.detach().float().cpu() for k, v in m.state_dict().items()
-                        if isinstance(v, torch.Tensor) and v.is_floating_point()} for m in modules],
+            "params": self.final_params if self.final_params is not None else self.params(modules),
             "outputs": [[t.float().cpu() if t.is_floating_point() else t.cpu() for t in call]
                         for call in self.outputs],
             "autocast": self.autocast,
@@ -163,12 +164,25 @@ class Recorder:
             "loss_devices": sorted({device for _, device in self.loss_facts}),
             "call_devices": sorted({device for _, device in self.call_facts}),
             "module_types": sorted({type(sub).__name__ for m in modules for sub in m.modules()}),
-            "params_changed": [start != _fingerprint(m) for start, m in zip(starts, modules)],
+            "params_changed": [start != end for start, end in zip(starts, self.final_fingerprints or
+                                                                   [_fingerprint(m) for m in modules])],
             "files": _imported_files([r for r in (self.config.get("script_root"), self.config.get("root")) if r]),
             "moved_to": sorted(self.moved_to),
             "error": self.error,
             **_safe_device_facts(self.config["device"]),
         }
+
+    def params(self, modules: list[torch.nn.Module]) -> list[dict]:
+        """The floating-point state of each module; a sharded parameter (FSDP2, DTensor) gathered whole."""
+        return [{k: _full(v).detach().float().cpu() for k, v in m.state_dict().items()
+                 if isinstance(v, torch.Tensor) and v.is_floating_point()} for m in modules]
+
+    def before_destroy(self) -> None:
+        """Gathering a sharded parameter is a collective: done while the process group still exists."""
+        modules = self.top_level()
+        if self.final_params is None and any(_is_sharded(p) for m in modules for p in m.parameters()):
+            self.final_params = self.params(modules)
+            self.final_fingerprints = [_fingerprint(m) for m in modules]
 
     def write(self) -> None:
         if self.written:
@@ -182,7 +196,16 @@ class Recorder:
 def _fingerprint(module: torch.nn.Module) -> list[float]:
     """A cheap summary of the parameters' values: a training step changes it."""
     with torch.no_grad():
-        return [float(p.detach().double().sum().cpu()) for p in module.parameters()]
+        return [float(_full(p).detach().double().sum().cpu()) for p in module.parameters()]
+
+
+def _is_sharded(value) -> bool:
+    return type(value).__name__ == "DTensor" or type(getattr(value, "data", None)).__name__ == "DTensor"
+
+
+def _full(value: torch.Tensor) -> torch.Tensor:
+    """A DTensor (an FSDP2 or tensor-parallel shard) as the whole tensor, gathered from every rank."""
+    return value.full_tensor() if hasattr(value, "full_tensor") and hasattr(value, "placements") else value
 
 
 def _imported_files(roots: list[str]) -> list[str]:
@@ -241,7 +264,9 @@ def _device_facts(device: str) -> dict:
     if device in ("emulated", "cpu"):
         from neuron_migrate.verify import dynamo, emulator
 
-        return {"ops": dict(emulator.STATS.ops), "mixed": dict(emulator.STATS.mixed),
+        emulated = {"emulator": emulator.backend(), "emulator_build_error": emulator._state.get("build_error")
+                    } if device == "emulated" else {}
+        return {**emulated, "ops": dict(emulator.STATS.ops), "mixed": dict(emulator.STATS.mixed),
                 "compilations": [vars(c) for c in dynamo.LOG.compilations]}
     if device == "neuron":
         import torch_neuronx
@@ -327,6 +352,21 @@ def _install_hooks(recorder: Recorder) -> None:
 
     torch.optim.Optimizer.__init__ = recorded_init
     register_optimizer_step_post_hook(lambda *args: recorder.on_step())
+    _gather_before_destroy(recorder)
+
+
+def _gather_before_destroy(recorder: Recorder) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    destroy = dist.destroy_process_group
+
+    def recorded_destroy(*args, **kwargs):
+        recorder.before_destroy()
+        return destroy(*args, **kwargs)
+
+    dist.destroy_process_group = recorded_destroy
 
 
 def _setup_device(config: dict) -> None:

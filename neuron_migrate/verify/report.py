@@ -15,6 +15,7 @@ from neuron_migrate.verify.fallbacks import DATA_FILE, Fallback
 from neuron_migrate.verify.paths import PathCheck
 from neuron_migrate.verify.runs import Migration, RunResult
 
+EMULATORS = {"cpp": "C++ backend with real storage", "python": "Python backend"}
 DEVICE_NAMES = {
     "cpu": "the plain CPU (`neuron` stands for the CPU)",
     "emulated": "the emulated `neuron` device (CPU)",
@@ -236,7 +237,7 @@ def _failure_tail(result: RunResult) -> list[str]:
 def render_text(report: Report) -> str:
     out = [f"neuron-migrate verify {report.script}: {report.verdict}"]
     for r in report.runs:
-        out.append(f"  {r.program.name:<12} {r.program.label} on {DEVICE_NAMES[r.program.device]}{_processes(r)}, "
+        out.append(f"  {r.program.name:<12} {r.program.label} on {_device_name(r)}{_processes(r)}, "
                    f"torch {_torch_version(r)} ({_seconds(r.seconds)}, exit {r.returncode}){_own_env(r)}")
     out += _migration_lines(report)
     for r in report.failed_runs:
@@ -292,6 +293,18 @@ def _path_json(report: Report) -> dict | None:
             "runs": [{**_run_json(r), "ran": o.ran, "stopped_on": o.error, "devices": o.devices, "progress": o.progress}
                      for r, o in ((p.original, original), (p.migration, migration))],
             "checks": [] if p.comparison is None else [c.to_json() for c in p.comparison.checks]}
+
+
+def emulator_kind(r: RunResult) -> str | None:
+    """Which emulated device a run had: "cpp" (the C++ backend, real storage) or "python" (its fallback)."""
+    kinds = {record.get("emulator") for record in r.records} - {None}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _device_name(r: RunResult) -> str:
+    kind = emulator_kind(r)
+    name = DEVICE_NAMES[r.program.device]
+    return name if kind is None else name.replace("(CPU)", f"(CPU; {EMULATORS[kind]})")
 
 
 def _processes(r: RunResult) -> str:
@@ -388,7 +401,7 @@ def _run_json(r: RunResult) -> dict:
     t = timing(r)
     return {
         "role": r.program.role, "name": r.program.name, "nproc": r.program.nproc, "env": r.program.env,
-        "program": r.program.label, "device": r.program.device,
+        "program": r.program.label, "device": r.program.device, "emulator": emulator_kind(r),
         "python": r.program.python, "torch": _torch_version(r), "returncode": r.returncode, "seconds": r.seconds,
         "processes": len(r.records), "steps": t.steps if t.unit == "step" else 0,
         "forward_calls": t.steps if t.unit != "step" else None, "first_step_seconds": t.first,
@@ -411,7 +424,7 @@ def render_markdown(report: Report) -> str:
     icon = {"equivalent": "✅", "NOT equivalent": "❌"}.get(report.verdict, "⚠️")
     out = [f"### {icon} neuron-migrate verify: `{report.script}` is {report.verdict}", ""]
     out += ["| run | program | device | time | exit |", "| --- | --- | --- | --- | --- |"]
-    out += [f"| {r.program.name} | {r.program.label} | {DEVICE_NAMES[r.program.device]}{_processes(r)}, "
+    out += [f"| {r.program.name} | {r.program.label} | {_device_name(r)}{_processes(r)}, "
             f"torch {_torch_version(r)} | {_seconds(r.seconds)} | {r.returncode} |" for r in report.runs]
     if report.migration is not None:
         m = report.migration

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_migrate.verify import fallbacks, paths
+from neuron_migrate.verify import fallbacks, paths, unsharded
 from neuron_migrate.verify.compare import (Check, Comparison, compare, compare_parameters, explain_by_cpu,
                                            printed_lines, ranks_agree)
 from neuron_migrate.verify.report import EMULATED_TIMING, XLA_TIMING, Report
@@ -75,6 +75,11 @@ def _programs(script: Path, options: Options, workdir: Path) -> tuple[list[Progr
         return programs, migration, plain
     if migration is None:
         raise VerifyError("nothing to compare the given migration with")
+    if options.nproc > 1 and unsharded.shards([migrated, *(migration.folder / f for f in migration.changed)]):
+        # a sharded program: its reference is the unsharded model in one process (unsharded.py)
+        reference = Program("reference", f"migrated copy of {script.name}, unsharded", sys.executable,
+                            migration.script, "cpu", 1, {**options.target_env, unsharded.ENV: "1"}, migration)
+        return [reference, target("target", device, options.nproc, options.target_env)], migration, plain
     reference = Program("reference", f"migrated copy of {script.name}", sys.executable, migration.script, "cpu",
                         options.nproc, options.target_env, migration)
     return [reference, target("target", device, options.nproc, options.target_env)], migration, plain
@@ -99,6 +104,8 @@ def _compare(options: Options, programs: list[Program], runs: list[RunResult]) -
     reference = next(r for r in runs if r.program.role == "reference")
     target = next(r for r in runs if r.program.role == "target")
     cross_backend = reference.program.device == "xla" or target.program.device == "neuron"
+    if reference.program.nproc < target.program.nproc and target.records:  # the unsharded reference
+        return _compare_sharded(options, reference, target, cross_backend)
     main = compare(reference.records, target.records, options.rtol, options.atol, cross_backend,
                    device=target.program.device, printed=_printed(reference, target))
     cpu = by_name.get("cpu")
@@ -130,6 +137,24 @@ def _compare(options: Options, programs: list[Program], runs: list[RunResult]) -
         else:
             main.checks.append(ranks_agree(f"{prefix}: ranks agree on the final parameters", parallel.records,
                                            options.rtol, options.atol))
+    return main
+
+
+def _compare_sharded(options: Options, reference: RunResult, target: RunResult, cross_backend: bool) -> Comparison:
+    """N sharded processes against one unsharded one: rank 0 (its parameters gathered whole) against the
+    reference, and every rank ending with the same whole parameters."""
+    first = sorted(target.records, key=lambda r: r["meta"]["rank"])
+    main = compare(reference.records, first[:1], options.rtol, options.atol, cross_backend,
+                   device=target.program.device, printed=_printed(reference, target))
+    prefix = f"{options.nproc} processes"
+    for check in main.checks:
+        check.name = f"{prefix}, rank 0 against the unsharded reference: {check.name}"
+    if len(first) != options.nproc:
+        main.checks.append(Check(f"{prefix}: ranks", False,
+                                 detail=f"{len(first)} of {options.nproc} ranks wrote a record"))
+    else:
+        main.checks.append(ranks_agree(f"{prefix}: ranks agree on the gathered parameters", first, options.rtol,
+                                       options.atol))
     return main
 
 
@@ -169,6 +194,10 @@ def verify_script(script: Path, options: Options, workdir: Path, cwd: Path | Non
         report.notes.append(XLA_TIMING)
     if target_run.program.device == "emulated":
         report.notes.append(EMULATED_TIMING)
+        failed_builds = {r.get("emulator_build_error") for r in target_run.records} - {None}
+        if failed_builds:
+            report.notes.append(f"the Python emulated device ran: the C++ one (real storage) could not be built "
+                                f"({min(failed_builds).splitlines()[0][:160]})")
     if options.max_steps is None:
         report.notes.append("runs were not limited: --max-steps N ends each run after N optimizer steps")
     return report
