@@ -1,0 +1,427 @@
+"""NM230-NM234: sharded training. torch_xla's FSDP becomes FSDP2 `fully_shard` (NM231), its ZeRO-1 optimizer
+torch.distributed's (NM232), NxD's tensor-parallel layers plain layers and a DTensor plan (NM233), SPMD meshes and
+parameter shardings DeviceMesh and `distribute_tensor` (NM234); what does not carry over one to one is marked
+(NM230), with the native pieces named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from neuron_migrate.engine.facts import fact
+from neuron_migrate.engine.names import Occurrence, dotted_str
+from neuron_migrate.rules import Rule
+from neuron_migrate.rules.patterns import arg, code, short
+from neuron_migrate.rules.rewrites import dist, paren, world_size
+from neuron_migrate.rules.target import target
+from neuron_migrate.syntax.parse import expression
+
+FSDP = frozenset({"torch_xla.distributed.fsdp.XlaFullyShardedDataParallel",
+                  "torch_xla.distributed.fsdp.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel"})
+TRANSFORMER_POLICY = frozenset({"torch_xla.distributed.fsdp.wrap.transformer_auto_wrap_policy",
+                                "torch_xla.distributed.fsdp.transformer_auto_wrap_policy"})
+PARTIAL = frozenset({"functools.partial"})
+CONSOLIDATE = frozenset({f"torch_xla.distributed.fsdp.{m}{f}" for m in ("", "state_dict_utils.")
+                         for f in ("consolidate_sharded_model_checkpoints", "consolidate_sharded_state_dicts")})
+ZERO = frozenset({"torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer"})
+
+FSDP_HINT = "FSDP2 `torch.distributed.fsdp.fully_shard(module, mesh=init_device_mesh(\"neuron\", (world_size,)))` " \
+            "on each block and then on the model"
+DCP_HINT = "`torch.distributed.checkpoint` (`dcp.save({\"model\": get_model_state_dict(model), \"optim\": " \
+           "get_optimizer_state_dict(model, optimizer)}, checkpoint_id=folder)`; `dcp_to_torch_save` makes one file)"
+ZERO_HINT = "`torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=...)` with the gradients " \
+            "averaged over the ranks and, unless it was given grad_clipping=False, " \
+            "`torch.nn.utils.clip_grad_norm_(params, max_norm or 1.0)` before each `step()`"
+
+# What an NM230 marker asks for (its few words; the finding and `explain` say the rest).
+TODO_FSDP = "shard with FSDP2 fully_shard by hand"
+TODO_DCP = "save with torch.distributed.checkpoint"
+TODO_ZERO = "use the native ZeRO-1 optimizer by hand"
+TODO_SPMD = "shard with DeviceMesh / DTensor"
+
+# XlaFullyShardedDataParallel's keywords without a meaning for FSDP2 (the reason is in NM231's catalogue entry).
+FSDP_DROPPED = frozenset({
+    "flatten_parameters", "execute_sharding_on_init", "optimization_barrier_in_forward",
+    "optimization_barrier_in_backward", "sync_on_finalization", "disable_reshard_on_root", "shard_param_on_dim_0",
+    "pin_layout_in_collective_ops", "reduce_scatter_bucket_size_mb", "coalesce_all_gather_ops",
+    "_shard_size_multiple", "_use_xla_patched_linear", "_debug_msg", "_debug_print", "_debug_dummy_forward_pass",
+    "_debug_dummy_all_gather_op", "_debug_dummy_all_reduce_op", "_debug_dummy_reduce_scatter_op",
+    "_debug_dummy_optimization_barrier_op",
+})
+# ... and those that change what is computed or where (marked): buffer_dtype, sharding_groups / _rank /
+# _world_size, auto_wrapper_callable, param_init_fn, and any auto_wrap_policy but the transformer one.
+FSDP_MAPPED = frozenset({"reshard_after_forward", "compute_dtype", "fp32_reduce_scatter", "auto_wrap_policy"})
+
+# ZeroRedundancyOptimizer's keywords without a native meaning (dropped) and those that change the result (marked
+# unless they hold their default).
+ZERO_DROPPED = frozenset({"pin_layout", "bucket_cap_mb_all_gather", "bucket_cap_mb_reduce_scatter",
+                          "use_grad_acc_hook"})
+ZERO_DEFAULTS = {"optimizer_dtype": "None", "sharding_groups": "None", "grad_norm_groups": "None",
+                 "lazy_init": "False", "save_master_weights": "False", "higher_cc_precision": "False"}
+
+
+@fact
+def fully_sharded(ctx) -> set[str]:
+    """The names bound to a model FSDP2 now shards (filled as NM231 rewrites): its gradients are reduced by
+    FSDP, so a step on an optimizer over them needs no averaging (rules/gradients.py asks)."""
+    return set()
+
+
+def _free_name(ctx, *candidates: str) -> str:
+    taken = lambda n: any(n in s.bindings or n in s.reads for s in ctx.analysis.scopes)  # noqa: E731
+    return next((n for n in candidates if not taken(n)), candidates[-1] + "_")
+
+
+def _literal(node: cst.BaseExpression | None) -> str | None:
+    """True / False / None as text; None for anything else."""
+    return node.value if isinstance(node, cst.Name) and node.value in ("True", "False", "None") else None
+
+
+def _alone(occ: Occurrence, node: cst.Call) -> str | None:
+    """"assign" / "return" when `node` is the whole value of the only small statement on its line."""
+    small, line = occ.small, occ.statement
+    if not isinstance(line, cst.SimpleStatementLine) or len(line.body) != 1:
+        return None
+    if isinstance(small, cst.Assign) and small.value is node and len(small.targets) == 1:
+        return "assign"
+    if isinstance(small, cst.Return) and small.value is node:
+        return "return"
+    return None
+
+
+def _names_in(node: cst.CSTNode) -> list[cst.CSTNode]:
+    found: list[cst.CSTNode] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n)
+
+        def visit_Attribute(self, n: cst.Attribute) -> None:
+            found.append(n)
+    node.visit(Collect())
+    return found
+
+
+@dataclass
+class Policy:
+    """The classes a `transformer_auto_wrap_policy` names (None: no policy; `marked`: one not understood)."""
+
+    classes: list[str] | None = None
+    marked: str = ""
+    statement: cst.CSTNode | None = None  # `policy = partial(...)`, read only by the wrap: it goes with it
+
+
+class FullyShard(Rule):
+    """NM231: `XlaFullyShardedDataParallel(model, ...)` -> `fully_shard` on each block the wrap policy names, then
+    on the model, on a 1-D DeviceMesh over every process; `model.module` -> `model`; NM230 for the rest."""
+
+    codes = ("NM231", "NM230")
+    triggers = (b"XlaFullyShardedDataParallel", b"consolidate_sharded", b"get_shard_metadata")
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        # (scope, name) -> the value bound to it by an assignment alone on its line, and that line
+        self.policies: dict[tuple[int, str], tuple[cst.BaseExpression, cst.CSTNode]] = {}
+        self.wrapped: dict[tuple[int, str], bool] = {}  # (scope, name) of FSDP targets -> rewritten
+
+    # -- what the file holds ---------------------------------------------------------------------------------
+    def visit_Assign(self, node: cst.Assign) -> None:
+        occ = self.ctx.current
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and occ.small is node \
+                and isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1:
+            self.policies[(id(occ.scope), node.targets[0].target.value)] = (node.value, occ.statement)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        """`model.module` where `model` was wrapped and now is the model itself."""
+        ctx = self.ctx
+        if node.attr.value != "module" or not isinstance(node.value, cst.Name):
+            return
+        scope = ctx.analysis.lookup(node.value.value, ctx.current.scope)
+        if scope is not None and self.wrapped.get((id(scope), node.value.value)):
+            ctx.replace(node, cst.Name(node.value.value))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual in FSDP:
+            self._fsdp(node)
+        elif qual in CONSOLIDATE:
+            ctx.report("NM230", node, call=short(node), fixed=DCP_HINT, todo=TODO_DCP)
+        elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "get_shard_metadata" \
+                and isinstance(node.func.value, cst.Name):
+            scope = ctx.analysis.lookup(node.func.value.value, ctx.current.scope)
+            if scope is not None and (id(scope), node.func.value.value) in self.wrapped:
+                ctx.report("NM230", node, call=short(node), fixed=DCP_HINT, todo=TODO_DCP)
+
+    # -- the rewrite -----------------------------------------------------------------------------------------
+    def _fsdp(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        occ = ctx.current
+        module = arg(node, 0, "module")
+        form = _alone(occ, node)
+        name = None
+        if form == "assign" and isinstance(occ.small.targets[0].target, cst.Name):
+            name = occ.small.targets[0].target.value
+        keywords, why = self._keywords(node, module)
+        policy = self._policy(arg(node, None, "auto_wrap_policy"))
+        why = why or policy.marked
+        if not why and policy.classes and form is None:
+            why = "the wrap policy needs a statement of its own"
+        if why:
+            ctx.report("NM230", node, call=short(node), fixed=f"{FSDP_HINT} ({why})", todo=TODO_FSDP)
+            if name is not None:
+                self.wrapped[(id(occ.scope), name)] = False
+            return
+        if name is not None:
+            self.wrapped[(id(occ.scope), name)] = False
+        if not ctx.report("NM231", node, call=short(node), fixed=FSDP_HINT):
+            return
+        if name is not None:
+            self.wrapped[(id(occ.scope), name)] = True
+            ctx.facts.fully_sharded.add(name)
+        given = arg(node, None, "auto_wrap_policy")
+        for inner in _names_in(given.value) if given is not None else ():
+            ctx.handled.add(inner)
+        fsdp = ctx.module_ref("torch.distributed.fsdp", "fsdp")
+        mesh_of = f"{dist(ctx)}.device_mesh.init_device_mesh({target(ctx).device_type()}, ({world_size(ctx)},))"
+        if form is None:
+            ctx.replace(node, expression(f"{fsdp}.fully_shard({code(module.value)}, mesh={mesh_of}{keywords})"))
+            return
+        if policy.statement is not None:
+            self._take_policy(policy.statement)
+        mesh = _free_name(ctx, "mesh", "fsdp_mesh")
+        lines = [f"{mesh} = {mesh_of}"]
+        if keywords and policy.classes:
+            held = _free_name(ctx, "fsdp_options")
+            lines.append(f"{held} = dict({keywords[2:]})")
+            keywords = f", **{held}"
+        model = code(module.value)
+        if policy.classes and not isinstance(module.value, (cst.Name, cst.Attribute)):
+            model = name or _free_name(ctx, "model", "sharded_model")
+            lines.append(f"{model} = {code(module.value)}")
+        if policy.classes:
+            sub = _free_name(ctx, "submodule", "block")
+            kinds = policy.classes[0] if len(policy.classes) == 1 else f"({', '.join(policy.classes)})"
+            lines += [f"for {sub} in {paren(model)}.modules():",
+                      f"    if isinstance({sub}, {kinds}):",
+                      f"        {fsdp}.fully_shard({sub}, mesh={mesh}{keywords})"]
+        call = f"{fsdp}.fully_shard({model}, mesh={mesh}{keywords})"
+        small = occ.small
+        lines.append(f"return {call}" if form == "return" else f"{code(small.targets[0].target)} = {call}")
+        statement = occ.statement
+
+        def build(old: cst.SimpleStatementLine) -> cst.FlattenSentinel:
+            new = list(cst.parse_module("\n".join(lines) + "\n").body)
+            new[0] = new[0].with_changes(leading_lines=old.leading_lines)
+            return cst.FlattenSentinel(new)
+        ctx.replace(statement, build)
+
+    def _take_policy(self, statement: cst.SimpleStatementLine) -> None:
+        """The policy's assignment goes with the wrap that read it; its names are handled here (no NM199)."""
+        ctx = self.ctx
+        ctx.remove(statement)
+        for node in _names_in(statement):
+            ctx.handled.add(node)
+
+    def _keywords(self, node: cst.Call, module: cst.Arg | None) -> tuple[str, str]:
+        """The keywords `fully_shard` takes for the legacy ones (`, mp_policy=...`), or why they cannot be mapped."""
+        ctx = self.ctx
+        if module is None or any(a.star for a in node.args):
+            return "", "the module is not passed plainly"
+        for a in node.args:
+            if a is not module and a.keyword is None:
+                return "", "positional options"
+            key = a.keyword.value if a.keyword is not None else None
+            if key is not None and key not in FSDP_DROPPED and key not in FSDP_MAPPED:
+                return "", f"`{key}` has no one-to-one counterpart"
+        out = ""
+        reshard = arg(node, None, "reshard_after_forward")
+        if reshard is not None:
+            out += f", reshard_after_forward={code(reshard.value)}"
+        dtype = arg(node, None, "compute_dtype")
+        fp32 = arg(node, None, "fp32_reduce_scatter")
+        if dtype is not None and _literal(dtype.value) != "None":
+            fp32_value = _literal(fp32.value) if fp32 is not None else "False"
+            if fp32_value not in ("True", "False"):
+                return "", "`fp32_reduce_scatter` is not a literal"
+            torch = ctx.module_ref("torch")
+            reduce = f"{torch}.float32" if fp32_value == "True" else code(dtype.value)
+            out += f", mp_policy={ctx.module_ref('torch.distributed.fsdp', 'fsdp')}.MixedPrecisionPolicy(" \
+                   f"param_dtype={code(dtype.value)}, reduce_dtype={reduce})"
+        return out, ""
+
+    def _policy(self, given: cst.Arg | None) -> Policy:
+        if given is None or _literal(given.value) == "None":
+            return Policy()
+        ctx = self.ctx
+        value = given.value
+        if isinstance(value, cst.Name):
+            scope = ctx.analysis.lookup(value.value, ctx.current.scope)
+            bound = scope.bindings.get(value.value, []) if scope is not None else []
+            held = self.policies.get((id(scope), value.value))
+            if len(bound) != 1 or bound[0].kind != "assign" or held is None or scope.reads.get(value.value) != 1:
+                return Policy(marked="the wrap policy is not found in this file, or is used elsewhere too")
+            value, statement = held
+        if not (isinstance(value, cst.Call) and ctx.qualname(value.func) in PARTIAL):
+            return Policy(marked="only `partial(transformer_auto_wrap_policy, transformer_layer_cls={...})` maps")
+        first = arg(value, 0, None)
+        classes = arg(value, None, "transformer_layer_cls")
+        if first is None or ctx.qualname(first.value) not in TRANSFORMER_POLICY or classes is None \
+                or len(value.args) != 2 or not isinstance(classes.value, (cst.Set, cst.List, cst.Tuple)):
+            return Policy(marked="only `partial(transformer_auto_wrap_policy, transformer_layer_cls={...})` maps")
+        names = []
+        for element in classes.value.elements:
+            if not isinstance(element, cst.Element) or dotted_str(element.value) is None:
+                return Policy(marked="the block classes are not plain names")
+            names.append(code(element.value))
+        if not names:
+            return Policy(marked="no block class is named")
+        return Policy(classes=names, statement=statement if isinstance(given.value, cst.Name) else None)
+
+
+@dataclass
+class ZeroSite:
+    occ: Occurrence
+    node: cst.Call
+    name: str
+    clip: str | None  # the max norm to clip to, None for no clipping
+    steps: list[tuple[Occurrence, cst.Call]] = field(default_factory=list)
+
+
+class ZeroOptimizer(Rule):
+    """NM232: torch_xla's `ZeroRedundancyOptimizer(params, optimizer_class, ...)` ->
+    `torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=...)`, with what torch_xla's did in
+    its `step()` made explicit before each step of that optimizer in the file: averaging the gradients over the
+    ranks and (its default) clipping their norm to 1.0. NM230 where the steps are not all found."""
+
+    codes = ("NM232", "NM230")
+    triggers = (b"ZeroRedundancyOptimizer",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.sites: list[ZeroSite] = []
+        self.steps: list[tuple[Occurrence, cst.Call, int, str]] = []  # (occ, call, scope id, name)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "step" and isinstance(func.value, cst.Name):
+            scope = ctx.analysis.lookup(func.value.value, ctx.current.scope)
+            if scope is not None:
+                self.steps.append((ctx.current, node, id(scope), func.value.value))
+            return
+        if ctx.qualname(func) not in ZERO:
+            return
+        occ = ctx.current
+        clip, why = self._clip(node)
+        name = occ.small.targets[0].target.value if _alone(occ, node) == "assign" \
+            and isinstance(occ.small.targets[0].target, cst.Name) else None
+        if why or name is None:
+            ctx.report("NM230", node, call=short(node),
+                       fixed=f"{ZERO_HINT} ({why or 'the optimizer is not bound to a name of its own'})",
+                       todo=TODO_ZERO)
+            return
+        self.sites.append(ZeroSite(occ, node, name, clip))
+
+    def _clip(self, node: cst.Call) -> tuple[str | None, str]:
+        """The max norm the legacy optimizer clipped to (None: it did not), or why the call cannot be mapped."""
+        if any(a.star == "*" for a in node.args) or arg(node, 0, "params") is None \
+                or arg(node, 1, "optimizer_class") is None:
+            return None, "the parameters or the optimizer class are not passed plainly"
+        for a in node.args:
+            key = a.keyword.value if a.keyword is not None else None
+            if a.keyword is None and a not in (arg(node, 0, None), arg(node, 1, None)) and not a.star:
+                return None, "positional options"
+            if key in ZERO_DEFAULTS and (_literal(a.value) or "") != ZERO_DEFAULTS[key]:
+                return None, f"`{key}` has no native counterpart"
+        clipping = arg(node, None, "grad_clipping")
+        on = _literal(clipping.value) if clipping is not None else "True"
+        if on not in ("True", "False"):
+            return None, "`grad_clipping` is not a literal"
+        norm = arg(node, None, "max_norm")
+        if on == "False":
+            return None, ""
+        if norm is None or _literal(norm.value) == "None":
+            return "1.0", ""
+        return code(norm.value), ""
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for site in self.sites:
+            ctx.current = site.occ
+            steps = [(occ, call) for occ, call, scope, name in self.steps
+                     if name == site.name and scope == id(site.occ.scope)]
+            if not steps or not all(self._plain(occ, call) for occ, call in steps):
+                ctx.report("NM230", site.node, call=short(site.node),
+                           fixed=f"{ZERO_HINT} (the steps of `{site.name}` are not all plain statements here)",
+                           todo=TODO_ZERO)
+                continue
+            if not ctx.report("NM232", site.node, call=short(site.node), fixed=ZERO_HINT):
+                continue
+            self._rewrite(site)
+            for occ, _call in steps:
+                ctx.current = occ
+                ctx.insert_before(occ.statement, self._before_step(site))
+        ctx.current = None
+
+    @staticmethod
+    def _plain(occ: Occurrence, call: cst.Call) -> bool:
+        """`opt.step()` alone on its line: what goes before it runs exactly as often."""
+        return isinstance(occ.small, cst.Expr) and occ.small.value is call and \
+            isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1
+
+    def _rewrite(self, site: ZeroSite) -> None:
+        """The call in place (its layout kept): the native class, `optimizer_class=` by keyword, the options
+        without a native meaning and the clipping ones (now before each step) left out."""
+        ctx = self.ctx
+        func = expression(f"{ctx.module_ref('torch.distributed.optim', 'dist_optim')}.ZeroRedundancyOptimizer")
+        skip = {"grad_clipping", "max_norm", *ZERO_DROPPED, *ZERO_DEFAULTS}
+        second = arg(site.node, 1, None)
+        no_space = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                   whitespace_after=cst.SimpleWhitespace(""))
+
+        def build(old: cst.Call) -> cst.Call:
+            args = []
+            for original, a in zip(site.node.args, old.args):
+                if a.keyword is not None and a.keyword.value in skip:
+                    continue
+                if original is second:
+                    a = a.with_changes(keyword=cst.Name("optimizer_class"), equal=no_space)
+                args.append(a)
+            args[-1] = args[-1].with_changes(comma=old.args[-1].comma)
+            return old.with_changes(func=func, args=args)
+        ctx.replace(site.node, build)
+
+    def _before_step(self, site: ZeroSite) -> str:
+        """Average the gradients over the ranks and clip them, as torch_xla's step did."""
+        ctx = self.ctx
+        opt = site.name
+        param = _free_name(ctx, "param", "_param")
+        d = dist(ctx)
+        params = f"[p for group in {opt}.param_groups for p in group[{ctx.string('params')}]]"
+        text = (f"if {world_size(ctx)} > 1:\n"
+                f"    for {param} in {params}:\n"
+                f"        if {param}.grad is not None:\n"
+                f"            {d}.all_reduce({param}.grad)\n"
+                f"            {param}.grad /= {d}.get_world_size()\n")
+        if site.clip is not None:
+            text += f"{ctx.module_ref('torch')}.nn.utils.clip_grad_norm_({params}, {site.clip})\n"
+        return text
+
+
+SPMD = ("torch_xla.distributed.spmd.", "torch_xla.experimental.xla_sharding.")
+SPMD_HINT = "`init_device_mesh(\"neuron\", shape, mesh_dim_names=...)` and DTensor (`distribute_tensor`, " \
+            "`parallelize_module`)"
+
+
+class Spmd(Rule):
+    """NM230: the rest of torch_xla's SPMD API."""
+
+    codes = ("NM230",)
+    triggers = (b"torch_xla",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if (self.ctx.qualname(node.func) or "").startswith(SPMD):
+            self.ctx.report("NM230", node, call=short(node), fixed=SPMD_HINT, todo=TODO_SPMD)
