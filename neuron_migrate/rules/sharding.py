@@ -14,7 +14,7 @@ from neuron_migrate.engine.facts import fact
 from neuron_migrate.engine.names import Occurrence, dotted_str
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.patterns import arg, code, short
-from neuron_migrate.rules.rewrites import dist, paren, world_size
+from neuron_migrate.rules.rewrites import dist, paren, replace_statement, world_size
 from neuron_migrate.rules.target import target
 from neuron_migrate.syntax.parse import expression
 
@@ -425,3 +425,310 @@ class Spmd(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if (self.ctx.qualname(node.func) or "").startswith(SPMD):
             self.ctx.report("NM230", node, call=short(node), fixed=SPMD_HINT, todo=TODO_SPMD)
+
+
+# -- NxD tensor parallelism ------------------------------------------------------------------------------------
+NXD_LAYERS = "neuronx_distributed.parallel_layers."
+LAYER_KINDS = {"ColumnParallelLinear": "Linear", "RowParallelLinear": "Linear", "ParallelEmbedding": "Embedding"}
+LAYERS = {f"{NXD_LAYERS}{m}{cls}": cls for cls in LAYER_KINDS for m in ("", "layers.")}
+LAYERS.update({f"neuronx_distributed.{cls}": cls for cls in LAYER_KINDS})
+INIT_TP = frozenset({f"{NXD_LAYERS}parallel_state.initialize_model_parallel",
+                     "neuronx_distributed.parallel_state.initialize_model_parallel"})
+MODULE_LIST = frozenset({"torch.nn.ModuleList", "torch.nn.modules.container.ModuleList"})
+# The layers' arguments: passed on to the plain layer, dropped (no meaning natively) or, other than their default,
+# marked (NM230). Checked against neuronx-distributed's parallel_layers/layers.py.
+LINEAR_PASSED = ("input_size", "output_size", "bias", "dtype", "device")
+LINEAR_DROPPED = frozenset({"keep_master_weight"})
+LINEAR_DEFAULTS = {"stride": "1", "sequence_parallel_enabled": "False", "skip_bias_add": "False", "pad": "False",
+                   "init_method": "None"}
+EMBEDDING_PASSED = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq",
+                    "sparse", "init_method", "device", "dtype", "shard_across_embedding", "pad")
+EMBEDDING_DEFAULTS = {"sparse": "False", "pad": "False", "init_method": None}
+TP_HINT = "plain `nn.Linear` / `nn.Embedding` layers and `parallelize_module(model, mesh[\"tp\"], {...: " \
+          "ColwiseParallel(), ...: RowwiseParallel()})` on `init_device_mesh(\"neuron\", (dp, tp), " \
+          "mesh_dim_names=(\"dp\", \"tp\"))`"
+TODO_TP = "use DTensor tensor parallelism by hand"
+
+
+@fact
+def nxd_imports_taken(ctx) -> set[int]:
+    """The ids of the neuronx_distributed imports NM233 removed: NM506 does not report them."""
+    return set()
+
+
+@dataclass
+class Layer:
+    occ: Occurrence
+    node: cst.Call
+    owner: str  # the class whose __init__ sets it
+    attribute: str
+    kind: str  # ColumnParallelLinear, ...
+    style: str = ""  # the plan entry, once mapped
+    plain: str = ""  # the plain layer's call
+
+
+class TensorParallel(Rule):
+    """NM233: NxD's tensor-parallel layers set in a model definition (`self.fc1 = ColumnParallelLinear(...)`) ->
+    plain layers, and after the model is built (in the scope that called `initialize_model_parallel`, which becomes
+    the DeviceMesh) one `parallelize_module` with the plan their kinds and attribute paths give. NM230 where the
+    file's flow is not that one."""
+
+    codes = ("NM233", "NM230")
+    triggers = (b"ParallelLinear", b"ParallelEmbedding")
+    context = (b"neuronx_distributed",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.layers: list[Layer] = []
+        self.children: dict[str, list[tuple[str, str]]] = {}  # class -> [(attribute path part, child class)]
+        self.inits: list[tuple[Occurrence, cst.Call]] = []
+        self.builds: list[tuple[Occurrence, str, str, int]] = []  # (occ, class, target name, order)
+        self.order: dict[int, int] = {}
+        self.uses: dict[str, int] = {}  # head name -> reads the rewrite takes away
+        self.imports: list[tuple[Occurrence, cst.CSTNode]] = []
+        self.classes: set[str] = set()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if self.ctx.current.scope.kind == "module":
+            self.classes.add(node.name.value)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if not node.relative and (dotted_str(node.module) or "").split(".")[0] == "neuronx_distributed":
+            self.imports.append((self.ctx.current, node))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        occ = ctx.current
+        self.order[id(node)] = len(self.order)
+        qual = ctx.qualname(node.func)
+        if qual in LAYERS:
+            where = self._attribute_of(occ, node)
+            if where is None:
+                ctx.report("NM230", node, call=short(node), fixed=f"{TP_HINT} (the layer is not set in a model "
+                           "definition's `__init__`)", todo=TODO_TP)
+                return
+            self.layers.append(Layer(occ, node, where[0], where[1], LAYERS[qual]))
+        elif qual in INIT_TP:
+            self.inits.append((occ, node))
+        elif isinstance(node.func, cst.Name):
+            self._child_or_build(occ, node)
+
+    @staticmethod
+    def _attribute_of(occ: Occurrence, node: cst.CSTNode) -> tuple[str, str] | None:
+        """(class, attribute) of `self.<attribute> = <node>` alone on its line in a class's `__init__`."""
+        scope = occ.scope
+        small = occ.small
+        if scope.kind != "function" or scope.parent is None or scope.parent.kind != "class" \
+                or scope.node.name.value != "__init__" or not isinstance(small, cst.Assign) or small.value is not node \
+                or len(small.targets) != 1:
+            return None
+        target = small.targets[0].target
+        if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.value.value == "self":
+            return scope.parent.node.name.value, target.attr.value
+        return None
+
+    def _child_or_build(self, occ: Occurrence, node: cst.Call) -> None:
+        name = node.func.value
+        where = self._attribute_of(occ, node)
+        if where is not None:
+            self.children.setdefault(where[0], []).append((where[1], name))
+            return
+        small = occ.small
+        if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name) \
+                and occ.scope.kind in ("module", "function") and (small.value is node or _moved(small.value, node)):
+            self.builds.append((occ, name, small.targets[0].target.value, self.order[id(node)]))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        """`self.blocks = nn.ModuleList(Block(...) for _ in ...)`: the class of the list's items, under `blocks.*`."""
+        ctx = self.ctx
+        occ = ctx.current
+        small = occ.small
+        if not isinstance(small, cst.Assign) or not isinstance(small.value, cst.Call) or small.value.func is not node:
+            return
+        if ctx.qualname(node) not in MODULE_LIST:
+            return
+        where = self._attribute_of(occ, small.value)
+        first = arg(small.value, 0, "modules")
+        inner = first.value if first is not None else None
+        if isinstance(inner, (cst.GeneratorExp, cst.ListComp)):
+            inner = inner.elt
+        elif isinstance(inner, cst.List) and inner.elements:
+            inner = inner.elements[0].value
+        if where is not None and isinstance(inner, cst.Call) and isinstance(inner.func, cst.Name):
+            self.children.setdefault(where[0], []).append((f"{where[1]}.*", inner.func.value))
+
+    # -- the decision ----------------------------------------------------------------------------------------
+    def finish(self) -> None:
+        ctx = self.ctx
+        if not self.layers:
+            return
+        plans = {}
+        why = self._map_layers()
+        roots = [b for b in self.builds if self._paths(b[1])]
+        if not why:
+            if len(self.inits) != 1:
+                why = "`initialize_model_parallel(...)` is not called once in this file"
+            elif len(roots) != 1:
+                why = "the model is not built once in this file"
+            else:
+                init_occ, init = self.inits[0]
+                build = roots[0]
+                size = arg(init, 0, "tensor_model_parallel_size")
+                if build[0].scope is not init_occ.scope or self.order[id(init)] > build[3]:
+                    why = "the model is not built after `initialize_model_parallel(...)` in the same function"
+                elif size is None or any(a is not size for a in init.args):
+                    why = "`initialize_model_parallel(...)` takes more than the tensor-parallel size"
+                elif not (isinstance(init_occ.small, cst.Expr) and init_occ.small.value is init
+                          and len(init_occ.statement.body) == 1):
+                    why = "`initialize_model_parallel(...)` is not a statement of its own"
+                else:
+                    plans = self._paths(build[1])
+        if why:
+            for layer in self.layers:
+                ctx.current = layer.occ
+                ctx.report("NM230", layer.node, call=short(layer.node), fixed=f"{TP_HINT} ({why})", todo=TODO_TP)
+            ctx.current = None
+            return
+        init_occ, init = self.inits[0]
+        ctx.current = init_occ
+        if not ctx.report("NM233", init, call=short(init), fixed=TP_HINT):
+            ctx.current = None
+            return
+        for layer in self.layers:
+            ctx.current = layer.occ
+            ctx.handled.add(layer.node)
+            ctx.replace(layer.node, expression(layer.plain))
+        self._mesh_and_plan(init_occ, init, roots[0], plans)
+        self._drop_imports()
+        ctx.current = None
+
+    def _paths(self, cls: str, seen: frozenset = frozenset()) -> dict[str, str]:
+        """The plan entries for a model of class `cls`: attribute path -> style."""
+        if cls in seen:
+            return {}
+        out = {}
+        for layer in self.layers:
+            if layer.owner == cls:
+                out[layer.attribute] = layer.style
+        for attribute, child in self.children.get(cls, ()):
+            for path, style in self._paths(child, seen | {cls}).items():
+                out[f"{attribute}.{path}"] = style
+        return out
+
+    def _map_layers(self) -> str:
+        """Map every layer to its plain layer and plan style; the reason when one cannot be."""
+        ctx = self.ctx
+        for layer in self.layers:
+            ctx.current = layer.occ
+            node = layer.node
+            if any(a.star for a in node.args):
+                return "a layer takes `*args` / `**kwargs`"
+            nn = ctx.module_ref("torch.nn", "nn")
+            t = ctx.module_ref("torch.distributed.tensor.parallel", "tp")
+            replicate = f"{ctx.module_ref('torch.distributed.tensor', 'dtensor')}.Replicate()"
+            if layer.kind == "ParallelEmbedding":
+                values = {name: arg(node, i, name) for i, name in enumerate(EMBEDDING_PASSED)}
+                init = values.pop("init_method")
+                across, pad = values.pop("shard_across_embedding"), values.pop("pad")
+                if init is not None or (pad is not None and _literal(pad.value) != "False"):
+                    return f"`{'init_method' if init is not None else 'pad'}` of `ParallelEmbedding`"
+                across_value = _literal(across.value) if across is not None else "False"
+                if across_value not in ("True", "False"):
+                    return "`shard_across_embedding` is not a literal"
+                kind = "Embedding"
+                layer.style = f"{t}.RowwiseParallel(input_layouts={replicate})" if across_value == "False" else \
+                    f"{t}.ColwiseParallel(input_layouts={replicate}, output_layouts={replicate})"
+            else:
+                values = {name: arg(node, i, name) for i, name in enumerate(LINEAR_PASSED)}
+                flag = "gather_output" if layer.kind == "ColumnParallelLinear" else "input_is_parallel"
+                known = set(LINEAR_PASSED) | LINEAR_DROPPED | set(LINEAR_DEFAULTS) | {flag}
+                for a in node.args:
+                    if a.keyword is not None and a.keyword.value not in known:
+                        return f"`{a.keyword.value}` of `{layer.kind}`"
+                    if a.keyword is None and a not in values.values():
+                        return f"positional options of `{layer.kind}`"
+                    if a.keyword is not None and a.keyword.value in LINEAR_DEFAULTS \
+                            and (_literal(a.value) or "") != LINEAR_DEFAULTS[a.keyword.value] \
+                            and not (a.keyword.value == "stride" and code(a.value) == "1"):
+                        return f"`{a.keyword.value}` of `{layer.kind}`"
+                given = arg(node, None, flag)
+                value = _literal(given.value) if given is not None else ("True" if flag == "gather_output" else "False")
+                if value not in ("True", "False"):
+                    return f"`{flag}` is not a literal"
+                kind = "Linear"
+                if layer.kind == "ColumnParallelLinear":
+                    layer.style = f"{t}.ColwiseParallel(output_layouts={replicate})" if value == "True" \
+                        else f"{t}.ColwiseParallel()"
+                else:
+                    layer.style = f"{t}.RowwiseParallel()" if value == "True" \
+                        else f"{t}.RowwiseParallel(input_layouts={replicate})"
+            if any(v is None for k, v in values.items() if k in ("input_size", "output_size", "num_embeddings",
+                                                                  "embedding_dim")):
+                return f"the sizes of `{layer.kind}` are not passed plainly"
+            parts = []
+            for i, (name, a) in enumerate(values.items()):
+                if a is None:
+                    continue
+                parts.append(code(a.value) if a.keyword is None and i < 2 else f"{name}={code(a.value)}")
+            layer.plain = f"{nn}.{kind}({', '.join(parts)})"
+            self.uses[_head(node.func)] = self.uses.get(_head(node.func), 0) + 1
+        ctx.current = None
+        return ""
+
+    def _mesh_and_plan(self, init_occ: Occurrence, init: cst.Call, build, plans: dict[str, str]) -> None:
+        ctx = self.ctx
+        self.uses[_head(init.func)] = self.uses.get(_head(init.func), 0) + 1
+        mesh = _free_name(ctx, "device_mesh", "tp_device_mesh")
+        device = target(ctx).device_type()
+        q = ctx.quote
+        start = f"{mesh} = {dist(ctx)}.device_mesh.init_device_mesh({device}, ({world_size(ctx)} // "
+
+        def mesh_line(call: cst.Call) -> str:  # the call as the other rules left it (its size rewritten too)
+            size = code(arg(call, 0, "tensor_model_parallel_size").value)
+            return f"{start}{paren(size)}, {size}), mesh_dim_names=({q}dp{q}, {q}tp{q}))"
+        replace_statement(ctx, init_occ.statement, lambda call: [mesh_line(call)])
+        occ, _cls, name, _order = build
+        ctx.current = occ
+        t = ctx.module_ref("torch.distributed.tensor.parallel", "tp")
+        entries = ", ".join(f"{q}{path}{q}: {style}" for path, style in plans.items())
+        ctx.insert_after(occ.statement,
+                         f"{name} = {t}.parallelize_module({name}, {mesh}[{q}tp{q}], {{{entries}}})\n")
+
+    def _drop_imports(self) -> None:
+        """The neuronx_distributed names the rewrite no longer reads leave their import."""
+        ctx = self.ctx
+        for occ, node in self.imports:
+            if isinstance(node.names, cst.ImportStar):
+                continue
+            scope = occ.scope
+            keep = [a for a in node.names
+                    if not self.uses.get(_bound(a)) or _reads(ctx, _bound(a), scope) != self.uses[_bound(a)]]
+            if len(keep) == len(node.names):
+                continue
+            if not keep:
+                ctx.facts.nxd_imports_taken.add(id(node))
+                ctx.remove(occ.statement if len(occ.statement.body) == 1 else node)
+            else:
+                kept = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in keep]
+                ctx.replace(node, lambda old, kept=kept: old.with_changes(names=kept, lpar=None, rpar=None))
+
+
+def _reads(ctx, name: str, scope) -> int:
+    """The reads of `name` anywhere in the file that see its binding in `scope`."""
+    return sum(s.reads.get(name, 0) for s in ctx.analysis.scopes if ctx.analysis.lookup(name, s) is scope)
+
+
+def _bound(alias: cst.ImportAlias) -> str:
+    return alias.asname.name.value if alias.asname is not None else dotted_str(alias.name).split(".")[0]
+
+
+def _head(expr: cst.BaseExpression) -> str:
+    while isinstance(expr, cst.Attribute):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else ""
+
+
+def _moved(value: cst.BaseExpression, node: cst.Call) -> bool:
+    """`Net(...).to(device)`: the build, placed."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and value.func.attr.value == "to" \
+        and value.func.value is node
