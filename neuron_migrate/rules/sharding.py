@@ -13,7 +13,7 @@ import libcst as cst
 from neuron_migrate.engine.facts import fact
 from neuron_migrate.engine.names import Occurrence, dotted_str
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.patterns import arg, code, short
+from neuron_migrate.rules.patterns import arg, code, short, string_value
 from neuron_migrate.rules.rewrites import dist, paren, replace_statement, world_size
 from neuron_migrate.rules.target import target
 from neuron_migrate.syntax.parse import expression
@@ -416,15 +416,105 @@ SPMD_HINT = "`init_device_mesh(\"neuron\", shape, mesh_dim_names=...)` and DTens
             "`parallelize_module`)"
 
 
-class Spmd(Rule):
-    """NM230: the rest of torch_xla's SPMD API."""
+SPMD_MODULES = ("torch_xla.distributed.spmd.", "torch_xla.distributed.spmd.xla_sharding.",
+                "torch_xla.experimental.xla_sharding.")
+MESH = frozenset(f"{m}Mesh" for m in SPMD_MODULES)
+MARK_SHARDING = frozenset(f"{m}mark_sharding" for m in SPMD_MODULES)
+ALL_DEVICES = frozenset({"numpy.arange", "range"})  # device_ids: every device in order, as init_device_mesh takes them
+PARAMETER_NAMES = frozenset({"weight", "bias"})
 
-    codes = ("NM230",)
+
+class Spmd(Rule):
+    """NM234: `xs.Mesh(np.arange(n), shape, axis_names)` with a 1-D or 2-D shape -> `init_device_mesh(...)`, and
+    `xs.mark_sharding(module.weight, mesh, spec)` on such a mesh with a simple partition spec ->
+    `module.weight = nn.Parameter(distribute_tensor(module.weight, mesh, placements))`; NM230 for the rest of SPMD."""
+
+    codes = ("NM234", "NM230")
     triggers = (b"torch_xla",)
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.meshes: dict[tuple[int, str], list[str] | None] = {}  # (scope, name) -> axis names (None: unnamed)
+        self.dims: dict[tuple[int, str], int] = {}
+
     def visit_Call(self, node: cst.Call) -> None:
-        if (self.ctx.qualname(node.func) or "").startswith(SPMD):
+        qual = self.ctx.qualname(node.func) or ""
+        if qual in MESH and self._mesh(node):
+            return
+        if qual in MARK_SHARDING and self._mark(node):
+            return
+        if qual.startswith(SPMD):
             self.ctx.report("NM230", node, call=short(node), fixed=SPMD_HINT, todo=TODO_SPMD)
+
+    def _mesh(self, node: cst.Call) -> bool:
+        ctx = self.ctx
+        occ = ctx.current
+        ids, shape, names = arg(node, 0, "device_ids"), arg(node, 1, "mesh_shape"), arg(node, 2, "axis_names")
+        if ids is None or shape is None or len(node.args) != 2 + (names is not None) or _alone(occ, node) != "assign" \
+                or not isinstance(occ.small.targets[0].target, cst.Name):
+            return False
+        inner = ids.value
+        if isinstance(inner, cst.Call) and ctx.qualname(inner.func) in ("numpy.array", "builtins.list", "list") \
+                and len(inner.args) == 1:
+            inner = inner.args[0].value
+        if not (isinstance(inner, cst.Call) and ctx.qualname(inner.func) in ALL_DEVICES) \
+                or not isinstance(shape.value, cst.Tuple) or len(shape.value.elements) not in (1, 2):
+            return False
+        axis = None
+        if names is not None:
+            if not isinstance(names.value, cst.Tuple) or len(names.value.elements) != len(shape.value.elements):
+                return False
+            axis = [string_value(e.value) for e in names.value.elements]
+            if None in axis:
+                return False
+        if not ctx.report("NM234", node, call=short(node), fixed="`init_device_mesh(...)` over every process"):
+            return True
+        key = (id(occ.scope), occ.small.targets[0].target.value)
+        self.meshes[key], self.dims[key] = axis, len(shape.value.elements)
+        for dropped in _names_in(ids.value):  # every device, in order: init_device_mesh takes them so
+            ctx.handled.add(dropped)
+        named = f", mesh_dim_names={code(names.value)}" if names is not None else ""
+        ctx.replace(node, expression(f"{dist(ctx)}.device_mesh.init_device_mesh({target(ctx).device_type()}, "
+                                     f"{code(shape.value)}{named})"))
+        return True
+
+    def _mark(self, node: cst.Call) -> bool:
+        ctx = self.ctx
+        occ = ctx.current
+        tensor, mesh, spec = arg(node, 0, "t"), arg(node, 1, "mesh"), arg(node, 2, "partition_spec")
+        if tensor is None or mesh is None or spec is None or len(node.args) != 3 \
+                or not (isinstance(occ.small, cst.Expr) and occ.small.value is node and len(occ.statement.body) == 1):
+            return False
+        t = tensor.value
+        if not (isinstance(t, cst.Attribute) and t.attr.value in PARAMETER_NAMES and dotted_str(t) is not None) \
+                or not isinstance(mesh.value, cst.Name) or not isinstance(spec.value, cst.Tuple):
+            return False
+        scope = ctx.analysis.lookup(mesh.value.value, occ.scope)
+        key = (id(scope), mesh.value.value)
+        if key not in self.dims:
+            return False
+        names, ndim = self.meshes[key], self.dims[key]
+        owner: dict[int, int] = {}  # mesh dimension -> the tensor dimension sharded over it
+        for d, element in enumerate(spec.value.elements):
+            value = element.value
+            if _literal(value) == "None":
+                continue
+            m = int(value.value) if isinstance(value, cst.Integer) else \
+                (names.index(string_value(value)) if names and string_value(value) in names else None)
+            if m is None or m >= ndim or m in owner:
+                return False
+            owner[m] = d
+        t_code = code(t)
+        fixed = "`nn.Parameter(distribute_tensor(...))` with the matching placements"
+        if not ctx.report("NM234", node, call=short(node), fixed=fixed):
+            return True
+        d_mod = ctx.module_ref("torch.distributed.tensor", "dtensor")
+        placements = ", ".join(f"{d_mod}.Shard({owner[m]})" if m in owner else f"{d_mod}.Replicate()"
+                               for m in range(ndim))
+        nn = ctx.module_ref("torch.nn", "nn")
+        replace_statement(ctx, occ.statement, lambda _call: [
+            f"{t_code} = {nn}.Parameter({d_mod}.distribute_tensor({t_code}, {code(mesh.value)}, [{placements}]))"])
+        return True
 
 
 # -- NxD tensor parallelism ------------------------------------------------------------------------------------
