@@ -104,6 +104,63 @@ def _names_in(node: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
+def _reads_in(node: cst.CSTNode) -> list[str]:
+    """The names read in `node` (the heads of attribute chains; not attribute or keyword names)."""
+    found: list[str] = []
+
+    class Collect(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            found.append(n.value)
+
+        def visit_Attribute(self, n: cst.Attribute) -> bool:
+            n.value.visit(self)
+            return False
+
+        def visit_Arg(self, n: cst.Arg) -> bool:
+            n.value.visit(self)
+            return False
+    node.visit(Collect())
+    return found
+
+
+class DroppedReads:
+    """Reads an edit takes away; an import they leave without a read goes (linters would flag it: F401)."""
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+        self.counts: dict[tuple[int, str], int] = {}
+        self.reused: set[str] = set()  # names the new code reads again (the block classes of a wrap policy)
+
+    def add(self, node: cst.CSTNode) -> None:
+        ctx = self.ctx
+        for name in _reads_in(node):
+            scope = ctx.analysis.lookup(name, ctx.current.scope)
+            if scope is not None:
+                self.counts[(id(scope), name)] = self.counts.get((id(scope), name), 0) + 1
+
+    def drop_imports(self) -> None:
+        ctx = self.ctx
+        scopes = {id(sc): sc for sc in ctx.analysis.scopes}
+        for (key, name), count in self.counts.items():
+            scope = scopes[key]
+            bindings = scope.bindings.get(name, [])
+            if name in self.reused or len(bindings) != 1 or bindings[0].kind != "import" \
+                    or (bindings[0].qualname or "").split(".")[0] == "torch_xla" or _reads(ctx, name, scope) != count:
+                continue  # torch_xla's imports: the engine's tidy-up (NM190)
+            statement = bindings[0].node
+            if isinstance(statement, (cst.Import, cst.ImportFrom)) and not isinstance(statement.names, cst.ImportStar):
+                if len(statement.names) == 1:
+                    ctx.remove(statement)
+                else:
+                    ctx.replace(statement, lambda old, name=name: _without_alias(old, name))
+
+
+def _without_alias(statement, name: str):
+    kept = [a for a in statement.names if _bound(a) != name]
+    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return statement.with_changes(names=kept)
+
+
 @dataclass
 class Policy:
     """The classes a `transformer_auto_wrap_policy` names (None: no policy; `marked`: one not understood)."""
@@ -125,6 +182,10 @@ class FullyShard(Rule):
         # (scope, name) -> the value bound to it by an assignment alone on its line, and that line
         self.policies: dict[tuple[int, str], tuple[cst.BaseExpression, cst.CSTNode]] = {}
         self.wrapped: dict[tuple[int, str], bool] = {}  # (scope, name) of FSDP targets -> rewritten
+        self.dropped = DroppedReads(ctx)
+
+    def finish(self) -> None:
+        self.dropped.drop_imports()
 
     # -- what the file holds ---------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -184,11 +245,14 @@ class FullyShard(Rule):
         given = arg(node, None, "auto_wrap_policy")
         for inner in _names_in(given.value) if given is not None else ():
             ctx.handled.add(inner)
+        if given is not None and not isinstance(given.value, cst.Name):
+            self.dropped.add(given.value)
         fsdp = ctx.module_ref("torch.distributed.fsdp", "fsdp")
         mesh_of = f"{dist(ctx)}.device_mesh.init_device_mesh({target(ctx).device_type()}, ({world_size(ctx)},))"
         if form is None:
             ctx.replace(node, expression(f"{fsdp}.fully_shard({code(module.value)}, mesh={mesh_of}{keywords})"))
             return
+        self.dropped.reused.update(_head(expression(c)) for c in policy.classes or ())
         if policy.statement is not None:
             self._take_policy(policy.statement)
         mesh = _free_name(ctx, "mesh", "fsdp_mesh")
@@ -222,6 +286,7 @@ class FullyShard(Rule):
         """The policy's assignment goes with the wrap that read it; its names are handled here (no NM199)."""
         ctx = self.ctx
         ctx.remove(statement)
+        self.dropped.add(statement.body[0].value)
         for node in _names_in(statement):
             ctx.handled.add(node)
 
@@ -436,6 +501,10 @@ class Spmd(Rule):
         super().__init__(ctx)
         self.meshes: dict[tuple[int, str], list[str] | None] = {}  # (scope, name) -> axis names (None: unnamed)
         self.dims: dict[tuple[int, str], int] = {}
+        self.dropped = DroppedReads(ctx)
+
+    def finish(self) -> None:
+        self.dropped.drop_imports()
 
     def visit_Call(self, node: cst.Call) -> None:
         qual = self.ctx.qualname(node.func) or ""
@@ -473,6 +542,7 @@ class Spmd(Rule):
         self.meshes[key], self.dims[key] = axis, len(shape.value.elements)
         for dropped in _names_in(ids.value):  # every device, in order: init_device_mesh takes them so
             ctx.handled.add(dropped)
+        self.dropped.add(ids.value)
         named = f", mesh_dim_names={code(names.value)}" if names is not None else ""
         ctx.replace(node, expression(f"{dist(ctx)}.device_mesh.init_device_mesh({target(ctx).device_type()}, "
                                      f"{code(shape.value)}{named})"))
@@ -527,13 +597,12 @@ INIT_TP = frozenset({f"{NXD_LAYERS}parallel_state.initialize_model_parallel",
 MODULE_LIST = frozenset({"torch.nn.ModuleList", "torch.nn.modules.container.ModuleList"})
 # The layers' arguments: passed on to the plain layer, dropped (no meaning natively) or, other than their default,
 # marked (NM230). Checked against neuronx-distributed's parallel_layers/layers.py.
-LINEAR_PASSED = ("input_size", "output_size", "bias", "dtype", "device")
+LINEAR_PASSED = {"input_size": 0, "output_size": 1, "bias": 2, "dtype": 4, "device": 5}  # position 3: the flag
 LINEAR_DROPPED = frozenset({"keep_master_weight"})
 LINEAR_DEFAULTS = {"stride": "1", "sequence_parallel_enabled": "False", "skip_bias_add": "False", "pad": "False",
                    "init_method": "None"}
 EMBEDDING_PASSED = ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq",
                     "sparse", "init_method", "device", "dtype", "shard_across_embedding", "pad")
-EMBEDDING_DEFAULTS = {"sparse": "False", "pad": "False", "init_method": None}
 TP_HINT = "plain `nn.Linear` / `nn.Embedding` layers and `parallelize_module(model, mesh[\"tp\"], {...: " \
           "ColwiseParallel(), ...: RowwiseParallel()})` on `init_device_mesh(\"neuron\", (dp, tp), " \
           "mesh_dim_names=(\"dp\", \"tp\"))`"
@@ -718,6 +787,11 @@ class TensorParallel(Rule):
             replicate = f"{ctx.module_ref('torch.distributed.tensor', 'dtensor')}.Replicate()"
             if layer.kind == "ParallelEmbedding":
                 values = {name: arg(node, i, name) for i, name in enumerate(EMBEDDING_PASSED)}
+                if any(a not in values.values() for a in node.args):
+                    return "an argument `ParallelEmbedding` does not take"
+                sparse = values["sparse"]
+                if sparse is not None and _literal(sparse.value) != "False":
+                    return "`sparse` of `ParallelEmbedding`"
                 init = values.pop("init_method")
                 across, pad = values.pop("shard_across_embedding"), values.pop("pad")
                 if init is not None or (pad is not None and _literal(pad.value) != "False"):
@@ -729,19 +803,19 @@ class TensorParallel(Rule):
                 layer.style = f"{t}.RowwiseParallel(input_layouts={replicate})" if across_value == "False" else \
                     f"{t}.ColwiseParallel(input_layouts={replicate}, output_layouts={replicate})"
             else:
-                values = {name: arg(node, i, name) for i, name in enumerate(LINEAR_PASSED)}
+                values = {name: arg(node, i, name) for name, i in LINEAR_PASSED.items()}
                 flag = "gather_output" if layer.kind == "ColumnParallelLinear" else "input_is_parallel"
                 known = set(LINEAR_PASSED) | LINEAR_DROPPED | set(LINEAR_DEFAULTS) | {flag}
                 for a in node.args:
                     if a.keyword is not None and a.keyword.value not in known:
                         return f"`{a.keyword.value}` of `{layer.kind}`"
-                    if a.keyword is None and a not in values.values():
+                    if a.keyword is None and a not in values.values() and a is not arg(node, 3, None):
                         return f"positional options of `{layer.kind}`"
                     if a.keyword is not None and a.keyword.value in LINEAR_DEFAULTS \
                             and (_literal(a.value) or "") != LINEAR_DEFAULTS[a.keyword.value] \
                             and not (a.keyword.value == "stride" and code(a.value) == "1"):
                         return f"`{a.keyword.value}` of `{layer.kind}`"
-                given = arg(node, None, flag)
+                given = arg(node, 3, flag)
                 value = _literal(given.value) if given is not None else ("True" if flag == "gather_output" else "False")
                 if value not in ("True", "False"):
                     return f"`{flag}` is not a literal"
