@@ -11,6 +11,7 @@ from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
+from neuron_migrate.rules import sharding  # noqa: F401  (registers the fully_sharded fact read below)
 from neuron_migrate.syntax.parse import expression
 
 XLA_DEVICE = frozenset({f"{XM}.xla_device", "torch_xla.device", "torch_xla.torch_xla.device"})
@@ -214,6 +215,8 @@ class CompilePlacedModel(Rule):
             key = (id(occ.scope), name)
             if key in done or name in self.compiled or _already_compiled(text, name):
                 continue
+            if name in ctx.facts.fully_sharded:
+                continue  # FSDP2 shards it: TorchNeuron compiles SimpleFSDP, not fully_shard's hooks
             done.add(key)
             fixed = f"{name}.compile(backend={target(ctx).compile_backend()}, dynamic=False)"
             if ctx.report("NM107", call, statement=occ.statement, target=name, fixed=fixed):

@@ -22,6 +22,7 @@ from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
 from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP
 from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, step_arguments
+from neuron_migrate.rules import sharding  # noqa: F401  (registers the fully_sharded fact read below)
 
 REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})
 
@@ -105,6 +106,8 @@ class GradientAveraging(Rule):
         wrapped: set[int] = set()
         for step in self.steps:
             ctx.current = step.occ
+            if self._sharded(step):
+                continue  # FSDP2 reduces the gradients of the model it shards (rules/sharding.py)
             placement = self._wrappable(step)
             if placement is None:
                 self._explicit(step)
@@ -117,6 +120,15 @@ class GradientAveraging(Rule):
             if step.replaces_statement:
                 ctx.remove(step.occ.statement)
         ctx.current = None
+
+    def _sharded(self, step: Step) -> bool:
+        """The step's optimizer holds the parameters of a model `fully_shard` now shards."""
+        ctx = self.ctx
+        if not isinstance(step.optimizer, cst.Name):
+            return False
+        opt_scope = ctx.analysis.lookup(step.optimizer.value, step.occ.scope)
+        model = self.optimizers.get((id(opt_scope), step.optimizer.value)) if opt_scope else None
+        return model is not None and model in ctx.facts.fully_sharded
 
     def _wrappable(self, step: Step) -> Placement | None:
         """The placement of the model this step's optimizer holds, when wrapping it is known to be safe."""

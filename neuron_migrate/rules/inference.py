@@ -14,6 +14,7 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.engine.facts import fact, inf1_names
 from neuron_migrate.rules import Rule, release
+from neuron_migrate.rules import sharding  # noqa: F401  (registers the nxd_imports_taken fact read below)
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
 from neuron_migrate.syntax.parse import expression
 
@@ -187,7 +188,11 @@ class NeuronLibrary(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
+        taken = ctx.facts.nxd_imports_taken  # removed by NM233 (rules/sharding.py): nothing of the library is left
         for library, imports in self.found.items():
+            imports = [found for found in imports if id(found[1]) not in taken]
+            if not imports:
+                continue
             occ, node, module, _ = imports[0]
             ctx.current = occ
             hints = "; ".join(dict.fromkeys(hint for *_, hint in imports))

@@ -1,4 +1,4 @@
-"""NM223-NM230: logging, step closures, seeds, renamed utilities, metrics and sharding APIs."""
+"""NM223-NM228: logging, step closures, seeds, renamed utilities and metrics (sharding: rules/sharding.py)."""
 
 from __future__ import annotations
 
@@ -27,21 +27,6 @@ for _name in ("SGD", "Adam", "AdamW"):
     RENAMES[f"torch_xla.amp.syncfree.{_name.lower()}.{_name}"] = RENAMES[f"torch_xla.amp.syncfree.{_name}"]
 
 METRICS = "torch_xla.debug.metrics."
-FSDP = "FSDP2 `torch.distributed.fsdp.fully_shard(module)` on each block and the model"
-SHARDING = {
-    "torch_xla.distributed.fsdp.XlaFullyShardedDataParallel": FSDP,
-    "torch_xla.distributed.fsdp.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel": FSDP,
-    "torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer":
-        "FSDP2 `fully_shard` (it shards the optimizer state too) or `torch.distributed.optim.ZeroRedundancyOptimizer`; "
-        "torch_xla's ZeroRedundancyOptimizer clips the gradients by default (grad_clipping=True, max_norm=1.0): "
-        "unless it was given grad_clipping=False, keep that with `torch.nn.utils.clip_grad_norm_(params, 1.0)` "
-        "before each `optimizer.step()`",
-}
-SPMD = ("torch_xla.distributed.spmd.", "torch_xla.experimental.xla_sharding.")
-SPMD_HINT = "`init_device_mesh(\"neuron\", shape, mesh_dim_names=...)` and DTensor (`distribute_tensor`, " \
-            "`parallelize_module`)"
-
-
 class MasterPrint(Rule):
     codes = ("NM223",)
     triggers = (b"torch_xla",)
@@ -201,14 +186,3 @@ class Metrics(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if (self.ctx.qualname(node.func) or "").startswith(METRICS):
             self.ctx.report("NM228", node, call=short(node))
-
-
-class Sharding(Rule):
-    codes = ("NM230",)
-    triggers = (b"torch_xla",)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        qual = self.ctx.qualname(node.func) or ""
-        hint = SHARDING.get(qual) or (SPMD_HINT if qual.startswith(SPMD) else None)
-        if hint is not None:
-            self.ctx.report("NM230", node, call=short(node), fixed=hint)
