@@ -8,7 +8,8 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.target import target
-from neuron_migrate.rules.rewrites import alone_on_line, guard_statement, is_statement, only_args, rank, replace_statement
+from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, rank,
+                                           replace_statement, under_rank_zero)
 from neuron_migrate.syntax.parse import expression
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
@@ -55,9 +56,57 @@ class MasterPrint(Rule):
                 args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return call.with_changes(func=cst.Name("print"), args=args)
 
+        if any(_runs_collective(ctx, a.value) for a in node.args if a not in (fd, finalizer, flush)) \
+                and isinstance(ctx.current.small, cst.Expr) and not under_rank_zero(ctx, ctx.current.statement):
+            self._hoisted(node, build, condition, extra)
+            return
         if ctx.report("NM223", node, call=short(node), fixed=f"if {condition}: {code(build(node))}"):
             ctx.replace(node, build)
             guard_statement(ctx, ctx.current.statement, condition, extra)
+
+    def _hoisted(self, node: cst.Call, build, condition: str, extra: list[str]) -> None:
+        """A collective in the arguments must still run on every rank, or the others wait for rank 0 for ever:
+        the statement computes the arguments on every rank (`printed = (...)`) and only the print is guarded."""
+        ctx = self.ctx
+        small, statement = ctx.current.small, ctx.current.statement
+        name = _free_name(ctx, "printed")
+        keywords = [a for a in node.args if a.keyword is not None]
+        printing = build(node.with_changes(args=[cst.Arg(value=cst.Name(name), star="*", comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(" "))) if keywords else cst.Arg(value=cst.Name(name), star="*"),
+            *keywords]))
+        guarded = "".join(f"    {x}\n" for x in [code(printing), *extra])
+        if ctx.report("NM223", node, call=short(node), fixed=f"{name} = (...); if {condition}: {code(printing)}"):
+            def assign(new: cst.Expr) -> cst.Assign:
+                values = [cst.Element(value=a.value) if not a.star else cst.StarredElement(value=a.value)
+                          for a in new.value.args if a.keyword is None]
+                return cst.Assign(targets=[cst.AssignTarget(target=cst.Name(name))],
+                                  value=cst.Tuple(elements=[*values[:-1], values[-1].with_changes(
+                                      comma=cst.Comma())] if values else []))
+            ctx.replace(small, assign)
+            ctx.insert_after(statement, f"if {condition}:\n{guarded}")
+
+
+def _runs_collective(ctx, value: cst.CSTNode) -> bool:
+    """Whether an expression calls torch_xla or torch.distributed (a collective, a rendezvous) anywhere in it."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            qualname = ctx.qualname(node.func) or ""
+            if qualname.startswith(("torch_xla.", "torch.distributed.")):
+                return True
+        if not isinstance(node, (cst.Lambda, cst.FunctionDef)):
+            stack.extend(node.children)
+    return False
+
+
+def _free_name(ctx, base: str) -> str:
+    """`base`, or `base_2`, `base_3` ...: the first name bound nowhere in the file."""
+    name, n = base, 1
+    while ctx._name_taken(name):
+        n += 1
+        name = f"{base}_{n}"
+    return name
 
 
 class StepClosure(Rule):
