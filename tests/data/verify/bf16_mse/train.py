@@ -18,7 +18,7 @@ def main():
     torch.manual_seed(0)
     device = torch_xla.device()
     model = nn.Sequential(nn.Linear(128, 256), nn.Tanh(), nn.Linear(256, 128)).to(torch.bfloat16).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     inputs, targets = torch.randn(64, 128), torch.randn(64, 128)
     for step in range(args.steps):
         x = inputs.to(torch.bfloat16).to(device)
