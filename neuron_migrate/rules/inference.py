@@ -16,6 +16,7 @@ from neuron_migrate.engine.names import Occurrence, Scope, dotted_str
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.engine.facts import fact, inf1_names
 from neuron_migrate.rules import Rule, release
+from neuron_migrate.rules.data import tree_mover
 from neuron_migrate.rules.rewrites import assigned_name, paren
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
@@ -131,10 +132,37 @@ class NeuronxTrace(Rule):
             self.nki_imports.append((self.ctx.current, node))
 
     def finish(self) -> None:
-        for traced in self.traces:
-            self._compile(traced)
+        rewritten = [traced for traced in self.traces if self._compile(traced)]
+        self._drop_trace_imports({id(t.node.func) for t in rewritten})
         self.ctx.current = None
         self._nki_finding()
+
+    def _drop_trace_imports(self, rewritten: set[int]) -> None:
+        """`from torch_neuronx import trace`: the native torch_neuronx has no `trace`, so the name goes from the
+        import once every read of it was a trace call the rule rewrote."""
+        ctx = self.ctx
+        for scope in ctx.analysis.scopes:
+            for name, bindings in scope.bindings.items():
+                if len(bindings) != 1 or bindings[0].kind != "import" or bindings[0].qualname != TRACE \
+                        or not isinstance(bindings[0].node, cst.ImportFrom):
+                    continue
+                reads = [(occ, node) for occ, node in self.reads if node.value == name
+                         and not _not_a_read(node, occ.parent) and ctx.analysis.lookup(name, occ.scope) is scope]
+                if reads and all(id(node) in rewritten for _, node in reads):
+                    self._drop_alias(bindings[0].node, bindings[0].alias)
+
+    def _drop_alias(self, statement: cst.ImportFrom, alias: cst.ImportAlias) -> None:
+        names = [a for a in statement.names if a is not alias]
+        if not names:
+            self.ctx.remove(statement)
+            return
+
+        def fn(new: cst.ImportFrom) -> cst.ImportFrom:
+            kept = [a for a in new.names if dotted_str(a.name) != dotted_str(alias.name) or
+                    (a.asname is not None) != (alias.asname is not None)]
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return new.with_changes(names=kept)
+        self.ctx.replace(statement, fn)
 
     def _nki_finding(self) -> None:
         """The compiler's NKI namespace: one finding at its first import (or first use), with the count of uses."""
@@ -180,7 +208,7 @@ class NeuronxTrace(Rule):
         ctx.handled.add(node)
         ctx.handled.add(node.func)
 
-    def _compile(self, traced: Traced) -> None:
+    def _compile(self, traced: Traced) -> bool:
         """Report and rewrite one trace: the model on the device, compiled; the inputs of its calls moved."""
         ctx = self.ctx
         ctx.current = traced.occ
@@ -191,7 +219,7 @@ class NeuronxTrace(Rule):
                  "fullgraph=True, dynamic=False)")
         if not ctx.report("NM501", traced.node, call=short(traced.node), fixed=fixed,
                           status=release.xla_inference_status(ctx.settings)):
-            return
+            return False
         ctx.replace(traced.node, expression(fixed))
         calls = self._calls(traced)
         if calls is None:
@@ -199,12 +227,13 @@ class NeuronxTrace(Rule):
             where = device if isinstance(expression(device), cst.Name) else ctx.string("neuron").strip("\"'")
             what = f"move {subject} inputs to {where}"
             ctx.mark(traced.occ.statement, marker_text("NM501", what, catalogue_rule("NM501").link))
-            return
+            return True
         for call in calls:
             for argument in call.args:
                 moved = self._moved(argument, device)
                 if moved is not None:
                     ctx.replace(argument.value, expression(moved))
+        return True
 
     def _calls(self, traced: Traced) -> list[cst.Call] | None:
         """Every call of the traced model, or None when it is used out of sight: not bound to one name, bound to
@@ -248,6 +277,8 @@ class NeuronxTrace(Rule):
         if argument.star == "**":
             k, v = next((k, v) for k, v in (("k", "v"), ("key", "value")) if not re.search(rf"\b({k}|{v})\b", text + device))
             return f"{{{k}: {v}.to({device}) for {k}, {v} in {paren(text)}.items()}}"
+        if isinstance(value, (cst.Tuple, cst.List, cst.Dict)):  # a structure of tensors: each one
+            return tree_mover(self.ctx)(device, text, non_blocking=False)
         return f"{paren(text)}.to({device})"
 
     def _function(self, model: cst.BaseExpression, scope: Scope) -> bool:
