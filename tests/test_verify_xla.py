@@ -52,7 +52,7 @@ def documented_commands() -> dict[str, list[str]]:
 
 def has_torch_neuronx(python: str) -> bool:
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch_neuronx') is None)"
-    return subprocess.run([python, "-c", probe], capture_output=True, timeout=120).returncode == 0
+    return subprocess.run([python, "-c", probe], capture_output=True, timeout=120, check=False).returncode == 0
 
 
 def checks(report: dict) -> dict[str, dict]:

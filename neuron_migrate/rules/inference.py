@@ -97,7 +97,7 @@ def _uses(n: int, what: str = "use") -> str:
 class Traced:
     """A `torch_neuronx.trace(model, example_inputs)` call the rule rewrites, and where its result goes."""
 
-    __slots__ = ("occ", "node", "model", "name", "scope")
+    __slots__ = ("model", "name", "node", "occ", "scope")
 
     def __init__(self, occ: Occurrence, node: cst.Call, model: cst.BaseExpression, name: str | None,
                  scope: Scope | None) -> None:
