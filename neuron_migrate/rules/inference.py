@@ -5,21 +5,34 @@ NM510 says so instead); NM520 trn1 instance types."""
 from __future__ import annotations
 
 import functools
+import re
 
 import libcst as cst
 
-from neuron_migrate.catalogue import load_data
+from neuron_migrate.catalogue import load_data, rule as catalogue_rule
 from neuron_migrate.files.envfiles import TRN1
-from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.engine.edits import marker_text
+from neuron_migrate.engine.names import Occurrence, Scope, dotted_str
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.engine.facts import fact, inf1_names
 from neuron_migrate.rules import Rule, release
 from neuron_migrate.rules import sharding  # noqa: F401  (registers the nxd_imports_taken fact read below)
+from neuron_migrate.rules.data import tree_mover
+from neuron_migrate.rules.rewrites import assigned_name, paren
+from neuron_migrate.rules.target import target
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
 from neuron_migrate.syntax.parse import expression
 
 TRACE = "torch_neuronx.trace"
-JIT_ARTIFACT = frozenset({"torch.jit.save", "torch.jit.load"})
+JIT_SAVE, JIT_LOAD = "torch.jit.save", "torch.jit.load"
+JIT_ARTIFACT = frozenset({JIT_SAVE, JIT_LOAD})
+# NM502's three cases: (what the call does, what to do instead, the marker's few words)
+TRACE_OPTIONS = ("relies on an ahead-of-time traced Neuron model",
+                 "compile the model where it is used with `torch.compile(model, backend=\"neuron\", fullgraph=True, "
+                 "dynamic=False)` (the on-disk compile cache makes later starts fast) and save or load its weights "
+                 "(`state_dict`) instead; compiler options have no native counterpart",
+                 "compile with torch.compile, not a trace")
+LITERALS = (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 NEURONX_API = {
     "torch_neuronx.DataParallel": "NM503",
     "torch_neuronx.async_load": "NM504",
@@ -82,7 +95,23 @@ def _uses(n: int, what: str = "use") -> str:
     return f"{n} {what}" + ("s" if n != 1 else "")
 
 
+class Traced:
+    """A `torch_neuronx.trace(model, example_inputs)` call the rule rewrites, and where its result goes."""
+
+    __slots__ = ("model", "name", "node", "occ", "scope")
+
+    def __init__(self, occ: Occurrence, node: cst.Call, model: cst.BaseExpression, name: str | None,
+                 scope: Scope | None) -> None:
+        self.occ, self.node, self.model, self.name, self.scope = occ, node, model, name, scope
+
+
 class NeuronxTrace(Rule):
+    """NM501: `torch_neuronx.trace(model, example_inputs)` becomes `torch.compile(model.to(<neuron>), ...)`, and
+    the calls of the traced model get their inputs on the device too (the traced model took CPU tensors). Where
+    the traced model is called out of sight (returned, stored, bound twice as on a CPU fallback branch) a marker
+    asks for the inputs instead. NM502: a trace with compiler options, and `torch.jit.save` / `torch.jit.load`
+    of a traced model, which the native path has no equivalent for (marked)."""
+
     codes = ("NM501", "NM502", "NM503", "NM504", "NM505", "NM510")
     triggers = (b"torch_neuronx", b"neuronxcc")
 
@@ -90,6 +119,8 @@ class NeuronxTrace(Rule):
         super().__init__(ctx)
         self.nki_imports: list = []  # (occurrence, node) of the imports of neuronxcc.nki
         self.nki_uses: list = []  # (occurrence, node) of the names read through it
+        self.traces: list[Traced] = []
+        self.reads: list[tuple[Occurrence, cst.Name]] = []
 
     def visit_Import(self, node: cst.Import) -> None:
         if any(_bundled_nki(dotted_str(a.name)) for a in node.names):
@@ -102,6 +133,39 @@ class NeuronxTrace(Rule):
             self.nki_imports.append((self.ctx.current, node))
 
     def finish(self) -> None:
+        rewritten = [traced for traced in self.traces if self._compile(traced)]
+        self._drop_trace_imports({id(t.node.func) for t in rewritten})
+        self.ctx.current = None
+        self._nki_finding()
+
+    def _drop_trace_imports(self, rewritten: set[int]) -> None:
+        """`from torch_neuronx import trace`: the native torch_neuronx has no `trace`, so the name goes from the
+        import once every read of it was a trace call the rule rewrote."""
+        ctx = self.ctx
+        for scope in ctx.analysis.scopes:
+            for name, bindings in scope.bindings.items():
+                if len(bindings) != 1 or bindings[0].kind != "import" or bindings[0].qualname != TRACE \
+                        or not isinstance(bindings[0].node, cst.ImportFrom):
+                    continue
+                reads = [(occ, node) for occ, node in self.reads if node.value == name
+                         and not _not_a_read(node, occ.parent) and ctx.analysis.lookup(name, occ.scope) is scope]
+                if reads and all(id(node) in rewritten for _, node in reads):
+                    self._drop_alias(bindings[0].node, bindings[0].alias)
+
+    def _drop_alias(self, statement: cst.ImportFrom, alias: cst.ImportAlias) -> None:
+        names = [a for a in statement.names if a is not alias]
+        if not names:
+            self.ctx.remove(statement)
+            return
+
+        def fn(new: cst.ImportFrom) -> cst.ImportFrom:
+            kept = [a for a in new.names if dotted_str(a.name) != dotted_str(alias.name) or
+                    (a.asname is not None) != (alias.asname is not None)]
+            kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return new.with_changes(names=kept)
+        self.ctx.replace(statement, fn)
+
+    def _nki_finding(self) -> None:
         """The compiler's NKI namespace: one finding at its first import (or first use), with the count of uses."""
         ctx = self.ctx
         if self._maintained() or not (self.nki_imports or self.nki_uses):
@@ -130,26 +194,142 @@ class NeuronxTrace(Rule):
         if qual == TRACE:
             self._trace(node)
         elif qual in JIT_ARTIFACT and self._uses_neuronx():
-            ctx.report("NM502", node, call=short(node))
+            self._artifact(node, qual)
 
     def _trace(self, node: cst.Call) -> None:
         ctx = self.ctx
-        small = ctx.current.small
         fn, example = arg(node, 0, "func"), arg(node, 1, "example_inputs")
-        simple = (isinstance(small, cst.Assign) and small.value is node and fn is not None and example is not None
-                  and not has_star(node) and len(node.args) == 2)
-        if not simple:
-            ctx.report("NM502", node, call=short(node))
+        if fn is None or example is None or has_star(node) or len(node.args) != 2:
+            what, todo, marker = TRACE_OPTIONS
+            ctx.report("NM502", node, call=short(node), what=what, todo=todo, short=marker)
             return
-        fixed = f"{ctx.module_ref('torch')}.compile({code(fn.value)}, backend={ctx.string('neuron')}, fullgraph=True)"
-        if ctx.report("NM501", node, call=short(node), fixed=fixed, status=release.xla_inference_status(ctx.settings)):
-            ctx.replace(node, expression(fixed))
+        name = assigned_name(ctx, node)
+        scope = ctx.analysis.lookup(name, ctx.current.scope) if name is not None else None
+        self.traces.append(Traced(ctx.current, node, fn.value, name, scope))
+        ctx.handled.add(node)
+        ctx.handled.add(node.func)
+
+    def _compile(self, traced: Traced) -> bool:
+        """Report and rewrite one trace: the model on the device, compiled; the inputs of its calls moved."""
+        ctx = self.ctx
+        ctx.current = traced.occ
+        device = target(ctx).device()
+        model = code(traced.model)
+        placed = model if self._function(traced.model, traced.occ.scope) else f"{paren(model)}.to({device})"
+        fixed = (f"{ctx.module_ref('torch')}.compile({placed}, backend={target(ctx).compile_backend()}, "
+                 "fullgraph=True, dynamic=False)")
+        if not ctx.report("NM501", traced.node, call=short(traced.node), fixed=fixed,
+                          status=release.xla_inference_status(ctx.settings)):
+            return False
+        ctx.replace(traced.node, expression(fixed))
+        calls = self._calls(traced)
+        if calls is None:
+            subject = f"`{traced.name}`'s" if traced.name else "the model's"
+            where = device if isinstance(expression(device), cst.Name) else ctx.string("neuron").strip("\"'")
+            what = f"move {subject} inputs to {where}"
+            ctx.mark(traced.occ.statement, marker_text("NM501", what, catalogue_rule("NM501").link))
+            return True
+        for call in calls:
+            for argument in call.args:
+                moved = self._moved(argument, device)
+                if moved is not None:
+                    ctx.replace(argument.value, expression(moved))
+        return True
+
+    def _calls(self, traced: Traced) -> list[cst.Call] | None:
+        """Every call of the traced model, or None when it is used out of sight: not bound to one name, bound to
+        it more than once (a CPU fallback branch binds it too), returned, stored or passed on (`torch.jit.save`
+        of it excepted: NM502 marks that)."""
+        ctx = self.ctx
+        name, scope = traced.name, traced.scope
+        if name is None or scope is None or len(scope.bindings.get(name, [])) != 1:
+            return None
+        calls = []
+        for occ, node in self.reads:
+            if node.value != name or ctx.analysis.lookup(name, occ.scope) is not scope:
+                continue
+            parent = occ.parent
+            if isinstance(parent, cst.Call) and parent.func is node:
+                calls.append(parent)
+            elif _not_a_read(node, parent) or self._saved(occ, parent):
+                continue
+            else:
+                return None
+        return calls
+
+    def _saved(self, occ: Occurrence, argument: cst.CSTNode | None) -> bool:
+        """The read is the model `torch.jit.save(<it>, path)` saves."""
+        if not isinstance(argument, cst.Arg) or argument.keyword is not None:
+            return False
+        call = self.ctx.analysis.parents.get(argument)
+        return isinstance(call, cst.Call) and call.args[0] is argument \
+            and self.ctx.qualname(call.func, occ.scope) == JIT_SAVE
+
+    def _moved(self, argument: cst.Arg, device: str) -> str | None:
+        """The argument's value on the device (a tensor; with `*`, each tensor of a sequence; with `**`, each value
+        of a mapping), or None for a constant."""
+        value = argument.value
+        if isinstance(value, LITERALS) or (isinstance(value, cst.Name) and value.value in ("None", "True", "False")):
+            return None
+        text = code(value)
+        if argument.star == "*":
+            t = next(n for n in ("t", "tensor", "t_") if not re.search(rf"\b{n}\b", text + device))
+            return f"({t}.to({device}) for {t} in {text})"
+        if argument.star == "**":
+            k, v = next((k, v) for k, v in (("k", "v"), ("key", "value")) if not re.search(rf"\b({k}|{v})\b", text + device))
+            return f"{{{k}: {v}.to({device}) for {k}, {v} in {paren(text)}.items()}}"
+        if isinstance(value, (cst.Tuple, cst.List, cst.Dict)):  # a structure of tensors: each one
+            return tree_mover(self.ctx)(device, text, non_blocking=False)
+        return f"{paren(text)}.to({device})"
+
+    def _function(self, model: cst.BaseExpression, scope: Scope) -> bool:
+        """A traced function (a lambda, or a name bound only by `def`): it has no parameters to move."""
+        if isinstance(model, cst.Lambda):
+            return True
+        if not isinstance(model, cst.Name):
+            return False
+        owner = self.ctx.analysis.lookup(model.value, scope)
+        return owner is not None and all(b.kind == "def" for b in owner.bindings[model.value])
+
+    def _artifact(self, node: cst.Call, qual: str) -> None:
+        """`torch.jit.save` / `torch.jit.load` in a file of the Neuron libraries: the traced artifact."""
+        ctx = self.ctx
+        if qual == JIT_SAVE:
+            saved = arg(node, 0, "m")
+            model = self._traced_model(saved.value) if saved is not None else None
+            weights = f"{model}.state_dict()" if model else "model.state_dict()"
+            ctx.report("NM502", node, call=short(node), what="saves a traced Neuron model",
+                       todo=f"save the weights instead (`torch.save({weights}, path)`) and, where they are loaded, "
+                            "build the model, load them and compile it with `torch.compile(model, backend=\"neuron\", "
+                            "fullgraph=True, dynamic=False)` (its compiled graphs are cached on disk)",
+                       short=f"save {weights} instead")
+        else:
+            ctx.report("NM502", node, call=short(node), what="loads a traced Neuron model",
+                       todo="build the model, load its weights (`model.load_state_dict(torch.load(path))`), move it to "
+                            "the `neuron` device and compile it with `torch.compile(model, backend=\"neuron\", "
+                            "fullgraph=True, dynamic=False)`",
+                       short="load weights into the model, compile it")
+
+    def _traced_model(self, saved: cst.BaseExpression) -> str | None:
+        """The model a saved name was traced from, when the name is bound once, by a trace of this file."""
+        if not isinstance(saved, cst.Name):
+            return None
+        scope = self.ctx.analysis.lookup(saved.value, self.ctx.current.scope)
+        found = [t for t in self.traces if t.name == saved.value and t.scope is scope]
+        if len(found) != 1 or scope is None or len(scope.bindings.get(saved.value, [])) != 1:
+            return None
+        model = found[0].model
+        return code(model) if isinstance(model, (cst.Name, cst.Attribute)) else None
 
     def _uses_neuronx(self) -> bool:
         return self.ctx.facts.imports_neuron_libraries and not self.ctx.facts.inferentia1
 
     def _maintained(self) -> bool:
         return self.ctx.facts.xla_inference_maintained
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.reads.append((self.ctx.current, node))
+        self._reference(node)
 
     def _reference(self, node: cst.CSTNode) -> None:
         if node in self.ctx.handled or self._maintained():
@@ -167,7 +347,17 @@ class NeuronxTrace(Rule):
         else:
             self.ctx.report(found, node, **spelled_as(node, qual))
 
-    visit_Attribute = visit_Name = _reference
+    visit_Attribute = _reference
+
+
+def _not_a_read(node: cst.Name, parent: cst.CSTNode | None) -> bool:
+    """The name is an attribute's, a keyword's, a definition's or an assignment's target, not a read of it."""
+    if isinstance(parent, cst.Attribute):
+        return parent.attr is node
+    if isinstance(parent, cst.Arg):
+        return parent.keyword is node
+    return isinstance(parent, (cst.AssignTarget, cst.Param, cst.FunctionDef, cst.ClassDef, cst.ImportAlias,
+                               cst.AsName))
 
 
 def _bundled_nki(module: str | None) -> bool:
