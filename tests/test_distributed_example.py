@@ -116,6 +116,7 @@ def test_plain_python_trains_like_torchrun_with_one_process(migrated):
     assert RANK.findall(plain) == RANK.findall(one)
 
 
+@pytest.mark.slow  # reads the checkpoint the two-process run above writes
 def test_checkpoint_loads_into_the_bare_model(migrated):
     sys.path.insert(0, str(migrated))
     try:
