@@ -6,9 +6,12 @@ its own when cold, warm and single-process `check` runs disagree.
 
 from __future__ import annotations
 
+import pytest
+
 from bench.run import main
 
 
+@pytest.mark.slow
 def test_small_benchmark_prints_ratios(capsys):
     figures = main(["--files", "80", "--baseline-share", "0.25", "--jobs", "2"])
     printed = capsys.readouterr().out

@@ -15,6 +15,7 @@ from tests.helpers import ROOT, cli
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_bundled_example_in_accelerator_style_trains_on_the_plain_cpu(tmp_path):
     example = tmp_path / "xla_mnist"
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)
@@ -41,6 +42,7 @@ def test_styles_differ_only_where_a_device_is_named(tmp_path):
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_accelerator_style_computes_the_same_losses_on_the_emulated_neuron_device(tmp_path):
     """The accelerator-style migration, run on the emulated `neuron` device, against the default migration on the CPU."""
     example = tmp_path / "xla_mnist"

@@ -87,6 +87,7 @@ def test_migration_leaves_no_torch_xla_and_no_marker(migrated):
     assert cli("rewrite", "--diff", str(migrated)).returncode == 0  # a second run changes nothing
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one(migrated):
     runs = [start(migrated, processes=1, batch_size=32), start(migrated, processes=2, batch_size=32)]  # global batch
     single, double = (output(run, migrated / f"logs{n}") for run, n in zip(runs, (1, 2)))
@@ -105,6 +106,7 @@ def test_two_processes_train_like_one(migrated):
     assert ranks[0][2] == pytest.approx(float(checksum), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_plain_python_trains_like_torchrun_with_one_process(migrated):
     """`python train.py` with none of torchrun's variables: one process, its own process group, no launcher."""
     runs = [start(migrated, processes=1, batch_size=32), start(migrated, processes=1, batch_size=32, plain=True)]
@@ -114,6 +116,7 @@ def test_plain_python_trains_like_torchrun_with_one_process(migrated):
     assert RANK.findall(plain) == RANK.findall(one)
 
 
+@pytest.mark.slow  # reads the checkpoint the two-process run above writes
 def test_checkpoint_loads_into_the_bare_model(migrated):
     sys.path.insert(0, str(migrated))
     try:

@@ -88,6 +88,7 @@ def results(folder, world: int) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_two_processes(program):
     first, second = results(program, 2)
     for r in (first, second):

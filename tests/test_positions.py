@@ -99,6 +99,7 @@ def test_fixture_positions(path):
     assert_same_positions(text)
 
 
+@pytest.mark.slow
 def test_stdlib_positions():
     checked = 0
     for path in stdlib_sample():

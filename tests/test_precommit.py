@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT, cli
 
 LEGACY = "import torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\nxm.mark_step()\n"
@@ -29,6 +31,7 @@ def _try_repo(repo: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.slow
 def test_hooks_on_a_staged_legacy_file(tmp_path):
     assert shutil.which("git")
     repo = tmp_path / "repo"

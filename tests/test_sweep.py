@@ -96,6 +96,7 @@ def cache_env(request, tmp_path_factory) -> dict[str, str]:
     return {"NEURON_MIGRATE_CACHE_DIR": str(folder)}
 
 
+@pytest.mark.slow
 def test_rewrite_over_stdlib_and_site_packages_changes_nothing(request, cache_env):
     assert (STDLIB / "os.py").is_file(), "the sweep needs the standard library"
     if not any((p / "torch" / "__init__.py").is_file() for p in SITE_PACKAGES):
@@ -108,6 +109,18 @@ def test_rewrite_over_stdlib_and_site_packages_changes_nothing(request, cache_en
     assert changed == [], "the rewrite changed code that holds no torch_xla program:\n" + proc.stdout[:5000]
     assert _unexpected(_errors(proc.stderr)) == {}
     assert proc.returncode in (0, 2) and "Traceback" not in proc.stderr
+
+
+def test_rewrite_over_a_sample_of_stdlib_and_site_packages_changes_nothing(request, cache_env):
+    """The no-op sweep above on a fixed sample of its files, for the default run (the whole sweep is `slow`)."""
+    paths = _sample(120, 200_000)
+    proc = cli("rewrite", "--diff", "--select", ",".join(MIGRATION_RULES), *paths, env=cache_env)
+    _report(request, f"no-op sweep sample: {len(paths)} files")
+    assert len(paths) == 120
+    assert DIFF_FILE.findall(proc.stdout) == [], "the rewrite changed code that holds no torch_xla program:\n" + \
+        proc.stdout[:5000]
+    assert _errors(proc.stderr) == {}
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
 
 
 def _relative(path: str) -> str:
@@ -133,8 +146,9 @@ def _sample(count: int, max_bytes: int) -> list[str]:
     return out
 
 
-def test_every_rule_on_a_sample_of_unrelated_code_changes_nothing(request, monkeypatch):
-    paths = _sample(200, 30_000)
+@pytest.mark.parametrize("count", [pytest.param(200, marks=pytest.mark.slow), 25], ids=["200 files", "25 files"])
+def test_every_rule_on_a_sample_of_unrelated_code_changes_nothing(request, monkeypatch, count):
+    paths = _sample(count, 30_000)
     for rule in rules_package.all_rules():
         monkeypatch.setattr(rule, "triggers", (b"",))  # b"" is in every file: the pre-filter lets all through
         monkeypatch.setattr(rule, "context", ())

@@ -224,6 +224,7 @@ def test_fixtures_give_the_same_findings_and_rewrites_unpatched_and_patched(monk
 EPILOGUE = b"\n\ndef _migrated():\n    import torch_xla.core.xla_model as xm\n    xm.mark_step()\n"
 
 
+@pytest.mark.slow
 def test_stdlib_with_every_rule_gives_the_same_results_unpatched_and_patched(monkeypatch):
     monkeypatch.setattr(engine, "active_rules", lambda data, settings, path, present=None: list(all_rules()))
     files = [(str(p), p.read_bytes().rstrip(b"\n") + EPILOGUE, "python") for p in stdlib_sample()]

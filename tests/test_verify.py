@@ -49,6 +49,7 @@ def migration(source: Path, tmp_path: Path, **changes: str) -> Path:
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_emulated_device_runs_like_a_device():
     for mode in ("", "strict"):
         proc = subprocess.run([sys.executable, str(DATA / "device_checks.py"), mode], capture_output=True, text=True,
@@ -81,6 +82,7 @@ def test_bundled_example_is_equivalent_on_the_emulated_device():
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_inference_program_compares_outputs_and_stops_after_n_calls():
     proc, report = verify("predict.py", "--max-steps", "3", cwd=DATA / "infer")
     assert proc.returncode == 0, proc.stdout
@@ -91,6 +93,7 @@ def test_inference_program_compares_outputs_and_stops_after_n_calls():
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_changed_learning_rate_is_caught(tmp_path):
     wrong = migration(EXAMPLE / "train.py", tmp_path, replace={"lr=args.lr,": "lr=args.lr * 2,"})
     proc = cli("verify", "train.py", "--migrated", str(wrong), "--max-steps", "4", "--format", "markdown",
@@ -103,6 +106,7 @@ def test_changed_learning_rate_is_caught(tmp_path):
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_dropped_optimizer_step_is_caught(tmp_path):
     wrong = migration(DATA / "mlp" / "train.py", tmp_path, replace={"        optimizer.step()\n": ""})
     proc = cli("verify", "train.py", "--migrated", str(wrong), "--max-steps", "3", "--", "--steps", "5",
@@ -115,6 +119,7 @@ def test_dropped_optimizer_step_is_caught(tmp_path):
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_two_process_program_on_the_emulated_device(tmp_path):
     proc, report = verify("train.py", "--nproc", "2", "--max-steps", "3", "--", "--epochs", "1",
                           "--checkpoint", str(tmp_path / "mnist_dp.pt"), cwd=DP_EXAMPLE)
@@ -127,6 +132,7 @@ def test_two_process_program_on_the_emulated_device(tmp_path):
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_dropped_gradient_all_reduce_is_caught(tmp_path):
     wrong = migration(DP_EXAMPLE / "train.py", tmp_path, replace={DDP_WRAP: "ddp_model = model"})
     proc, report = verify("train.py", "--nproc", "2", "--migrated", str(wrong), "--max-steps", "3", "--",
@@ -139,6 +145,7 @@ def test_dropped_gradient_all_reduce_is_caught(tmp_path):
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_failing_run_exits_2_with_its_traceback(tmp_path):
     broken = migration(DATA / "mlp" / "train.py", tmp_path, replace={"model = MLP()": "model = MLP(hidden=3)"})
     proc = cli("verify", "train.py", "--migrated", str(broken), "--max-steps", "1", cwd=DATA / "mlp")
@@ -165,6 +172,7 @@ def test_bad_input_is_refused():
 @pytest.mark.skipif(not XLA_PYTHON, reason="set NEURON_MIGRATE_XLA_PYTHON to an interpreter with torch_xla "
                                            "(pip install torch==2.9.0 torch_xla==2.9.0) to run the torch_xla reference")
 @pytest.mark.needs_torch
+@pytest.mark.slow
 def test_original_under_torch_xla_verifies_against_its_migration():
     proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--max-steps", "5", cwd=EXAMPLE)
     assert proc.returncode == 0, proc.stdout

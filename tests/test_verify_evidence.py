@@ -32,6 +32,7 @@ def test_emulator_matches_the_cpu_over_a_table_of_operators():
     assert lines[-1].endswith("operators compared") and int(lines[-1].split()[0]) >= 60
 
 
+@pytest.mark.slow
 def test_a_program_that_only_prints_is_compared_by_its_printed_numbers(tmp_path):
     folder = EXAMPLES / "xla_tutorial"
     proc, report = verify("tutorial.py", cwd=folder)
@@ -48,6 +49,7 @@ def test_a_program_that_only_prints_is_compared_by_its_printed_numbers(tmp_path)
     assert bad["detail"].startswith("line 4: reference 'softplus mean")
 
 
+@pytest.mark.slow
 def test_nothing_comparable_is_its_own_outcome(tmp_path):
     proc = cli("verify", "job.py", "--", str(tmp_path / "scores.pt"), cwd=DATA / "silent")
     assert proc.returncode == 2, proc.stdout
@@ -55,6 +57,7 @@ def test_nothing_comparable_is_its_own_outcome(tmp_path):
     assert "print the values to compare" in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_changed_autocast_dtype_is_caught(tmp_path):
     folder = EXAMPLES / "xla_bf16_autocast"
     wrong = migration(folder / "train.py", tmp_path, replace={"dtype=torch.bfloat16": "dtype=torch.float16"})
@@ -64,6 +67,7 @@ def test_a_changed_autocast_dtype_is_caught(tmp_path):
     assert "module outputs: reference bfloat16, target float16" in bad["dtypes"]["detail"]
 
 
+@pytest.mark.slow
 def test_a_model_left_on_the_cpu_is_caught(tmp_path):
     wrong = migration(DATA / "mlp" / "train.py", tmp_path, replace={'torch.device("neuron")': 'torch.device("cpu")'})
     proc, report = verify("train.py", "--migrated", str(wrong), "--max-steps", "2", cwd=DATA / "mlp")
@@ -74,6 +78,7 @@ def test_a_model_left_on_the_cpu_is_caught(tmp_path):
     assert "the model never reached the `neuron` device" in bad["device residency"]["detail"]
 
 
+@pytest.mark.slow
 def test_an_optimizer_that_updates_nothing_is_caught(tmp_path):
     wrong = migration(DATA / "mlp" / "train.py", tmp_path,
                       replace={"torch.optim.SGD(model.parameters(),": "torch.optim.SGD(MLP().parameters(),"})
@@ -82,6 +87,7 @@ def test_an_optimizer_that_updates_nothing_is_caught(tmp_path):
     assert "did not change in the target while the reference's did" in failed(report)["parameters updated"]["detail"]
 
 
+@pytest.mark.slow
 def test_each_run_has_its_own_working_folder():
     folder = DATA / "stateful"
     before = sorted(p.name for p in folder.iterdir())
@@ -91,6 +97,7 @@ def test_each_run_has_its_own_working_folder():
     assert sorted(p.name for p in folder.iterdir()) == before  # and the user's folder is untouched
 
 
+@pytest.mark.slow
 def test_a_spawn_program_runs_as_one_torchrun_worker(tmp_path):
     proc, report = verify("train.py", "--max-steps", "2", "--", "--epochs", "1", "--batch-size", "32",
                           "--checkpoint", str(tmp_path / "ckpt.pt"), cwd=DP_EXAMPLE)

@@ -68,6 +68,7 @@ def run_installed(python: Path, *args: str, cwd: Path) -> tuple[subprocess.Compl
     return proc, json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_verify_works_from_a_regular_install(installed, tmp_path):
     folder = tmp_path / "xla_mnist"
     shutil.copytree(EXAMPLE, folder)
@@ -78,6 +79,7 @@ def test_verify_works_from_a_regular_install(installed, tmp_path):
 
 @pytest.mark.skipif(not XLA_PYTHON, reason="set NEURON_MIGRATE_XLA_PYTHON to an interpreter with torch_xla "
                                            "(pip install torch==2.9.0 torch_xla==2.9.0) to run the torch_xla reference")
+@pytest.mark.slow
 def test_documented_workflow_against_torch_xla_from_a_regular_install(installed, tmp_path):
     folder = tmp_path / "xla_mnist"
     shutil.copytree(EXAMPLE, folder)

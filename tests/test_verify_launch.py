@@ -50,6 +50,7 @@ def plain(tmp_path_factory):
     return done.stdout
 
 
+@pytest.mark.slow
 def test_plain_python_runs_as_one_process_without_a_process_group(plain):
     losses = [float(loss) for _, loss in STEP.findall(plain)]
     assert len(losses) == 3 and len(set(losses)) > 1
@@ -59,6 +60,7 @@ def test_plain_python_runs_as_one_process_without_a_process_group(plain):
 
 @pytest.mark.parametrize("nproc, path", [(1, ()), (1, ("--spawn",)), (2, ())],
                          ids=["1 process", "1 process, spawn path", "2 processes"])
+@pytest.mark.slow
 def test_every_launch_path_verifies_and_averages_like_one_device(plain, nproc, path):
     if nproc > 1 and not NUMPY:
         pytest.skip("mesh_reduce's native form (dist.all_gather_object) needs NumPy")
@@ -73,6 +75,7 @@ def test_every_launch_path_verifies_and_averages_like_one_device(plain, nproc, p
 
 @pytest.mark.skipif(not NUMPY, reason="mesh_reduce's native form (dist.all_gather_object) needs NumPy")
 @pytest.mark.parametrize("path", [(), ("--spawn",)], ids=["torchrun path", "spawn path"])
+@pytest.mark.slow
 def test_two_processes_average_like_one_device(plain, tmp_path, path):
     """Each rank trains on half of every batch: with the gradients averaged, the mean loss of every step and the
     evaluation are those of one device; each rank is on its own device."""

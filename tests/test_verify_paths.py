@@ -41,6 +41,7 @@ def test_every_bundled_example_is_in_the_table():
 
 
 @pytest.mark.parametrize("example", sorted(EXAMPLE_RUNS))
+@pytest.mark.slow
 def test_bundled_example_on_both_paths(example, tmp_path):
     script, *args = EXAMPLE_RUNS[example]
     proc, report = verify(script, *args, cwd=EXAMPLES / example)
@@ -57,6 +58,7 @@ def test_bundled_example_on_both_paths(example, tmp_path):
     assert path["summary"] == "same path: neither runs without its device"
 
 
+@pytest.mark.slow
 def test_a_kept_fallback_runs_the_same_path_and_computes_the_same():
     proc, report = verify("train.py", "--migrated", str(FALLBACK_MIGRATED), "--max-steps", "4", cwd=FALLBACK)
     assert proc.returncode == 0, proc.stdout
@@ -72,6 +74,7 @@ def test_a_kept_fallback_runs_the_same_path_and_computes_the_same():
     assert checks["final parameters"]["ok"] and checks["final parameters"]["max_abs"] == 0
 
 
+@pytest.mark.slow
 def test_a_lost_fallback_fails_although_the_neuron_path_is_equivalent(tmp_path):
     # issue 14's rewrite: the CUDA branch's availability test turned into an unguarded `torch.neuron` call
     source = FALLBACK_MIGRATED.read_text()
@@ -88,6 +91,7 @@ def test_a_lost_fallback_fails_although_the_neuron_path_is_equivalent(tmp_path):
     assert migrated["stopped_on"]["type"] == "AttributeError" and migrated["stopped_on"]["where"] == "train.py:10"
 
 
+@pytest.mark.slow
 def test_a_migration_that_computes_where_the_original_stops_and_then_stops_fails(tmp_path):
     # the original needs torch_xla; a migration that falls back to the CPU, trains there and then stops at its
     # first `neuron` call (the compile backend) takes another path

@@ -24,6 +24,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "rewrite": "neuron_migrate.cli.commands:rewrite",
     "rules": "neuron_migrate.cli.commands:rules",
     "explain": "neuron_migrate.cli.commands:explain",
+    "merge": "neuron_migrate.cli.merge:merge",
     "pin": "neuron_migrate.pin.command:pin",
     "doctor": "neuron_migrate.cli.doctor:doctor",
     "verify": "neuron_migrate.verify.command:verify",

@@ -37,7 +37,26 @@ def _codes(values: tuple[str, ...]) -> frozenset[str]:
     return frozenset(out)
 
 
+def _shard(ctx, param, value):
+    if value is None:
+        return None
+    from neuron_migrate.engine.shards import Shard, ShardError
+
+    try:
+        return Shard.parse(value)
+    except ShardError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def shard_option(f):
+    return click.option("--shard", callback=_shard, default=None, metavar="K/N",
+                        help="Process only shard K of N (1 <= K <= N) of the files found, for a CI matrix of N jobs: "
+                        "a file's shard comes from a hash of its path in the project, so N jobs cover the tree "
+                        "once; `neuron-migrate merge` joins their JSON or SARIF reports.")(f)
+
+
 def common_options(f):
+    f = shard_option(f)
     f = click.option("--select", multiple=True, metavar="CODES",
                      help="Only these rule codes or prefixes: `--select NM1,NM301` or `--select NM1 "
                      "--select NM301`.")(f)
@@ -117,6 +136,11 @@ def _stdin_mode(paths: tuple[str, ...], stdin_filename: str | None, hook: bool) 
     return True
 
 
+def _refuse_shard_of_stdin(shard, from_stdin: bool) -> None:
+    if shard is not None and from_stdin:
+        _usage("--shard splits the files found under the paths; standard input is one source, give paths instead")
+
+
 def _refuse_codes_as_paths(paths: tuple[str, ...]) -> None:
     """`--select NM1 NM2` makes NM2 a path: say so instead of "no such file"."""
     for p in paths:
@@ -185,8 +209,8 @@ class Output:
               "repository: new code only is held to them), then report what is left.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
 @target_options
-def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, fmt,
-          statistics, output_file, add_noqa, exit_zero, torch, neuron_sdk, instance) -> None:
+def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
+          fmt, statistics, output_file, add_noqa, exit_zero, torch, neuron_sdk, instance) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
@@ -200,6 +224,7 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
         _usage(f"--statistics prints counts, which --output-format {fmt} cannot carry; use full, concise or json")
     if add_noqa and from_stdin:
         _usage("--add-noqa edits files; it cannot edit standard input")
+    _refuse_shard_of_stdin(shard, from_stdin)
     where = (stdin_filename or ".",) if from_stdin else (paths or (".",))
     resolved = _settings(where, select, ignore, exclude, torch=torch, neuron_sdk=neuron_sdk, instance=instance,
                          config_file=config_file)
@@ -213,7 +238,7 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     else:
         paths = _paths(paths, hook, resolved.exclude)
         result = run(paths, resolved.settings, rewrite=rewrite, jobs=jobs, exclude=resolved.exclude,
-                     use_cache=not no_cache)
+                     use_cache=not no_cache, shard=shard)
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors, warnings = result.errors, result.warnings
     libraries = getattr(result, "libraries", ())
@@ -231,9 +256,10 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
                 out.echo(line)
     elif fmt == "json":
         out.echo(reports.json_report(findings, errors, {r.path: r for r in result.changed}, sources, warnings,
-                                     libraries))
+                                     libraries, shard=shard))
     elif fmt == "sarif":
-        out.echo(reports.sarif_report(findings, errors, {r.path: r for r in result.changed}, sources, libraries))
+        out.echo(reports.sarif_report(findings, errors, {r.path: r for r in result.changed}, sources, libraries,
+                                      shard=shard))
     elif fmt == "github":
         out.echo(reports.github_annotations(findings, errors, sources, libraries))
     else:
@@ -307,8 +333,8 @@ def _report_format(report_path: str | None, report_format: str | None) -> str | 
 @click.option("--report-format", type=click.Choice(["markdown", "json"]), default=None,
               help="The --report format when the file name does not end in .md or .json.")
 @target_options
-def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, dry_run,
-            no_compile, safe_only, device_style, output_dir, report_path, report_format, torch, neuron_sdk,
+def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
+            dry_run, no_compile, safe_only, device_style, output_dir, report_path, report_format, torch, neuron_sdk,
             instance) -> None:
     """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir).
 
@@ -324,6 +350,10 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
         _usage("--diff writes nothing, so --output-dir would be ignored; give one or the other")
     if from_stdin and output_dir:
         _usage("--output-dir copies a tree of files; standard input has none (the migrated source is printed)")
+    _refuse_shard_of_stdin(shard, from_stdin)
+    if shard is not None and output_dir:
+        _usage("--output-dir writes a copy of the whole tree, which one shard does not migrate; give --output-dir "
+               "without --shard, or rewrite each shard in place")
     fmt = _report_format(report_path, report_format)
     where = (stdin_filename or ".",) if from_stdin else (paths or (".",))
     resolved = _settings(where, select, ignore, exclude, compile=False if no_compile else None,
@@ -356,7 +386,8 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
         except outdir.OutputDirError as exc:
             click.echo(f"error: --output-dir: {exc}", err=True)
             sys.exit(EXIT_ERROR)
-    result = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache)
+    result = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache,
+                 shard=shard)
     show_or_write(result, dry_run, write=(lambda r: outdir.write_tree(tree, r)) if tree is not None else write_results,
                   style=style, quiet=quiet)
     if report_path:

@@ -133,9 +133,9 @@ def json_fix(result: FileResult, info: RuleInfo) -> dict | None:
 
 def json_report(findings: list[Finding], errors: list[tuple[str, str]],
                 rewrites: dict[str, FileResult] | None = None, sources: Sources | None = None,
-                warnings: list[tuple[str, str]] = (), libraries=()) -> str:
+                warnings: list[tuple[str, str]] = (), libraries=(), shard=None) -> str:
     """Findings with their rule's name, severity and link, and the fix where `rewrites` holds one; the XLA-stack
-    libraries left alone."""
+    libraries left alone; the shard (`--shard K/N`) the report covers, for `neuron-migrate merge`."""
     rewrites = rewrites or {}
     sources = sources or Sources()
     out = []
@@ -151,14 +151,18 @@ def json_report(findings: list[Finding], errors: list[tuple[str, str]],
               "libraries": [lib.to_json() for lib in libraries]}
     if warnings:
         report["warnings"] = [{"path": p, "message": m} for p, m in warnings]
+    if shard is not None:
+        report["shard"] = {"index": shard.index, "count": shard.count}
     return json.dumps(report, indent=2)
 
 
 def sarif_report(findings: list[Finding], errors: list[tuple[str, str]],
                  rewrites: dict[str, FileResult] | None = None, sources: Sources | None = None,
-                 libraries=()) -> str:
+                 libraries=(), shard=None) -> str:
     """One SARIF run: every rule of the catalogue, a result per finding, fixes for fixable findings; an
-    XLA-stack library left alone is a tool notification of level `note` (not a result: nothing to fix there)."""
+    XLA-stack library left alone is a tool notification of level `note` (not a result: nothing to fix there).
+    A shard's run has its own `automationDetails.id` (GitHub's category: each shard can be uploaded on its own)
+    and says which shard it is in its properties (`neuron-migrate merge` checks the shards it joins)."""
     rules = list(catalogue.catalogue().values())
     index = {info.code: i for i, info in enumerate(rules)}
     rewrites = rewrites or {}
@@ -193,7 +197,16 @@ def sarif_report(findings: list[Finding], errors: list[tuple[str, str]],
             "results": results,
         }],
     }
+    if shard is not None:
+        log["runs"][0]["automationDetails"] = {"id": sarif_category(shard)}
+        log["runs"][0]["properties"] = {"shard": {"index": shard.index, "count": shard.count}}
     return json.dumps(log, indent=2)
+
+
+def sarif_category(shard) -> str:
+    """`neuron-migrate/shard-2-of-4/`: the run's automation id, which GitHub code scanning takes as the category
+    (the part up to the last `/`)."""
+    return f"neuron-migrate/shard-{shard.slug}/"
 
 
 def _escape_data(text: str) -> str:

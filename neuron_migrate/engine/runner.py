@@ -16,6 +16,8 @@ from typing import Iterable, Iterator
 
 from neuron_migrate.engine.cache import ResultCache, default_dir, digest
 from neuron_migrate.engine.discover import Problem, Target, discover
+from neuron_migrate.engine import shards
+from neuron_migrate.engine.shards import Shard
 from neuron_migrate.engine.stack import Library, set_aside
 from neuron_migrate.findings import FileResult
 from neuron_migrate.engine import handlers
@@ -147,11 +149,14 @@ def _process_all(targets: list[Target], known: dict[str, bytes], settings: Setti
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
         jobs: int | None = None, exclude: Iterable[str] = (), use_cache: bool = False,
-        progress: bool | None = None) -> Run:
+        progress: bool | None = None, shard: Shard | None = None) -> Run:
     """Process every file found under `paths`. `use_cache` reads and updates the result cache;
-    `progress` None shows a bar on an interactive stderr for long runs."""
+    `progress` None shows a bar on an interactive stderr for long runs; `shard` keeps its part of the files (and
+    of the problems and library notes: engine/shards.py)."""
     targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
     targets, libraries = set_aside(targets)
+    if shard is not None:
+        targets, problems, libraries = shards.split(shard, targets, problems, libraries)
     jobs = jobs or os.cpu_count() or 1
     cache = ResultCache(default_dir(), settings, rewrite) if use_cache else None
     results: dict[int, FileResult] = {}

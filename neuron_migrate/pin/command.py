@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import click
 
-from neuron_migrate.cli.commands import _settings, exit_after_rewrite, show_or_write
+from neuron_migrate.cli.commands import _settings, exit_after_rewrite, shard_option, show_or_write
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.engine.runner import run
 
@@ -28,7 +28,8 @@ PIN_CODES = frozenset({"NM6", "NM513", "NM900"})
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Worker processes, 1 or more (default: all cores).")
 @click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")
-def pin(paths, torch, neuron_sdk, instance, dry_run, jobs, exclude) -> None:
+@shard_option
+def pin(paths, torch, neuron_sdk, instance, dry_run, jobs, exclude, shard) -> None:
     """Pin requirements, pyproject.toml, setup.py/setup.cfg, environment.yml, Dockerfiles, shell scripts and
     notebook install cells to one row of the Neuron release matrix: torch, torch-neuronx, neuronx-cc, nki,
     torchvision and torchaudio (torchao-neuron on trn3), the Neuron package index, no torch-xla. Code is left
@@ -37,6 +38,6 @@ def pin(paths, torch, neuron_sdk, instance, dry_run, jobs, exclude) -> None:
     paths = paths or (".",)
     resolved = _settings(paths, (), (), exclude, torch=torch, neuron_sdk=neuron_sdk, instance=instance)
     settings = replace(resolved.settings, select=PIN_CODES)
-    result = run(paths, settings, rewrite=True, jobs=jobs, exclude=resolved.exclude)
+    result = run(paths, settings, rewrite=True, jobs=jobs, exclude=resolved.exclude, shard=shard)
     show_or_write(result, dry_run)
     exit_after_rewrite(result, dry_run)
