@@ -17,6 +17,7 @@ from neuron_migrate.rules.patterns import arg, code, has_star, short, string_val
 from neuron_migrate.engine.facts import fact, inf1_names
 from neuron_migrate.rules import Rule, release
 from neuron_migrate.rules import sharding  # noqa: F401  (registers the nxd_imports_taken fact read below)
+from neuron_migrate.engine.imports import _native_import_line
 from neuron_migrate.rules.data import tree_mover
 from neuron_migrate.rules.rewrites import assigned_name, paren
 from neuron_migrate.rules.target import target
@@ -155,7 +156,13 @@ class NeuronxTrace(Rule):
     def _drop_alias(self, statement: cst.ImportFrom, alias: cst.ImportAlias) -> None:
         names = [a for a in statement.names if a is not alias]
         if not names:
-            self.ctx.remove(statement)
+            line = self.ctx.analysis.parents.get(statement)
+            if isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and not self._imports_module():
+                # importing torch_neuronx registers the `neuron` device where torch's backend autoload is off:
+                # the file's last import of it stays, as the module itself
+                self.ctx.replace(line, _native_import_line)
+            else:
+                self.ctx.remove(statement)
             return
 
         def fn(new: cst.ImportFrom) -> cst.ImportFrom:
@@ -164,6 +171,11 @@ class NeuronxTrace(Rule):
             kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return new.with_changes(names=kept)
         self.ctx.replace(statement, fn)
+
+    def _imports_module(self) -> bool:
+        """Whether the file has an `import torch_neuronx` (any alias) of its own."""
+        return any(b.kind == "import" and b.qualname == "torch_neuronx" and isinstance(b.node, cst.Import)
+                   for scope in self.ctx.analysis.scopes for bindings in scope.bindings.values() for b in bindings)
 
     def _nki_finding(self) -> None:
         """The compiler's NKI namespace: one finding at its first import (or first use), with the count of uses."""
