@@ -17,10 +17,11 @@ import libcst as cst
 
 from neuron_migrate.engine.names import Occurrence, Scope
 from neuron_migrate.rules.patterns import XM, arg, code, short
-from neuron_migrate.rules.rewrites import dist, only_args, replace_statement, world_size
+from neuron_migrate.rules.rewrites import dist, local_rank, only_args, replace_statement, world_size
+from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
-from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP
+from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP, SPAWN
 from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, step_arguments
 from neuron_migrate.rules import sharding  # noqa: F401  (registers the fully_sharded fact read below)
 
@@ -63,6 +64,8 @@ class GradientAveraging(Rule):
         self.optimizers: dict[tuple[int, str], str] = {}  # (scope, optimizer name) -> model name
         self.names: list[tuple[Occurrence, cst.Name]] = []
         self.inits: list[tuple[Scope, cst.Name]] = []  # scope and first name of each `init_process_group(...)`
+        self.spawns = 0  # `xmp.spawn(...)` calls: that path gets its process group from NM202
+        self.joined = False
 
     # -- what the file holds ---------------------------------------------------------------------------
     def visit_Call(self, node: cst.Call) -> None:
@@ -74,6 +77,8 @@ class GradientAveraging(Rule):
                 self.steps.append(Step(ctx.current, node, found[0].value, False))
         elif qual in INIT_PROCESS_GROUP:
             self.inits.append((ctx.current.scope, _head(node.func)))
+        elif qual in SPAWN:
+            self.spawns += 1
         elif qual in REDUCE_GRADIENTS:
             opt = arg(node, 0, "optimizer")
             groups = arg(node, 1, "groups")
@@ -114,6 +119,7 @@ class GradientAveraging(Rule):
                 continue
             if not self._report(step, f"route {placement.name}(...) through DistributedDataParallel"):
                 continue
+            self._join(step)
             if id(placement) not in wrapped:
                 wrapped.add(id(placement))
                 self._wrap(placement)
@@ -200,6 +206,38 @@ class GradientAveraging(Rule):
                     and ctx.analysis.lookup(model, occ.scope) is scope:
                 ctx.replace(node, cst.Name(ddp))
 
+    def _join(self, step: Step) -> None:
+        """A program that never creates a process group averaged its gradients through torch_xla's runtime, which
+        torchrun's variables set up by themselves; natively, each rank joins torchrun's group and takes its own
+        device, before the model is placed. Where that place is not in the file (a helper that only steps an
+        optimizer), the program that calls it owns its process group: nothing is added."""
+        ctx = self.ctx
+        if self.joined or self.inits or self.spawns:
+            return
+        placement = self._placement_of(step)
+        if placement is None:
+            return
+        self.joined = True
+        anchor = placement.occ
+        ctx.current = anchor
+        d, device = dist(ctx), target(ctx)
+        bind = "".join(f"    {line}\n" for line in device.select_device_statement(local_rank(ctx)).splitlines())
+        ctx.insert_before(anchor.statement, (
+            f"if {world_size(ctx)} > 1 and not {d}.is_initialized():  # torchrun: a device per rank\n"
+            f"{bind}"
+            f"    {d}.init_process_group({device.process_group_backend()})\n"))
+        ctx.current = step.occ
+
+    def _placement_of(self, step: Step) -> Placement | None:
+        """Where the model that the step's optimizer holds is put on its device, where that is one place."""
+        ctx = self.ctx
+        if not isinstance(step.optimizer, cst.Name):
+            return None
+        opt_scope = ctx.analysis.lookup(step.optimizer.value, step.occ.scope)
+        model = self.optimizers.get((id(opt_scope), step.optimizer.value)) if opt_scope else None
+        found = [p for p in self.placements if p.name == model and isinstance(p.occ.statement, cst.SimpleStatementLine)]
+        return found[0] if len(found) == 1 else None
+
     def _report(self, step: Step, fixed: str) -> bool:
         """Report NM106; when its fix is not made (`--safe-only`, ignored), mark the step so it is not lost."""
         ctx = self.ctx
@@ -220,6 +258,7 @@ class GradientAveraging(Rule):
             return
         if not self._report(step, f"all-reduce the gradients of {opt} and divide them by the world size"):
             return
+        self._join(step)
         param = "param" if not self._taken("param") else "_param"
         d = dist(ctx)
         block = (f"if {world_size(ctx)} > 1:\n"
