@@ -60,7 +60,9 @@ class _Unit:
 
 
 def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> str | None:
-    """`text` with its cold functions and classes replaced by stand-ins; None where nothing is replaced."""
+    """`text` with its cold functions and classes replaced by stand-ins; None where nothing is replaced. `tree`,
+    Python's tree of `text`, is changed in place to stand for the lean text where positions.py reads it (the
+    replaced statements' first lines, no decorators), which saves parsing the lean text again."""
     if not ENABLED:
         return None
     lines = LINE.findall(text)
@@ -96,6 +98,11 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> str | No
         out[unit.first - 1] = indent + head + end
         for i in range(unit.first, unit.last):
             out[i] = _line_end(lines[i])
+        # Python's tree of the lean text, as far as positions.py pairs it with LibCST's: the stand-in's one-line
+        # body holds no statement to locate, and it has no decorators
+        node = unit.node
+        node.decorator_list = []
+        node.lineno = node.end_lineno = unit.first
     return "".join(out)
 
 

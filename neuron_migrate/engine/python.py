@@ -65,7 +65,7 @@ def parse(source: Source, needles: tuple[str, ...] | None = None) -> cst.Module:
     if needles is not None:
         lean = lean_text(text, tree, needles)
         if lean is not None:
-            text, tree = lean, _python_tree(lean)
+            text = lean  # `tree` now stands for it
     try:
         module = parse_module(text)
     except cst.ParserSyntaxError as exc:
