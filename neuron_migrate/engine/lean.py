@@ -44,6 +44,8 @@ LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+\Z")
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _SCOPE_CHANGERS = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)
 _DECLARATIONS = (ast.Global, ast.Nonlocal)
+# The lean parse is tried where definitions without a needle span at least this share of the file's lines.
+MIN_SHARE = 0.25
 
 
 class _Unit:
@@ -66,6 +68,8 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> str | No
     if not ENABLED:
         return None
     lines = LINE.findall(text)
+    if _candidate_lines(tree.body, lines, needles) < MIN_SHARE * len(lines):
+        return None  # too little to gain for the walks below (most definitions hold a needle themselves)
     units: list[_Unit] = []
     for node in tree.body:
         _units(node, None, units, module_level=True)
@@ -104,6 +108,21 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> str | No
         node.decorator_list = []
         node.lineno = node.end_lineno = unit.first
     return "".join(out)
+
+
+def _candidate_lines(body: list[ast.stmt], lines: list[str], needles: tuple[str, ...]) -> int:
+    """How many lines the definitions without a needle of their own span: what the lean parse could replace at
+    most (found from the text alone, before any walk)."""
+    count = 0
+    for node in body:
+        if isinstance(node, _DEFS):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            last = node.end_lineno or node.lineno
+            if not _needle_in("".join(lines[first - 1:last]), needles):
+                count += last - first + 1
+            elif isinstance(node, ast.ClassDef):
+                count += _candidate_lines(node.body, lines, needles)
+    return count
 
 
 def _units(node: ast.stmt, parent: _Unit | None, out: list[_Unit], module_level: bool) -> _Unit:
