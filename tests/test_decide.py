@@ -10,6 +10,7 @@ import pytest
 from neuron_migrate.engine import leftovers
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED
 from neuron_migrate.engine.python import process_python
+from neuron_migrate.engine.sources import SourceError
 from neuron_migrate.findings import FixSafety
 from neuron_migrate import catalogue
 from neuron_migrate.rules import Rule, all_rules
@@ -155,3 +156,29 @@ def test_every_file_kind_says_what_rewrite_did_with_each_finding(tmp_path):
         assert all(f.status in (FIXED, MARKED, LEFT) for f in rewritten.findings), rewritten.findings
         fixed = Counter(f.code for f in rewritten.findings if f.status == FIXED)
         assert dict(fixed) == rewritten.applied, (kind, rewritten.findings, rewritten.applied)
+
+
+@pytest.mark.slow
+def test_check_and_rewrite_report_the_same_findings_on_the_sweep():
+    """The sweep's real code: torch_xla's sources read as plain code (where the wheel is at hand) and a sample of
+    the standard library; `check` takes the lean parse (engine/lean.py) on many of them, `rewrite` never does."""
+    from tests.test_lean import _replaced, torch_xla_sources
+    from tests.test_positions import stdlib_sample
+
+    from neuron_migrate.engine.python import active_rules
+
+    files = torch_xla_sources() + [(str(p), p.read_bytes()) for p in stdlib_sample()]
+    lean = 0
+    for path, data in files:
+        try:
+            checked = process_python(path, data, Settings(), False)
+        except SourceError:
+            with pytest.raises(SourceError):
+                process_python(path, data, Settings(), True)
+            continue
+        rewritten = process_python(path, data, Settings(), True)
+        assert [_key(f) for f in checked.findings] == [_key(f) for f in rewritten.findings], path
+        assert all(f.status in (FIXED, MARKED, LEFT) for f in rewritten.findings)
+        if path.endswith(".py") and path.startswith("torch_xla/"):
+            lean += _replaced(data, active_rules(data, Settings(), path))
+    assert lean >= 20 or not torch_xla_sources()

@@ -24,6 +24,7 @@ from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers
 from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
 from neuron_migrate.engine.edits import MARKER_PREFIX, apply
+from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.sources import Source, SourceError, decode
 from neuron_migrate.findings import FileResult, Finding
@@ -53,17 +54,25 @@ def _flags() -> int:
 
 # -- the pipeline ------------------------------------------------------------------------------------------
 
-def parse(source: Source) -> cst.Module:
+def parse(source: Source, needles: tuple[str, ...] | None = None) -> cst.Module:
     """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms). Python parses
-    first: its message is the one users know, and its statement lines are what findings are placed by."""
+    first: its message is the one users know, and its statement lines are what findings are placed by.
+
+    With `needles` (`check`: the file is only read), the tree is the lean one (engine/lean.py): the functions and
+    classes that cannot hold a finding are stand-ins, every other statement at its own line and column."""
     tree = _python_tree(source.text)
+    text = source.text
+    if needles is not None:
+        lean = lean_text(text, tree, needles)
+        if lean is not None:
+            text = lean  # `tree` now stands for it
     try:
-        module = parse_module(source.text)
+        module = parse_module(text)
     except cst.ParserSyntaxError as exc:
         raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read "
                           f"this valid Python ({exc.message.splitlines()[0]}); the file was left alone. Please report "
                           f"it at {ISSUES_URL}") from None
-    positions.remember(module, source.text, tree)  # findings are placed by Python's statement lines
+    positions.remember(module, text, tree)  # findings are placed by Python's statement lines
     return module
 
 
@@ -119,6 +128,11 @@ def active_rules(data: bytes, settings: Settings, path: str, present: Present | 
             if r.may_match(data, present) and (every or any(settings.enabled(c, path) for c in r.codes))]
 
 
+def lean_needles(rules: list[type[Rule]]) -> tuple[str, ...]:
+    """The text a function or class must hold to matter to these rules (engine/lean.py)."""
+    return tuple(sorted({t.decode("latin-1") for r in rules for t in r.triggers} | {"torch_xla"}))
+
+
 def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     """`rewrite` asks for the new bytes too (and for the findings' status); the findings are the same."""
     source = decode(data)
@@ -131,7 +145,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     if not rules and not step and not has_markers and not may_suppress:
         return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
-        module = parse(source)
+        module = parse(source, None if rewrite else lean_needles(rules))
         renderer = Renderer()
         new_text = transform(path, source, module, rules, step, settings, rewrite, result, may_suppress, renderer)
         if not rewrite:

@@ -1,0 +1,168 @@
+"""`check`'s lean parse (engine/lean.py) reports exactly what the whole parse reports.
+
+The whole parse is the oracle: every fixture, 150 standard-library modules with every rule running (the pre-filter
+off, so every trigger is a needle) and torch_xla's own sources read as plain code (not set aside as a library:
+`process_python` is called on each file) give the same findings, line, column, code and message, with the lean
+parse on and off. The test fails where the lean parse replaced nothing, so the path is known to be exercised.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from neuron_migrate.engine import lean
+from neuron_migrate.engine import python as engine
+from neuron_migrate.engine.sources import SourceError
+from neuron_migrate.rules import all_rules
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, ROOT
+from tests.test_positions import stdlib_sample
+
+CASES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith(".expected.py"))
+EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))
+# The torch_xla 2.9 wheel: where the real-code benchmark keeps it, or the bed's downloads.
+WHEEL_FOLDERS = [Path(os.environ.get("NEURON_MIGRATE_BENCH_CACHE", Path.home() / ".cache/neuron-migrate/bench")),
+                 Path("/work/bed/dl")]
+
+
+def torch_xla_sources() -> list[tuple[str, bytes]]:
+    for folder in WHEEL_FOLDERS:
+        for wheel in sorted(folder.glob("torch_xla-2.9*.whl")) if folder.is_dir() else ():
+            with zipfile.ZipFile(wheel) as whl:
+                return [(n, whl.read(n)) for n in sorted(whl.namelist())
+                        if n.startswith("torch_xla/") and n.endswith(".py")]
+    return []
+
+
+def _findings(path: str, data: bytes, on: bool, monkeypatch) -> list | str:
+    with monkeypatch.context() as m:
+        m.setattr(lean, "ENABLED", on)
+        try:
+            result = engine.process_python(path, data, Settings(), False)
+        except SourceError as exc:
+            return f"error: {exc}"
+    return [(f.line, f.col, f.end_line, f.end_col, f.code, f.message, f.fixable) for f in result.findings]
+
+
+def _replaced(data: bytes, rules) -> bool:
+    text = data.decode("utf-8")
+    return lean.lean_text(text, ast.parse(text), engine.lean_needles(rules)) is not None
+
+
+def _compare(files: list[tuple[str, bytes]], monkeypatch) -> int:
+    """Asserts lean == whole for every file; returns how many files the lean parse shortened."""
+    shortened = 0
+    for path, data in files:
+        whole = _findings(path, data, False, monkeypatch)
+        assert _findings(path, data, True, monkeypatch) == whole, path
+        try:
+            shortened += _replaced(data, engine.active_rules(data, Settings(), path))
+        except (SyntaxError, UnicodeDecodeError):
+            pass
+    return shortened
+
+
+def test_fixtures_and_examples_give_the_same_findings_lean_and_whole(monkeypatch):
+    files = [(str(p), p.read_bytes()) for p in CASES + EXAMPLES]
+    assert _compare(files, monkeypatch) >= 10
+
+
+@pytest.mark.slow
+def test_stdlib_with_every_rule_gives_the_same_findings_lean_and_whole(monkeypatch):
+    monkeypatch.setattr(engine, "active_rules", lambda data, settings, path, present=None: list(all_rules()))
+    files = [(str(p), p.read_bytes()) for p in stdlib_sample()]
+    assert len(files) == 150
+    assert _compare(files, monkeypatch) >= 10
+
+
+@pytest.mark.slow
+def test_torch_xla_as_plain_code_gives_the_same_findings_lean_and_whole(monkeypatch):
+    files = torch_xla_sources()
+    if not files:
+        pytest.skip(f"no torch_xla 2.9 wheel in {', '.join(map(str, WHEEL_FOLDERS))} (python -m bench.real fetches it)")
+    assert _compare(files, monkeypatch) >= 20
+
+
+# -- what the lean parse keeps and replaces -----------------------------------------------------------------
+
+SOURCE = '''\
+import os
+import torch
+import torch_xla.core.xla_model as xm
+
+HAS_FLAG = os.environ.get("TORCH_XLA_HOME") is not None
+
+
+def helper(x):
+    return x + 1
+
+
+def uses_alias(t):
+    return xm.all_reduce("sum", [t])
+
+
+def reads_flag():
+    return HAS_FLAG
+
+
+def spawned(index):
+    data = torch.ones(3)
+    return helper(data)
+
+
+def unrelated(a, b):
+    """Nothing here."""
+    total = a
+    for _ in range(b):
+        total = total * 2
+    return total
+
+
+class Trainer:
+    @property
+    def name(self):
+        return "trainer"
+
+    def step(self):
+        self.device = xm.xla_device()
+
+    def move(self, t):
+        return t.to(self.device)
+
+    def size(self):
+        return len(self.name)
+
+
+def main():
+    xmp.spawn(spawned, args=())
+'''
+
+
+def test_cold_definitions_are_stand_ins_on_their_own_lines():
+    lean_source = lean.lean_text(SOURCE, ast.parse(SOURCE), ("spawn", "xla_device"))
+    assert lean_source is not None
+    before, after = SOURCE.splitlines(), lean_source.splitlines()
+    assert len(before) == len(after)
+    changed = {i + 1: line for i, (old, line) in enumerate(zip(before, after)) if old != line}
+    # replaced: the function no XLA code reaches, and the method that reads nothing XLA code set
+    assert "def unrelated(): pass" in changed.values()
+    assert "    def size(): pass" in changed.values()
+    assert "    def name(): pass" in changed.values()  # the decorator's line holds the stand-in
+    kept = ["def uses_alias(t):", "def reads_flag():", "def spawned(index):", "def helper(x):", "def step(self):",
+            "    def move(self, t):", "def main():"]
+    for line in kept:
+        assert any(a.strip() == line.strip() for a in after), line
+    # what a replaced definition held is blank lines: every other line is where it was
+    assert all(not line.strip() or line.endswith(": pass") for line in changed.values())
+    ast.parse(lean_source)
+
+
+def test_a_file_without_definitions_or_with_only_hot_ones_is_parsed_whole():
+    assert lean.lean_text("import torch_xla\nx = 1\n", ast.parse("import torch_xla\nx = 1\n"), ()) is None
+    hot = "import torch_xla.core.xla_model as xm\n\ndef f():\n    xm.mark_step()\n"
+    assert lean.lean_text(hot, ast.parse(hot), ("mark_step",)) is None
