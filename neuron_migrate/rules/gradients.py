@@ -129,20 +129,20 @@ class GradientAveraging(Rule):
 
     def _sharded(self, step: Step) -> bool:
         """The step's optimizer holds the parameters of a model `fully_shard` now shards."""
-        ctx = self.ctx
+        model, _ = self._model_of(step)
+        return model is not None and model in self.ctx.facts.fully_sharded
+
+    def _model_of(self, step: Step) -> tuple[str | None, Scope | None]:
+        """The name of the model whose parameters the step's optimizer holds, and the optimizer's scope."""
         if not isinstance(step.optimizer, cst.Name):
-            return False
-        opt_scope = ctx.analysis.lookup(step.optimizer.value, step.occ.scope)
-        model = self.optimizers.get((id(opt_scope), step.optimizer.value)) if opt_scope else None
-        return model is not None and model in ctx.facts.fully_sharded
+            return None, None
+        opt_scope = self.ctx.analysis.lookup(step.optimizer.value, step.occ.scope)
+        return (self.optimizers.get((id(opt_scope), step.optimizer.value)) if opt_scope else None), opt_scope
 
     def _wrappable(self, step: Step) -> Placement | None:
         """The placement of the model this step's optimizer holds, when wrapping it is known to be safe."""
         ctx = self.ctx
-        if not isinstance(step.optimizer, cst.Name):
-            return None
-        opt_scope = ctx.analysis.lookup(step.optimizer.value, step.occ.scope)
-        model = self.optimizers.get((id(opt_scope), step.optimizer.value)) if opt_scope else None
+        model, opt_scope = self._model_of(step)
         if model is None:
             return None
         model_scope = ctx.analysis.lookup(model, opt_scope)
@@ -230,11 +230,7 @@ class GradientAveraging(Rule):
 
     def _placement_of(self, step: Step) -> Placement | None:
         """Where the model that the step's optimizer holds is put on its device, where that is one place."""
-        ctx = self.ctx
-        if not isinstance(step.optimizer, cst.Name):
-            return None
-        opt_scope = ctx.analysis.lookup(step.optimizer.value, step.occ.scope)
-        model = self.optimizers.get((id(opt_scope), step.optimizer.value)) if opt_scope else None
+        model, _ = self._model_of(step)
         found = [p for p in self.placements if p.name == model and isinstance(p.occ.statement, cst.SimpleStatementLine)]
         return found[0] if len(found) == 1 else None
 
