@@ -10,6 +10,7 @@ printed losses and the final line (the parameters' sum, or the output on a held-
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, cli
 
 torch = pytest.importorskip("torch")
 
@@ -74,3 +75,35 @@ def test_two_processes_train_like_one(migrated, name):
         assert a.split()[0] == b.split()[0]
         x, y = float(NUMBER.search(a).group()), float(NUMBER.search(b).group())
         assert abs(x - y) <= 1e-4 * max(1.0, abs(x)), (a, b)
+
+
+# -- verify: the legacy program against the unsharded model, its migration on the emulated device at 2 processes --
+# tp_mlp runs on the Python emulator until the C++ backend computes tensor parallelism right (see the closing note
+# of the session that added this; the C++ run of it is tested where that is fixed).
+EMULATOR = {"fsdp": "cpp", "zero1": "cpp", "tp_mlp": "python"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_legacy_program_verifies_at_two_processes_on_the_emulated_device(name):
+    proc = cli("verify", "--format", "json", "train.py", "--nproc", "2", cwd=PROGRAMS / name,
+               env={"NEURON_MIGRATE_EMULATOR": EMULATOR[name]})
+    report = json.loads(proc.stdout)
+    checks = {c["name"]: c for c in report["comparison"]["checks"]}
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert report["verdict"] == "equivalent"
+    assert any("loss curve" in n and c["ok"] for n, c in checks.items())
+    compared = [c for n, c in checks.items() if "final parameters" in n or "gathered parameters" in n]
+    assert compared and all(c["ok"] and c["count"] > 0 for c in compared)
+
+
+@pytest.mark.slow
+def test_a_wrong_sharded_migration_does_not_verify(tmp_path):
+    """The same comparison catches a sharded migration that trains differently (a learning rate changed)."""
+    from tests.test_verify import migration, verify
+
+    migrated = migration(PROGRAMS / "fsdp" / "train.py", tmp_path, replace={"lr=0.2": "lr=0.4"})
+    proc, report = verify(str(PROGRAMS / "fsdp" / "train.py"), "--nproc", "2", "--migrated", str(migrated),
+                          cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert report["verdict"] != "equivalent"
