@@ -83,19 +83,24 @@ struct PinnedAllocator final : c10::Allocator {
 };
 PinnedAllocator pinned_allocator;
 
+void release_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+
 // A CPU tensor on the memory of a device tensor (the storage object is the CPU's own, so a CPU kernel that
-// resizes it gets new CPU memory, which `sync_back` moves into the device storage).
+// resizes it gets new CPU memory, which `sync_back` moves into the device storage). Its memory holds a
+// reference to the device storage: a CPU tensor can outlive the operator that made it (gloo's collectives run
+// on a thread of their own and their Work keeps the CPU tensors until `wait`), and the device tensor may be
+// freed meanwhile (a compiled graph drops a collective's input as soon as the collective is issued).
 at::Tensor cpu_alias(const at::Tensor& t) {
   const auto& storage = t.storage();
   c10::Storage host(c10::Storage::use_byte_size_t(), storage.nbytes(),
-                    c10::DataPtr(storage.mutable_data(), c10::Device(c10::kCPU)), c10::GetCPUAllocator(), true);
+                    c10::DataPtr(storage.mutable_data(), new c10::Storage(storage), &release_storage,
+                                 c10::Device(c10::kCPU)),
+                    c10::GetCPUAllocator(), true);
   auto out = at::detail::make_tensor<c10::TensorImpl>(std::move(host), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                       t.dtype());
   out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   return out;
 }
-
-void release_storage(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
 
 // Device memory for memory a CPU kernel allocated: it keeps the CPU storage alive.
 c10::DataPtr adopt_data(const c10::Storage& host, c10::DeviceIndex index) {
@@ -155,10 +160,10 @@ c10::IValue to_cpu(const c10::IValue& v, std::vector<Alias>& aliases) {
 void sync_back(const Alias& a) {
   auto* host_storage = a.host.storage().unsafeGetStorageImpl();
   auto* storage = a.device.storage().unsafeGetStorageImpl();
-  if (host_storage->data() != storage->data() || host_storage->nbytes() != storage->nbytes()) {
+  // (Only new memory is adopted: the alias's own memory holds the device storage, which must not hold it back.)
+  if (host_storage->data() != storage->data())
     storage->set_data_ptr_noswap(adopt_data(a.host.storage(), a.device.device().index()));
-    storage->set_nbytes(host_storage->nbytes());
-  }
+  if (host_storage->nbytes() != storage->nbytes()) storage->set_nbytes(host_storage->nbytes());
   if (a.device.sizes() != a.host.sizes() || a.device.strides() != a.host.strides() ||
       a.device.storage_offset() != a.host.storage_offset()) {
     a.device.unsafeGetTensorImpl()->set_sizes_and_strides(a.host.sizes(), a.host.strides(), a.host.storage_offset());

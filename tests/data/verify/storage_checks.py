@@ -5,6 +5,7 @@ Run under torchrun (one or more processes; each rank uses `neuron:{LOCAL_RANK}`)
 """
 
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -86,12 +87,32 @@ def check_dtensor():
     assert total.redistribute(mesh, [Replicate()]).to_local().item() == full.sum().item()
 
 
+def check_a_collective_outlives_its_dropped_input():
+    """gloo runs a collective on threads of its own after the call returns; a compiled graph drops the input of
+    `all_gather_into_tensor` as soon as it is issued, and its memory must stay until the collective has read it."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if rank:
+        time.sleep(1.0)  # rank 0 issues everything while its peers are away
+    busy = [dist.all_reduce(torch.ones(1), async_op=True) for _ in range(4)]  # gloo's 2 threads wait for the peers
+    local = torch.full((64,), float(rank + 1), device="neuron")
+    gathered = torch.ops._c10d_functional.all_gather_into_tensor(local, world, dist.group.WORLD.group_name)
+    del local
+    litter = [torch.full((64,), -7.0, device="neuron") for _ in range(8)]  # new memory, likely where `local` was
+    gathered = torch.ops._c10d_functional.wait_tensor(gathered)
+    for work in busy:
+        work.wait()
+    expected = torch.arange(1.0, world + 1).repeat_interleave(64)
+    assert torch.equal(gathered.cpu(), expected), gathered.cpu()[::16].tolist()
+    assert all(torch.equal(t.cpu(), torch.full((64,), -7.0)) for t in litter)
+
+
 dist.init_process_group("neuron")
 check_device_per_rank()
 check_storage()
 check_generator()
 check_pinned_memory()
 check_dtensor()
+check_a_collective_outlives_its_dropped_input()
 dist.barrier()
 dist.destroy_process_group()
 print(f"rank {LOCAL_RANK}: storage checks passed")
