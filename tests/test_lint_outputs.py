@@ -84,11 +84,7 @@ def test_ruff_finds_nothing_new_in_the_migrated_fixture(found, source, expected)
 
 
 # What the command line leaves that a linter holds against it, with the reason; strict: fails once fixed.
-KNOWN_EXAMPLES = {
-    "neuronx_trace_infer/infer.py": "F841: `traced = torch_neuronx.trace(model, example)` becomes "
-                                    "`torch.compile(model, ...)`, and the local `example` it traced with is left "
-                                    "unused (rules/inference.py, NM501)",
-}
+KNOWN_EXAMPLES: dict[str, str] = {}  # example -> why ruff finds something new there (none today)
 
 
 @pytest.fixture(scope="module")

@@ -78,16 +78,13 @@ def test_two_processes_train_like_one(migrated, name):
 
 
 # -- verify: the legacy program against the unsharded model, its migration on the emulated device at 2 processes --
-# tp_mlp runs on the Python emulator until the C++ backend computes tensor parallelism right (see the closing note
-# of the session that added this; the C++ run of it is tested where that is fixed).
-EMULATOR = {"fsdp": "cpp", "zero1": "cpp", "tp_mlp": "python"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_legacy_program_verifies_at_two_processes_on_the_emulated_device(name):
     proc = cli("verify", "--format", "json", "train.py", "--nproc", "2", cwd=PROGRAMS / name,
-               env={"NEURON_MIGRATE_EMULATOR": EMULATOR[name]})
+               env={"NEURON_MIGRATE_EMULATOR": "cpp"})  # real storage: FSDP2 and DTensor need it
     report = json.loads(proc.stdout)
     checks = {c["name"]: c for c in report["comparison"]["checks"]}
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -276,8 +276,6 @@ def _stand_ins(module: cst.Module, orphaned: list[Binding], dead: set[int]) -> d
     stack: list[cst.CSTNode] = [module]
     while stack:
         node = stack.pop()
-        if type(node) is cst.FunctionDef:
-            continue  # an import inside a function registers the device only once the function runs
         if type(node) is cst.Import or type(node) is cst.ImportFrom:
             if isinstance(node.names, (list, tuple)) and any(
                     id(a) not in dead and (_module_name(node, a) or "").split(".")[0] == NATIVE_DETECTION

@@ -96,6 +96,10 @@ def _uses(n: int, what: str = "use") -> str:
     return f"{n} {what}" + ("s" if n != 1 else "")
 
 
+TENSOR_FACTORIES = frozenset({"rand", "randn", "randint", "zeros", "ones", "empty", "full", "tensor", "arange",
+                              "rand_like", "randn_like", "zeros_like", "ones_like", "stack", "cat"})
+
+
 class Traced:
     """A `torch_neuronx.trace(model, example_inputs)` call the rule rewrites, and where its result goes."""
 
@@ -234,6 +238,9 @@ class NeuronxTrace(Rule):
                           status=release.xla_inference_status(ctx.settings)):
             return False
         ctx.replace(traced.node, expression(fixed))
+        warm_up = self._warm_up(traced, device)
+        if warm_up is not None:
+            ctx.insert_after(traced.occ.statement, warm_up)
         calls = self._calls(traced)
         if calls is None:
             subject = f"`{traced.name}`'s" if traced.name else "the model's"
@@ -247,6 +254,43 @@ class NeuronxTrace(Rule):
                 if moved is not None:
                     ctx.replace(argument.value, expression(moved))
         return True
+
+    def _warm_up(self, traced: Traced, device: str) -> str | None:
+        """`traced(<example on the device>)` after the compiled model is bound: the trace compiled the model on
+        its example inputs where it was called, and a server warms up there, not at its first request. Only where
+        the inputs are plain to see: a tuple of them, or a name bound once to a tensor torch makes."""
+        ctx = self.ctx
+        example = arg(traced.node, 1, "example_inputs")
+        small = traced.occ.small
+        if traced.name is None or example is None or not isinstance(small, cst.Assign) \
+                or small.value is not traced.node or len(traced.occ.statement.body) != 1:
+            return None
+        value = example.value
+        if isinstance(value, cst.Tuple):
+            inputs = [e.value for e in value.elements if not isinstance(e, cst.StarredElement)]
+            if len(inputs) != len(value.elements):
+                return None
+        elif isinstance(value, cst.Name) and self._made_tensor(value, traced.occ.scope):
+            inputs = [value]
+        else:
+            return None
+        moved = [self._moved(cst.Arg(value=i), device) or code(i) for i in inputs]
+        return f"{traced.name}({', '.join(moved)})  # compiles here, as the trace did\n"
+
+    def _made_tensor(self, name: cst.Name, scope: Scope) -> bool:
+        """`name` is bound once in its scope, to `torch.<factory>(...)` (rand, randint, zeros, ...)."""
+        ctx = self.ctx
+        owner = ctx.analysis.lookup(name.value, scope)
+        bindings = owner.bindings.get(name.value, []) if owner is not None else []
+        if len(bindings) != 1 or bindings[0].kind != "assign":
+            return False
+        node = bindings[0].node
+        while node is not None and not isinstance(node, cst.Assign):
+            node = ctx.analysis.parents.get(node)
+        if node is None or len(node.targets) != 1 or not isinstance(node.value, cst.Call):
+            return False
+        made = ctx.qualname(node.value.func, owner) or ""
+        return made.startswith("torch.") and made.rsplit(".", 1)[-1] in TENSOR_FACTORIES
 
     def _calls(self, traced: Traced) -> list[cst.Call] | None:
         """Every call of the traced model, or None when it is used out of sight: not bound to one name, bound to

@@ -501,6 +501,7 @@ class Spmd(Rule):
         super().__init__(ctx)
         self.meshes: dict[tuple[int, str], list[str] | None] = {}  # (scope, name) -> axis names (None: unnamed)
         self.dims: dict[tuple[int, str], int] = {}
+        self.held: set[tuple[int, str]] = set()  # meshes reported but not rewritten
         self.dropped = DroppedReads(ctx)
 
     def finish(self) -> None:
@@ -536,9 +537,10 @@ class Spmd(Rule):
             axis = [string_value(e.value) for e in names.value.elements]
             if None in axis:
                 return False
-        if not ctx.report("NM234", node, call=short(node), fixed="`init_device_mesh(...)` over every process"):
-            return True
         key = (id(occ.scope), occ.small.targets[0].target.value)
+        if not ctx.report("NM234", node, call=short(node), fixed="`init_device_mesh(...)` over every process"):
+            self.held.add(key)  # suppressed, or held back: the shardings over it cannot move either
+            return True
         self.meshes[key], self.dims[key] = axis, len(shape.value.elements)
         for dropped in _names_in(ids.value):  # every device, in order: init_device_mesh takes them so
             ctx.handled.add(dropped)
@@ -561,6 +563,10 @@ class Spmd(Rule):
             return False
         scope = ctx.analysis.lookup(mesh.value.value, occ.scope)
         key = (id(scope), mesh.value.value)
+        if key in self.held:
+            if ctx.report("NM234", node, call=short(node), fixed="`nn.Parameter(distribute_tensor(...))`"):
+                ctx.fix_failed(ctx.decisions[-1], "its mesh stays an xs.Mesh")
+            return True
         if key not in self.dims:
             return False
         names, ndim = self.meshes[key], self.dims[key]
