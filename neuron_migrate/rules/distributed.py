@@ -127,16 +127,26 @@ class ProcessGroup(Rule):
                 ctx.replace(w, expression(fixed[string_value(w)]))
             binding = target(ctx).select_device_statement(local_rank(ctx)) if bind else ""
             start = _block_start(ctx.current)
+            at_exit = ""
+            if bind and is_statement(ctx, node):
+                # torch_xla's group went with its runtime; a gloo or neuron group left to the interpreter's exit
+                # can abort the process there, after its work is done: the group is destroyed at exit
+                d = dist(ctx)
+                at_exit = (f"{ctx.module_ref('atexit')}.register(lambda: {d}.destroy_process_group() if "
+                           f"{d}.is_initialized() else None)")
             if alone:
                 first = binding if start is ctx.current.statement else ""
                 replace_statement(ctx, ctx.current.statement, lambda call: [*filter(None, [first.rstrip()]),
-                                                                            *both(call)])
+                                                                            *both(call), *filter(None, [at_exit])])
                 binding = "" if first else binding
             if binding:  # every rank on its own device, before the group is made and before the block uses one
                 ctx.insert_before(start, binding)
+            if at_exit and not alone:
+                ctx.insert_after(ctx.current.statement, at_exit + "\n")
 
 
 XLA_GROUP_STRINGS = ("xla", "xla://", "pjrt://")
+
 
 
 def _block_start(occ) -> cst.CSTNode:
@@ -226,6 +236,9 @@ class Spawn(Rule):
                 setup += (f"if {test}:\n"
                           f"    {d}.init_process_group(backend={group.process_group_backend()}, "
                           f"init_method={ctx.string('env://')})\n")
+                # the group this rewrite makes is destroyed when the function returns: a group left to the
+                # interpreter's exit can abort it there (gloo's threads), after the program's work is done
+                ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.destroy_process_group()\n")
             ctx.insert_before(ctx.current.statement, setup)
 
     def _defs(self, name: str, scope) -> list[cst.FunctionDef]:
