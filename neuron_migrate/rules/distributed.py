@@ -129,11 +129,12 @@ class ProcessGroup(Rule):
             start = _block_start(ctx.current)
             at_exit = ""
             if bind and is_statement(ctx, node):
-                # torch_xla's group went with its runtime; a gloo or neuron group left to the interpreter's exit
-                # can abort the process there, after its work is done: the group is destroyed at exit
+                # torch_xla's group went with its runtime. A rank that leaves while its peer still finishes the
+                # last collective aborts it (gloo: "terminate called without an active exception"), so at exit
+                # the ranks meet, then the group is destroyed (torchrun stops the others if one rank fails)
                 d = dist(ctx)
-                at_exit = (f"{ctx.module_ref('atexit')}.register(lambda: {d}.destroy_process_group() if "
-                           f"{d}.is_initialized() else None)")
+                at_exit = (f"{ctx.module_ref('atexit')}.register(lambda: ({d}.barrier(), "
+                           f"{d}.destroy_process_group()) if {d}.is_initialized() else None)")
             if alone:
                 first = binding if start is ctx.current.statement else ""
                 replace_statement(ctx, ctx.current.statement, lambda call: [*filter(None, [first.rstrip()]),
@@ -236,9 +237,10 @@ class Spawn(Rule):
                 setup += (f"if {test}:\n"
                           f"    {d}.init_process_group(backend={group.process_group_backend()}, "
                           f"init_method={ctx.string('env://')})\n")
-                # the group this rewrite makes is destroyed when the function returns: a group left to the
-                # interpreter's exit can abort it there (gloo's threads), after the program's work is done
-                ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.destroy_process_group()\n")
+                # the group this rewrite makes is destroyed when the function returns, once every rank is there:
+                # a rank that leaves while its peer finishes the last collective aborts it (see NM201)
+                ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.barrier()\n"
+                                                        f"    {d}.destroy_process_group()\n")
             ctx.insert_before(ctx.current.statement, setup)
 
     def _defs(self, name: str, scope) -> list[cst.FunctionDef]:
