@@ -13,11 +13,11 @@ The corpus, built offline once the packages are in the cache folder (`--cache`, 
 - the Python files of the torch_xla 2.9 wheel;
 - torch's `distributed` package, from the installed torch.
 
-torch_xla and optimum-neuron are XLA-stack libraries: `check` sets their files aside as dependencies
-(engine/stack.py) and reads none of them. Measured that way they would cost nothing, and the figures would not
-describe analysis. So the benchmark measures them as plain code: the `__init__.py` of their top-level package
-(`torch_xla/`, `optimum/neuron/`) is renamed to `__init___as_code.py`, which makes the folder no package the
-library table knows, while every file is still there (the renamed one included) and every import in it still names
+torch_xla and optimum-neuron are XLA-stack libraries, accelerate, Lightning and transformers multi-backend ones:
+`check` sets their files aside as dependencies (engine/stack.py) and reads none of them. Measured that way they
+would cost nothing, and the figures would not describe analysis. So the benchmark measures them as plain code: the
+`__init__.py` of their top-level package (`torch_xla/`, `optimum/neuron/`, `accelerate/`, ...) is renamed to
+`__init___as_code.py`, which makes the folder no package the library table knows, while every file is still there (the renamed one included) and every import in it still names
 torch_xla. The run fails if `check` still reports a library set aside.
 
 One run prints, with the same number of processes for everything, wall and CPU time of:
@@ -54,7 +54,6 @@ SDISTS = {  # name as given to --packages -> (pip name, version, the folder insi
 TORCH_XLA = ("torch_xla", "2.9.0")
 PACKAGES = (*SDISTS, "torch_xla", "torch.distributed")
 # The top-level package markers of the XLA-stack libraries, renamed so their files are measured as plain code.
-AS_CODE = ("torch_xla/torch_xla/__init__.py", "optimum-neuron/optimum/neuron/__init__.py")
 RENAMED = "__init___as_code.py"
 DEFAULT_CACHE = Path(os.environ.get("NEURON_MIGRATE_BENCH_CACHE", Path.home() / ".cache" / "neuron-migrate" / "bench"))
 
@@ -134,10 +133,26 @@ def build(root: Path, packages: list[str], cache: Path, sources: Path | None, tr
                     if name == "transformers" and not transformers_all and not _mentions_xla(data):
                         continue
                     _write(target / parts[1], data)
-    for marker in AS_CODE:
-        path = root / marker
-        if path.exists():
-            path.rename(path.with_name(RENAMED))
+    as_plain_code(root)
+
+
+def as_plain_code(root: Path) -> None:
+    """Rename the `__init__.py` that makes a folder a package of the library table (the XLA-stack and the
+    multi-backend libraries), until no file under root belongs to one: `check` reads them then as plain code."""
+    from neuron_migrate.engine.stack import Finder
+
+    while True:
+        roots = set()
+        finder = Finder()
+        for path in root.rglob("*.py"):
+            found = finder.library_of(str(path))
+            if found is not None:
+                roots.add(Path(found.root))
+        marked = [r / "__init__.py" for r in roots if (r / "__init__.py").exists()]
+        if not marked:
+            return
+        for init in marked:
+            init.rename(init.with_name(RENAMED))
 
 
 def _write(path: Path, data: bytes) -> None:
