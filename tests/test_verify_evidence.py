@@ -115,3 +115,14 @@ def test_recompile_reasons_are_named_with_their_own_hint():
     assert _kinds(shape) == {"shape"} and _shape_change(shape) == "(32, 784) -> (17, 784)"
     dtype = Recompile("forward", [[[4]], [[4]]], ["0/0: tensor 'x' dtype mismatch. expected Float, actual BFloat16"])
     assert _kinds(dtype) == {"dtype"}
+
+
+@pytest.mark.slow
+def test_ranks_printing_at_their_own_pace_are_compared_rank_by_rank():
+    """Two ranks print into one launcher: in one pipe their lines interleave in no fixed order, and the same
+    numbers read as a mismatch. Each rank's output is kept apart and compared in rank order."""
+    for _ in range(2):  # the ranks sleep at random: an order-dependent comparison fails one run in two
+        proc, report = verify("report.py", "--nproc", "2", cwd=DATA / "rank_prints")
+        assert proc.returncode == 0, proc.stdout
+        check = checks(report)["printed numbers (8 lines)"]
+        assert check["ok"] and check["count"] == 24, check

@@ -228,11 +228,24 @@ def environment(program: Program, harness: Path, config: dict) -> dict[str, str]
     return env
 
 
-def command(program: Program, script: Path, args: list[str]) -> list[str]:
+def command(program: Program, script: Path, args: list[str], logs: Path | None = None) -> list[str]:
+    """How the run starts; with several processes, each rank's standard output goes to its own file under `logs`
+    (the ranks would interleave their lines in one pipe, and the printed numbers are compared line by line)."""
     if program.nproc > 1:
+        own_files = [f"--log-dir={logs}", "--redirects=1"] if logs is not None else []
         return [program.python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={program.nproc}",
-                str(script), *args]
+                *own_files, str(script), *args]
     return [program.python, str(script), *args]
+
+
+def _rank_output(stdout: str, logs: Path) -> str:
+    """The launcher's own output, then each rank's in rank order."""
+    files = sorted(logs.glob("*/attempt_*/*/stdout.log"), key=lambda f: (f.parent.parent.name, _number(f.parent.name)))
+    return stdout + "".join(f.read_text(errors="replace") for f in files)
+
+
+def _number(name: str) -> int:
+    return int(name) if name.isdigit() else -1
 
 
 def run_program(program: Program, args: list[str], workdir: Path, cwd: Path, *, max_steps: int | None, seed: int,
@@ -246,7 +259,8 @@ def run_program(program: Program, args: list[str], workdir: Path, cwd: Path, *, 
     own = program.python == sys.executable
     env = environment(program, _harness_dir(workdir, own), config)
     start = time.perf_counter()
-    proc = subprocess.Popen(command(program, script, args), env=env, cwd=folder, stdout=subprocess.PIPE,
+    logs = out / "logs"
+    proc = subprocess.Popen(command(program, script, args, logs), env=env, cwd=folder, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -260,6 +274,8 @@ def run_program(program: Program, args: list[str], workdir: Path, cwd: Path, *, 
         _kill(proc)
         proc.wait()
         raise
+    if program.nproc > 1:
+        stdout = _rank_output(stdout, logs)
     result = RunResult(program, returncode, time.perf_counter() - start, stderr, stdout=stdout, folder=folder)
     result.records = _load_records(out)
     return result
