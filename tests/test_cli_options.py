@@ -425,6 +425,7 @@ def test_doctor_colours_its_status_column_only_when_asked_or_on_a_terminal():
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow  # three verify runs: CI runs it with the slow part
 def test_readme_verify_commands_run(tmp_path):
     """The README's `verify` block, each line as written, on copies of the bundled examples: the single-process
     one, the data-parallel one through torchrun, the markdown report appended to a file, and the torch_xla

@@ -67,6 +67,7 @@ def test_the_sharding_is_rewritten_and_no_legacy_api_is_left(migrated, name):
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without torch.distributed")
 @pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.slow  # torchrun at 1 and 2 processes per program
 def test_two_processes_train_like_one(migrated, name):
     program, _ = migrated[name]
     one, two = _run(program, 1), _run(program, 2)

@@ -26,6 +26,7 @@ from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
 from neuron_migrate.engine.edits import MARKER_PREFIX, apply
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
+from neuron_migrate.engine.scan import Scan
 from neuron_migrate.engine.sources import Source, SourceError, decode
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.rules import Present, Rule, all_rules
@@ -54,13 +55,15 @@ def _flags() -> int:
 
 # -- the pipeline ------------------------------------------------------------------------------------------
 
-def parse(source: Source, needles: tuple[str, ...] | None = None) -> cst.Module:
+def parse(source: Source, needles: tuple[str, ...] | None = None, tree: ast.Module | None = None) -> cst.Module:
     """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms). Python parses
     first: its message is the one users know, and its statement lines are what findings are placed by.
 
     With `needles` (`check`: the file is only read), the tree is the lean one (engine/lean.py): the functions and
-    classes that cannot hold a finding are stand-ins, every other statement at its own line and column."""
-    tree = _python_tree(source.text)
+    classes that cannot hold a finding are stand-ins, every other statement at its own line and column. `tree` is
+    Python's tree of the file where the caller has it already."""
+    if tree is None:
+        tree = _python_tree(source.text)
     text = source.text
     if needles is not None:
         lean = lean_text(text, tree, needles)
@@ -128,6 +131,12 @@ def active_rules(data: bytes, settings: Settings, path: str, present: Present | 
             if r.may_match(data, present) and (every or any(settings.enabled(c, path) for c in r.codes))]
 
 
+def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings) -> list[type[Rule]]:
+    """The rules that may still report something once Python's tree of the file is known (engine/scan.py). Used
+    where the NM199 step does not run: that step takes the XLA names no rule reports on, so there every rule runs."""
+    return [r for r in rules if r.may_match_tree(scan, settings)]
+
+
 def lean_needles(rules: list[type[Rule]]) -> tuple[str, ...]:
     """The text a function or class must hold to matter to these rules (engine/lean.py)."""
     return tuple(sorted({t.decode("latin-1") for r in rules for t in r.triggers} | {"torch_xla"}))
@@ -144,8 +153,14 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     may_suppress = MAY_SUPPRESS.search(data) is not None
     if not rules and not step and not has_markers and not may_suppress:
         return result
+    tree = None
+    if not rewrite and not step and rules:  # `check` reads Python's tree anyway: the tree pre-filter is nearly free
+        tree = _python_tree(source.text)
+        rules = tree_filter(rules, Scan(tree, source.text), settings)
+        if not rules and not has_markers and not may_suppress:
+            return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
-        module = parse(source, None if rewrite else lean_needles(rules))
+        module = parse(source, None if rewrite else lean_needles(rules), tree)
         renderer = Renderer()
         new_text = transform(path, source, module, rules, step, settings, rewrite, result, may_suppress, renderer)
         if not rewrite:

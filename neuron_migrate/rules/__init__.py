@@ -21,6 +21,8 @@ from neuron_migrate.engine.paths import XLA_REWRITE
 
 if TYPE_CHECKING:
     from neuron_migrate.engine.python import FileContext
+    from neuron_migrate.engine.scan import Scan
+    from neuron_migrate.settings import Settings
 
 
 class Present:
@@ -77,6 +79,13 @@ class Rule:
         present = present or Present(data)
         return (not cls.context or present.any(cls.context)) and present.any(cls.triggers) \
             and (cls.pattern is None or _search(cls.pattern, data, present))
+
+    @classmethod
+    def may_match_tree(cls, scan: Scan, settings: Settings) -> bool:
+        """The tree pre-filter (engine/scan.py), asked where the byte pre-filter passed the file and `check` has
+        Python's tree of it: False only when no report of this rule is possible given what the file spells, its
+        names resolved through its imports. The default keeps the rule."""
+        return True
 
     @classmethod
     def node_types(cls) -> dict[type, str]:

@@ -59,6 +59,10 @@ class Load(Rule):
     codes = ("NM221", "NM222")
     triggers = (b"serialization",)
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(LOAD)
+
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         if ctx.qualname(node.func) not in LOAD:

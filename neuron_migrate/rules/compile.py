@@ -250,6 +250,12 @@ class CompileBackend(Rule):
     # Every edit needs one of these: an XLA (or neuron) backend literal, or an import of torch_xla.
     triggers = (b"torch_xla", b"openxla", b"torchxla", b"neuron")
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """torch_xla.compile, or torch.compile with an XLA (or neuron) backend string."""
+        return scan.any_qual(TORCH_XLA_COMPILE) or (
+            scan.any_qual(TORCH_COMPILE) and not (XLA_BACKENDS | {"neuron"}).isdisjoint(scan.strings))
+
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         qual = ctx.qualname(node.func)

@@ -29,6 +29,12 @@ class CompileSettings(Rule):
     triggers = (b"compile",)
     context = MOVING_TO_NEURON  # backend="neuron" or a file moving to neuron
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A torch.compile (or `.compile` method) call with one of the settings it reports."""
+        return ("torch.compile" in scan.quals or "compile" in scan.called) \
+            and not scan.keywords.isdisjoint(("mode", "backend", "dynamic", "options"))
+
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         func = node.func

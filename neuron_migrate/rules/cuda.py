@@ -18,7 +18,8 @@ from neuron_migrate.rules.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import DEVICE, XlaDeviceString
 from neuron_migrate.rules.device_names import CUDA, NEURON, XLA, Group
-from neuron_migrate.rules.unsupported import MOVING_TO_NEURON, moving_to_neuron, reference, spelled_as
+from neuron_migrate.rules.unsupported import (MOVING_TO_NEURON, may_move_to_neuron, moving_to_neuron, reference,
+                                              spelled_as)
 from neuron_migrate.syntax.parse import expression
 
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
@@ -89,6 +90,10 @@ class CudaMethod(Rule):
     triggers = (b".cuda(", b".cuda (")
     context = MOVING_TO_NEURON
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return "cuda" in scan.called and may_move_to_neuron(scan)
+
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
         if not (isinstance(func, cst.Attribute) and func.attr.value == "cuda"):
@@ -127,6 +132,11 @@ class TorchCudaApi(Rule):
     acts_on = CUDA_LEFTOVER
     triggers = (b"cuda",)
     context = MOVING_TO_NEURON
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A torch.cuda name in a file that may be moving to neuron (`facts.moving_to_neuron`)."""
+        return scan.any_qual_under(("torch.cuda",)) and may_move_to_neuron(scan)
 
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx

@@ -53,6 +53,10 @@ class OptimumNeuronTrainer(Rule):
     triggers = (b"optimum",)
     context = (b"Neuron",)
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(classes())
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.uses: list[_Use] = []

@@ -428,6 +428,10 @@ class NeuronLibrary(Rule):
     triggers = (b"neuron",)
     context = (b"neuronx_distributed", b"transformers_neuronx", b"optimum")
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_module_under(library_hints())
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.found: dict[str, list] = {}  # library -> [(occurrence, node, module, hint)]
@@ -560,6 +564,12 @@ class Inferentia1(Rule):
     codes = ("NM513",)
     triggers = (b"trace", b"DataParallel", b"analyze_model", b"torch_neuron")
     context = (b"neuron",)
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """Only Inferentia 1 code: an Inf1 API read or a torch-neuron import (`facts.inferentia1`)."""
+        apis, modules = inf1_names()
+        return scan.any_qual(apis) or any(m.partition(".")[0] in modules for m in scan.modules)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

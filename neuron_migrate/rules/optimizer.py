@@ -29,6 +29,10 @@ class OptimizerStep(Rule):
     codes = ("NM105",)
     triggers = (b"optimizer_step",)
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(OPTIMIZER_STEP)
+
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         found = step_arguments(node) if ctx.qualname(node.func) in OPTIMIZER_STEP else None

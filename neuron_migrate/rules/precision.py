@@ -34,6 +34,13 @@ class Float64(Rule):
     triggers = (b"float64", b"double", b"complex128", b"DoubleTensor", b"numpy", b"f8")
     context = (b"torch",)  # float64 matters only where torch tensors are made
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A float64 dtype read, `.double()`, a float64 dtype string, or a tensor made from a NumPy value."""
+        return scan.any_qual(FLOAT64) or "double" in scan.called or not FLOAT64_STRINGS.isdisjoint(scan.strings) \
+            or (scan.any_qual(TO_TENSOR) and ("astype" in scan.called
+                                              or scan.any_qual(NUMPY_FLOAT_DEFAULT | NUMPY_FROM_VALUES)))
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.numpy_float64: dict[tuple[int, str], cst.CSTNode] = {}  # (scope, name) -> float64 array value
@@ -115,6 +122,10 @@ class Autocast(Rule):
     codes = ("NM402",)
     triggers = (b"autocast",)
     context = (b"torch",)
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(XLA_AUTOCAST | CUDA_AUTOCAST)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

@@ -23,6 +23,14 @@ class VaryingShapes(Rule):
     triggers = (b"DataLoader", b"padding", b"DataCollatorWithPadding")
     context = (b"torch", b"compile")  # reported only where the program compiles
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """Reported only where the file compiles, at a DataLoader, a padding collator or a tokenizer call."""
+        compiles = scan.any_qual(COMPILE) or ("compile" in scan.called and "backend" in scan.keywords) \
+            or (settings.compile and scan.imports_under(("torch_xla",)))
+        return compiles and (scan.any_qual(DATALOADER) or scan.any_qual(COLLATOR)
+                             or {"padding", "return_tensors"} <= scan.keywords)
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.compiles = False

@@ -7,6 +7,7 @@ import functools
 import libcst as cst
 
 from neuron_migrate.catalogue import load_data
+from neuron_migrate.engine.facts import NEURON_DEVICE_USE
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, short
 from neuron_migrate.rules import Rule, names_pattern
@@ -85,6 +86,12 @@ def moving_to_neuron(ctx) -> bool:
     return ctx.moving_to_neuron
 
 
+def may_move_to_neuron(scan) -> bool:
+    """The tree pre-filter's side of `moving_to_neuron` (engine/facts.py): false only where the file imports
+    neither torch_xla nor torch_neuronx in any scope and spells no use of the neuron device."""
+    return scan.imports_under(("torch_xla", "torch_neuronx")) or NEURON_DEVICE_USE.search(scan.text) is not None
+
+
 def is_true(node: cst.CSTNode) -> bool:
     return isinstance(node, cst.Name) and node.value == "True"
 
@@ -95,6 +102,11 @@ class UnsupportedApi(Rule):
     triggers = tuple(sorted({k.rpartition(".")[2].encode() for k in UNSUPPORTED} | {b"sparse"}))
     context = (b"torch",)  # every name above comes from torch or functorch
     pattern = names_pattern({k.rpartition(".")[2] for k in UNSUPPORTED} | TO_SPARSE | {"sparse", "functorch"})
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual_under(UNSUPPORTED) or not scan.called.isdisjoint(TO_SPARSE) \
+            or scan.any_qual(SPARSE_GRADIENT)
 
     def _reference(self, node: cst.CSTNode) -> None:
         qual = reference(self.ctx, node)
@@ -125,6 +137,10 @@ class TorchAo(Rule):
 
     codes = ("NM307",)
     triggers = (b"torchao",)
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_module_under((TORCHAO,))
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -158,6 +174,10 @@ class CpuFallbackOp(Rule):
     triggers = tuple(sorted({call.rpartition(".")[2].encode() for call in fallback_calls()}))
     context = (b"torch",)
     pattern = names_pattern({call.rpartition(".")[2] for call in fallback_calls()})
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(fallback_calls())
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
