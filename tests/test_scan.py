@@ -67,15 +67,16 @@ EDGE_CASES = [
 LOOK_ALIKES = EDGE_CASES[-3:]
 
 
-def _findings(path: str, data: bytes, tree_filter: bool, monkeypatch) -> list | str:
+def _findings(path: str, data: bytes, tree_filter: bool, monkeypatch, rewrite: bool = False) -> list | str:
     with monkeypatch.context() as m:
         if not tree_filter:
             m.setattr(engine, "tree_filter", lambda rules, scan, settings: rules)
         try:
-            result = engine.process_python(path, data, Settings(), False)
+            result = engine.process_python(path, data, Settings(), rewrite)
         except SourceError as exc:
             return f"error: {exc}"
-    return [(f.line, f.col, f.end_line, f.end_col, f.code, f.message, f.fixable) for f in result.findings]
+    found = [(f.line, f.col, f.end_line, f.end_col, f.code, f.message, f.fixable, f.status) for f in result.findings]
+    return [*found, result.new_bytes, result.applied] if rewrite else found
 
 
 def _files() -> list[tuple[str, bytes]]:
@@ -85,21 +86,22 @@ def _files() -> list[tuple[str, bytes]]:
     return fixtures + examples + list(CORPUS) + edges
 
 
-def test_the_tree_filter_changes_no_finding(monkeypatch):
-    cleared = 0
+@pytest.mark.parametrize("rewrite", [False, True], ids=["check", "rewrite"])
+def test_the_tree_filter_changes_no_finding_and_no_rewrite(monkeypatch, rewrite):
     for path, data in _files():
-        found = _findings(path, data, True, monkeypatch)
-        assert found == _findings(path, data, False, monkeypatch), path
-    for path, data in [(f"look-alike-{i}.py", t.encode()) for i, t in enumerate(LOOK_ALIKES)]:
-        cleared += _findings(path, data, True, monkeypatch) == []
-    assert cleared == len(LOOK_ALIKES)
+        found = _findings(path, data, True, monkeypatch, rewrite)
+        assert found == _findings(path, data, False, monkeypatch, rewrite), path
+    for i, text in enumerate(LOOK_ALIKES):
+        assert _findings(f"look-alike-{i}.py", text.encode(), True, monkeypatch) == []
 
 
 @pytest.mark.slow
 def test_the_tree_filter_changes_no_finding_in_the_standard_library_and_torch_xla(monkeypatch):
     files = [(str(p), p.read_bytes()) for p in stdlib_sample()] + torch_xla_sources()
     for path, data in files:
-        assert _findings(path, data, True, monkeypatch) == _findings(path, data, False, monkeypatch), path
+        for rewrite in (False, True):
+            assert _findings(path, data, True, monkeypatch, rewrite) == \
+                _findings(path, data, False, monkeypatch, rewrite), path
 
 
 def _owners() -> dict[str, list[type[Rule]]]:
@@ -147,13 +149,21 @@ def test_every_finding_comes_from_a_rule_whose_tree_predicate_holds(monkeypatch)
     assert len(edge_hits) >= 15, sorted(edge_hits)
 
 
-def test_a_file_the_tree_filter_clears_is_never_parsed_by_libcst(monkeypatch):
+@pytest.mark.parametrize("rewrite", [False, True], ids=["check", "rewrite"])
+def test_a_file_the_tree_filter_clears_is_never_parsed_by_libcst(monkeypatch, rewrite):
     parsed = []
     monkeypatch.setattr(engine, "parse_module", lambda text: parsed.append(text) or pytest.fail("parsed"))
     for i, text in enumerate(LOOK_ALIKES):
         assert engine.active_rules(text.encode(), Settings(), "x.py"), "the byte pre-filter passes it on"
-        assert engine.process_python(f"look-alike-{i}.py", text.encode(), Settings(), False).findings == []
+        result = engine.process_python(f"look-alike-{i}.py", text.encode(), Settings(), rewrite)
+        assert result.findings == [] and result.new_bytes is None
     assert parsed == []
+
+
+def test_a_cleared_file_python_refuses_to_compile_is_still_an_error():
+    text = "import re\nimport torch\nPATTERN = re.compile('padding')\nreturn PATTERN\n"
+    with pytest.raises(SourceError, match="line 4:1: syntax error .*'return' outside function"):
+        engine.process_python("bad.py", text.encode(), Settings(), True)
 
 
 def test_the_scan_resolves_names_through_every_import_binding():

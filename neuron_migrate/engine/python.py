@@ -43,6 +43,8 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 ISSUES_URL = "https://github.com/neuron-migrate/neuron-migrate/issues"
 # Rules that fail before reporting anything raise instead of being skipped (the test suite sets it).
 STRICT = os.environ.get("NEURON_MIGRATE_STRICT_RULES") == "1"
+# `check`'s tree pre-filter (engine/scan.py); NEURON_MIGRATE_TREE_FILTER=0 turns it off (to measure it).
+TREE_FILTER = os.environ.get("NEURON_MIGRATE_TREE_FILTER", "1") != "0"
 
 
 # Code IPython runs (notebook cells) may `await` at the top level; the notebook handler sets this around its call.
@@ -154,10 +156,12 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     if not rules and not step and not has_markers and not may_suppress:
         return result
     tree = None
-    if not rewrite and not step and rules:  # `check` reads Python's tree anyway: the tree pre-filter is nearly free
+    if not step and rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
         tree = _python_tree(source.text)
         rules = tree_filter(rules, Scan(tree, source.text), settings)
         if not rules and not has_markers and not may_suppress:
+            if rewrite:
+                _python_accepts(source.text)  # nothing to write; what Python refuses to compile is still reported
             return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
         module = parse(source, None if rewrite else lean_needles(rules), tree)
