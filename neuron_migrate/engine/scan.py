@@ -3,9 +3,12 @@
 The byte pre-filter (`Rule.may_match`) passes a file on when a rule's trigger words occur anywhere in it. On real
 code the common words (`padding`, `compile`, `double`, `load`, `cuda`) are everywhere, and most files that pass
 never give the rule anything: `re.compile` is no `torch.compile`, a `padding` argument of a convolution pads no batch.
-`check` parses Python's tree of such a file anyway (findings are placed by its lines); one walk of it gives a `Scan`,
-and a rule that declares `may_match_tree` says from it whether it can report anything in the file. Where no rule
-can, and nothing else runs (the NM199 step, markers, suppression comments), LibCST never parses the file.
+The engine parses Python's tree of such a file first anyway (its syntax errors are the ones users know, and
+findings are placed by its lines); one walk of it gives a `Scan`, and a rule that declares `may_match_tree` says
+from it whether it can report anything in the file. Where no rule can, and nothing else runs (the NM199 step,
+markers, suppression comments), LibCST never parses the file, in `check` and `rewrite` alike; a file `rewrite`
+leaves alone this way is still compiled, for what Python finds only when compiling. Where the NM199 step runs
+(the file names torch_xla) every rule runs: that step reports the XLA names no rule took.
 
 What a scan holds is a superset of what the rules resolve, so a predicate written against it is exact when it is a
 necessary condition of every report the rule makes:
@@ -20,7 +23,7 @@ necessary condition of every report the rule makes:
   (its dotted path; relative imports give none, as in the analysis), `modules`: every module an absolute import
   statement names (`import a.b.c` gives `a.b.c`, `from a.b import c` gives `a.b`), `text`: the file's text.
 
-`tests/test_scan.py` holds `check` with the tree pre-filter to the findings without it over every fixture, example,
+`tests/test_scan.py` holds `check` and `rewrite` with the tree pre-filter to their results without it over every fixture, example,
 catalogue example, standard-library sample and torch_xla's sources, and checks each predicate against each finding
 of its rule.
 """
