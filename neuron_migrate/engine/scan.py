@@ -23,9 +23,9 @@ necessary condition of every report the rule makes:
   (its dotted path; relative imports give none, as in the analysis), `modules`: every module an absolute import
   statement names (`import a.b.c` gives `a.b.c`, `from a.b import c` gives `a.b`), `text`: the file's text.
 
-`tests/test_scan.py` holds `check` and `rewrite` with the tree pre-filter to their results without it over every fixture, example,
-catalogue example, standard-library sample and torch_xla's sources, and checks each predicate against each finding
-of its rule.
+`tests/test_scan.py` holds `check` and `rewrite` with the tree pre-filter to their results without it over every
+fixture, example, catalogue example, standard-library sample and torch_xla's sources, and checks each predicate
+against each finding of its rule.
 """
 
 from __future__ import annotations
