@@ -323,13 +323,13 @@ def _own_comments(statement: cst.CSTNode) -> list[cst.Comment]:
     """The comments of a statement, in order, less those of the lines above it."""
     found: list[cst.Comment] = []
     above = {id(line) for line in getattr(statement, "leading_lines", ())}
-    stack = [child for child in reversed(statement.children) if id(child) not in above]
+    stack = [child for child in reversed(children(statement)) if id(child) not in above]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Comment):
+        if type(node) is cst.Comment:
             found.append(node)
         else:
-            stack.extend(reversed(node.children))
+            stack.extend(reversed(children(node)))  # the fast field walk: LibCST's `children` runs a visitor
     return found
 
 

@@ -542,7 +542,7 @@ def _pure_test(test: cst.BaseExpression) -> bool:
 
 def _walk(node: cst.CSTNode):
     yield node
-    for child in node.children:
+    for child in children(node):
         yield from _walk(child)
 
 

@@ -18,6 +18,7 @@ from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigne
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
+from neuron_migrate.syntax.walk import children
 
 XR = "torch_xla.runtime"
 XMP = "torch_xla.distributed.xla_multiprocessing"
@@ -274,13 +275,15 @@ class Spawn(Rule):
 
 
 def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call under `node`, in LibCST's visiting order (the fast field walk: a LibCST visitor over every
+    function of the file cost a tenth of a rewrite)."""
     found: list[cst.Call] = []
-
-    class Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
-
-    node.visit(Calls())
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if type(current) is cst.Call:
+            found.append(current)
+        stack.extend(reversed(children(current, tokens=False)))  # no call is held in whitespace or punctuation
     return found
 
 

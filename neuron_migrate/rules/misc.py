@@ -11,6 +11,7 @@ from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, rank,
                                            replace_statement, under_rank_zero)
 from neuron_migrate.syntax.parse import expression
+from neuron_migrate.syntax.walk import children
 
 MASTER_PRINT = frozenset({f"{XM}.master_print"})
 STEP_CLOSURE = frozenset({f"{XM}.add_step_closure"})
@@ -96,7 +97,7 @@ def _runs_collective(ctx, value: cst.CSTNode) -> bool:
             if qualname.startswith(("torch_xla.", "torch.distributed.")):
                 return True
         if not isinstance(node, (cst.Lambda, cst.FunctionDef)):
-            stack.extend(node.children)
+            stack.extend(children(node, tokens=False))  # no call is held in whitespace, comments or punctuation
     return False
 
 
