@@ -200,6 +200,43 @@ def test_included_files_count_for_packages_and_index(tmp_path):
     assert result.new_bytes.decode() == "-r requirements.txt\npytest\ntorchvision==0.29.0\n"
 
 
+def test_an_included_file_of_any_name_is_pinned_with_its_includer(tmp_path):
+    # requirements.txt names the Neuron packages; `-r requirements/base.txt` (a name no pattern matches) holds
+    # torch: both are one pip install, so base.txt's torch joins the family (and gets nothing added)
+    (tmp_path / "requirements").mkdir()
+    base = tmp_path / "requirements" / "base.txt"
+    base.write_text("numpy<2\ntorch==2.1.2  # CPU wheels are fine\n")
+    (tmp_path / "requirements.txt").write_text(f"{INDEX}\n-r requirements/base.txt\ntorch-neuronx==2.14.*\n"
+                                                 "neuronx-cc==2.*\nnki\n")
+    lookalike = tmp_path / "requirements" / "notes.txt"  # not included: not a requirements file
+    lookalike.write_text("torch==2.1.2\n")
+    check = cli("check", "--no-cache", "--format", "concise", str(tmp_path))
+    assert check.stdout.splitlines()[:1] == [
+        f"{base}:2:1: NM602 [*] `torch==2.1.2` does not admit 2.14.0; the torch 2.14 family of Neuron 2.34.0 "
+        "needs `torch==2.14.0`"]
+    assert "notes.txt" not in check.stdout and "requirements.txt" not in check.stdout
+    assert cli("pin", str(tmp_path)).returncode == 0
+    assert base.read_text() == "numpy<2\ntorch==2.14.0  # CPU wheels are fine\n"
+    assert lookalike.read_text() == "torch==2.1.2\n"
+    assert cli("pin", "--diff", str(tmp_path)).stdout == ""
+    # alone (nothing includes it), base.txt is a CPU requirements file: out of scope
+    (tmp_path / "requirements.txt").unlink()
+    alone = tmp_path / "requirements-cpu.txt"
+    alone.write_text("torch==2.1.2\n")
+    assert process_requirements(str(alone), alone.read_bytes(), Settings(), True).findings == []
+
+
+def test_two_findings_of_one_hashed_line_share_one_marker():
+    text = (f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\n"
+            "torch-xla==2.1.2 --hash=sha256:" + "a" * 64 + "\n")
+    result = pin_text(text)
+    assert [(f.line, f.code) for f in result.findings] == [(5, "NM605"), (5, "NM605")]  # add nki, remove torch-xla
+    out = result.new_bytes.decode()
+    marker = "# TODO(neuron-migrate NM605): hash-pinned file: regenerate it; neuron-migrate explain NM605\n"
+    assert out == text.replace("torch-xla==", marker + "torch-xla==")
+    assert new_text(out) == out
+
+
 def test_a_file_without_neuron_packages_is_out_of_scope():
     assert pin_text("torch==2.1.0\ntorchvision\n", rewrite=False).findings == []
 
