@@ -5,7 +5,7 @@ and written back with it. The Python cells (plain, or under `%%time`, `%%capture
 import in cell 1 binds a name used in cell 5), with a boundary comment between them; IPython lines that are not
 Python (`%magic`, `!shell`, `x = !cmd`, `obj?`, with the lines a trailing `\\` continues) stand in as `pass`
 placeholders while the engine runs and come back as they were; `!pip install` / `%pip install` lines go to the
-pin rules. A `%%writefile FILE` cell is the file it writes: its body goes through the handlers of that file's kind
+pin rules, `%env NAME=value` lines to the environment checks of shell scripts (as `export NAME=value`). A `%%writefile FILE` cell is the file it writes: its body goes through the handlers of that file's kind
 (Python, requirements, shell, ... by the name), under that path; a `%%bash` / `%%sh` / `%%script bash` cell
 through those of shell scripts, under the notebook's path. Cells that are not code (`%%html`, `%%markdown`,
 unknown magics, a written file of no known kind or that its handlers cannot read) are left alone, and never make
@@ -40,6 +40,7 @@ SCRIPT_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
 WRITEFILE_MAGICS = frozenset({"writefile", "file"})
 SCRIPT_VALUE_OPTIONS = frozenset({"--proc", "--out", "--err"})  # `%%script` options that take a value
 MAGIC_LINE = re.compile(r"\s*([%!]|[\w.]+\s*=\s*[%!](?!=)|\?|[\w.]+\?{1,2}\s*$)")
+ENV_LINE = re.compile(r"%(?:env|set_env)\s+(?P<name>[A-Za-z_]\w*)(?:\s*=\s*|\s+)(?P<value>\S.*)$", re.S)
 INSTALL_LINE = re.compile(r"\s*(!|%)\s*(python[\d.]*\s+-m\s+)?pip3?\s+install\b")
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # Python's physical lines: \n, \r\n or \r ends one
 NONCE = "5a17"
@@ -57,7 +58,7 @@ class Magic:
     continues as they are), and the text it comes back as (the pinned install command, or itself)."""
 
     text: str
-    replacement: str
+    replacement: str | None  # None: the line goes (a setting the native backend ignores)
     line: int  # where it starts in the cell (1-based)
     indent: int  # the width of the first line's indentation
 
@@ -134,6 +135,7 @@ def _python_cells(path: str, cells: list[Cell], settings: Settings, rewrite: boo
         return {}
     module = _join(cells)
     _pin_installs(path, cells, settings, rewrite, result)
+    _env_settings(path, cells, settings, rewrite, result)
     awaiting = TOP_LEVEL_AWAIT.set(True)  # IPython runs `await` at the top level of a cell
     try:
         inner = process_python(path, module.encode("utf-8"), settings, rewrite)
@@ -200,6 +202,43 @@ def _pin_installs(path: str, cells: list[Cell], settings: Settings, rewrite: boo
             for code, n in pinned.applied.items():
                 result.applied[code] = result.applied.get(code, 0) + n
             magic.replacement = pinned.text
+
+
+def _env_settings(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult) -> None:
+    """`%env NAME=value` / `%set_env NAME value` lines, checked as the shell line `export NAME=value` with the
+    comment lines above it in the cell (a marker there stands for its code): an ignored setting goes, a bfloat16
+    switch gets its marker above it. The Python engine reports the markers (NM900) of the cells."""
+    from neuron_migrate.files.envfiles import SHELL_SETTING, process
+
+    for cell in cells:
+        lines = lines_of(cell.text)
+        for magic in cell.placeholders.values():
+            m = ENV_LINE.fullmatch(magic.text)
+            if m is None:
+                continue
+            above = []
+            for line in reversed(lines[:magic.line - 1]):
+                if not line.lstrip().startswith("#"):
+                    break
+                above.insert(0, line.strip() + "\n")
+            export = f"export {m['name']}={shlex.quote(m['value'].rstrip())}"
+            shift = m.start("name") - len("export ")
+            inner = process(path, ("".join(above) + export + "\n").encode("utf-8"), settings, rewrite,
+                            SHELL_SETTING, "shell")
+            for f in inner.findings:
+                if f.line != len(above) + 1:
+                    continue  # a marker above (NM900): the Python engine reports it
+                result.findings.append(_at(f, cell, path, magic.line, f.col + shift + magic.indent, magic.line,
+                                           len(magic.text) + 1 + magic.indent))
+            for code, n in inner.applied.items():
+                result.applied[code] = result.applied.get(code, 0) + n
+            if inner.new_bytes is not None:
+                new = lines_of(inner.new_bytes.decode("utf-8"))[len(above):]
+                kept = [x.rstrip("\n") for x in new if x.rstrip("\n") != export]
+                if len(new) > len(kept):
+                    magic.replacement = "\n".join(kept + [magic.text])
+                else:  # removed; in a block, where it may be the only statement, it becomes `pass`
+                    magic.replacement = "pass" if magic.indent else None
 
 
 def _language(notebook: dict) -> str | None:
@@ -409,6 +448,8 @@ def _restore(line: str, cell: Cell) -> str:
         return ""
     tag = stripped[len("pass  "):] if stripped.startswith("pass  # @@@") else stripped  # or the comment alone,
     if tag in cell.placeholders:  # kept where an edit removed the statement around the placeholder
+        if cell.placeholders[tag].replacement is None:
+            return ""
         newline = line[len(line.rstrip("\r\n")):] or "\n"
         return line[: len(line) - len(line.lstrip())] + cell.placeholders[tag].replacement + newline
     return line
