@@ -260,3 +260,25 @@ def test_env_magic_lines_are_checked_as_the_settings_they_are(tmp_path):
     again = cli("check", "--no-cache", "--format", "concise", str(path)).stdout
     assert ": NM403 " not in again and "cell 1:3:1: NM900 unresolved migration marker NM403" in again, again
     assert cli("rewrite", "--no-cache", "--diff", str(path)).returncode == 0
+
+
+def test_a_name_the_notebook_imports_only_in_a_later_cell_is_imported_where_the_fix_needs_it(tmp_path):
+    """`torch.device("neuron")` replaces `xm.xla_device()` in a cell that runs before the one importing torch:
+    the cell gets its own `import torch` (cells run in order), where a later use of torch needs none."""
+    path = tmp_path / "eval.ipynb"
+    path.write_text(_notebook([
+        ("code", "try:\n    import torch_xla.core.xla_model as xm\n    device = xm.xla_device()\n"
+                 "except ImportError:\n    device = 'cpu'"),
+        ("code", "import torch as th\nx = th.ones(2)"),
+        ("code", "import torch_xla\ny = x.to(torch_xla.device())"),
+        ("code", "def later():\n    return xm.xla_device()"),
+    ]), encoding="utf-8")
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert _cells_of(path.read_bytes()) == [
+        "import torch as th\ntry:\n    import torch_neuronx  # noqa: F401\n    device = th.device('neuron')\n"
+        "except ImportError:\n    device = 'cpu'",
+        "import torch as th\nx = th.ones(2)",
+        "y = x.to(th.device('neuron'))",
+        "def later():\n    return th.device('neuron')"]
+    assert cli("rewrite", "--no-cache", "--diff", str(path)).returncode == 0
