@@ -97,6 +97,19 @@ def test_a_comment_that_describes_the_old_pin_goes_with_it():
                               "nki\ntorchvision==0.29.0  # our own comment\n")
 
 
+def test_a_comment_that_describes_the_old_pin_goes_with_it_in_a_setup_py_list_too():
+    from neuron_migrate.pin.setup_py import process_setup_py
+
+    text = ('from setuptools import setup\n\nREQUIRED = [\n    "torch-neuronx==2.1.2.2.0",  # the XLA build\n'
+            '    "torch==2.1.2"  # tested with 2.1.2\n    , "neuronx-cc==2.*",  # compiler, keep\n'
+            '    "nki", "torchvision==0.16.0",  # our own comment\n]\nsetup(name="x", install_requires=REQUIRED)\n')
+    result = process_setup_py("setup.py", text.encode(), Settings(), True)
+    out = result.new_bytes.decode()
+    assert out == text.replace('"torch-neuronx==2.1.2.2.0",  # the XLA build', '"torch-neuronx==2.14.3.1.*",').replace(
+        '"torch==2.1.2"  # tested with 2.1.2', '"torch==2.14.0"').replace('0.16.0', '0.29.0')
+    assert process_setup_py("setup.py", out.encode(), Settings(), True).new_bytes is None
+
+
 def test_a_release_without_the_chosen_torch_is_an_error_that_names_the_alternative():
     with pytest.raises(ValueError, match=r"Neuron 2.34.0 has no torch-neuronx family for torch 2.13.*2.33.1"):
         matrix().select("2.34", "2.13")
