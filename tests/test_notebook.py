@@ -282,3 +282,32 @@ def test_a_name_the_notebook_imports_only_in_a_later_cell_is_imported_where_the_
         "y = x.to(th.device('neuron'))",
         "def later():\n    return th.device('neuron')"]
     assert cli("rewrite", "--no-cache", "--diff", str(path)).returncode == 0
+
+
+def test_launch_lines_see_the_programs_the_notebook_writes(tmp_path):
+    """A `%%writefile` cell writes the program before the notebook runs it: `!python train.py` and `%%bash`
+    launches of a program that spawned its workers become torchrun ones (the file need not exist on disk); a
+    count the program computes is marked; a program without `xmp.spawn` keeps its `python` line."""
+    spawn = ("%%writefile train.py\nimport torch_xla.distributed.xla_multiprocessing as xmp\n\n\ndef _mp_fn(index):\n"
+             "    print(index)\n\n\nif __name__ == \"__main__\":\n    xmp.spawn(_mp_fn, args=(), nprocs={n})\n")
+    path = tmp_path / "launch.ipynb"
+    path.write_text(_notebook([
+        ("code", spawn.format(n=2)),
+        ("code", spawn.format(n="N").replace("train.py", "sized.py").replace("print", "N = 4\n    print")),
+        ("code", "%%writefile plain.py\nprint('no spawn')\n"),
+        ("code", "import os\n!python train.py --epochs 1\nif os.environ.get('RUN'):\n    !python sized.py\n"
+                 "!python plain.py\n!echo python train.py"),
+        ("code", "%%bash\npython train.py\n"),
+    ]), encoding="utf-8")
+    assert not (tmp_path / "train.py").exists()
+    proc = cli("check", "--no-cache", "--format", "concise", "--select", "NM240,NM241", str(path))
+    found = [line.split(" `")[0].replace(" [*]", "") for line in proc.stdout.splitlines() if ": NM" in line]
+    assert found == [f"{path}:cell 4:2:2: NM240", f"{path}:cell 4:4:6: NM241", f"{path}:cell 5:2:1: NM240"], \
+        proc.stdout
+    assert cli("rewrite", "--no-cache", str(path)).returncode == 0
+    cells = _cells_of(path.read_bytes())
+    assert cells[3] == ("import os\n!torchrun --nproc_per_node=2 train.py --epochs 1\nif os.environ.get('RUN'):\n"
+                        "    # TODO(neuron-migrate NM241): launch it with torchrun --nproc_per_node; "
+                        "neuron-migrate explain NM241\n    !python sized.py\n!python plain.py\n!echo python train.py")
+    assert cells[4] == "%%bash\ntorchrun --nproc_per_node=2 train.py\n"
+    assert cli("rewrite", "--no-cache", "--diff", str(path)).returncode == 0

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from json.decoder import scanstring
 
 from neuron_migrate.engine.python import TOP_LEVEL_AWAIT, process_python
+from neuron_migrate.files.launch import WRITTEN
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError
@@ -115,10 +116,15 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
         return FileResult(path, old_bytes=data, skipped=f"a {language} notebook, not Python")
     cells = _code_cells(path, text, notebook)
     result = FileResult(path, old_bytes=data)
-    new = _python_cells(path, [c for c in cells if c.kind == PYTHON], settings, rewrite, result)
-    for cell in cells:
-        if cell.kind == EMBEDDED:
-            new[cell.index] = _embedded_cell(path, cell, settings, rewrite, result)
+    written = WRITTEN.set({os.path.abspath(c.file_path): "".join(lines_of(c.text)[c.body_line:]) for c in cells
+                           if c.kind == EMBEDDED and c.file_kind == "python" and c.file_path != path})
+    try:
+        new = _python_cells(path, [c for c in cells if c.kind == PYTHON], settings, rewrite, result)
+        for cell in cells:
+            if cell.kind == EMBEDDED:
+                new[cell.index] = _embedded_cell(path, cell, settings, rewrite, result)
+    finally:
+        WRITTEN.reset(written)
     if rewrite:
         sources = [cell.reindented(new.get(cell.index, cell.text)) for cell in cells]
         new_text = _splice(text, cells, sources)
@@ -136,6 +142,7 @@ def _python_cells(path: str, cells: list[Cell], settings: Settings, rewrite: boo
     module = _join(cells)
     _pin_installs(path, cells, settings, rewrite, result)
     _env_settings(path, cells, settings, rewrite, result)
+    _launch_lines(path, cells, settings, rewrite, result)
     awaiting = TOP_LEVEL_AWAIT.set(True)  # IPython runs `await` at the top level of a cell
     try:
         inner = process_python(path, module.encode("utf-8"), settings, rewrite)
@@ -211,16 +218,11 @@ def _env_settings(path: str, cells: list[Cell], settings: Settings, rewrite: boo
     from neuron_migrate.files.envfiles import SHELL_SETTING, process
 
     for cell in cells:
-        lines = lines_of(cell.text)
         for magic in cell.placeholders.values():
             m = ENV_LINE.fullmatch(magic.text)
             if m is None:
                 continue
-            above = []
-            for line in reversed(lines[:magic.line - 1]):
-                if not line.lstrip().startswith("#"):
-                    break
-                above.insert(0, line.strip() + "\n")
+            above = _comments_above(cell, magic)
             export = f"export {m['name']}={shlex.quote(m['value'].rstrip())}"
             shift = m.start("name") - len("export ")
             inner = process(path, ("".join(above) + export + "\n").encode("utf-8"), settings, rewrite,
@@ -239,6 +241,45 @@ def _env_settings(path: str, cells: list[Cell], settings: Settings, rewrite: boo
                     magic.replacement = "\n".join(kept + [magic.text])
                 else:  # removed; in a block, where it may be the only statement, it becomes `pass`
                     magic.replacement = "pass" if magic.indent else None
+
+
+def _launch_lines(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult) -> None:
+    """`!python train.py` lines, checked as launch lines of a shell script: a program that spawned its own
+    workers (on disk beside the notebook, or written by one of its `%%writefile` cells) is started by torchrun."""
+    from neuron_migrate.files.launch import process_shell
+
+    for cell in cells:
+        for magic in cell.placeholders.values():
+            if not magic.text.startswith("!") or "python" not in magic.text or INSTALL_LINE.match(magic.text):
+                continue
+            above = _comments_above(cell, magic)  # a marker there stands for its code
+            inner = process_shell(path, ("".join(above) + magic.text[1:] + "\n").encode("utf-8"), settings,
+                                  rewrite)
+            for f in inner.findings:
+                first = len(above) + 1
+                if f.code == "NM900" or f.line < first:
+                    continue  # a marker is a comment line of the cell: the Python engine reports it
+                result.findings.append(_at(
+                    f, cell, path, magic.line + f.line - first, f.col + (1 + magic.indent if f.line == first else 0),
+                    None if f.end_line is None else magic.line + f.end_line - first,
+                    None if f.end_col is None else f.end_col + (1 + magic.indent if f.end_line == first else 0)))
+            for code, n in inner.applied.items():
+                result.applied[code] = result.applied.get(code, 0) + n
+            result.files_read.update(inner.files_read)
+            if inner.new_bytes is not None:
+                new = lines_of(inner.new_bytes.decode("utf-8"))[len(above):]
+                *markers, command = [line.rstrip("\n") for line in new]  # NM241's marker goes above the line
+                magic.replacement = "".join(f"{marker}\n{' ' * magic.indent}" for marker in markers) + "!" + command
+
+
+def _comments_above(cell: Cell, magic: Magic) -> list[str]:
+    """The comment lines right above an IPython line in its cell (stripped, one per line)."""
+    above: list[str] = []
+    for line in reversed(lines_of(cell.text)[:magic.line - 1]):
+        if not line.lstrip().startswith("#"):
+            break
+        above.insert(0, line.strip() + "\n")
+    return above
 
 
 def _language(notebook: dict) -> str | None:
