@@ -311,3 +311,21 @@ def test_launch_lines_see_the_programs_the_notebook_writes(tmp_path):
                         "neuron-migrate explain NM241\n    !python sized.py\n!python plain.py\n!echo python train.py")
     assert cells[4] == "%%bash\ntorchrun --nproc_per_node=2 train.py\n"
     assert cli("rewrite", "--no-cache", "--diff", str(path)).returncode == 0
+
+
+def test_a_file_written_in_parts_is_left_alone_with_its_launch_lines(tmp_path):
+    """`%%writefile -a` adds to a file: a part alone is not the program (an import the first part holds is
+    used by the next), so no part is migrated and the launch line stays; a file written once still is."""
+    parts = [("code", "%%writefile train.py\nimport torch_xla.core.xla_model as xm\n"
+                      "import torch_xla.distributed.xla_multiprocessing as xmp\n\ndef _mp_fn(index):\n"
+                      "    print(xm.xla_device())\n"),
+             ("code", "%%writefile -a train.py\n\nif __name__ == '__main__':\n    xmp.spawn(_mp_fn, args=())\n"),
+             ("code", "!python train.py"),
+             ("code", "%%writefile other.py\nimport torch_xla.core.xla_model as xm\nxm.mark_step()\n")]
+    path = tmp_path / "parts.ipynb"
+    path.write_text(_notebook(parts), encoding="utf-8")
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stderr
+    cells = _cells_of(path.read_bytes())
+    assert cells[:3] == [source for _, source in parts[:3]]
+    assert cells[3].startswith("%%writefile other.py\n") and "xm" not in cells[3]

@@ -116,8 +116,10 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
         return FileResult(path, old_bytes=data, skipped=f"a {language} notebook, not Python")
     cells = _code_cells(path, text, notebook)
     result = FileResult(path, old_bytes=data)
-    written = WRITTEN.set({os.path.abspath(c.file_path): "".join(lines_of(c.text)[c.body_line:]) for c in cells
-                           if c.kind == EMBEDDED and c.file_kind == "python" and c.file_path != path})
+    written = WRITTEN.set(_written_programs(path, cells))
+    for cell in cells:  # a program written in parts (`%%writefile -a`) is one file: no part is migrated alone
+        if cell.kind == EMBEDDED and cell.file_path in _appended(path, cells):
+            cell.kind = SKIPPED
     try:
         new = _python_cells(path, [c for c in cells if c.kind == PYTHON], settings, rewrite, result)
         for cell in cells:
@@ -209,6 +211,31 @@ def _pin_installs(path: str, cells: list[Cell], settings: Settings, rewrite: boo
             for code, n in pinned.applied.items():
                 result.applied[code] = result.applied.get(code, 0) + n
             magic.replacement = pinned.text
+
+
+def _appends(cell: Cell) -> bool:
+    """A `%%writefile -a FILE` cell: it adds to the file."""
+    head = lines_of(cell.text)[cell.body_line - 1].strip()[2:]
+    return any(a in ("-a", "--append") for a in _words(head))
+
+
+def _appended(path: str, cells: list[Cell]) -> set[str]:
+    """The Python files written in parts: a part is no program (requirement lines stand alone, they are pinned)."""
+    return {c.file_path for c in cells
+            if c.kind == EMBEDDED and c.file_kind == "python" and c.file_path != path and _appends(c)}
+
+
+def _written_programs(path: str, cells: list[Cell]) -> dict[str, str]:
+    """The Python files the notebook's `%%writefile` cells write, as they stand after its last cell; a file
+    written in parts (`-a`) stands empty."""
+    out: dict[str, str] = {}
+    for cell in cells:
+        if cell.kind != EMBEDDED or cell.file_kind != "python" or cell.file_path == path:
+            continue
+        out[os.path.abspath(cell.file_path)] = "".join(lines_of(cell.text)[cell.body_line:])
+    for target in _appended(path, cells):  # left alone (see process_notebook): so are its launch lines
+        out[os.path.abspath(target)] = ""
+    return out
 
 
 def _env_settings(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult) -> None:
