@@ -110,6 +110,26 @@ def test_a_comment_that_describes_the_old_pin_goes_with_it_in_a_setup_py_list_to
     assert process_setup_py("setup.py", out.encode(), Settings(), True).new_bytes is None
 
 
+def test_check_and_rewrite_report_the_same_for_a_pyproject_with_project_and_poetry_dependencies():
+    """[project] gets torch and nki; Poetry's table beside it is then complete in both commands (check makes no
+    edit, but must not report an addition that rewrite will not make)."""
+    from neuron_migrate.pin.pyproject import process_pyproject
+
+    text = ('[project]\nname = "x"\nversion = "0"\ndependencies = ["torch-neuronx==2.1.2.*", "neuronx-cc>=2.12",'
+            ' "torch-xla>=2.1"]\n\n[tool.poetry.dependencies]\npython = "^3.12"\n'
+            'torch-neuronx = { version = "2.1.2.2.0", source = "neuron" }\ntorch-xla = "^2.1"\n\n'
+            '[[tool.poetry.source]]\nname = "neuron"\nurl = "https://pip.repos.neuron.amazonaws.com"\n'
+            'priority = "supplemental"\n')
+
+    def found(rewrite: bool) -> list[tuple[int, str, str]]:
+        result = process_pyproject("pyproject.toml", text.encode(), Settings(), rewrite)
+        return [(f.line, f.code, f.message) for f in result.findings]
+
+    assert found(False) == found(True)
+    assert [(line, code) for line, code, _ in found(False)] == [
+        (4, "NM602"), (4, "NM603"), (4, "NM601"), (4, "NM603"), (8, "NM602"), (9, "NM601")]
+
+
 def test_a_release_without_the_chosen_torch_is_an_error_that_names_the_alternative():
     with pytest.raises(ValueError, match=r"Neuron 2.34.0 has no torch-neuronx family for torch 2.13.*2.33.1"):
         matrix().select("2.34", "2.13")
