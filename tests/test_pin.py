@@ -97,6 +97,39 @@ def test_a_comment_that_describes_the_old_pin_goes_with_it():
                               "nki\ntorchvision==0.29.0  # our own comment\n")
 
 
+def test_a_comment_that_describes_the_old_pin_goes_with_it_in_a_setup_py_list_too():
+    from neuron_migrate.pin.setup_py import process_setup_py
+
+    text = ('from setuptools import setup\n\nREQUIRED = [\n    "torch-neuronx==2.1.2.2.0",  # the XLA build\n'
+            '    "torch==2.1.2"  # tested with 2.1.2\n    , "neuronx-cc==2.*",  # compiler, keep\n'
+            '    "nki", "torchvision==0.16.0",  # our own comment\n]\nsetup(name="x", install_requires=REQUIRED)\n')
+    result = process_setup_py("setup.py", text.encode(), Settings(), True)
+    out = result.new_bytes.decode()
+    assert out == text.replace('"torch-neuronx==2.1.2.2.0",  # the XLA build', '"torch-neuronx==2.14.3.1.*",').replace(
+        '"torch==2.1.2"  # tested with 2.1.2', '"torch==2.14.0"').replace('0.16.0', '0.29.0')
+    assert process_setup_py("setup.py", out.encode(), Settings(), True).new_bytes is None
+
+
+def test_check_and_rewrite_report_the_same_for_a_pyproject_with_project_and_poetry_dependencies():
+    """[project] gets torch and nki; Poetry's table beside it is then complete in both commands (check makes no
+    edit, but must not report an addition that rewrite will not make)."""
+    from neuron_migrate.pin.pyproject import process_pyproject
+
+    text = ('[project]\nname = "x"\nversion = "0"\ndependencies = ["torch-neuronx==2.1.2.*", "neuronx-cc>=2.12",'
+            ' "torch-xla>=2.1"]\n\n[tool.poetry.dependencies]\npython = "^3.12"\n'
+            'torch-neuronx = { version = "2.1.2.2.0", source = "neuron" }\ntorch-xla = "^2.1"\n\n'
+            '[[tool.poetry.source]]\nname = "neuron"\nurl = "https://pip.repos.neuron.amazonaws.com"\n'
+            'priority = "supplemental"\n')
+
+    def found(rewrite: bool) -> list[tuple[int, str, str]]:
+        result = process_pyproject("pyproject.toml", text.encode(), Settings(), rewrite)
+        return [(f.line, f.code, f.message) for f in result.findings]
+
+    assert found(False) == found(True)
+    assert [(line, code) for line, code, _ in found(False)] == [
+        (4, "NM602"), (4, "NM603"), (4, "NM601"), (4, "NM603"), (8, "NM602"), (9, "NM601")]
+
+
 def test_a_release_without_the_chosen_torch_is_an_error_that_names_the_alternative():
     with pytest.raises(ValueError, match=r"Neuron 2.34.0 has no torch-neuronx family for torch 2.13.*2.33.1"):
         matrix().select("2.34", "2.13")
@@ -198,6 +231,43 @@ def test_included_files_count_for_packages_and_index(tmp_path):
     dev.write_text("-r requirements.txt\npytest\ntorchvision\n")
     result = process_requirements(str(dev), dev.read_bytes(), Settings(), True)
     assert result.new_bytes.decode() == "-r requirements.txt\npytest\ntorchvision==0.29.0\n"
+
+
+def test_an_included_file_of_any_name_is_pinned_with_its_includer(tmp_path):
+    # requirements.txt names the Neuron packages; `-r requirements/base.txt` (a name no pattern matches) holds
+    # torch: both are one pip install, so base.txt's torch joins the family (and gets nothing added)
+    (tmp_path / "requirements").mkdir()
+    base = tmp_path / "requirements" / "base.txt"
+    base.write_text("numpy<2\ntorch==2.1.2  # CPU wheels are fine\n")
+    (tmp_path / "requirements.txt").write_text(f"{INDEX}\n-r requirements/base.txt\ntorch-neuronx==2.14.*\n"
+                                                 "neuronx-cc==2.*\nnki\n")
+    lookalike = tmp_path / "requirements" / "notes.txt"  # not included: not a requirements file
+    lookalike.write_text("torch==2.1.2\n")
+    check = cli("check", "--no-cache", "--format", "concise", str(tmp_path))
+    assert check.stdout.splitlines()[:1] == [
+        f"{base}:2:1: NM602 [*] `torch==2.1.2` does not admit 2.14.0; the torch 2.14 family of Neuron 2.34.0 "
+        "needs `torch==2.14.0`"]
+    assert "notes.txt" not in check.stdout and "requirements.txt" not in check.stdout
+    assert cli("pin", str(tmp_path)).returncode == 0
+    assert base.read_text() == "numpy<2\ntorch==2.14.0  # CPU wheels are fine\n"
+    assert lookalike.read_text() == "torch==2.1.2\n"
+    assert cli("pin", "--diff", str(tmp_path)).stdout == ""
+    # alone (nothing includes it), base.txt is a CPU requirements file: out of scope
+    (tmp_path / "requirements.txt").unlink()
+    alone = tmp_path / "requirements-cpu.txt"
+    alone.write_text("torch==2.1.2\n")
+    assert process_requirements(str(alone), alone.read_bytes(), Settings(), True).findings == []
+
+
+def test_two_findings_of_one_hashed_line_share_one_marker():
+    text = (f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\n"
+            "torch-xla==2.1.2 --hash=sha256:" + "a" * 64 + "\n")
+    result = pin_text(text)
+    assert [(f.line, f.code) for f in result.findings] == [(5, "NM605"), (5, "NM605")]  # add nki, remove torch-xla
+    out = result.new_bytes.decode()
+    marker = "# TODO(neuron-migrate NM605): hash-pinned file: regenerate it; neuron-migrate explain NM605\n"
+    assert out == text.replace("torch-xla==", marker + "torch-xla==")
+    assert new_text(out) == out
 
 
 def test_a_file_without_neuron_packages_is_out_of_scope():

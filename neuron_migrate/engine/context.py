@@ -111,6 +111,10 @@ class FileContext:
         scope = scope or self.scope
         local = self.analysis.local_name_for(module, scope)
         if local is not None:
+            owner = self.analysis.lookup(local, scope)
+            if owner is not None and owner.kind == "module" and \
+                    (top := self._bound_only_below(owner, local, scope)) is not None:
+                self._import_before(top, module if local == module else f"{module} as {local}")
             return local
         if alias is not None and self.analysis.lookup(alias, scope) is None and not self._name_taken(alias):
             self._require(module, alias)
@@ -127,6 +131,43 @@ class FileContext:
         else:
             self._import_at_top(owner, module)
         return module
+
+    def _bound_only_below(self, owner: Scope, root: str, scope: Scope) -> cst.CSTNode | None:
+        """The top-level statement running now when the module imports `root` only in statements after it
+        (a notebook cell before the one that imports torch; `device = ...` above `import torch`): the name is
+        not bound yet when this code runs. None when it is, or when the code runs later (in a function)."""
+        current: Scope | None = scope
+        while current is not owner:
+            if current is None or current.kind != "class":
+                return None
+            current = current.parent
+        if self.current is None or self.current.scope is not scope:
+            return None
+        top = self._top_statement(self.current.statement)
+        body = list(self.module.body)
+        at = next((i for i, statement in enumerate(body) if statement is top), None)
+        if at is None:
+            return None
+        for binding in owner.bindings[root]:
+            bound = self._top_statement(binding.node)
+            if next((i for i, statement in enumerate(body) if statement is bound), -1) <= at:
+                return None
+        return top
+
+    def _top_statement(self, node: cst.CSTNode | None) -> cst.CSTNode | None:
+        parents = self.analysis.parents
+        while node is not None:
+            parent = parents.get(node)
+            if parent is None or isinstance(parent, cst.Module):
+                return node
+            node = parent
+        return None
+
+    def _import_before(self, statement: cst.CSTNode, module: str) -> None:
+        """`import module` above the top-level statement, made only where a fix inside it is made."""
+        key = (id(statement), module)
+        if key not in self._top_imports:
+            self._top_imports[key] = (statement, ("before", statement, cstparse.statements(f"import {module}\n")))
 
     def _import_at_top(self, function_scope: Scope, module: str) -> None:
         key = (id(function_scope.node), module)

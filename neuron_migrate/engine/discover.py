@@ -1,7 +1,9 @@
 """Find the files to process: walk folders, honour .gitignore, skip environments, build output and hidden folders.
 
 Each file gets a kind that decides which handler processes it. Files named on the command line are always
-taken (when their kind is known); folders are walked. A file reached twice (through two arguments or a
+taken (when their kind is known); folders are walked. A `.txt` / `.in` file that a requirements file beside it
+or in the folder above includes (`-r requirements/base.txt`, `-c pins.txt`) is a requirements file whatever its
+name. A file reached twice (through two arguments or a
 symlink) is yielded once; symlinks that leave the tree being walked are not followed; folder loops end.
 """
 
@@ -118,6 +120,7 @@ def discover(paths: Iterable[str], kinds: frozenset[str] | None = None,
 
 def _walk(root: Path, root_real: str, exclude_spec, problems: list[Problem]) -> Iterator[tuple[str, str, str | None]]:
     visited: set[str] = set()
+    includes = _IncludedRequirements()
     # Stack of (folder, [(spec base, spec), ...]) so nested .gitignore files apply below their folder.
     stack: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = [(root, [])]
     linked: list[tuple[Path, list[tuple[Path, pathspec.PathSpec]]]] = []  # walked after the real folders
@@ -163,8 +166,60 @@ def _walk(root: Path, root_real: str, exclude_spec, problems: list[Problem]) -> 
                     continue
                 (linked if is_link else subdirs).append((path, specs))
             elif is_file:
-                yield str(path), os.path.realpath(entry.path), kind_of(entry.name)
+                real_path = os.path.realpath(entry.path)
+                kind = kind_of(entry.name)
+                if kind is None and entry.name.endswith(INCLUDED_SUFFIXES) and real_path in includes(folder):
+                    kind = "requirements"
+                yield str(path), real_path, kind
         stack.extend(reversed(subdirs))
+
+
+INCLUDED_SUFFIXES = (".txt", ".in")
+MAX_INCLUDE_DEPTH = 8
+
+
+class _IncludedRequirements:
+    """The real paths of the files that the requirements files of a folder, or of the folder above it, include
+    (followed through the included files), computed once per folder."""
+
+    def __init__(self) -> None:
+        self._own: dict[str, frozenset[str]] = {}
+
+    def __call__(self, folder: Path) -> frozenset[str]:
+        return self._of(str(folder)) | self._of(str(folder.parent))
+
+    def _of(self, folder: str) -> frozenset[str]:
+        key = os.path.realpath(folder)
+        if key not in self._own:
+            try:
+                roots = [e.path for e in os.scandir(folder) if kind_of(e.name) == "requirements" and e.is_file()]
+            except OSError:
+                roots = []
+            self._own[key] = frozenset(_follow(roots))
+        return self._own[key]
+
+
+def _follow(roots: list[str]) -> set[str]:
+    from neuron_migrate.pin.requirements import included_files
+
+    found: set[str] = set()
+    todo, depth = [os.path.realpath(r) for r in roots], 0
+    done = set(todo)
+    while todo and depth < MAX_INCLUDE_DEPTH:
+        nxt = []
+        for path in todo:
+            try:
+                with open(path, "rb") as fh:
+                    text = fh.read(1 << 20).decode("utf-8", "replace")
+            except OSError:
+                continue
+            for target in included_files(path, text):
+                found.add(target)
+                if target not in done and os.path.isfile(target):
+                    done.add(target)
+                    nxt.append(target)
+        todo, depth = nxt, depth + 1
+    return found
 
 
 def _is_loop(folder: Path, real: str) -> bool:

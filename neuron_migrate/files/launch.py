@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import libcst as cst
@@ -36,6 +37,10 @@ LAUNCH = re.compile(
 )
 NUM_CORES = re.compile(r"\bNEURON_RT_NUM_CORES=[\"']?(\d+)")
 
+
+# the programs a notebook's `%%writefile` cells write (absolute path -> text), for its launch lines: the notebook
+# writes them before it runs them, whatever the disk holds now
+WRITTEN: ContextVar[dict[str, str]] = ContextVar("neuron_migrate_written_programs", default={})
 
 # the markers the other handlers of shell scripts report (environment settings, pip installs): not NM900 twice
 OTHER_HANDLERS_CODES = ("NM4", "NM5", "NM6")
@@ -68,8 +73,11 @@ def spawned(program: str) -> Spawned | None:
 def _program(script_path: str, name: str, files_read: dict[str, str | None]) -> str | None:
     """The text of the program a launch line names, beside the script or under the working folder; every file
     looked at goes into `files_read` (digest of its bytes, None when absent)."""
+    written = WRITTEN.get()
     for folder in (os.path.dirname(script_path), "."):
         candidate = os.path.normpath(os.path.join(folder, name))
+        if os.path.abspath(candidate) in written:
+            return written[os.path.abspath(candidate)]
         if os.path.isfile(candidate):
             try:
                 data = read_bytes(candidate)

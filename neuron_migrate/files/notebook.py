@@ -5,7 +5,7 @@ and written back with it. The Python cells (plain, or under `%%time`, `%%capture
 import in cell 1 binds a name used in cell 5), with a boundary comment between them; IPython lines that are not
 Python (`%magic`, `!shell`, `x = !cmd`, `obj?`, with the lines a trailing `\\` continues) stand in as `pass`
 placeholders while the engine runs and come back as they were; `!pip install` / `%pip install` lines go to the
-pin rules. A `%%writefile FILE` cell is the file it writes: its body goes through the handlers of that file's kind
+pin rules, `%env NAME=value` lines to the environment checks of shell scripts (as `export NAME=value`). A `%%writefile FILE` cell is the file it writes: its body goes through the handlers of that file's kind
 (Python, requirements, shell, ... by the name), under that path; a `%%bash` / `%%sh` / `%%script bash` cell
 through those of shell scripts, under the notebook's path. Cells that are not code (`%%html`, `%%markdown`,
 unknown magics, a written file of no known kind or that its handlers cannot read) are left alone, and never make
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from json.decoder import scanstring
 
 from neuron_migrate.engine.python import TOP_LEVEL_AWAIT, process_python
+from neuron_migrate.files.launch import WRITTEN
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError
@@ -40,6 +41,7 @@ SCRIPT_SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh"})
 WRITEFILE_MAGICS = frozenset({"writefile", "file"})
 SCRIPT_VALUE_OPTIONS = frozenset({"--proc", "--out", "--err"})  # `%%script` options that take a value
 MAGIC_LINE = re.compile(r"\s*([%!]|[\w.]+\s*=\s*[%!](?!=)|\?|[\w.]+\?{1,2}\s*$)")
+ENV_LINE = re.compile(r"%(?:env|set_env)\s+(?P<name>[A-Za-z_]\w*)(?:\s*=\s*|\s+)(?P<value>\S.*)$", re.S)
 INSTALL_LINE = re.compile(r"\s*(!|%)\s*(python[\d.]*\s+-m\s+)?pip3?\s+install\b")
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # Python's physical lines: \n, \r\n or \r ends one
 NONCE = "5a17"
@@ -57,7 +59,7 @@ class Magic:
     continues as they are), and the text it comes back as (the pinned install command, or itself)."""
 
     text: str
-    replacement: str
+    replacement: str | None  # None: the line goes (a setting the native backend ignores)
     line: int  # where it starts in the cell (1-based)
     indent: int  # the width of the first line's indentation
 
@@ -114,10 +116,17 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
         return FileResult(path, old_bytes=data, skipped=f"a {language} notebook, not Python")
     cells = _code_cells(path, text, notebook)
     result = FileResult(path, old_bytes=data)
-    new = _python_cells(path, [c for c in cells if c.kind == PYTHON], settings, rewrite, result)
-    for cell in cells:
-        if cell.kind == EMBEDDED:
-            new[cell.index] = _embedded_cell(path, cell, settings, rewrite, result)
+    written = WRITTEN.set(_written_programs(path, cells))
+    for cell in cells:  # a program written in parts (`%%writefile -a`) is one file: no part is migrated alone
+        if cell.kind == EMBEDDED and cell.file_path in _appended(path, cells):
+            cell.kind = SKIPPED
+    try:
+        new = _python_cells(path, [c for c in cells if c.kind == PYTHON], settings, rewrite, result)
+        for cell in cells:
+            if cell.kind == EMBEDDED:
+                new[cell.index] = _embedded_cell(path, cell, settings, rewrite, result)
+    finally:
+        WRITTEN.reset(written)
     if rewrite:
         sources = [cell.reindented(new.get(cell.index, cell.text)) for cell in cells]
         new_text = _splice(text, cells, sources)
@@ -134,6 +143,8 @@ def _python_cells(path: str, cells: list[Cell], settings: Settings, rewrite: boo
         return {}
     module = _join(cells)
     _pin_installs(path, cells, settings, rewrite, result)
+    _env_settings(path, cells, settings, rewrite, result)
+    _launch_lines(path, cells, settings, rewrite, result)
     awaiting = TOP_LEVEL_AWAIT.set(True)  # IPython runs `await` at the top level of a cell
     try:
         inner = process_python(path, module.encode("utf-8"), settings, rewrite)
@@ -200,6 +211,102 @@ def _pin_installs(path: str, cells: list[Cell], settings: Settings, rewrite: boo
             for code, n in pinned.applied.items():
                 result.applied[code] = result.applied.get(code, 0) + n
             magic.replacement = pinned.text
+
+
+def _appends(cell: Cell) -> bool:
+    """A `%%writefile -a FILE` cell: it adds to the file."""
+    head = lines_of(cell.text)[cell.body_line - 1].strip()[2:]
+    return any(a in ("-a", "--append") for a in _words(head))
+
+
+def _appended(path: str, cells: list[Cell]) -> set[str]:
+    """The Python files written in parts: a part is no program (requirement lines stand alone, they are pinned)."""
+    return {c.file_path for c in cells
+            if c.kind == EMBEDDED and c.file_kind == "python" and c.file_path != path and _appends(c)}
+
+
+def _written_programs(path: str, cells: list[Cell]) -> dict[str, str]:
+    """The Python files the notebook's `%%writefile` cells write, as they stand after its last cell; a file
+    written in parts (`-a`) stands empty."""
+    out: dict[str, str] = {}
+    for cell in cells:
+        if cell.kind != EMBEDDED or cell.file_kind != "python" or cell.file_path == path:
+            continue
+        out[os.path.abspath(cell.file_path)] = "".join(lines_of(cell.text)[cell.body_line:])
+    for target in _appended(path, cells):  # left alone (see process_notebook): so are its launch lines
+        out[os.path.abspath(target)] = ""
+    return out
+
+
+def _env_settings(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult) -> None:
+    """`%env NAME=value` / `%set_env NAME value` lines, checked as the shell line `export NAME=value` with the
+    comment lines above it in the cell (a marker there stands for its code): an ignored setting goes, a bfloat16
+    switch gets its marker above it. The Python engine reports the markers (NM900) of the cells."""
+    from neuron_migrate.files.envfiles import SHELL_SETTING, process
+
+    for cell in cells:
+        for magic in cell.placeholders.values():
+            m = ENV_LINE.fullmatch(magic.text)
+            if m is None:
+                continue
+            above = _comments_above(cell, magic)
+            export = f"export {m['name']}={shlex.quote(m['value'].rstrip())}"
+            shift = m.start("name") - len("export ")
+            inner = process(path, ("".join(above) + export + "\n").encode("utf-8"), settings, rewrite,
+                            SHELL_SETTING, "shell")
+            for f in inner.findings:
+                if f.line != len(above) + 1:
+                    continue  # a marker above (NM900): the Python engine reports it
+                result.findings.append(_at(f, cell, path, magic.line, f.col + shift + magic.indent, magic.line,
+                                           len(magic.text) + 1 + magic.indent))
+            for code, n in inner.applied.items():
+                result.applied[code] = result.applied.get(code, 0) + n
+            if inner.new_bytes is not None:
+                new = lines_of(inner.new_bytes.decode("utf-8"))[len(above):]
+                kept = [x.rstrip("\n") for x in new if x.rstrip("\n") != export]
+                if len(new) > len(kept):
+                    magic.replacement = "\n".join(kept + [magic.text])
+                else:  # removed; in a block, where it may be the only statement, it becomes `pass`
+                    magic.replacement = "pass" if magic.indent else None
+
+
+def _launch_lines(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult) -> None:
+    """`!python train.py` lines, checked as launch lines of a shell script: a program that spawned its own
+    workers (on disk beside the notebook, or written by one of its `%%writefile` cells) is started by torchrun."""
+    from neuron_migrate.files.launch import process_shell
+
+    for cell in cells:
+        for magic in cell.placeholders.values():
+            if not magic.text.startswith("!") or "python" not in magic.text or INSTALL_LINE.match(magic.text):
+                continue
+            above = _comments_above(cell, magic)  # a marker there stands for its code
+            inner = process_shell(path, ("".join(above) + magic.text[1:] + "\n").encode("utf-8"), settings,
+                                  rewrite)
+            for f in inner.findings:
+                first = len(above) + 1
+                if f.code == "NM900" or f.line < first:
+                    continue  # a marker is a comment line of the cell: the Python engine reports it
+                result.findings.append(_at(
+                    f, cell, path, magic.line + f.line - first, f.col + (1 + magic.indent if f.line == first else 0),
+                    None if f.end_line is None else magic.line + f.end_line - first,
+                    None if f.end_col is None else f.end_col + (1 + magic.indent if f.end_line == first else 0)))
+            for code, n in inner.applied.items():
+                result.applied[code] = result.applied.get(code, 0) + n
+            result.files_read.update(inner.files_read)
+            if inner.new_bytes is not None:
+                new = lines_of(inner.new_bytes.decode("utf-8"))[len(above):]
+                *markers, command = [line.rstrip("\n") for line in new]  # NM241's marker goes above the line
+                magic.replacement = "".join(f"{marker}\n{' ' * magic.indent}" for marker in markers) + "!" + command
+
+
+def _comments_above(cell: Cell, magic: Magic) -> list[str]:
+    """The comment lines right above an IPython line in its cell (stripped, one per line)."""
+    above: list[str] = []
+    for line in reversed(lines_of(cell.text)[:magic.line - 1]):
+        if not line.lstrip().startswith("#"):
+            break
+        above.insert(0, line.strip() + "\n")
+    return above
 
 
 def _language(notebook: dict) -> str | None:
@@ -409,6 +516,8 @@ def _restore(line: str, cell: Cell) -> str:
         return ""
     tag = stripped[len("pass  "):] if stripped.startswith("pass  # @@@") else stripped  # or the comment alone,
     if tag in cell.placeholders:  # kept where an edit removed the statement around the placeholder
+        if cell.placeholders[tag].replacement is None:
+            return ""
         newline = line[len(line.rstrip("\r\n")):] or "\n"
         return line[: len(line) - len(line.lstrip())] + cell.placeholders[tag].replacement + newline
     return line

@@ -133,7 +133,9 @@ class TextDocument:
         self.findings.append(decision.finding(self.policy, line, col, end_line=end_line, end_col=end_col))
         if decision.mark:
             indent = re.match(r"[ \t]*", self.text[anchor:]).group()
-            self.edits.append(Edit(anchor, anchor, indent + decision.marker + self.newline, marker=True))
+            marker = Edit(anchor, anchor, indent + decision.marker + self.newline, marker=True)
+            if marker not in self.edits:  # one marker per (code, line): two findings of a line can share one
+                self.edits.append(marker)
         if decision.fix:
             self.applied[code] = self.applied.get(code, 0) + 1
         return decision.fix

@@ -54,7 +54,7 @@ def pin_entries(doc: TextDocument, entries: list[LineEntry], present: set[str],
     return result
 
 
-_TRAILING_COMMENT = re.compile(r"[ \t]+#[^\r\n]*")
+_TRAILING_COMMENT = re.compile(r"(,?)([ \t]+#[^\r\n]*)")
 _DESCRIBES_OLD_PIN = re.compile(r"\b(xla|legacy|torch[-_]xla|libneuronxla|2\.\d+\.\d+(\.\d+)*)\b", re.I)
 
 
@@ -62,8 +62,13 @@ def _stale_comment(doc: TextDocument, entry: LineEntry) -> tuple[int, int] | Non
     """The span of the comment after a re-pinned requirement on its line (after its closing quote, if quoted)
     when it describes the old pin (`# legacy XLA build`, `# 2.9.0 is what we tested`): it goes with the old
     version. Other comments stay."""
-    at = entry.req_end + (doc.text[entry.req_end:entry.req_end + 1] in ("'", '"'))
+    return stale_comment_at(doc, entry.req_end + (doc.text[entry.req_end:entry.req_end + 1] in ("'", '"')))
+
+
+def stale_comment_at(doc: TextDocument, at: int) -> tuple[int, int] | None:
+    """The span of the comment that follows `at` on its line (after a list's comma, if any: the comment of the
+    line's last element) when it describes the old pin."""
     m = _TRAILING_COMMENT.match(doc.text, at)
-    if m is None or not _DESCRIBES_OLD_PIN.search(m.group()):
+    if m is None or not _DESCRIBES_OLD_PIN.search(m.group(2)):
         return None
-    return m.start(), m.end()
+    return m.start(2), m.end(2)

@@ -158,9 +158,9 @@ def process_pyproject(path: str, data: bytes, settings: Settings, rewrite: bool)
     main = set().union(set(), *(names for g, names in zip(found, installed) if g.main))
     decisions = Decisions()
     for group, names in zip(found, installed):
-        outcomes = _pin_group(doc, group, main | names, locate)
+        outcomes, added = _pin_group(doc, group, main | names, locate)
         if group.main:
-            main |= {planning.parse(t).name for o in outcomes.values() for t in o.extra}
+            main |= added
         if outcomes:
             decisions.outcomes[group.path] = outcomes
     _check_sources(doc, parsed, found, decisions)
@@ -170,11 +170,21 @@ def process_pyproject(path: str, data: bytes, settings: Settings, rewrite: bool)
 
 
 def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Callable[[str], int]
-               ) -> dict[int, planning.Outcome]:
+               ) -> tuple[dict[int, planning.Outcome], set[str]]:
+    """The group's approved outcomes, and the packages `rewrite` adds to it (in `check` too, which makes no edit:
+    a later main group, such as Poetry's beside [project], must then report what `rewrite` reports)."""
     result = planning.plan(group.texts, doc.family, present, instance=doc.settings.instance)
     offsets = [locate(s) for s in group.shown]
+    added: set[str] = set()
 
     def report(index: int, code: str, fields: dict) -> bool:
+        before = len(doc.findings)
+        fixed = _report(index, code, fields)
+        if code == "NM603" and len(doc.findings) > before and doc.findings[-1].fixable:
+            added.add(planning.parse(fields["requirement"]).name)
+        return fixed
+
+    def _report(index: int, code: str, fields: dict) -> bool:
         if group.poetry:  # say it the Poetry way: `torch = "==2.14.0"`
             added = code == "NM603"
             name = fields["name"] if added else group.names[index]
@@ -183,7 +193,7 @@ def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Calla
             fields = {**fields, "requirement": pin if added else group.shown[index], "pin": pin}
         return doc.report(code, offsets[index], end=offsets[index] + len(group.shown[index]), **fields)
 
-    return planning.approve(result, group.texts, report)
+    return planning.approve(result, group.texts, report), added
 
 
 def _poetry_pin(requirement: str, name: str) -> str:

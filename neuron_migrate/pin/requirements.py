@@ -3,6 +3,10 @@
 Comments, blank lines, options, markers and per-requirement options (`--hash`) stay as they are. Files
 included with `-r` are read (not written) so that a package or index installed there counts here too;
 they are pinned when they are processed themselves (and listed in the result, so the cache sees them change).
+An included file of any name (`requirements/base.txt`) is a requirements file too (discovery finds it through
+its includer), and it is pinned with the packages of the files that include it: a `torch==2.1.2` there is part of
+the same install as the `torch-neuronx` beside the `-r` line (nothing is added to it; its includer gets the
+missing packages).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from neuron_migrate.engine.sources import SourceError, decode
 _COMMENT = re.compile(r"(^|\s)#.*$")
 _OPTION_START = re.compile(r"(^|\s)-")
 _INCLUDE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=?\s*|\s+)(\S+)")
+_INCLUDE_OR_CONSTRAINT = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s*=?\s*|\s+)(\S+)")
+_INCLUDER_SUFFIXES = (".txt", ".in")
 _INDEX = re.compile(r"^\s*(?:-i|--index-url|--extra-index-url)(?:\s*=\s*|\s+)(\S+)")
 MAX_INCLUDE_DEPTH = 8
 _FIND_LINKS_TPU = re.compile(r"^\s*(?:-f|--find-links)(?:\s*=\s*|\s+)\S*(?:libtpu|/tpuvm/)", re.M | re.I)
@@ -107,6 +113,47 @@ def _included(path: str, includes: list[str], files_read: dict[str, str | None],
     return names, has_index
 
 
+def included_files(path: str, text: str) -> list[str]:
+    """The real paths of the files a requirements file includes with `-r` or `-c` (not templated ones)."""
+    out = []
+    for _start, _end, content in logical_lines(text):
+        m = _INCLUDE_OR_CONSTRAINT.match(content.strip())
+        if m and "$" not in m.group(1):
+            out.append(os.path.realpath(os.path.join(os.path.dirname(path), m.group(1))))
+    return out
+
+
+def _includers(path: str, files_read: dict[str, str | None]) -> set[str]:
+    """The packages installed by the requirements files beside `path` or in the folder above that include it
+    with `-r` (with what they include themselves); the files looked at go into `files_read`."""
+    real = os.path.realpath(path)
+    folders = {os.path.dirname(real), os.path.dirname(os.path.dirname(real))}
+    names: set[str] = set()
+    for folder in sorted(folders):
+        try:
+            candidates = sorted(e.path for e in os.scandir(folder)
+                                if e.name.endswith(_INCLUDER_SUFFIXES) and e.is_file())
+        except OSError:
+            continue
+        for candidate in candidates:
+            if os.path.realpath(candidate) == real:
+                continue
+            try:
+                with open(candidate, "rb") as fh:
+                    data = fh.read()
+                text = decode(data).text
+            except (OSError, SourceError):
+                continue
+            entries, includes, _indexes = entries_of(text)
+            targets = {os.path.realpath(os.path.join(os.path.dirname(candidate), i)) for i in includes}
+            if real not in targets:
+                continue
+            files_read[os.path.realpath(candidate)] = digest(data)
+            names |= planning.names_of([text[e.req_start:e.req_end] for e in entries])
+            names |= _included(candidate, includes, files_read, seen={os.path.realpath(candidate), real})[0]
+    return names
+
+
 def _is_neuron_index(url: str) -> bool:
     return url.strip("'\"").rstrip("/") == matrix().index_url
 
@@ -122,12 +169,15 @@ def process_requirements(path: str, data: bytes, settings: Settings, rewrite: bo
     if any(planning.TPU_LINKS.search(url) for url in indexes) or _FIND_LINKS_TPU.search(doc.text):
         own.add(planning.TPU_BUILD)  # `-f <libtpu index>`: the TPU build
     included, included_index = _included(path, includes, doc.files_read)
-    if not planning.in_scope(own | included):
-        return doc.result(data)
-    constraints = is_constraints(path)
-    pin_entries(doc, entries, own | included, lambda entry, text: text + doc.newline, may_add=not constraints)
+    present, may_add = own | included, not is_constraints(path)
+    if not planning.in_scope(present):
+        present |= _includers(path, doc.files_read)  # a part (`-r base.txt`) of a Neuron install
+        if not planning.in_scope(present):
+            return doc.result(data)
+        may_add = False
+    pin_entries(doc, entries, present, lambda entry, text: text + doc.newline, may_add=may_add)
     has_index = included_index or any(_is_neuron_index(url) for url in indexes)
-    if not constraints and not has_index and own & matrix().neuron_packages:
+    if may_add and not has_index and own & matrix().neuron_packages:
         _add_index(doc, entries, indexes)
     return doc.result(data)
 

@@ -19,6 +19,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from neuron_migrate.findings import FileResult
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
+from neuron_migrate.pin.lines import stale_comment_at
 from neuron_migrate.pin.matrix import matrix, python_fields
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError, decode
@@ -188,6 +189,8 @@ def _pin_list(doc: TextDocument, lst: ListLiteral, present: set[str]) -> set[str
         replacement = extra.pop(0) if outcome.remove else outcome.replacement
         if replacement is not None:
             doc.replace(element.start, element.end, replacement if outcome.remove else _literal(node, replacement))
+            if not outcome.remove and (stale := stale_comment_at(doc, element.end)):
+                doc.replace(*stale, "")  # `"torch==2.1.2",  # tested with 2.1.2`: it went with the old pin
         _insert_after(doc, element, extra)
     _remove(doc, lst, removed)
     return result.added
