@@ -7,8 +7,8 @@ import re
 import libcst as cst
 
 from neuron_migrate.engine.names import dotted, dotted_str
-from neuron_migrate.engine.paths import XLA as XLA_PATH
 from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short, string_value
+from neuron_migrate.rules.rewrites import neuron_path_test
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
@@ -220,27 +220,10 @@ class CompilePlacedModel(Rule):
                 continue  # FSDP2 shards it: TorchNeuron compiles SimpleFSDP, not fully_shard's hooks
             done.add(key)
             fixed = f"{name}.compile(backend={target(ctx).compile_backend()}, dynamic=False)"
-            guard = self._guard(call.args[0].value, node)
+            guard = neuron_path_test(ctx, call.args[0].value, node)
             if ctx.report("NM107", call, statement=occ.statement, target=name, fixed=fixed):
                 ctx.insert_after(occ.statement, f"if {guard}:\n    {fixed}\n" if guard else fixed + "\n")
         ctx.current = None
-
-
-    def _guard(self, device: cst.BaseExpression, node: cst.CSTNode) -> str | None:
-        """The test that keeps the inserted compile on the neuron path, or None where none is needed.
-
-        Where XLA is optional (a guarded import, a flag) the device a common-code placement names may be CUDA's
-        or the CPU's: `model.compile(backend="neuron")` there fails at the first call without torch-neuronx, so
-        the compile runs under `if torch.device(<device>).type == "neuron":` (a string or a device). Not needed in
-        an XLA branch, for an XLA device written out, or in the portable style (its backend is chosen by device).
-        """
-        ctx = self.ctx
-        paths = ctx.facts.paths
-        if target(ctx).portable or not paths.xla_optional or paths.path_of(node) == XLA_PATH:
-            return None
-        if not dotted(device):
-            return None  # `"xla"`, `xm.xla_device()`, `torch.device("xla")`: the XLA device written out
-        return f"{ctx.module_ref('torch')}.device({code(device)}).type == {ctx.string('neuron')}"
 
 
 def _nn_class(qual: str) -> bool:
