@@ -145,3 +145,19 @@ def test_the_cpp_source_ships_with_the_package():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"neuron_migrate.verify.native" = ["*.cpp"]' in text
     assert (ROOT / "neuron_migrate" / "verify" / "native" / "neuron_emulator.cpp").is_file()
+
+
+def test_the_torch_neuronx_stand_in_answers_a_feature_detection():
+    """A migrated `find_spec("torch_xla")` asks for torch_neuronx: on the emulated device the stand-in in sys.modules
+    answers like the installed package (a module without a spec made find_spec raise ValueError)."""
+    code = ("import importlib.util, sys\n"
+            "from neuron_migrate.verify import emulator\n"
+            "emulator.install()\n"
+            "spec = importlib.util.find_spec('torch_neuronx')\n"
+            "assert spec is not None and spec.name == 'torch_neuronx', spec\n"
+            "import torch_neuronx\n"
+            "assert torch_neuronx is sys.modules['torch_neuronx']\n"
+            "print('found')\n")
+    proc = run(sys.executable, "-c", code, env={"NEURON_MIGRATE_EMULATOR": "python"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "found"

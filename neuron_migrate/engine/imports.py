@@ -393,6 +393,8 @@ def flag_only_bindings(analysis: Analysis) -> list[Binding]:
     stack: list[tuple[cst.CSTNode, cst.CSTNode | None]] = [(analysis.module, None)]
     while stack:  # the module as it is now (the parent map also holds the nodes that edits replaced)
         node, parent = stack.pop()
+        if type(node) in (cst.Import, cst.ImportFrom):
+            continue  # names there are bound, not read: `torch_xla` of `import torch_xla.core.xla_model as xm`
         if type(node) is cst.Name and node.value in candidates:
             use = _flag_use(node, parent)
             if use is not None:

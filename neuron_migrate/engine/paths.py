@@ -59,6 +59,9 @@ _ENUM_KINDS = {"XLA": XLA, "TPU": TPU, "MULTI_GPU": CUDA, "CUDA": CUDA, "GPU": C
 _HELPER = re.compile(r"^_?(?:is_)?(?:torch_)?(?P<k>xla|tpu|cuda|gpu|mps|xpu|npu|hpu|mlu|musa|sdaa|neuroncore)"
                      r"(?:_\w+)?_available$|^_(?P<v>XLA|TPU)_(?:GREATER|LESS)", re.I)
 _HELPER_KINDS = {"neuroncore": XLA}
+# Helpers whose name says TPU but which test for torch_xla on any device: transformers' and accelerate's former
+# spellings of `is_torch_xla_available` (true on Trainium too)
+_XLA_HELPERS = frozenset({"is_torch_tpu_available", "is_tpu_available"})
 # torch's own availability tests
 _TORCH_TESTS = {"torch.cuda.is_available": CUDA, "torch.cuda.is_bf16_supported": CUDA, "torch.version.cuda": CUDA,
                 "torch.backends.cudnn.is_available": CUDA, "torch.cuda.device_count": CUDA,
@@ -142,12 +145,13 @@ class Paths:
         self.guarded_imports: set[cst.CSTNode] = set()  # torch_xla import small statements inside a try guard
         self.kinds: set[str] = set()  # every kind some test in the file tests for
         self.unguarded = False  # a module-level torch_xla import outside any guard
+        self.conditional = False  # a torch_xla import in a branch of another backend (`if ON_TPU:`)
         # multi-backend: statement a marker stands above -> ([the XLA branches' heads], [the calls held there])
         self.branches: dict[cst.CSTNode, tuple[list[str], list[str]]] = {}
         self.own_switch = False  # XLA is tested through the package's own helpers (a relative import)
         self._continued: set[cst.If] = set()  # `if not HAS_XLA: return`: the code after it is the XLA branch
         self._walk_block(analysis.module.body, COMMON, None, analysis.module_scope, toplevel=True)
-        self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds
+        self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds or self.conditional
                                                     or self._imports_xla_in_functions())
         others = self.kinds & BACKENDS
         self.multi_backend = self.xla_optional and (
@@ -267,6 +271,8 @@ class Paths:
             for small in node.body:
                 if _is_legacy_import(small) and toplevel and path == COMMON:
                     self.unguarded = True
+                elif _is_legacy_import(small) and path in OTHER_PATHS:
+                    self.conditional = True  # `if is_tpu(): import torch_xla...`: the program runs without it
                 self._assign_flag(small, scope)
                 self._expressions(small, path, branch, scope)
             return path, branch
@@ -661,6 +667,8 @@ def _returned(statement) -> cst.BaseExpression | None:
 
 @functools.lru_cache(maxsize=512)
 def _helper_kind(name: str) -> str | None:
+    if name in _XLA_HELPERS:
+        return XLA
     m = _HELPER.match(name)
     if m is None:
         return None

@@ -8,6 +8,7 @@ import libcst as cst
 
 from neuron_migrate.engine.names import dotted, dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short, string_value
+from neuron_migrate.rules.rewrites import neuron_path_test
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
@@ -219,8 +220,9 @@ class CompilePlacedModel(Rule):
                 continue  # FSDP2 shards it: TorchNeuron compiles SimpleFSDP, not fully_shard's hooks
             done.add(key)
             fixed = f"{name}.compile(backend={target(ctx).compile_backend()}, dynamic=False)"
+            guard = neuron_path_test(ctx, call.args[0].value, node)
             if ctx.report("NM107", call, statement=occ.statement, target=name, fixed=fixed):
-                ctx.insert_after(occ.statement, fixed + "\n")
+                ctx.insert_after(occ.statement, f"if {guard}:\n    {fixed}\n" if guard else fixed + "\n")
         ctx.current = None
 
 

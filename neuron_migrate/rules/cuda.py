@@ -68,7 +68,8 @@ class CudaDeviceString(XlaDeviceString):
     rule_code = "NM321"
     family = CUDA
 
-    def _new(self, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression:
+    def _new(self, literal: cst.BaseExpression, kind: str, test: bool | None = None) -> cst.BaseExpression:
+        # `test` does not matter here: NM321 respells CUDA names only where XLA is not optional
         return respell_cuda(literal) if not portable(self.ctx) else _portable(self.ctx, literal, kind)
 
     def _allowed(self) -> bool:

@@ -46,7 +46,7 @@ class XlaDeviceCall(Rule):
         if not isinstance(device, cst.Call) or ctx.qualname(device.func) not in XLA_DEVICE or device.args \
                 or (isinstance(other, cst.Call) and ctx.qualname(other.func) in XLA_DEVICE):
             return
-        fixed = f"{code(other)}.type {code(node.comparisons[0].operator).strip()} {target(ctx).device_type()}"
+        fixed = f"{code(other)}.type {code(node.comparisons[0].operator).strip()} {compared_type(ctx)}"
         self.compared.add(device)
         if ctx.report("NM101", device, call=short(device), fixed=fixed):
             by_type(ctx, other, device)
@@ -84,7 +84,31 @@ def device_equality(node: cst.Comparison) -> tuple[cst.BaseExpression, cst.BaseE
 def by_type(ctx, other: cst.BaseExpression, device: cst.BaseExpression) -> None:
     """Compare the device types: `other` -> `other.type`, the device -> the target's device type."""
     ctx.replace(other, lambda old: expression("_.type").with_changes(value=old))
-    ctx.replace(device, expression(target(ctx).device_type()))
+    ctx.replace(device, expression(compared_type(ctx)))
+
+
+def compared_type(ctx) -> str:
+    """The device type a comparison tests for: the target's (`"neuron"`, `DEVICE.type` in the portable style). Where
+    XLA is optional the test tells the neuron branch from CUDA's and the CPU's, and `DEVICE.type` would be `"cuda"`
+    or `"cpu"` on those machines and send them down the neuron branch: there it is `"neuron"` in either style."""
+    if portable(ctx) and ctx.facts.paths.xla_optional:
+        return ctx.string("neuron")
+    return target(ctx).device_type()
+
+
+def _in_test(ctx, literal: cst.BaseExpression) -> bool:
+    """`literal` is compared (`x.type == "xla"`, `in ("xla", "cuda")`, `.startswith("xla")`), not given."""
+    parents = ctx.analysis.parents
+    node = parents.get(literal)
+    for _ in range(4):
+        if isinstance(node, (cst.Comparison, cst.ComparisonTarget)):
+            return True
+        if isinstance(node, cst.Call):
+            return isinstance(node.func, cst.Attribute) and node.func.attr.value in ("startswith", "endswith")
+        if not isinstance(node, (cst.Element, cst.Tuple, cst.List, cst.Set, cst.Arg)):
+            return False
+        node = parents.get(node)
+    return False
 
 
 class XlaDeviceString(Rule):
@@ -122,9 +146,13 @@ class XlaDeviceString(Rule):
         self.compared: set[cst.CSTNode] = set()  # literals rewritten as a device-type comparison
 
     # -- how this rule respells one literal ------------------------------------------------------------------
-    def _new(self, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression:
+    def _new(self, literal: cst.BaseExpression, kind: str, test: bool | None = None) -> cst.BaseExpression:
         ctx = self.ctx
-        return _portable(ctx, literal, kind) if portable(ctx) else respell_device(literal)
+        if not portable(ctx):
+            return respell_device(literal)
+        if (_in_test(ctx, literal) if test is None else test) and ctx.facts.paths.xla_optional:
+            return respell_device(literal)  # see compared_type: a test tells the neuron branch from the others
+        return _portable(ctx, literal, kind)
 
     def _allowed(self) -> bool:
         """Whether weak positions and held device names may be respelled in this file."""
@@ -206,7 +234,7 @@ class XlaDeviceString(Rule):
             return False
         self.xla_program = True
         self.compared.add(first.value)
-        fixed = f"{code(other)}.type {code(node.comparisons[0].operator).strip()} {target(ctx).device_type()}"
+        fixed = f"{code(other)}.type {code(node.comparisons[0].operator).strip()} {compared_type(ctx)}"
         if ctx.report(self.rule_code, first.value, text=code(device), fixed=fixed):
             by_type(ctx, other, device)
         return True
@@ -259,7 +287,7 @@ class XlaDeviceString(Rule):
         planned = []
         for site in mine:
             kind = TYPE if strings or site.role != VALUE else _kind_of_holder(site.holder)
-            new = self._new(site.node, kind)
+            new = self._new(site.node, kind, site.role == TEST)
             if site.in_pattern and not isinstance(new, (cst.SimpleString, cst.Attribute)):
                 self._keep(group, mine, PATTERN)  # a `case` value must stay a literal or a dotted name
                 return

@@ -42,6 +42,7 @@ CONFIG_LOADERS = frozenset({"json.load", "json.loads", "yaml.load", "yaml.safe_l
 # str methods that keep a device name a device name (`args.device.lower() == "xla"`)
 SAME_VALUE_METHODS = frozenset({"lower", "strip", "casefold", "rstrip", "lstrip"})
 EQUALITY = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
+ARGV = ("argv",)  # the holder of `sys.argv[...]`: the program's positional arguments
 
 
 def family(node: cst.CSTNode | None) -> str | None:
@@ -153,6 +154,9 @@ class DeviceNames:
         if isinstance(expr, cst.Attribute):
             return [] if ctx.qualname(expr) is not None else [("attr", expr.attr.value)]
         if isinstance(expr, cst.Subscript):
+            if ctx.qualname(expr.value) == "sys.argv":  # `sys.argv[1]`: a positional command-line argument
+                self._source(ARGV, f"the command line (`{_argv_text(expr)}`)")
+                return [ARGV]
             key = _subscript_key(expr)
             if key is None:
                 return []
@@ -449,6 +453,12 @@ class DeviceNames:
         for group in groups.values():
             group.sources.sort(key=lambda s: order[id(s[0])])
         return [g for g in groups.values() if g.sites]
+
+
+def _argv_text(expr: cst.Subscript) -> str:
+    index = expr.slice[0].slice if len(expr.slice) == 1 else None
+    value = getattr(index, "value", None)
+    return f"sys.argv[{value.value}]" if isinstance(value, cst.Integer) else "sys.argv"
 
 
 def _subscript_key(expr: cst.Subscript) -> str | None:

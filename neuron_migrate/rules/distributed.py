@@ -552,11 +552,14 @@ class Collectives(Rule):
         data = arg(node, 1, "data")
         fn = arg(node, 2, "reduce_fn")
         target = assigned_name(ctx, node)
-        if data is None or fn is None or target is None or not only_args(node, tag, data, fn):
+        returned = target is None and _returned(ctx, node)  # `return xm.mesh_reduce(...)`
+        if data is None or fn is None or (target is None and not returned) or not only_args(node, tag, data, fn):
             return
-        gathered = f"{target}_per_rank"
-        if _taken(ctx, gathered):
+        gathered = f"{target}_per_rank" if target else next(
+            (n for n in ("values_per_rank", "_values_per_rank") if not _taken(ctx, n)), None)
+        if gathered is None or _taken(ctx, gathered):
             return
+        result = "return" if returned else f"{target} ="
         d = dist(ctx)
         guard = several_processes(ctx)
         # torch_xla gathered (and reduced) CPU copies of the tensors in `data` (the names are resolved now)
@@ -572,7 +575,7 @@ class Collectives(Rule):
                     f"    {d}.all_gather_object({gathered}, {value})\n"
                     f"else:\n"
                     f"    {gathered} = [{value}]",
-                    f"{target} = {paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
+                    f"{result} {paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
 
         if ctx.report("NM206", node, call=short(node), fixed=_one_line(gather(node))):
             replace_statement(ctx, ctx.current.statement, gather)
@@ -591,6 +594,13 @@ def _plain_value(value: cst.BaseExpression) -> bool:
             return func.attr.value in ("item", "tolist") and not value.args
         return isinstance(func, cst.Name) and func.value in PLAIN_CALLS - {"item", "tolist"}
     return False
+
+
+def _returned(ctx, node: cst.CSTNode) -> bool:
+    """`return <node>` alone on its line."""
+    occ = ctx.current
+    return (isinstance(occ.small, cst.Return) and occ.small.value is node
+            and isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1)
 
 
 def _taken(ctx, name: str) -> bool:

@@ -43,6 +43,10 @@ class EnvironmentVariable(Rule):
     codes = ("NM403", "NM404", "NM405")
     triggers = tuple(sorted(n.encode() for n in load_data("environment.toml")["env"]))
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.seen: set[tuple[int, str]] = set()  # (statement, variable): one finding each
+
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         text = string_value(node)
         if text is None:
@@ -51,6 +55,10 @@ class EnvironmentVariable(Rule):
         if match is None:
             return
         name = match.group(1)
+        key = (id(self.ctx.current.statement), name)
+        if key in self.seen:
+            return  # `os.environ["XLA_USE_BF16"] = os.environ.get("XLA_USE_BF16", "0")`: one statement, one finding
+        self.seen.add(key)
         value, statement = self._setting(node) if text == name else (None, None)
         code = code_for(name, value, statement is not None)
         entry = env_table()[name]

@@ -17,7 +17,7 @@ import libcst as cst
 
 from neuron_migrate.engine.names import Occurrence, Scope
 from neuron_migrate.rules.patterns import XM, arg, code, short
-from neuron_migrate.rules.rewrites import dist, local_rank, only_args, replace_statement, world_size
+from neuron_migrate.rules.rewrites import dist, local_rank, neuron_path_test, only_args, replace_statement, world_size
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
@@ -195,9 +195,10 @@ class GradientAveraging(Rule):
         model = placement.name
         ddp = f"ddp_{model}"
         nn = ctx.module_ref("torch.nn", "nn")
+        on_neuron = _on_neuron(ctx, placement)
         ctx.insert_after(placement.occ.statement, (
             f"{ddp} = {model}\n"
-            f"if {world_size(ctx)} > 1:\n"
+            f"if {world_size(ctx)} > 1{on_neuron}:\n"
             f"    {ddp} = {nn}.parallel.DistributedDataParallel({model}, broadcast_buffers=False)\n"))
         scope = placement.occ.scope
         for occ, node in self.names:
@@ -223,7 +224,8 @@ class GradientAveraging(Rule):
         d, device = dist(ctx), target(ctx)
         bind = "".join(f"    {line}\n" for line in device.select_device_statement(local_rank(ctx)).splitlines())
         ctx.insert_before(anchor.statement, (
-            f"if {world_size(ctx)} > 1 and not {d}.is_initialized():  # torchrun: a device per rank\n"
+            f"if {world_size(ctx)} > 1 and not {d}.is_initialized(){_on_neuron(ctx, placement)}:"
+            f"  # torchrun: a device per rank\n"
             f"{bind}"
             f"    {d}.init_process_group({device.process_group_backend()})\n"))
         ctx.current = step.occ
@@ -296,3 +298,15 @@ def _head(expr: cst.BaseExpression) -> cst.Name:
     while isinstance(expr, cst.Attribute):
         expr = expr.value
     return expr
+
+
+def _on_neuron(ctx, placement: Placement) -> str:
+    """` and torch.device(device).type == "neuron"` where the model is placed in common code of a file whose XLA is
+    optional: CUDA's and the CPU's paths there never joined a process group nor averaged through torch_xla, and
+    `torch.neuron` / the "neuron" process group do not exist without torch-neuronx."""
+    small = placement.occ.statement.body[0]
+    call = getattr(small, "value", None)
+    if not isinstance(call, cst.Call) or not call.args:
+        return ""
+    test = neuron_path_test(ctx, call.args[0].value, call)
+    return f" and {test}" if test else ""

@@ -51,6 +51,27 @@ def dist(ctx) -> str:
     return ctx.module_ref("torch.distributed", "dist")
 
 
+def neuron_path_test(ctx, device: cst.BaseExpression, node: cst.CSTNode) -> str | None:
+    """A test that keeps code inserted in common code on the neuron path, or None where none is needed.
+
+    Where XLA is optional (a guarded import, a flag), common code may run with CUDA's or the CPU's device:
+    what a rewrite inserts there for the neuron device (`model.compile(backend="neuron")`, `torch.neuron.set_device`,
+    a `"neuron"` process group) fails without torch-neuronx, so it runs only under
+    `torch.device(<device>).type == "neuron"` (`device` the expression the code places on: a string or a device).
+    None in an XLA branch, for an XLA device written out (`"xla"`, `xm.xla_device()`), in a file where XLA is not
+    optional, and in the portable device style (its spellings run on every device).
+    """
+    from neuron_migrate.engine.names import dotted
+    from neuron_migrate.engine.paths import XLA
+    from neuron_migrate.rules.patterns import code
+    from neuron_migrate.rules.target import portable
+
+    paths = ctx.facts.paths
+    if portable(ctx) or not paths.xla_optional or paths.path_of(node) == XLA or not dotted(device):
+        return None
+    return f"{ctx.module_ref('torch')}.device({code(device)}).type == {ctx.string('neuron')}"
+
+
 def only_args(call: cst.Call, *allowed: cst.Arg | None) -> bool:
     """Every argument of `call` is one of `allowed` (no star, nothing unknown)."""
     known = {id(a) for a in allowed if a is not None}

@@ -381,9 +381,13 @@ def clear_op_tracking() -> None:
 
 def _torch_neuronx_stub():
     """A `torch_neuronx` with the native API the emulated device can honour, for programs that import it."""
+    import importlib.machinery
     import types
 
     stub = types.ModuleType("torch_neuronx")
+    # `importlib.util.find_spec("torch_neuronx")`, the migrated feature detection, raises ValueError on a module
+    # in sys.modules without a spec: the stand-in answers it as the installed package does
+    stub.__spec__ = importlib.machinery.ModuleSpec("torch_neuronx", None, is_package=True)
     stub.__doc__ = "neuron-migrate verify: the emulated device's stand-in for the native torch_neuronx API"
     stub.__version__ = "0+emulated"
     stub.__path__ = []  # a package: `import torch_neuronx.xyz` fails with a clear ModuleNotFoundError
