@@ -194,6 +194,7 @@ def test_readme_tagged_snippet_names_the_release_tag_scheme():
     assert f"rev: v{__version__}" in header
 
 
+@pytest.mark.slow  # clones the repository and installs the hook environment: CI runs it with the slow part
 def test_readme_tagged_snippet_runs_against_a_clone_tagged_by_the_scheme(tmp_path):
     """The README's tagged snippet, with only its URL pointing to a clone of this repository that carries the
     release tag the README documents (`v<version>`): the real pre-commit resolves the tag, installs the hooks

@@ -59,6 +59,7 @@ def test_emulated_device_runs_like_a_device():
 
 
 @pytest.mark.needs_torch
+@pytest.mark.slow  # two runs of the example: CI runs it with the slow part
 def test_bundled_example_is_equivalent_on_the_emulated_device():
     before = {p.name: p.read_bytes() for p in EXAMPLE.iterdir()}
     proc, report = verify("train.py", "--", "--steps", "3", cwd=EXAMPLE)
