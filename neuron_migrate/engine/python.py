@@ -43,7 +43,7 @@ PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 ISSUES_URL = "https://github.com/neuron-migrate/neuron-migrate/issues"
 # Rules that fail before reporting anything raise instead of being skipped (the test suite sets it).
 STRICT = os.environ.get("NEURON_MIGRATE_STRICT_RULES") == "1"
-# `check`'s tree pre-filter (engine/scan.py); NEURON_MIGRATE_TREE_FILTER=0 turns it off (to measure it).
+# The tree pre-filter of check and rewrite (engine/scan.py); NEURON_MIGRATE_TREE_FILTER=0 turns it off (to measure it).
 TREE_FILTER = os.environ.get("NEURON_MIGRATE_TREE_FILTER", "1") != "0"
 
 
