@@ -98,7 +98,7 @@ def _without_prefilter(monkeypatch) -> None:
     monkeypatch.setattr(leftovers, "active", lambda present, settings, path: settings.enabled(leftovers.CODE, path))
 
 
-@pytest.mark.parametrize("rewrite", [False, True], ids=["check", "rewrite"])
+@pytest.mark.parametrize("rewrite", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["check", "rewrite"])
 def test_the_prefilter_changes_no_result(monkeypatch, rewrite):
     filtered = [_result(path, data, rewrite) for path, data in CORPUS]
     _without_prefilter(monkeypatch)
@@ -141,6 +141,7 @@ def _stdlib_sample() -> list[bytes]:
     return [(folder / name).read_bytes() for name in ("argparse.py", "dataclasses.py", "inspect.py", "typing.py")]
 
 
+@pytest.mark.slow  # LibCST's own walk, parse and rendering as the oracle: the slow part (about 5 s each)
 def test_fast_walk_visits_like_libcst():
     wanted = tuple({t for r in all_rules() for t in r.node_types()}) + (cst.Name, cst.Comment, cst.Param)
     for data in [d for _, d in CORPUS] + _stdlib_sample():
@@ -159,6 +160,7 @@ def test_fast_walk_visits_like_libcst():
              for s in theirs.scopes]
 
 
+@pytest.mark.slow  # LibCST's own walk, parse and rendering as the oracle: the slow part (about 5 s each)
 def test_a_walk_without_tokens_finds_the_same_scopes_and_nodes():
     """Whitespace, comments and punctuation hold no binding, read or node a rule asks for."""
     wanted = tuple({t for r in all_rules() for t in r.node_types()})
@@ -265,6 +267,7 @@ def test_the_renderer_writes_what_libcst_writes():
         assert texts == (module.code, reordered.code)
 
 
+@pytest.mark.slow  # LibCST's own walk, parse and rendering as the oracle: the slow part (about 5 s each)
 def test_the_unchecked_parse_builds_the_same_trees_and_leaves_checks_on():
     for data in [d for _, d in CORPUS] + _stdlib_sample():
         text = data.decode("utf-8", "replace")
@@ -281,6 +284,7 @@ def test_the_unchecked_parse_builds_the_same_trees_and_leaves_checks_on():
         cst.Name("not a name")  # nodes built after the parse are checked again, also inside the session
 
 
+@pytest.mark.slow  # LibCST's own walk, parse and rendering as the oracle: the slow part (about 5 s each)
 def test_applying_edits_only_along_their_paths_changes_no_rewrite(monkeypatch):
     pruned = [_result(path, data, True) for path, data in CORPUS]
 

@@ -86,7 +86,7 @@ def _files() -> list[tuple[str, bytes]]:
     return fixtures + examples + list(CORPUS) + edges
 
 
-@pytest.mark.parametrize("rewrite", [False, True], ids=["check", "rewrite"])
+@pytest.mark.parametrize("rewrite", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["check", "rewrite"])
 def test_the_tree_filter_changes_no_finding_and_no_rewrite(monkeypatch, rewrite):
     for path, data in _files():
         found = _findings(path, data, True, monkeypatch, rewrite)
