@@ -13,9 +13,10 @@ import fnmatch
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
-import pathspec
+if TYPE_CHECKING:
+    import pathspec
 
 SKIP_DIRS = frozenset({
     "__pycache__", "node_modules", "site-packages", "build", "dist", "venv", "env", "_build",
@@ -83,6 +84,12 @@ def _ignore_spec(directory: Path) -> pathspec.PathSpec | None:
         lines = gi.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
+    return _spec(lines)
+
+
+def _spec(lines: list[str]) -> pathspec.PathSpec:
+    import pathspec  # here: a check of named files without a .gitignore or an exclude never needs it (start-up)
+
     return pathspec.PathSpec.from_lines("gitwildmatch", lines)
 
 
@@ -92,7 +99,7 @@ def discover(paths: Iterable[str], kinds: frozenset[str] | None = None,
     targets: list[Target] = []
     problems: list[Problem] = []
     seen: set[str] = set()
-    exclude_spec = pathspec.PathSpec.from_lines("gitwildmatch", list(exclude)) if exclude else None
+    exclude_spec = _spec(list(exclude)) if exclude else None
 
     def accept(shown: str, real: str, kind: str | None, explicit: bool) -> None:
         if kind is None or (kinds is not None and kind not in kinds) or real in seen:

@@ -19,8 +19,8 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from neuron_migrate.syntax.walk import (SYNTAX, TOKEN, children, field_order, node_kind, syntax_fields, visit_fields,
-                                        wants_tokens)
+from neuron_migrate.syntax.walk import (SYNTAX, TOKEN, children, field_order, node_kind, subclass, syntax_fields,
+                                        visit_fields, wants_tokens)
 
 NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -115,15 +115,15 @@ STATEMENT, SMALL, BLOCK, NESTED = 1, 2, 4, 8
 
 @functools.lru_cache(maxsize=None)
 def _role(node_type: type) -> int:
-    """What a node type is to the walk, computed once per type (isinstance on LibCST's ABCs is slow)."""
+    """What a node type is to the walk, computed once per type (see syntax.walk.subclass)."""
     role = 0
-    if issubclass(node_type, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+    if subclass(node_type, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
         role |= STATEMENT
-    elif issubclass(node_type, cst.BaseSmallStatement):
+    elif subclass(node_type, cst.BaseSmallStatement):
         role |= SMALL
-    if issubclass(node_type, (cst.Module, cst.IndentedBlock)):
+    if subclass(node_type, (cst.Module, cst.IndentedBlock)):
         role |= BLOCK
-    if issubclass(node_type, NESTING):
+    if subclass(node_type, NESTING):
         role |= NESTED
     return role
 
@@ -307,7 +307,7 @@ class Collector(cst.CSTVisitor):
     def _wants(self, node_type: type) -> bool:
         wanted = self._wanted_types.get(node_type)
         if wanted is None:
-            wanted = self._wanted_types[node_type] = issubclass(node_type, self.wanted)
+            wanted = self._wanted_types[node_type] = subclass(node_type, self.wanted)
         return wanted
 
     def _push(self, kind: str, node: cst.CSTNode) -> Scope:
