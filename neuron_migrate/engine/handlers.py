@@ -16,6 +16,7 @@ import functools
 import importlib
 from typing import Callable
 
+from neuron_migrate.engine.startup import compiled_dataclasses
 from neuron_migrate.findings import FileResult
 from neuron_migrate.settings import Settings
 
@@ -41,7 +42,8 @@ def handlers_for(kind: str) -> tuple[Handler, ...]:
     out = []
     for spec in HANDLERS.get(kind, ()):
         module, _, func = spec.partition(":")
-        out.append(getattr(importlib.import_module(module), func))
+        with compiled_dataclasses():  # LibCST's import, mostly (engine/startup.py)
+            out.append(getattr(importlib.import_module(module), func))
     return tuple(out)
 
 
