@@ -398,7 +398,8 @@ class Paths:
         stack = [(node, path, branch)]
         while stack:
             current, p, b = stack.pop()
-            if isinstance(current, cst.IfExp):
+            kind = type(current)  # exact types: isinstance on LibCST's ABC-based classes costs more, for every node
+            if kind is cst.IfExp:
                 body, orelse = self._branch(current.test, p, scope)
                 self._condition(current.test, p, b, body, orelse, scope)
                 for arm, q in ((current.body, body), (current.orelse, orelse)):
@@ -406,13 +407,13 @@ class Paths:
                     self._set(arm, q, qb)
                     stack.append((arm, q, qb))
                 continue
-            if isinstance(current, cst.Call) and p not in OTHER_PATHS:
+            if kind is cst.Call and p not in OTHER_PATHS:
                 found = self._call(current, scope)  # `ok = torch.cuda.is_available()`: asks that backend
                 if found is not None and found[0] in OTHER_PATHS:
                     self.kinds.add(found[0])
                     self._set(current, found[0], None)
                     p, b = found[0], None
-            if isinstance(current, cst.BooleanOperation):
+            if kind is cst.BooleanOperation:
                 body, orelse = self._branch(current.left, p, scope)
                 right = body if isinstance(current.operator, cst.And) else orelse
                 if right != p:
