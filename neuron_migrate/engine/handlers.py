@@ -64,7 +64,7 @@ def prepare(kinds) -> None:
     for kind in kinds:
         for handler in handlers_for(kind):
             ready = getattr(importlib.import_module(handler.__module__), "prepare", None)
-            if ready is not None:
+            if ready is not None and ready is not prepare:  # this module's own handlers (process_setup_py) load late
                 ready()
 
 
