@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterable
 
 from neuron_migrate import catalogue
+from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
 
 if sys.version_info >= (3, 11):
@@ -48,14 +49,6 @@ class Resolved:
     settings: Settings
     exclude: tuple[str, ...]
     source: Path | None  # the pyproject.toml read, if any
-
-
-def matrix():
-    """The version matrix (pin/matrix.py), imported where a setting names a version: `packaging`, which it reads
-    versions with, costs a `check` of one file 15 ms of start-up otherwise."""
-    from neuron_migrate.pin.matrix import matrix as versions
-
-    return versions()
 
 
 def find_config(paths: Iterable[str]) -> Path | None:
@@ -198,8 +191,7 @@ def resolve(paths: Iterable[str], **flags) -> Resolved:
     exclude = tuple(values.pop("exclude", ()))
     settings = replace(Settings(), **values)
     try:
-        if settings.neuron_sdk is not None or settings.torch is not None:  # None: the matrix's defaults
-            matrix().select(settings.neuron_sdk, settings.torch)
+        matrix().select(settings.neuron_sdk, settings.torch)
     except ValueError as exc:
         where = f"{source} [tool.{TABLE}]" if source is not None and not ({"torch", "neuron_sdk"} & given.keys()) \
             else "--neuron-sdk / --torch"

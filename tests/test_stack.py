@@ -14,10 +14,7 @@ import os
 import shutil
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-from neuron_migrate.engine import stack
 from neuron_migrate.engine.runner import run, write_results
 from neuron_migrate.engine.stack import Finder, set_aside
 from neuron_migrate.engine.discover import Target
@@ -238,11 +235,3 @@ def test_a_lock_file_of_another_product_is_not_judged(tmp_path):
     assert process_lockfile("uv.lock", inf1, Settings(), False).findings == []
     assert process_lockfile("uv.lock", tpu, Settings(), False).findings == []
     assert {f.code for f in process_lockfile("uv.lock", neuron, Settings(), False).findings} == {"NM609"}
-
-
-@given(st.text(alphabet="abcXYZ019-_.", min_size=1, max_size=12))
-def test_project_names_compare_as_packaging_compares_them(name):
-    """engine/stack.py spells PEP 503's normalisation itself (packaging's import costs start-up)."""
-    from packaging.utils import canonicalize_name as packaging_canonical
-
-    assert stack.canonicalize_name(name) == packaging_canonical(name)

@@ -20,12 +20,14 @@ Code that imports such a library from outside (a training script, another projec
 from __future__ import annotations
 
 import ast
+import configparser
 import functools
 import os
-import re
 import tomllib
 from dataclasses import dataclass
 from typing import Iterable
+
+from packaging.utils import canonicalize_name
 
 from neuron_migrate.catalogue import load_data
 
@@ -44,15 +46,6 @@ class Spec:
     folders: frozenset[str]
     instead: str
     kind: str = XLA_STACK
-
-
-def canonicalize_name(name: str) -> str:
-    """A project name as PEP 503 compares them (`packaging.utils.canonicalize_name`, whose import costs a `check`
-    of one file 10 ms of start-up)."""
-    return _SEPARATORS.sub("-", name).lower()
-
-
-_SEPARATORS = re.compile(r"[-_.]+")
 
 
 @functools.lru_cache(maxsize=1)
@@ -188,8 +181,6 @@ def _declared(folder: str) -> tuple[str, str, str | None] | None:
 def _name_in(path: str) -> str | None:
     """The project name a project file declares; "" when it declares a project without a readable name, None
     when it declares none (a pyproject.toml that only configures tools)."""
-    import configparser  # here: a project file above the files is what needs it (start-up)
-
     try:
         with open(path, "rb") as fh:
             data = fh.read()

@@ -22,6 +22,7 @@ import importlib.util
 import marshal
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -77,8 +78,6 @@ def _load(path: Path) -> dict[str, object]:
 
 def _save(path: Path, table: dict[str, object]) -> None:
     """Written whole, then renamed into place: a run reading it meanwhile sees the old table or the new one."""
-    import tempfile  # here: only a run that compiled something new writes the table
-
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".table-", suffix=".tmp", dir=path.parent)

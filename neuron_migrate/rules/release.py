@@ -6,17 +6,7 @@ here; the facts are rows of rules/versions.toml.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from neuron_migrate.pin.matrix import Matrix, Release
-
-
-def matrix() -> Matrix:
-    """The version matrix, imported where a rule asks (its `packaging` import costs every other run start-up)."""
-    from neuron_migrate.pin.matrix import matrix as versions
-
-    return versions()
+from neuron_migrate.pin.matrix import Release, matrix
 
 
 def release(settings) -> Release:
