@@ -182,6 +182,50 @@ def test_libtorch_neuronx_lite_is_flagged_in_its_last_release():
     assert out.splitlines()[5].startswith("# TODO(neuron-migrate NM611)") and new_text(out) == out
 
 
+@pytest.mark.parametrize("entry, library", [
+    ("neuronx-distributed==0.15.*", "neuronx-distributed"),
+    ("optimum-neuron[neuronx]>=0.0.28  # training", "optimum-neuron"),
+    ("transformers-neuronx", "transformers-neuronx"),
+    ("neuronx_distributed_training==1.6.0", "neuronx-distributed-training"),
+])
+def test_a_library_built_on_torch_xla_is_marked_not_removed(entry, library):
+    text = NATIVE + entry + "\n"
+    found = pin_text(text, rewrite=False).findings
+    assert [(f.line, f.code) for f in found] == [(6, "NM613")]
+    assert f"installs {library}, which is built on torch_xla" in found[0].message
+    out = new_text(text)
+    assert out == NATIVE + "# TODO(neuron-migrate NM613): replace this torch_xla-based library; neuron-migrate " \
+        "explain NM613\n" + entry + "\n"
+    assert new_text(out) == out
+
+
+def test_a_list_that_installs_neuron_only_through_such_a_library_gets_the_native_packages():
+    text = "torch==2.1.2\noptimum-neuron[neuronx]==0.0.24\ndatasets\n"
+    result = pin_text(text, rewrite=False)
+    assert sorted(f.code for f in result.findings) == ["NM602", "NM603", "NM603", "NM603", "NM604", "NM613"]
+    out = new_text(text)
+    assert out.splitlines() == [
+        INDEX, "torch==2.14.0",
+        "# TODO(neuron-migrate NM613): replace this torch_xla-based library; neuron-migrate explain NM613",
+        "optimum-neuron[neuronx]==0.0.24", "torch-neuronx==2.14.*", "neuronx-cc==2.*", "nki", "datasets"]
+    assert new_text(out) == out  # the index is not left for a second run
+    assert {f.code for f in pin_text(out, rewrite=False).findings} == {"NM900"}  # the marker stays until resolved
+
+
+def test_a_library_in_a_dockerfile_install_is_marked_and_the_command_completed():
+    text = 'FROM ubuntu:24.04\nRUN pip install "neuronx-distributed==0.15.*" torch==2.14.0 \\\n' \
+        f'    "torch-neuronx==2.14.*" "neuronx-cc==2.*" nki {INDEX}\n'
+    from neuron_migrate.pin.dockerfile import process_dockerfile
+
+    result = process_dockerfile("Dockerfile", text.encode(), Settings(), True)
+    assert [f.code for f in result.findings] == ["NM613"]
+    out = result.new_bytes.decode()
+    assert out.splitlines()[1] == \
+        "# TODO(neuron-migrate NM613): replace this torch_xla-based library; neuron-migrate explain NM613"
+    assert out.replace(out.splitlines()[1] + "\n", "") == text
+    assert process_dockerfile("Dockerfile", out.encode(), Settings(), True).changed is False
+
+
 def pin_text(text: str, rewrite: bool = True, path: str = "requirements.txt", **settings) -> FileResult:
     return process_requirements(path, text.encode(), Settings(**settings), rewrite)
 
@@ -272,6 +316,12 @@ def test_two_findings_of_one_hashed_line_share_one_marker():
 
 def test_a_file_without_neuron_packages_is_out_of_scope():
     assert pin_text("torch==2.1.0\ntorchvision\n", rewrite=False).findings == []
+    # names near the libraries built on torch_xla: optimum (without -neuron), distributed, neuronx-cc alone is in
+    # scope through the native packages, but these are not
+    for text in ("torch==2.1.0\noptimum[onnxruntime]\n", "torch==2.1.0\ntorch-distributed-tools\n",
+                 "transformers==4.40\nneuronx\n"):
+        assert pin_text(text, rewrite=False).findings == [], text
+        assert pin_text(text).new_bytes is None, text
 
 
 def test_codes_can_be_turned_off_and_unsafe_removal_needs_unsafe_fixes():

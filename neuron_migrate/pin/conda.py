@@ -63,7 +63,7 @@ def process_conda_env(path: str, data: bytes, settings: Settings, rewrite: bool)
     if not planning.in_scope(present):
         return doc.result(data)
     pin_entries(doc, entries, present, lambda entry, text: _item_line(doc, entry, text))
-    if mx.index_url not in doc.text and present & mx.neuron_packages:
+    if mx.index_url not in doc.text and planning.installs_neuron(present, mx):
         first = entries[0]
         if doc.report("NM604", first.req_start, end=first.req_end, what="The pip section",
                       how="an `--extra-index-url` item", url=mx.index_url):

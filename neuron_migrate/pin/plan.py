@@ -8,6 +8,7 @@ extras, markers, local labels and spacing survive.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -17,6 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from neuron_migrate.engine.stack import XLA_STACK, Spec, specs
 from neuron_migrate.pin.matrix import Family, Matrix, matrix
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
@@ -154,9 +156,26 @@ def product(names: set[str], mx: Matrix | None = None) -> str | None:
 
 
 def in_scope(names: set[str], mx: Matrix | None = None) -> bool:
-    """A set of requirements is about Neuron when it names a Neuron or legacy XLA package, and is not a TPU
-    install (Inferentia 1 lists are in scope: `plan` reports them with NM513 and changes nothing)."""
-    return product(names, mx) != TPU and bool(names & ((mx or matrix()).neuron_packages | {LITE}))
+    """A set of requirements is about Neuron when it names a Neuron or legacy XLA package, or a library built on
+    the XLA stack (`optimum-neuron[neuronx]` brings the XLA torch-neuronx), and is not a TPU install (Inferentia 1
+    lists are in scope: `plan` reports them with NM513 and changes nothing)."""
+    return product(names, mx) != TPU and bool(names & ((mx or matrix()).neuron_packages | {LITE}
+                                                       | xla_libraries().keys()))
+
+
+def installs_neuron(names: set[str], mx: Matrix | None = None) -> set[str]:
+    """The names of a list that install Neuron: its packages (legacy ones too) and the libraries built on the XLA
+    stack (the index is needed either way, now or once `pin` adds the native packages beside them)."""
+    return names & ((mx or matrix()).neuron_packages | xla_libraries().keys())
+
+
+@functools.lru_cache(maxsize=1)
+def xla_libraries() -> dict[str, Spec]:
+    """pip name -> the library built on torch_xla it installs (rules/libraries.toml: neuronx-distributed,
+    optimum-neuron, transformers-neuronx, ...); torch-xla and libneuronxla are legacy packages (NM601)."""
+    legacy = matrix().legacy_packages
+    return {project: spec for spec in specs() if spec.kind == XLA_STACK
+            for project in sorted(spec.projects) if project not in legacy}
 
 
 def python_in_scope(names: set[str], mx: Matrix | None = None) -> bool:
@@ -207,8 +226,8 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
         req = parse(text) if text is not None else None
         if req is None or not applies_to_target(req.marker, mx):
             continue
-        if req.name in mx.neuron_packages:
-            anchor = index
+        if req.name in mx.neuron_packages or req.name in xla_libraries():
+            anchor = index  # the native packages missing go after the last entry that installs Neuron
         if req.name in mx.legacy_packages:
             result.outcome(index).remove = True
             result.issues.append(Issue(index, "NM601", {"requirement": text.strip(), "name": req.name}))
@@ -220,6 +239,10 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
             _floor(req, index, mx.huggingface[req.name], result)
         elif req.name == LITE and release.libtorch_lite_last:
             result.issues.append(Issue(index, "NM611", {"requirement": text.strip(), "sdk": release.sdk}))
+        elif req.name in xla_libraries():
+            library = xla_libraries()[req.name]
+            result.issues.append(Issue(index, "NM613", {"requirement": text.strip(), "library": library.name,
+                                                        "instead": library.instead}))
     missing = [n for n in mx.required_packages if n not in present]
     companions = [n for n in mx.companion_packages if n not in present] if anchor is not None and (
         missing or "torch-neuronx" in present) else []

@@ -177,7 +177,7 @@ def process_requirements(path: str, data: bytes, settings: Settings, rewrite: bo
         may_add = False
     pin_entries(doc, entries, present, lambda entry, text: text + doc.newline, may_add=may_add)
     has_index = included_index or any(_is_neuron_index(url) for url in indexes)
-    if may_add and not has_index and own & matrix().neuron_packages:
+    if may_add and not has_index and planning.installs_neuron(own):
         _add_index(doc, entries, indexes)
     return doc.result(data)
 
