@@ -124,3 +124,30 @@ def test_no_marker_inside_a_continued_command():
     data = b"python -m pip install x && \\\n    export XLA_USE_BF16=1 && python train.py\n"
     result = process_shell("run.sh", data, Settings(), True)
     assert [f.code for f in result.findings] == ["NM403"] and result.new_bytes is None
+
+
+def test_neuron_parallel_compile_is_reported_where_it_runs_not_where_it_is_mentioned():
+    script = (
+        "#!/bin/bash\n"
+        "# pre-compile with neuron_parallel_compile first\n"  # a comment
+        "if [ \"$1\" == compile ]; then\n"
+        "    MAYBE_COMPILE=\"neuron_parallel_compile\"\n"  # 4: kept to run as `$MAYBE_COMPILE torchrun ...`
+        "fi\n"
+        "echo \"skipping neuron_parallel_compile\"\n"  # a message
+        "$MAYBE_COMPILE torchrun --nproc_per_node=32 train.py\n"
+        "neuron_parallel_compile torchrun --nproc_per_node=32 train.py --steps 10\n"  # 8
+        "XLA_IR_DEBUG=0 /opt/aws/bin/neuron_parallel_compile python train.py\n"  # 9, beside a variable
+        "true && ./neuron_parallel_compile_helper.sh\n"  # another program
+        "cd /tmp; neuron_parallel_compile python train.py\n"  # 11
+    )
+    found = process_shell("run.sh", script.encode(), Settings(), False).findings
+    runs = [(f.line, f.col) for f in found if f.message.startswith("`neuron_parallel_compile`")]
+    assert runs == [(4, 20), (8, 1), (9, 16), (11, 10)]
+    assert "there is no documented equivalent" in found[0].message
+    rewritten = process_shell("run.sh", script.encode(), Settings(), True)
+    assert rewritten.new_bytes in (None, script.encode())  # reported for a person, never edited
+    docker = process_dockerfile("Dockerfile", b"FROM ubuntu:24.04\nRUN neuron_parallel_compile python t.py\n",
+                                Settings(), False)
+    assert [(f.line, f.col, f.code) for f in docker.findings] == [(2, 5, "NM405")]
+    tpu = b"export PJRT_DEVICE=TPU\nneuron_parallel_compile python train.py\n"  # another product's script
+    assert process_shell("run.sh", tpu, Settings(), False).findings == []

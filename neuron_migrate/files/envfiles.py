@@ -8,6 +8,7 @@ the rest is reported with its line. A line can silence a code with the same comm
 
 from __future__ import annotations
 
+import functools
 import re
 
 from neuron_migrate import catalogue
@@ -16,7 +17,7 @@ from neuron_migrate.engine.python import MARKER_CODE, MARKER_RE
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.pin.plan import drives_tpu
 from neuron_migrate.policy import Decision, Policy, marked_above
-from neuron_migrate.rules.environment import code_for, env_pattern, env_table
+from neuron_migrate.rules.environment import code_for, command_table, env_pattern, env_table
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import decode
 from neuron_migrate.suppress import LineSuppressions, line_suppressions
@@ -28,6 +29,9 @@ _VALUE = r"""(?P<value>"[^"$`\\]*"|'[^']*'|[^\s"'$`\\;&|<>()#]*)"""
 SHELL_SETTING = re.compile(rf"^\s*(?:export\s+)?(?P<name>[A-Za-z_]\w*)={_VALUE}\s*(?:#.*)?$")
 DOCKER_SETTING = re.compile(rf"^\s*ENV\s+(?P<name>[A-Za-z_]\w*)(?:=|\s+){_VALUE}\s*(?:#.*)?$", re.I)
 DECLARES = re.compile(r"(?:export|ENV|ARG|env)\s+$", re.I)  # `export NAME`, `ENV NAME value`
+# Where a word is a command (a line's start after any `NAME=value`, after `;`, `&`, `|`, `(`, a shell keyword or
+# `RUN`) or the value a variable holds to be run as one (`MAYBE_COMPILE="neuron_parallel_compile"`).
+COMMAND_AT = r"""(?:^\s*(?:[A-Za-z_]\w*=\S*\s+)*|[;&|(]\s*|\b(?:exec|time|then|do|else|RUN)\s+|\b[A-Za-z_]\w*=["']?)"""
 REMOVED = "NM404"
 OWN_CODES = ("NM4", "NM5")
 
@@ -147,5 +151,15 @@ def _line_findings(line: str, setting: re.Match | None, tpu: bool = False):
         end = setting.end("value") if alone else assigned.end() if assigned else m.end()  # the name and its value
         yield m.start(), end, code_for(name, value if alone else None, alone), {
             "var": name, "did": entry["did"], "instead": entry["instead"]}
+    for m in () if tpu else _command_pattern().finditer(line):
+        entry = command_table()[m.group("command")]
+        yield m.start("path"), m.end("command"), "NM405", {
+            "var": m.group("command"), "did": entry["did"], "instead": entry["instead"]}
     for m in TRN1.finditer(line):
         yield m.start(), m.end(), "NM520", {"text": m.group(0)}
+
+
+@functools.lru_cache(maxsize=1)
+def _command_pattern() -> re.Pattern[str]:
+    names = "|".join(sorted(map(re.escape, command_table()), key=len, reverse=True))
+    return re.compile(rf"{COMMAND_AT}(?P<path>(?:[^\s;&|()'\"=]*/)?)(?P<command>{names})(?![\w.-])", re.M)

@@ -24,6 +24,11 @@ def env_table() -> dict[str, dict]:
     return load_data("environment.toml")["env"]
 
 
+def command_table() -> dict[str, dict]:
+    """The commands of the XLA-based stack (`neuron_parallel_compile`), for shell scripts and Dockerfiles."""
+    return load_data("environment.toml")["command"]
+
+
 @functools.lru_cache(maxsize=1)
 def env_pattern() -> re.Pattern[str]:
     """A variable of the table as a whole word, alone or assigned (`XLA_USE_BF16=1 python train.py`)."""
