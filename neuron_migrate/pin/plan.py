@@ -159,14 +159,13 @@ def in_scope(names: set[str], mx: Matrix | None = None) -> bool:
     """A set of requirements is about Neuron when it names a Neuron or legacy XLA package, or a library built on
     the XLA stack (`optimum-neuron[neuronx]` brings the XLA torch-neuronx), and is not a TPU install (Inferentia 1
     lists are in scope: `plan` reports them with NM513 and changes nothing)."""
-    return product(names, mx) != TPU and bool(names & ((mx or matrix()).neuron_packages | {LITE}
-                                                       | xla_libraries().keys()))
+    return product(names, mx) != TPU and (LITE in names or bool(installs_neuron(names, mx)))
 
 
 def installs_neuron(names: set[str], mx: Matrix | None = None) -> set[str]:
     """The names of a list that install Neuron: its packages (legacy ones too) and the libraries built on the XLA
     stack (the index is needed either way, now or once `pin` adds the native packages beside them)."""
-    return names & ((mx or matrix()).neuron_packages | xla_libraries().keys())
+    return names & ((mx or matrix()).neuron_packages | set(xla_libraries()))
 
 
 @functools.lru_cache(maxsize=1)
