@@ -25,7 +25,7 @@ from neuron_migrate.syntax import codegen
 from neuron_migrate.syntax import parse as cstparse
 from neuron_migrate.engine import edits, leftovers, paths
 from neuron_migrate.engine import python as engine
-from neuron_migrate.engine.imports import LEGACY_ROOTS, UNUSED_CODE
+from neuron_migrate.engine.imports import LEGACY_ROOTS, STRANDED_CODE, UNUSED_CODE
 from neuron_migrate.engine.names import Analysis, Collector
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
@@ -78,6 +78,7 @@ def test_edge_cases_have_findings():
 ENGINE_CODES = {
     leftovers.CODE: lambda data: any(t in data for t in leftovers.TRIGGERS),
     UNUSED_CODE: lambda data: any(r.encode() in data for r in LEGACY_ROOTS),
+    STRANDED_CODE: lambda data: any(r.encode() in data for r in LEGACY_ROOTS),  # a torch_xla import that stays
     engine.MARKER_CODE: lambda data: edits.MARKER_PREFIX.encode() in data,
     suppress.UNUSED_CODE: lambda data: suppress.MAY_SUPPRESS.search(data) is not None,
     paths.NATIVE_BRANCH: lambda data: any(t in data for t in (b"xla", b"XLA", b"torch_neuronx")),  # XLA code held

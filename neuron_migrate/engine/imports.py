@@ -30,6 +30,7 @@ LEGACY_ROOTS = ("torch_xla",)
 NATIVE_DETECTION = "torch_neuronx"  # what a kept feature detection imports instead of torch_xla
 REPORTING_CALLS = frozenset({"print", "warn", "warning", "info", "debug", "error", "exception", "log"})
 UNUSED_CODE = "NM190"
+STRANDED_CODE = "NM191"  # a torch_xla import left in a guard whose detection moves to the native backend
 
 
 def is_legacy(qualname: str | None) -> bool:
@@ -153,6 +154,44 @@ def flag_decisions(ctx, flags: list[Binding]) -> list:
              f"{NATIVE_DETECTION} as ...`, so the tests keep working)")
     return [Decision(UNUSED_CODE, b.alias, info.format(module=_legacy_module_of(b), after=after), True,
                      parents.get(b.node), status=FIXED) for b in flags]
+
+
+def stranded_decisions(ctx, unused: list[Binding], flags: list[Binding]) -> list:
+    """NM191 (reported for a person) for each torch_xla import that stays in a `try: ... except ImportError:` guard
+    whose detection moves to the native backend: a guard where another torch_xla import goes or becomes `import
+    torch_neuronx` (this run), or that imports torch_neuronx already (a second run). Where torch_xla is absent, the
+    kept import fails, the handler runs and the migrated code behind the guard's flag is skipped."""
+    from neuron_migrate import catalogue
+    from neuron_migrate.engine.context import Decision
+
+    analysis = ctx.analysis
+    going = {id(b.alias) for b in (*unused, *flags)}
+    kept: dict[cst.Try, list[Binding]] = {}
+    moving: set[cst.Try] = set()
+    for scope in analysis.scopes:
+        for bindings in scope.bindings.values():
+            for b in bindings:
+                if _legacy_module_of(b) is None or b.node is None:
+                    continue
+                guard = _guard_of(b.node, analysis.parents)
+                if guard is None:
+                    continue
+                if id(b.alias) in going:
+                    moving.add(guard)
+                else:
+                    kept.setdefault(guard, []).append(b)
+    info = catalogue.rule(STRANDED_CODE)
+    out = []
+    for guard, bindings in kept.items():
+        if guard not in moving and not _has_native_import(guard):
+            continue  # the guard stays as it was: its XLA path is whole (what uses it is reported)
+        for b in bindings:
+            module = _legacy_module_of(b)
+            if isinstance(b.node, cst.ImportFrom):  # `from torch_xla.debug import profiler`: the name it imports
+                module = f"{module}.{dotted_str(b.alias.name)}"
+            out.append(Decision(STRANDED_CODE, b.alias, info.format(module=module), False,
+                                analysis.parents.get(b.node)))
+    return out
 
 
 def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],

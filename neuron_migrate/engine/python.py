@@ -288,6 +288,8 @@ def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
             ctx.fix_failed(ctx.decisions[culprit], reason)
     if (unused or flags) and ctx.enabled(imports.UNUSED_CODE):
         ctx.decisions += imports.unused_decisions(ctx, unused) + imports.flag_decisions(ctx, flags)
+    if ctx.enabled(imports.STRANDED_CODE) and not ctx.facts.paths.multi_backend:  # multi-backend: XLA code stays
+        ctx.decisions += imports.stranded_decisions(ctx, unused, flags)
     return new_text
 
 
