@@ -161,8 +161,8 @@ def stranded_decisions(ctx, unused: list[Binding], flags: list[Binding]) -> list
     whose detection moves to the native backend: a guard where another torch_xla import goes or becomes `import
     torch_neuronx` (this run), or that imports torch_neuronx already (a second run). Where torch_xla is absent, the
     kept import fails, the handler runs and the migrated code behind the guard's flag is skipped."""
-    from neuron_migrate import catalogue
     from neuron_migrate.engine.context import Decision
+    from neuron_migrate.policy import Policy
 
     analysis = ctx.analysis
     going = {id(b.alias) for b in (*unused, *flags)}
@@ -180,7 +180,7 @@ def stranded_decisions(ctx, unused: list[Binding], flags: list[Binding]) -> list
                     moving.add(guard)
                 else:
                     kept.setdefault(guard, []).append(b)
-    info = catalogue.rule(STRANDED_CODE)
+    policy = Policy(ctx.settings, ctx.path, rewrite=True)  # as FileContext.report asks it: the same in both commands
     out = []
     for guard, bindings in kept.items():
         if guard not in moving and not _has_native_import(guard):
@@ -189,8 +189,11 @@ def stranded_decisions(ctx, unused: list[Binding], flags: list[Binding]) -> list
             module = _legacy_module_of(b)
             if isinstance(b.node, cst.ImportFrom):  # `from torch_xla.debug import profiler`: the name it imports
                 module = f"{module}.{dotted_str(b.alias.name)}"
-            out.append(Decision(STRANDED_CODE, b.alias, info.format(module=module), False,
-                                analysis.parents.get(b.node)))
+            statement = analysis.parents.get(b.node)
+            decided = policy.decide(STRANDED_CODE, statement, ctx.suppressions if ctx.may_suppress else None,
+                                    {"module": module})
+            if decided is not None:  # not silenced on its line
+                out.append(Decision(STRANDED_CODE, b.alias, decided.message, decided.fixable, statement))
     return out
 
 
