@@ -186,11 +186,11 @@ def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Calla
 
     def _report(index: int, code: str, fields: dict) -> bool:
         if group.poetry:  # say it the Poetry way: `torch = "==2.14.0"`
-            added = code == "NM603"
-            name = fields["name"] if added else group.names[index]
-            pin = f'{name} = "{_poetry_pin(fields["requirement" if added else "pin"], name)}"' \
-                if added or "pin" in fields else ""
-            fields = {**fields, "requirement": pin if added else group.shown[index], "pin": pin}
+            missing = code == "NM603"  # a package the group lacks (not the outer `added`, which collects them)
+            name = fields["name"] if missing else group.names[index]
+            pin = f'{name} = "{_poetry_pin(fields["requirement" if missing else "pin"], name)}"' \
+                if missing or "pin" in fields else ""
+            fields = {**fields, "requirement": pin if missing else group.shown[index], "pin": pin}
         return doc.report(code, offsets[index], end=offsets[index] + len(group.shown[index]), **fields)
 
     return planning.approve(result, group.texts, report), added

@@ -15,6 +15,7 @@ import os
 import re
 
 from neuron_migrate.engine.cache import digest
+from neuron_migrate.engine.discover import INCLUDED_SUFFIXES
 from neuron_migrate.findings import FileResult
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
@@ -27,7 +28,6 @@ _COMMENT = re.compile(r"(^|\s)#.*$")
 _OPTION_START = re.compile(r"(^|\s)-")
 _INCLUDE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=?\s*|\s+)(\S+)")
 _INCLUDE_OR_CONSTRAINT = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s*=?\s*|\s+)(\S+)")
-_INCLUDER_SUFFIXES = (".txt", ".in")
 _INDEX = re.compile(r"^\s*(?:-i|--index-url|--extra-index-url)(?:\s*=\s*|\s+)(\S+)")
 MAX_INCLUDE_DEPTH = 8
 _FIND_LINKS_TPU = re.compile(r"^\s*(?:-f|--find-links)(?:\s*=\s*|\s+)\S*(?:libtpu|/tpuvm/)", re.M | re.I)
@@ -92,7 +92,7 @@ def _included(path: str, includes: list[str], files_read: dict[str, str | None],
     names: set[str] = set()
     has_index = False
     for include in includes:
-        target = os.path.realpath(os.path.join(os.path.dirname(path), include))
+        target = _target(path, include)
         if target in seen or depth >= MAX_INCLUDE_DEPTH or "$" in include:
             continue
         seen.add(target)
@@ -119,8 +119,13 @@ def included_files(path: str, text: str) -> list[str]:
     for _start, _end, content in logical_lines(text):
         m = _INCLUDE_OR_CONSTRAINT.match(content.strip())
         if m and "$" not in m.group(1):
-            out.append(os.path.realpath(os.path.join(os.path.dirname(path), m.group(1))))
+            out.append(_target(path, m.group(1)))
     return out
+
+
+def _target(includer: str, name: str) -> str:
+    """The real path of the file `includer` names with `-r` / `-c` (relative to the includer's folder)."""
+    return os.path.realpath(os.path.join(os.path.dirname(includer), name))
 
 
 def _includers(path: str, files_read: dict[str, str | None]) -> set[str]:
@@ -132,7 +137,7 @@ def _includers(path: str, files_read: dict[str, str | None]) -> set[str]:
     for folder in sorted(folders):
         try:
             candidates = sorted(e.path for e in os.scandir(folder)
-                                if e.name.endswith(_INCLUDER_SUFFIXES) and e.is_file())
+                                if e.name.endswith(INCLUDED_SUFFIXES) and e.is_file())
         except OSError:
             continue
         for candidate in candidates:
@@ -145,7 +150,7 @@ def _includers(path: str, files_read: dict[str, str | None]) -> set[str]:
             except (OSError, SourceError):
                 continue
             entries, includes, _indexes = entries_of(text)
-            targets = {os.path.realpath(os.path.join(os.path.dirname(candidate), i)) for i in includes}
+            targets = {_target(candidate, i) for i in includes}
             if real not in targets:
                 continue
             files_read[os.path.realpath(candidate)] = digest(data)
