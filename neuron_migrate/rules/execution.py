@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.rules.patterns import XM, arg, short
+from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -79,6 +79,25 @@ class MarkStep(Rule):
         elif is_statement:
             if ctx.report("NM103", node, call=short(node)):
                 ctx.remove(occ.small)
+
+    def _reference(self, node: cst.CSTNode) -> None:
+        """`xm.wait_device_ops` passed on as a function (a benchmark's `sync=` callback): the style's synchronize
+        function, which waits the same way."""
+        if type(node) is cst.Attribute and node.attr.value != "wait_device_ops":
+            return
+        ctx = self.ctx
+        parent = ctx.current.parent
+        if (type(parent) is cst.Attribute and parent.value is node) or (type(parent) is cst.Call and parent.func is node):
+            return  # part of a longer chain, or called (visit_Call)
+        if type(node) is cst.Name and type(parent) is cst.Attribute:
+            return  # an attribute's name
+        if type(ctx.current.small) in (cst.Import, cst.ImportFrom) or ctx.qualname(node) not in WAIT:
+            return
+        fixed = target(ctx).synchronize_function()
+        if ctx.report("NM104", node, call=code(node), fixed=fixed):
+            ctx.replace(node, expression(fixed))
+
+    visit_Attribute = visit_Name = _reference
 
     def visit_With(self, node: cst.With) -> None:
         ctx = self.ctx

@@ -102,6 +102,10 @@ class Target:
             return f"{torch}.neuron.synchronize()"
         return f"({torch}.accelerator.synchronize() if {torch}.accelerator.is_available() else None)"
 
+    def synchronize_function(self) -> str:
+        """The function that waits for the device, to pass on (`timeit(fn, sync=torch.neuron.synchronize)`)."""
+        return f"{self._torch()}.{'accelerator' if self.portable else 'neuron'}.synchronize"
+
     def synchronize_statement(self) -> str:
         """Wait for the device, as a statement; in the portable style a form that is a no-op without an accelerator."""
         if not self.portable:
