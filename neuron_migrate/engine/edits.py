@@ -3,8 +3,9 @@
 Rules never transform trees themselves: they say "replace this node", "remove this statement", "insert
 these statements after that one", "put this marker above that statement". The Applier carries them out
 bottom-up, so an outer replacement sees the inner ones already made, and keeps what nobody asked to change:
-comments above a removed statement move to the next statement, the comments on and inside it stay as lines of
-their own at its indentation (`removed_comments`), a block left empty gets `pass`. A comment line the edits put
+comments above a removed statement move to the next statement, the comments on and inside it go with it (they
+described it) unless code replaces it there, above which they stay as lines of their own at its indentation
+(`removed_comments`), a block left empty gets `pass`. A comment line the edits put
 right below an import (a marker, a kept comment) is set off from it by a blank line where isort and ruff want one
 (`_set_off`).
 """
@@ -171,10 +172,11 @@ class Applier:
         if not hasattr(updated, "leading_lines"):
             markers = []
         if dropped:
-            kept = self._made(removed_comments(original))
+            replacement = [*before, *after]
+            # the comments on a statement that goes without a replacement described it: they go with it
+            kept = self._made(removed_comments(original)) if replacement else []
             if kept and hasattr(updated, "leading_lines"):
                 updated = updated.with_changes(leading_lines=[*updated.leading_lines, *kept])
-            replacement = [*before, *after]
             if not replacement:
                 if markers:
                     updated = updated.with_changes(leading_lines=[*updated.leading_lines, *markers])

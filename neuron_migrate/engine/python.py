@@ -193,6 +193,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     analysis = Analysis(module, wanted=tuple(wanted), record=True)
     ctx = FileContext(path, source, module, analysis, settings, may_suppress=may_suppress)
     decide(ctx, rules, step)
+    result.files_read.update(ctx.files_read)
     new_text = None
     if ctx.edits or ctx.required_imports or ctx.definitions or "torch_xla" in source.text:
         new_text = fix(ctx, renderer, rewrite)

@@ -14,7 +14,7 @@ from neuron_migrate.rules.patterns import XM, arg, code, has_star, short, string
 from neuron_migrate.rules.checkpoint import cpu_copy
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
                                      is_statement, keep_parens, local_rank, only_args, paren, rank, replace_statement,
-                                     several_processes)
+                                     several_processes, world_size)
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -568,13 +568,14 @@ class Collectives(Rule):
         def copy(value: str) -> str:
             return f"{before}{value}{after}"
 
+        size = world_size(ctx)
+
         def gather(call: cst.Call) -> list[str]:
+            # every rank's slot holds this rank's value until the gather fills it in (one process: the list is done)
             value = copy(code(arg(call, 1, "data").value))
-            return [f"if {guard}:\n"
-                    f"    {gathered} = [None] * {d}.get_world_size()\n"
-                    f"    {d}.all_gather_object({gathered}, {value})\n"
-                    f"else:\n"
-                    f"    {gathered} = [{value}]",
+            return [f"{gathered} = [{value}] * {paren(size)}",
+                    f"if {guard}:\n"
+                    f"    {d}.all_gather_object({gathered}, {gathered}[0])",
                     f"{result} {paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
 
         if ctx.report("NM206", node, call=short(node), fixed=_one_line(gather(node))):

@@ -1,6 +1,7 @@
 """NM106: the gradient averaging `xm.optimizer_step` / `xm.reduce_gradients` did in every program that runs
 as several processes (torch_xla averaged wherever it found replicas, even without a spawn in the file: under
-torchrun, or in a helper the training loop calls). The migration keeps it everywhere, as a no-op in one process.
+torchrun, or in a helper the training loop calls). The migration keeps it wherever the program can run as several
+processes, as a no-op in one process; a program that cannot (rules/processes.py) had nothing to average.
 
 Where the model's placement, its optimizer and every use of its name are found, the model is wrapped in
 DistributedDataParallel under a second name right after it is placed (and compiled), and only its forward
@@ -109,6 +110,8 @@ class GradientAveraging(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         wrapped: set[int] = set()
+        if ctx.facts.single_process:
+            return  # one replica: nothing to average (rules/processes.py), `opt.step()` is exact (NM105)
         for step in self.steps:
             ctx.current = step.occ
             if self._sharded(step):
@@ -263,7 +266,7 @@ class GradientAveraging(Rule):
                  f"    for {param} in [p for group in {opt}.param_groups for p in group[{ctx.string('params')}]"
                  f" if p.grad is not None]:\n"
                  f"        {d}.all_reduce({param}.grad)\n"
-                 f"        {param}.grad /= {d}.get_world_size()\n")
+                 f"        {param}.grad /= {world_size(ctx) if ctx.facts.rank_names else f'{d}.get_world_size()'}\n")
         if step.replaces_statement:
             replace_statement(ctx, statement, lambda _call: [block.rstrip()])
         else:
