@@ -333,7 +333,8 @@ class FileContext:
         edits = EditSet()
         kept = [(d, node) for d, _kind, node, _value in self.journal if d not in dropped]
         made = [edit for function, edit in self._top_imports.values()
-                if any(d >= 0 and self.decisions[d].status == FIXED and self._inside(node, function) for d, node in kept)]
+                if any(d >= 0 and self.decisions[d].status == FIXED and self._inside(node, function)
+                       for d, node in kept)]
         for edit in sorted(made, key=lambda e: _import_name(e[2])):  # two at one place: in name order
             add_edit(edits, *edit)
         for decision, kind, node, value in self.journal:

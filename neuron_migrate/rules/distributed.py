@@ -73,8 +73,18 @@ class RankAndWorldSize(Rule):
             value = code(local.value) if local else "True"
             if value not in ("True", "False"):
                 return
-            fixed = f"{local_rank(ctx) if value == 'True' else rank(ctx)} == 0"
-            if not isinstance(ctx.current.parent, LOOSE_PARENTS):
+            which = local_rank(ctx) if value == 'True' else rank(ctx)
+            parent = ctx.current.parent
+            if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not) \
+                    and parent.expression is node and not node.lpar:
+                # `not xm.is_master_ordinal()`: `LOCAL_RANK != 0` (comparisons bind tighter than `not`: it fits
+                # wherever the `not` did), not `not (LOCAL_RANK == 0)` (ruff's SIM201)
+                fixed = f"{which} != 0"
+                if ctx.report("NM203", node, call=short(node), fixed=fixed):
+                    ctx.replace(parent, lambda new: keep_parens(new, fixed))
+                return
+            fixed = f"{which} == 0"
+            if not isinstance(parent, LOOSE_PARENTS):
                 fixed = f"({fixed})"
         else:
             return

@@ -27,6 +27,7 @@ from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, step_arguments
 from neuron_migrate.rules import sharding  # noqa: F401  (registers the fully_sharded fact read below)
 
 REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})
+DDP = "torch.nn.parallel.DistributedDataParallel"
 
 # Uses of the model's name that neither run its forward nor let it escape.
 MODULE_ATTRIBUTES = frozenset({
@@ -197,13 +198,15 @@ class GradientAveraging(Rule):
         ctx.current = placement.occ
         model = placement.name
         ddp = f"ddp_{model}"
-        nn = ctx.module_ref("torch.nn", "nn")
+        # the file's own name for DDP or torch.nn, else through torch (`import torch.nn as nn`: ruff's PLR0402)
+        scope = placement.occ.scope
+        nn = ctx.analysis.local_name_for("torch.nn", scope) or f"{ctx.module_ref('torch')}.nn"
+        wrapper = ctx.analysis.local_name_for(DDP, scope) or f"{nn}.parallel.DistributedDataParallel"
         on_neuron = _on_neuron(ctx, placement)
         ctx.insert_after(placement.occ.statement, (
             f"{ddp} = {model}\n"
             f"if {world_size(ctx)} > 1{on_neuron}:\n"
-            f"    {ddp} = {nn}.parallel.DistributedDataParallel({model}, broadcast_buffers=False)\n"))
-        scope = placement.occ.scope
+            f"    {ddp} = {wrapper}({model}, broadcast_buffers=False)\n"))
         for occ, node in self.names:
             parent = occ.parent
             if node.value == model and isinstance(parent, cst.Call) and parent.func is node \

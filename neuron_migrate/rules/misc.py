@@ -53,6 +53,9 @@ class MasterPrint(Rule):
                 if name == "fd":
                     a = a.with_changes(keyword=cst.Name("file"))
                 args.append(a)
+            if len(args) == 1 and args[0].keyword is None and isinstance(args[0].value, cst.SimpleString) \
+                    and args[0].value.evaluated_value == "":
+                args = []  # `print()` prints the empty line (`print("")`: ruff's FURB105)
             if args:
                 args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return call.with_changes(func=cst.Name("print"), args=args)
