@@ -204,6 +204,27 @@ def test_add_noqa_silences_the_current_findings(tmp_path):
     assert again.returncode == 0 and "Added 0 noqa codes in 0 files" in again.stdout
 
 
+def test_add_noqa_converges_when_silencing_one_finding_changes_others(tmp_path):
+    """Silencing NM106 brings out NM209 (the averaging is then marked), and NM190 (the import is unused once the
+    fixes are made) no longer comes once they are not: the comments hold after one run."""
+    code = write(tmp_path / "steps.py", (
+        "import torch_xla.core.xla_model as xm\n\n\n"
+        "def step(loss, optimizer):\n"
+        "    loss.backward()\n"
+        "    xm.optimizer_step(optimizer)\n"))
+    first = json.loads(cli("check", "--no-cache", "--format", "json", str(tmp_path)).stdout)["findings"]
+    assert {"NM105", "NM106", "NM190"} <= {f["code"] for f in first}
+    out = cli("check", "--no-cache", "--add-noqa", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = code.read_text()
+    assert "import torch_xla.core.xla_model as xm\n" in text  # no NM190 code: the import stays used
+    assert "xm.optimizer_step(optimizer)  # noqa: NM105, NM106, NM209\n" in text
+    after = cli("check", "--no-cache", str(tmp_path))
+    assert after.returncode == 0, after.stdout + after.stderr  # no NM901, no new finding
+    again = cli("check", "--no-cache", "--add-noqa", str(tmp_path))
+    assert again.returncode == 0 and "Added 0 noqa codes in 0 files" in again.stdout and code.read_text() == text
+
+
 # -- machine formats ----------------------------------------------------------------------------------------------
 
 def _apply(text: str, edits: list[dict]) -> str:

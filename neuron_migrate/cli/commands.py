@@ -243,7 +243,11 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     errors, warnings = result.errors, result.warnings
     libraries = getattr(result, "libraries", ())
     if add_noqa:
-        _add_noqa(findings, errors, warnings, quiet)
+        def again() -> list:
+            return run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude, use_cache=False,
+                       shard=shard).findings
+
+        _add_noqa(findings, errors, warnings, quiet, again)
     known.update((r.path, r.old_bytes) for r in result.results if r.old_bytes is not None)
     sources = reports.Sources(known)
     out = Output(output_file, color)
@@ -283,8 +287,15 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
-def _add_noqa(findings, errors, warnings, quiet: bool) -> NoReturn:
-    from neuron_migrate.cli.noqa import add_noqa
+NOQA_ROUNDS = 5  # silencing one finding can bring out another (NM209 for a silenced NM106) or end one (NM190)
+
+
+def _add_noqa(findings, errors, warnings, quiet: bool, again) -> NoReturn:
+    """Add the comments, then check again until the result holds: the findings that silencing others brought
+    out get theirs too, and a code added for a finding that no longer comes (NM190 of an import that stays used
+    once the fixes are silenced) is taken off again. So `check` exits 0 after it, and a second run adds
+    nothing."""
+    from neuron_migrate.cli.noqa import UNUSED_CODE, add_noqa, remove_noqa
     from neuron_migrate.engine.sources import SourceError, read_bytes
 
     def read(path: str) -> bytes | None:
@@ -293,14 +304,33 @@ def _add_noqa(findings, errors, warnings, quiet: bool) -> NoReturn:
         except SourceError:
             return None
 
-    added = add_noqa(findings, read, kind_of)
+    mine: set[tuple[str, int, str]] = set()
+    files: set[str] = set()
+    for _ in range(NOQA_ROUNDS):
+        added = add_noqa(findings, read, kind_of)
+        mine |= added.codes
+        files.update(added.files)
+        stale = [(f.path, f.line, code) for f in findings if f.code == UNUSED_CODE
+                 and (code := _suppressed_code(f)) is not None and (f.path, f.line, code) in mine]
+        removed = remove_noqa(stale, read)
+        mine -= set(stale)
+        if not added.comments and not removed:
+            break
+        findings = again()
+    left = added.left
     _report_errors(errors, warnings)
-    for f, why in added.left:
+    for f, why in left:
         click.echo(f"{finding_line(f)}  (no comment added: {why})", err=True)
     if not quiet:
-        click.echo(f"Added {plural(added.comments, 'noqa code')} in {plural(len(added.files), 'file')}; "
-                   f"{plural(len(added.left), 'finding')} left as they were.")
-    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if added.left else EXIT_CLEAN)
+        click.echo(f"Added {plural(len(mine), 'noqa code')} in {plural(len({p for p, _, _ in mine}), 'file')}; "
+                   f"{plural(len(left), 'finding')} left as they were.")
+    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if left else EXIT_CLEAN)
+
+
+def _suppressed_code(finding) -> str | None:
+    """The code an NM901 finding says a suppression names to no purpose."""
+    found = re.search(r"\bNM\d{3}\b", finding.message)
+    return found.group(0) if found else None
 
 
 def _report_format(report_path: str | None, report_format: str | None) -> str | None:
