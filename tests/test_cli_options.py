@@ -481,3 +481,37 @@ def test_readme_verify_commands_run(tmp_path):
         assert out.returncode == 0, out.stdout
     else:
         assert out.returncode == 2 and interpreter in out.stderr, out.stderr[-2000:]
+
+
+# -- what ruff users expect of the command line -------------------------------------------------------------------
+
+def test_check_fix_points_to_rewrite(tmp_path):
+    out = cli("check", "--fix", str(tmp_path))
+    assert out.returncode == 2 and "`neuron-migrate rewrite PATHS` makes the fixes" in out.stderr
+
+
+@pytest.mark.parametrize("typed, meant", [("NM1O3", "NM103"), ("nm2O1", "NM201"), ("NM9O1", "NM901")])
+def test_a_letter_typed_for_a_digit_gets_the_code_in_did_you_mean(tmp_path, typed, meant):
+    out = cli("check", "--select", typed, str(tmp_path))
+    assert out.returncode == 2 and f"did you mean {meant}?" in out.stderr, out.stderr
+
+
+def test_a_folder_with_nothing_to_check_says_so(tmp_path):
+    (tmp_path / "notes.txt").write_text("nothing here\n")
+    out = cli("check", "--no-cache", str(tmp_path))
+    assert out.returncode == 0 and out.stdout.startswith("No files to check") and "All clear" not in out.stdout
+
+
+def test_the_table_spelled_with_an_underscore_is_reported(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.neuron_migrate]\nselect = ["NM1"]\n')
+    write(tmp_path / "train.py", "import torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    out = cli("check", "--no-cache", str(tmp_path))
+    assert out.returncode == 2 and "[tool.neuron_migrate] is not read; the table is [tool.neuron-migrate]" in out.stderr
+
+
+def test_a_syntax_error_in_a_file_without_legacy_idioms_is_an_error(tmp_path):
+    write(tmp_path / "plain.py", "values = (1, 2\n")
+    for command in ("check", "rewrite"):
+        out = cli(command, "--no-cache", str(tmp_path))
+        assert out.returncode == 2, (command, out.stdout, out.stderr)
+        assert "plain.py:1:" in out.stderr and "syntax error" in out.stderr

@@ -208,15 +208,19 @@ class Output:
               help="Add a `# noqa: NMxxx` comment for every current finding (adopting the checks on a big "
               "repository: new code only is held to them), then report what is left.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
+@click.option("--fix", "fix", is_flag=True, hidden=True)  # ruff's habit: say where fixes are made
 @target_options
 def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
-          fmt, statistics, output_file, add_noqa, exit_zero, torch, neuron_sdk, instance) -> None:
+          fmt, statistics, output_file, add_noqa, exit_zero, fix, torch, neuron_sdk, instance) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
     The sources of an XLA-stack library (torch_xla, neuronx-distributed, optimum-neuron, ...) are left alone with
     one note per library; notes do not change the exit code. `[*]` marks the findings `neuron-migrate rewrite` fixes.
     """
+    if fix:
+        _usage("check only reports; `neuron-migrate rewrite PATHS` makes the fixes (`rewrite --diff PATHS` shows "
+               "them first)")
     fmt = "full" if fmt == "text" else fmt
     from_stdin = _stdin_mode(paths, stdin_filename, hook)
     _refuse_codes_as_paths(paths)

@@ -148,6 +148,9 @@ def libraries_left(libraries) -> str:
 def check_summary(findings: list[Finding], files: int, errors: int, libraries=()) -> str:
     left = libraries_left(libraries)
     if not findings and not errors:
+        if not files and not libraries:
+            return ("No files to check: no Python file, notebook, requirements, pyproject, setup, Dockerfile, shell "
+                    "script or accelerate config under the given paths (or all of them excluded).")
         return f"All clear: {plural(files, 'file')} checked, nothing to migrate" + (f"; {left}." if left else ".")
     fixable = sum(1 for f in findings if f.fixable)
     files_with = len({f.path for f in findings})
