@@ -173,10 +173,16 @@ def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=()) -> l
     lines = [f"{verb} {plural(len(changed), 'file')} ({plural(sum(per_rule.values()), 'rewrite')})."]
     if per_rule:
         lines.append("Rewrites per rule: " + ", ".join(f"{code} x{n}" for code, n in sorted(per_rule.items())))
-    manual = [m for r in results for m in r.manual]
-    if manual:
-        lines.append(f"{plural(len(manual), 'item')} left for a person (marked `# TODO(neuron-migrate ...)`):")
-        lines.extend("  " + finding_line(m) for m in manual)
+    from neuron_migrate.cli.report import left_for_a_person
+
+    left = left_for_a_person(results)  # as the report counts them
+    if left.markers:
+        lines.append(f"{plural(len(left.markers), 'item')} left for a person (marked `# TODO(neuron-migrate ...)`):")
+        lines.extend("  " + finding_line(m) for m in left.markers)
+    if left.other:
+        lines.append(f"{plural(len(left.other), 'finding')} reported without a marker (`neuron-migrate check` "
+                     "lists them too):")
+        lines.extend("  " + finding_line(m) for m in left.other)
     if libraries:
         lines.append(libraries_left(libraries) + ":")
         lines.extend("  " + library_line(lib) for lib in libraries)
