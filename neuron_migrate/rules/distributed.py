@@ -13,8 +13,8 @@ from neuron_migrate.engine.names import dotted
 from neuron_migrate.rules.patterns import XM, arg, code, has_star, short, string_value
 from neuron_migrate.rules.checkpoint import cpu_copy
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
-                                     is_statement, keep_parens, local_rank, only_args, paren, rank, replace_statement,
-                                     several_processes)
+                                     is_statement, keep_parens, local_rank, loose, one_line_body, only_args, paren,
+                                     rank, replace_statement, several_processes, sole_body_if)
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -130,12 +130,7 @@ class ProcessGroup(Rule):
             start = _block_start(ctx.current)
             at_exit = ""
             if bind and is_statement(ctx, node):
-                # torch_xla's group went with its runtime. A rank that leaves while its peer still finishes the
-                # last collective aborts it (gloo: "terminate called without an active exception"), so at exit
-                # the ranks meet, then the group is destroyed (torchrun stops the others if one rank fails)
-                d = dist(ctx)
-                at_exit = (f"{ctx.module_ref('atexit')}.register(lambda: ({d}.barrier(), "
-                           f"{d}.destroy_process_group()) if {d}.is_initialized() else None)")
+                at_exit = destroy_at_exit(ctx)
             if alone:
                 first = binding if start is ctx.current.statement else ""
                 replace_statement(ctx, ctx.current.statement, lambda call: [*filter(None, [first.rstrip()]),
@@ -148,6 +143,18 @@ class ProcessGroup(Rule):
 
 
 XLA_GROUP_STRINGS = ("xla", "xla://", "pjrt://")
+
+
+def destroy_at_exit(ctx) -> str:
+    """The group destroyed when the program ends normally (torch_xla's went with its runtime; a process that
+    leaves a live gloo group aborts: "terminate called without an active exception").
+
+    No barrier: the handler also runs after an uncaught exception, and a barrier there would hold the failed rank
+    until the process-group timeout (30 min) while the others wait for it in a collective. An uncaught exception
+    sets `sys.last_value` before the handlers run, so the failed rank leaves at once and torchrun stops the rest."""
+    d = dist(ctx)
+    return (f"{ctx.module_ref('atexit')}.register(lambda: {d}.is_initialized() and not hasattr("
+            f"{ctx.module_ref('sys')}, {ctx.string('last_value')}) and {d}.destroy_process_group())")
 
 
 
@@ -238,10 +245,9 @@ class Spawn(Rule):
                 setup += (f"if {test}:\n"
                           f"    {d}.init_process_group(backend={group.process_group_backend()}, "
                           f"init_method={ctx.string('env://')})\n")
-                # the group this rewrite makes is destroyed when the function returns, once every rank is there:
-                # a rank that leaves while its peer finishes the last collective aborts it (see NM201)
-                ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.barrier()\n"
-                                                        f"    {d}.destroy_process_group()\n")
+                # the group this rewrite makes is destroyed when the function returns (not when it raises: see
+                # destroy_at_exit), without a barrier, which would hold every rank until the slowest or a failed one
+                ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.destroy_process_group()\n")
             ctx.insert_before(ctx.current.statement, setup)
 
     def _defs(self, name: str, scope) -> list[cst.FunctionDef]:
@@ -538,13 +544,29 @@ class Collectives(Rule):
     def _rendezvous(self, node: cst.Call) -> None:
         ctx = self.ctx
         tag = arg(node, 0, "tag")
-        if not only_args(node, tag) or not is_statement(ctx, node) or not alone_on_line(ctx, node):
+        if not only_args(node, tag):
             return  # a payload to exchange: left to NM199 (all_gather_object)
         guard = several_processes(ctx)
         fixed = f"{dist(ctx)}.barrier()"
+        branch = sole_body_if(ctx, node)
+        if branch is not None:  # `if not xm.is_master_ordinal(): xm.rendezvous("download")`: one test
+            if ctx.report("NM205", node, call=short(node), fixed=f"if <its test> and {guard}: {fixed}"):
+                ctx.replace(node, expression(fixed))
+                ctx.replace(branch, lambda new: new.with_changes(test=expression(f"{loose(new.test)} and {guard}")))
+            return
+        suite = one_line_body(ctx, node)
+        if suite is not None:  # `else: xm.rendezvous("x")`: the body becomes a block, to hold the guard
+            if ctx.report("NM205", node, call=short(node), fixed=f"if {guard}: {fixed}"):
+                ctx.replace(suite, lambda new: cst.IndentedBlock(header=new.trailing_whitespace, body=[
+                    cst.If(test=expression(guard), body=cst.IndentedBlock(body=[
+                        cst.SimpleStatementLine(body=[cst.Expr(expression(fixed))])]))]))
+            return
+        if not is_statement(ctx, node) or not alone_on_line(ctx, node):
+            return
         if ctx.report("NM205", node, call=short(node), fixed=f"if {guard}: {fixed}"):
             ctx.replace(node, expression(fixed))
-            guard_statement(ctx, ctx.current.statement, guard)
+            # the guard tests for several processes, not for rank 0: a barrier under a rank-0 test needs it too
+            guard_statement(ctx, ctx.current.statement, guard, rank_zero=False)
 
     def _mesh_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx
