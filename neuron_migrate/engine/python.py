@@ -21,7 +21,7 @@ import warnings
 import libcst as cst
 
 from neuron_migrate import catalogue, syntax
-from neuron_migrate.engine import imports, leftovers
+from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
 from neuron_migrate.engine.edits import MARKER_PREFIX, apply
 from neuron_migrate.engine.lean import lean_text
@@ -284,6 +284,7 @@ def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
                 raise
             dropped.add(culprit)
             reason = "rewrite did not compile" if isinstance(exc, SourceError) else \
+                "would call itself" if isinstance(exc, patches.SelfCall) else \
                 f"rewrite failed: {type(exc).__name__}"
             ctx.fix_failed(ctx.decisions[culprit], reason)
     if (unused or flags) and ctx.enabled(imports.UNUSED_CODE):
@@ -300,6 +301,8 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     made: set = set()  # the comment lines the edits write
     new_module = apply(module, edits, analysis.parents, made)
     after = Analysis(new_module, reuse=analysis)
+    if edits and patches.may_patch(ctx.source.text, analysis):
+        patches.self_calls(analysis, after)  # a patched function must not come to call itself
     unused = [b for b in imports.unused_bindings(after) if not _kept_import(ctx, b)]
     if unused and ctx.facts.paths.multi_backend:
         unused = []  # a multi-backend file keeps its XLA code, legacy imports too (engine/paths.py)
