@@ -23,7 +23,7 @@ import libcst as cst
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
-from neuron_migrate.engine.edits import MARKER_PREFIX, apply
+from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_identical_arms
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
@@ -193,6 +193,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     analysis = Analysis(module, wanted=tuple(wanted), record=True)
     ctx = FileContext(path, source, module, analysis, settings, may_suppress=may_suppress)
     decide(ctx, rules, step)
+    result.files_read.update(ctx.files_read)
     new_text = None
     if ctx.edits or ctx.required_imports or ctx.definitions or "torch_xla" in source.text:
         new_text = fix(ctx, renderer, rewrite)
@@ -299,6 +300,7 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     flags: they become torch_neuronx imports); raises where it cannot be made."""
     module, analysis = ctx.module, ctx.analysis
     made: set = set()  # the comment lines the edits write
+    collapse_identical_arms(edits, analysis.parents)
     new_module = apply(module, edits, analysis.parents, made)
     after = Analysis(new_module, reuse=analysis)
     if edits and patches.may_patch(ctx.source.text, analysis):
