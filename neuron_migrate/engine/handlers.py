@@ -137,7 +137,7 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
             combined.findings.extend(f for f in result.findings if f.code in notes)
     text = data.decode("utf-8", "replace")
     suppressions = line_suppressions(text, kind) if kind == "python" else None
-    told = project.legacy or bool(project.conflict)  # a file without legacy code is held silently
+    told = project.legacy  # a file without legacy code is held silently: nothing of it would change
     decision = policy.decide(code, 1 if suppressions is not None else None, suppressions, fields) if told else None
     if decision is not None:
         combined.findings.append(decision.finding(policy, 1, 1))

@@ -67,6 +67,7 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|
 _MAIN = re.compile(r"""^if[ \t]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__main__["'][ \t]*==[ \t]*__name__)""",
                    re.M)
 _TRAINS = re.compile(r"\.backward\(|Trainer\(")
+_INSTALLS_NEURON = re.compile(r"\btorch[-_]neuronx\b")  # a Dockerfile's or pyproject's install of it
 # Dockerfile base images
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
 _README = re.compile(r"^readme(\.\w+)?$", re.I)
@@ -157,7 +158,7 @@ class Project:
                 module = Module(target.path, full, self._root(os.path.dirname(full)))
                 self.modules[full] = module
                 self._read_module(module, target.kind)
-            elif target.kind in ("shell", "dockerfile", "requirements"):
+            elif target.kind in ("shell", "dockerfile", "requirements", "pyproject"):
                 self.others.setdefault(target.kind, []).append(full)
         self._folders_with_readmes()
         self._resolve_imports()
@@ -363,7 +364,8 @@ class Project:
         """Requirements, Dockerfiles and READMEs of the program's folder and of the folders above, up to its root."""
         out: list[Evidence] = []
         folders = self._search_path(os.path.dirname(module.full), module.root)
-        for kind, reader in (("requirements", _requirements_evidence), ("dockerfile", _dockerfile_evidence)):
+        for kind, reader in (("requirements", _requirements_evidence), ("dockerfile", _dockerfile_evidence),
+                             ("pyproject", _pyproject_evidence)):
             for full in self.others.get(kind, ()):
                 if os.path.dirname(full) in folders:
                     out += reader(self._text(full), self._shown(full))
@@ -383,7 +385,11 @@ class Project:
         target = None
         for p in programs:
             conflict += [e.text() for e in p.conflict]
-        if len(targets) == 1:
+        aside = [p for p in programs if p.target in SET_ASIDE]
+        if aside and moving is not None:  # shared by a program set aside and one that moves: neither is guessed
+            conflict += [f"{p.entry.path} runs on {NAMES[p.target]} ({p.evidence[0].text()})" for p in aside]
+            conflict += [f"{p.entry.path} moves to neuron" for p in programs if p.moving]
+        elif len(targets) == 1:
             target = targets.pop()
             evidence = [e.text() for p in programs if p.target == target for e in p.evidence]
         elif targets:
@@ -416,8 +422,9 @@ class Project:
         lines = []
         for program in sorted(self.programs, key=lambda p: p.entry.path):
             target = NAMES.get(program.target, "unknown") if program.target else "unknown"
-            state = "conflicting evidence" if program.conflict else (
-                "set aside" if program.target in SET_ASIDE else "moves to neuron" if program.moving else "no legacy code")
+            legacy = any(f.legacy for f in program.files)
+            state = "conflicting evidence" if program.conflict else "no legacy code" if not legacy else (
+                "set aside" if program.target in SET_ASIDE else "moves to neuron")
             lines.append(f"{program.entry.path}: target {target} ({state})")
             for e in program.evidence:
                 lines.append(f"    evidence [{LEVELS[e.level]}] {e.text()}")
@@ -549,8 +556,12 @@ def _requirements_evidence(text: str, shown: str) -> list[Evidence]:
     return []
 
 
+def _pyproject_evidence(text: str, shown: str) -> list[Evidence]:
+    return [Evidence(NEURON, FOLDER, shown, "depends on torch-neuronx")] if _INSTALLS_NEURON.search(text) else []
+
+
 def _dockerfile_evidence(text: str, shown: str) -> list[Evidence]:
-    out = []
+    out = [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx")] if _INSTALLS_NEURON.search(text) else []
     for image in _FROM.findall(text):
         low = image.lower()
         if "tpu" in low:
