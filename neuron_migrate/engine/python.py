@@ -24,6 +24,7 @@ from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
 from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_identical_arms
+from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
@@ -148,7 +149,8 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     """`rewrite` asks for the new bytes too (and for the findings' status); the findings are the same."""
     source = decode(data)
     result = FileResult(path, old_bytes=data)
-    present = Present(data)
+    moving = settings.project is not None and settings.project.moving is not None
+    present = Present(data, MOVING_TO_NEURON_BYTES if moving else ())
     rules = active_rules(data, settings, path, present)
     step = leftovers.active(present, settings, path)
     has_markers = MARKER_PREFIX.encode() in data

@@ -9,7 +9,7 @@ import libcst as cst
 from neuron_migrate.rules.patterns import (XM, arg, code, has_star, is_device_string, positional_count, respell_device, short,
                                      string_value)
 from neuron_migrate.engine.context import LEFT
-from neuron_migrate.rules.device_names import CHOICE, TEST, VALUE, XLA, DeviceNames, Group, Site
+from neuron_migrate.rules.device_names import CHOICE, EXPORTED, TEST, VALUE, XLA, DeviceNames, Group, Site
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -189,7 +189,8 @@ class XlaDeviceString(Rule):
         qual = ctx.qualname(node.func)
         self.names.call(node, qual)
         func = node.func
-        local = self.names.local_callable(func) is not None  # `Config(device="xla")`: a value the file holds
+        # `Config(device="xla")`: a value the file holds, or one it passes to another module of the project
+        local = self.names.local_callable(func) is not None or (qual is not None and self.names.project_callable(qual))
         for a in node.args:
             if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value) and not local:
                 kind = TYPE if a.keyword.value == "device_type" else DEVICE
@@ -292,7 +293,7 @@ class XlaDeviceString(Rule):
 
     def _decide(self, group: Group, mine: list[Site]) -> None:
         ctx = self.ctx
-        if group.open and group.tested:
+        if group.open and (group.tested or group.exported):
             self._keep(group, mine)
             return
         strings = group.tested or any(s.role == CHOICE for s in group.sites)
@@ -329,6 +330,8 @@ class XlaDeviceString(Rule):
             occ, node = first.occ, first.node
         ctx.current = occ
         tests = sorted({_where(s.occ) for s in group.sites if s.role == TEST})
+        if group.exported:
+            tests += sorted({f"`{h[1]}`" for h in group.holders if h[0] == EXPORTED})
         ctx.report("NM117", node, text=code(mine[0].node), why=why, where=", ".join(tests))
 
     def _order(self, site: Site) -> int:
