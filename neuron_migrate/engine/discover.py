@@ -65,6 +65,7 @@ class Target:
     path: str  # as shown to the user (relative when given relative)
     kind: str
     explicit: bool = False  # named on the command line
+    real: str | None = None  # the real path found at discovery: a write checks the file is still there (no link)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def discover(paths: Iterable[str], kinds: frozenset[str] | None = None,
         if kind is None or (kinds is not None and kind not in kinds) or real in seen:
             return
         seen.add(real)
-        targets.append(Target(shown, kind, explicit))
+        targets.append(Target(shown, kind, explicit, real))
 
     for arg in paths:
         p = Path(arg)

@@ -17,7 +17,6 @@ import importlib
 import os
 from typing import Callable
 
-from neuron_migrate.engine.startup import compiled_dataclasses
 from neuron_migrate.findings import FileResult
 from neuron_migrate.settings import Settings
 
@@ -43,8 +42,7 @@ def handlers_for(kind: str) -> tuple[Handler, ...]:
     out = []
     for spec in HANDLERS.get(kind, ()):
         module, _, func = spec.partition(":")
-        with compiled_dataclasses():  # LibCST's import, mostly (engine/startup.py)
-            out.append(getattr(importlib.import_module(module), func))
+        out.append(getattr(importlib.import_module(module), func))
     return tuple(out)
 
 

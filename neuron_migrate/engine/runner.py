@@ -36,6 +36,8 @@ class Run:
     problems: list[Problem] = field(default_factory=list)
     # XLA-stack libraries whose files were found and left alone (engine/stack.py): one note each, not findings
     libraries: list[Library] = field(default_factory=list)
+    # shown path -> real path at discovery: the writes refuse a file that resolves elsewhere by then
+    reals: dict[str, str] = field(default_factory=dict)
     # the project model (engine/project.py): programs, their files and targets; None for standard input
     project: object | None = None
 
@@ -167,6 +169,8 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     jobs = jobs or os.cpu_count() or 1
     per_file = [settings_for(settings, project.of(t.path, t.kind)) for t in targets]
     cache = ResultCache(default_dir(), settings, rewrite) if use_cache else None
+    if cache is not None and cache.refused:
+        problems = [*problems, Problem(str(cache.directory), cache.refused, warning=True)]
     results: dict[int, FileResult] = {}
     known: dict[str, bytes] = {}
     if cache is not None and len(cache):
@@ -189,7 +193,7 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     if cache is not None:
         cache.save()
     return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries,
-               project=project)
+               reals={t.path: t.real for t in targets if t.real}, project=project)
 
 
 def run_bytes(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool) -> Run:
@@ -225,12 +229,17 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+# Files written by this process so far: Ctrl-C after the writes (while the summary prints) still says what was written.
+files_written = 0
+
+
 def write_results(run: Run) -> list[tuple[str, str]]:
     """Write every changed file atomically; returns (path, error) for writes that failed (file intact).
 
     Ctrl-C or SIGTERM during the writes stops the run after the file being written (Interrupted, with the number
     written), so no file is left half-written and no temporary file stays behind.
     """
+    global files_written
     failures = []
     written = 0
     with _interrupts_between_files() as received:
@@ -239,7 +248,7 @@ def write_results(run: Run) -> list[tuple[str, str]]:
                 raise Interrupted(written, received[0])
             assert result.new_bytes is not None
             try:
-                write_atomic(result.path, result.new_bytes, expected=result.old_bytes)
+                write_atomic(result.path, result.new_bytes, expected=result.old_bytes, real=run.reals.get(result.path))
             except OSError as exc:
                 result.error = f"could not write ({exc.strerror or exc}); the file was left as it was"
                 failures.append((result.path, result.error))
@@ -247,6 +256,7 @@ def write_results(run: Run) -> list[tuple[str, str]]:
                 raise Interrupted(written) from None
             else:
                 written += 1
+                files_written += 1
         if received:
             raise Interrupted(written, received[0])
     return failures

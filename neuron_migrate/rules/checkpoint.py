@@ -20,6 +20,39 @@ def cpu_copy(ctx, value: str) -> str:
     return f"{pytree}.tree_map_only({torch}.Tensor, {torch}.Tensor.cpu, {value})"
 
 
+# Names of objects whose state dict nests its tensors (optimizers, schedulers, scalers), not a module's
+NESTED_STATE = ("opt", "sched", "scaler", "state")
+PLAIN_CALLS = frozenset({"item", "tolist", "float", "int", "bool", "str", "len", "round"})
+
+
+def plain_value(value: cst.BaseExpression) -> bool:
+    """Values that hold no tensor: numbers, strings, and what `.item()`, `float()`, `int()`, ... return."""
+    if isinstance(value, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return True
+    if isinstance(value, cst.Call):
+        func = value.func
+        if isinstance(func, cst.Attribute):
+            return func.attr.value in ("item", "tolist") and not value.args
+        return isinstance(func, cst.Name) and func.value in PLAIN_CALLS - {"item", "tolist"}
+    return False
+
+
+def cpu_copy_template(ctx, value: cst.BaseExpression) -> str:
+    """The CPU copy torch_xla made of `value` before saving or gathering it, as a template of `{value}`, in public
+    APIs where the value's shape is known: a number as it is, a module's `state_dict()` tensor by tensor; else
+    every tensor of the structure (`torch.utils._pytree`, PyTorch's own tree walk)."""
+    if plain_value(value):
+        return "{value}"
+    if isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute) \
+            and value.func.attr.value == "state_dict":
+        owner = code(value.func.value)
+        last = owner.rsplit(".", 1)[-1].lower()
+        names = {n for n in owner.replace(".", " ").replace("(", " ").replace(")", " ").split()}
+        if not any(word in last for word in NESTED_STATE) and not names & {"k", "v"}:
+            return "{{k: v.cpu() for k, v in {value}.items()}}"
+    return cpu_copy(ctx, "{value}")
+
+
 class Save(Rule):
     """`xm.save(obj, path, master_only=True, global_master=False)` and `xser.save(...)` (same arguments)."""
 
@@ -38,9 +71,9 @@ class Save(Rule):
                 or not is_statement(ctx, node) or any(f not in (None, "True", "False") for f in flags):
             return
         condition = None
-        if flags[0] != "False":
+        if flags[0] != "False" and not ctx.facts.single_process:  # one process is every rank 0
             condition = f"{rank(ctx) if flags[1] == 'True' else local_rank(ctx)} == 0"
-        template = f"{ctx.module_ref('torch')}.save({cpu_copy(ctx, '{value}')}, {{target}})"
+        template = f"{ctx.module_ref('torch')}.save({cpu_copy_template(ctx, data.value)}, {{target}})"
 
         def build(call: cst.Call) -> cst.BaseExpression:
             value = code(arg(call, 0, "data").value)

@@ -78,9 +78,9 @@ class CudaDeviceString(XlaDeviceString):
     def _owns(self, group: Group) -> bool:
         return not group.families() & {XLA, NEURON}  # a switch with the XLA (or migrated) branch keeps its GPU one
 
-    def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
+    def _flag(self, literal: cst.BaseExpression, kind: str, autocast: cst.Call | None = None) -> None:
         if moving_to_neuron(self.ctx):
-            super()._flag(literal, kind)
+            super()._flag(literal, kind)  # CUDA's autocast default (float16) is the native one
 
 
 class CudaMethod(Rule):

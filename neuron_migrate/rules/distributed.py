@@ -14,7 +14,7 @@ from neuron_migrate.rules.patterns import XM, arg, code, has_star, short, string
 from neuron_migrate.rules.checkpoint import cpu_copy
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
                                      is_statement, keep_parens, local_rank, only_args, paren, rank, replace_statement,
-                                     several_processes)
+                                     several_processes, world_size)
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -73,8 +73,18 @@ class RankAndWorldSize(Rule):
             value = code(local.value) if local else "True"
             if value not in ("True", "False"):
                 return
-            fixed = f"{local_rank(ctx) if value == 'True' else rank(ctx)} == 0"
-            if not isinstance(ctx.current.parent, LOOSE_PARENTS):
+            which = local_rank(ctx) if value == 'True' else rank(ctx)
+            parent = ctx.current.parent
+            if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Not) \
+                    and parent.expression is node and not node.lpar:
+                # `not xm.is_master_ordinal()`: `LOCAL_RANK != 0` (comparisons bind tighter than `not`: it fits
+                # wherever the `not` did), not `not (LOCAL_RANK == 0)` (ruff's SIM201)
+                fixed = f"{which} != 0"
+                if ctx.report("NM203", node, call=short(node), fixed=fixed):
+                    ctx.replace(parent, lambda new: keep_parens(new, fixed))
+                return
+            fixed = f"{which} == 0"
+            if not isinstance(parent, LOOSE_PARENTS):
                 fixed = f"({fixed})"
         else:
             return
@@ -568,13 +578,14 @@ class Collectives(Rule):
         def copy(value: str) -> str:
             return f"{before}{value}{after}"
 
+        size = world_size(ctx)
+
         def gather(call: cst.Call) -> list[str]:
+            # every rank's slot holds this rank's value until the gather fills it in (one process: the list is done)
             value = copy(code(arg(call, 1, "data").value))
-            return [f"if {guard}:\n"
-                    f"    {gathered} = [None] * {d}.get_world_size()\n"
-                    f"    {d}.all_gather_object({gathered}, {value})\n"
-                    f"else:\n"
-                    f"    {gathered} = [{value}]",
+            return [f"{gathered} = [{value}] * {paren(size)}",
+                    f"if {guard}:\n"
+                    f"    {d}.all_gather_object({gathered}, {gathered}[0])",
                     f"{result} {paren(code(arg(call, 2, 'reduce_fn').value))}({gathered})"]
 
         if ctx.report("NM206", node, call=short(node), fixed=_one_line(gather(node))):

@@ -53,10 +53,19 @@ class MasterPrint(Rule):
                 if name == "fd":
                     a = a.with_changes(keyword=cst.Name("file"))
                 args.append(a)
+            if len(args) == 1 and args[0].keyword is None and isinstance(args[0].value, cst.SimpleString) \
+                    and args[0].value.evaluated_value == "":
+                args = []  # `print()` prints the empty line (`print("")`: ruff's FURB105)
             if args:
                 args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             return call.with_changes(func=cst.Name("print"), args=args)
 
+        if ctx.facts.single_process:  # one process is rank 0
+            if ctx.report("NM223", node, call=short(node), fixed="; ".join([code(build(node)), *extra])):
+                ctx.replace(node, build)
+                if extra:
+                    ctx.insert_after(ctx.current.statement, "".join(f"{x}\n" for x in extra))
+            return
         if any(_runs_collective(ctx, a.value) for a in node.args if a not in (fd, finalizer, flush)) \
                 and isinstance(ctx.current.small, cst.Expr) and not under_rank_zero(ctx, ctx.current.statement):
             self._hoisted(node, build, condition, extra)

@@ -9,24 +9,16 @@ from typing import Callable
 
 import libcst as cst
 
-from neuron_migrate.engine.facts import fact, fstring_quote
+from neuron_migrate.engine.facts import fact
+from neuron_migrate.rules.processes import env_int
 from neuron_migrate.rules.patterns import has_star
 from neuron_migrate.syntax.parse import expression
 
-INT_LITERAL = re.compile(r"^-?\d+$")
 # Places where an expression needs no parentheses of its own.
 LOOSE_PARENTS = (cst.Arg, cst.If, cst.While, cst.Assign, cst.AnnAssign, cst.IfExp, cst.Return, cst.BooleanOperation,
                  cst.Expr)
 
 
-def env_int(ctx, variable: str, default: str) -> str:
-    """`int(os.environ.get("RANK", "0"))`: what torchrun set, or the single-process value.
-
-    The default is a string, as the environment's values are (linters flag a non-string default: PLW1508); an
-    expression default becomes `str(...)`, which `int` turns back into the same integer."""
-    quote = fstring_quote(ctx, ctx.current.node) or ctx.quote
-    text = f"{quote}{default}{quote}" if INT_LITERAL.match(default) else f"str({default})"
-    return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {text}))"
 
 
 def rank(ctx) -> str:

@@ -43,9 +43,10 @@ import importlib.machinery, importlib.util, os, sys, traceback
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _extra = {package_parent!r}  # the tool's own package, only for runs in the tool's interpreter
-sys.path.insert(0, _here)
-if _extra:
-    sys.path.insert(1, _extra)
+# Only what this module adds is taken away again: from a regular install the tool's package lies in the
+# interpreter's own site-packages, which the program needs as it is.
+_added = [_here] + ([_extra] if _extra and _extra not in [os.path.abspath(p or ".") for p in sys.path] else [])
+sys.path[0:0] = _added
 try:
     import {harness}
     {harness}.start()
@@ -54,7 +55,10 @@ except BaseException:
     sys.stderr.write("neuron-migrate verify: the recording harness could not start in this process\\n")
     os._exit(3)
 finally:
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") not in (_here, _extra)]
+    for _path in _added:
+        sys.path.remove(_path)  # the first occurrence: the one inserted above
+    # the harness's folder also came in through PYTHONPATH: it is not the program's
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
 _spec = importlib.machinery.PathFinder.find_spec("sitecustomize", sys.path)
 if _spec is not None and _spec.loader is not None and _spec.origin != os.path.abspath(__file__):
     _module = importlib.util.module_from_spec(_spec)
