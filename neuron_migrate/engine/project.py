@@ -49,8 +49,8 @@ _NAME_WORDS = {"tpu": TPU, "tpus": TPU, "tpuv2": TPU, "tpuv3": TPU, "tpuv4": TPU
 INSTANCE_TYPE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b")
 _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
 # TPU named as hardware in prose or comments: "TPU v3-8", "a TPU VM", "Cloud TPU", "TPU v5e", "tpu-v4"
-TPU_PROSE = re.compile(r"\bTPU[ -]?v\d|\bTPU VMs?\b|\bCloud TPU|\btpu-v\d|\bv[2-6][ep]?-\d{1,4}\b(?=[^\n]{0,40}\bTPU)"
-                       r"|\bTPU\b[^\n]{0,20}\bv[2-6][ep]?-\d{1,4}\b", re.I)
+# (case-sensitive: a `tpuv4` preset name in code is not prose)
+TPU_PROSE = re.compile(r"\bTPU[ -]?v\d|\bTPU VMs?\b|\bCloud TPU|\btpu-v\d|\bTPU\b[^\n]{0,20}\bv[2-6][ep]?-\d{1,4}\b")
 PJRT_TPU = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?TPU\b""")
 PJRT_NEURON = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?NEURON\b""")
 # a launch line: the Python program it runs
@@ -66,7 +66,7 @@ _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|
                      re.M)
 _MAIN = re.compile(r"""^if[ \t]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__main__["'][ \t]*==[ \t]*__name__)""",
                    re.M)
-_TRAINS = re.compile(r"\.backward\(|Trainer\(")
+_TRAINS = re.compile(r"\.backward\(|Trainer\b|Optimizer\b|\btorch\.optim\b|\boptimizer\.step\(|\btrain_step\b|\brun_train\b")
 _INSTALLS_NEURON = re.compile(r"\btorch[-_]neuronx\b")  # a Dockerfile's or pyproject's install of it
 # Dockerfile base images
 _FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
@@ -101,6 +101,7 @@ class Module:
     estimators: list[tuple[str, str]] = field(default_factory=list)  # (entry_point, instance type)
     evidence: list[Evidence] = field(default_factory=list)
     edges: set[str] = field(default_factory=set)  # absolute paths of the project modules it imports
+    launches: set[str] = field(default_factory=set)  # absolute paths of the programs it runs (`!torchrun x.py`)
     modules: list[str] = field(default_factory=list)  # those imports' dotted names as written
     importers: list[str] = field(default_factory=list)
 
@@ -190,10 +191,11 @@ class Project:
         m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
         if m:
             module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
+        named: dict[str, str] = {}
         for m in INSTANCE_TYPE.finditer(prose) if ("inf" in prose or "trn" in prose) else ():
-            module.evidence.append(Evidence(_INSTANCE_TARGET[m.group(1).lower()], TEXT, shown,
-                                            f"names the instance type `{m.group(0)}`"))
-            break
+            named.setdefault(_INSTANCE_TARGET[m.group(1).lower()], m.group(0))
+        module.evidence += [Evidence(target, TEXT, shown, f"names the instance type `{kind}`")
+                            for target, kind in named.items()]
 
     @staticmethod
     def _estimator(module: Module, node: ast.Call) -> None:
@@ -273,18 +275,23 @@ class Project:
             shown = self._shown(full)
             evidence = _launch_evidence(text, shown)
             for program in _LAUNCHER.findall(text):
-                self._launched(os.path.dirname(full), program, evidence, f"{shown} runs it")
+                self._launched(os.path.dirname(full), program, evidence, None)
         for module in list(self.modules.values()):
             folder = os.path.dirname(module.full)
-            for program in module.runs:
-                self._launched(folder, program, [], f"{module.path} runs it")
+            if module.runs:  # what the notebook says of itself, it says of the programs it runs
+                own = [Evidence(e.target, LAUNCH, e.place, f"{module.path} runs it ({e.what})")
+                       for e in [*self._path_evidence(module), *module.evidence] if e.level in (NAME, TEXT)]
+                for program in module.runs:
+                    self._launched(folder, program, own, module)
             for entry, kind in module.estimators:
                 m = INSTANCE_TYPE.search(kind)
                 evidence = [Evidence(_INSTANCE_TARGET[m.group(1).lower()], LAUNCH, module.path,
                                      f"an estimator runs it on `{kind}`")]
-                self._launched(folder, entry, evidence, f"{module.path} runs it")
+                self._launched(folder, entry, evidence, None)
 
-    def _launched(self, folder: str, program: str, evidence: list[Evidence], how: str) -> None:
+    def _launched(self, folder: str, program: str, evidence: list[Evidence], launcher: Module | None) -> None:
+        """The program a launch line names (resolved from the launcher's folder up to its root) is an entry point,
+        with the launcher's evidence; a notebook's program reaches it (its closure is the notebook's too)."""
         name = program if program.endswith(".py") else program + ".py"
         for base in self._search_path(folder, self._root(folder)):
             full = os.path.normpath(os.path.join(base, name))
@@ -292,6 +299,8 @@ class Project:
             if module is not None:
                 module.entry = True
                 module.evidence.extend(evidence)
+                if launcher is not None:
+                    launcher.launches.add(full)
                 return
 
     # -- programs and their targets ----------------------------------------------------------------------------
@@ -307,8 +316,10 @@ class Project:
             files = self._reach(module)
             evidence = self._evidence(module)
             target, strongest, conflict = _decide(evidence)
-            if target == TRN1 and any(f.trains for f in files):
-                target = None  # a Trn1 training program is what the tool moves (to Trn2 / Trn3; NM520 names trn1)
+            if target in (INF2, TRN1) and any(f.trains for f in files):
+                # a training program on the XLA-based torch-neuronx is what the tool moves (to Trn2 / Trn3; NM520
+                # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path
+                target = None
             moving = target not in SET_ASIDE and any(f.legacy for f in files)
             program = Program(module, files, target, strongest, conflict, moving)
             self.programs.append(program)
@@ -323,7 +334,7 @@ class Project:
         seen = {entry.full}
         order = [entry]
         for module in order:
-            for other in sorted(module.edges):
+            for other in sorted(module.edges | module.launches):
                 if other not in seen:
                     seen.add(other)
                     order.append(self.modules[other])
