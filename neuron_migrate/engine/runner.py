@@ -23,7 +23,7 @@ from neuron_migrate.findings import FileResult
 from neuron_migrate.engine import handlers
 from neuron_migrate.cli.progress import Progress
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import SourceError, read_bytes, write_atomic
+from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit, write_atomic
 
 PARALLEL_THRESHOLD = 16  # below this many files, worker start-up costs more than it saves
 DEEP_STACK_BYTES = 512 * 1024 * 1024
@@ -74,7 +74,7 @@ class Outcome:
 def _process(target: Target, settings: Settings, rewrite: bool, data: bytes | None = None) -> Outcome:
     if data is None:
         try:
-            data = read_bytes(target.path)
+            data = read_bytes(target.path, size_limit(target.kind), target.kind)
         except SourceError as exc:
             return Outcome(FileResult(target.path, error=str(exc)))
     key = digest(data)
@@ -109,12 +109,15 @@ def _with_deep_stack(fn, *args):
             outcome["error"] = exc
 
     previous_size = threading.stack_size(DEEP_STACK_BYTES)
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_RECURSION_LIMIT))
+    previous_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous_limit, DEEP_RECURSION_LIMIT))
     try:
         thread = threading.Thread(target=call, daemon=True)
         thread.start()
         thread.join()
     finally:
+        # back as it was: whether a later file is too deep must not depend on the files processed before it
+        sys.setrecursionlimit(previous_limit)
         threading.stack_size(previous_size)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
@@ -206,7 +209,7 @@ def run_bytes(path: str, data: bytes, kind: str, settings: Settings, rewrite: bo
 
 def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes], settings: Settings) -> FileResult | None:
     try:
-        data = read_bytes(target.path)
+        data = read_bytes(target.path, size_limit(target.kind), target.kind)
     except SourceError:
         return None  # processed (and reported) like any other file
     known[target.path] = data

@@ -81,10 +81,26 @@ def _declared_encoding(data: bytes, bom: bool) -> str:
     return "utf-8" if encoding in ("utf-8-sig", "utf-8") else encoding
 
 
-def read_bytes(path: str) -> bytes:
+# Larger files of a kind are reported and left alone: generated code, data or a mistake, and a pathological input
+# must not cost minutes and gigabytes (a 48 MB requirements file took 48 s). The largest real file of each kind
+# is far smaller: notebooks hold their outputs (images), lock files every package of a big project.
+SIZE_LIMITS = {"python": MAX_BYTES, "notebook": 64 * 1024 * 1024, "lockfile": 16 * 1024 * 1024}
+OTHER_LIMIT = 4 * 1024 * 1024  # requirements, pyproject.toml, setup.cfg, environment.yml, Dockerfiles, shell, ...
+
+
+def size_limit(kind: str | None) -> int:
+    return SIZE_LIMITS.get(kind or "", OTHER_LIMIT)
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / (1024 * 1024):.0f} MB" if n >= 1024 * 1024 else f"{n // 1024} KB"
+
+
+def read_bytes(path: str, limit: int = MAX_BYTES, kind: str | None = None) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them (SourceError past it, and for anything that
+    is not a regular file: a FIFO would block the run, `/dev/zero` never ends)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise SourceError("no such file") from None
     except PermissionError:
@@ -93,6 +109,21 @@ def read_bytes(path: str) -> bytes:
         raise SourceError("is a directory") from None
     except OSError as exc:
         raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise SourceError("is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise SourceError("not a regular file (a pipe, a device or a socket); it was left alone")
+            data = fh.read(limit + 1)
+        except OSError as exc:
+            raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        what = f"{kind} files" if kind else "files"
+        raise SourceError(f"file is larger than the {_megabytes(limit)} limit for {what} (generated, or not what its "
+                          "name says?); it was left alone")
+    return data
 
 
 def _refuse_read_only(name: str, st: os.stat_result, dir_fd: int) -> None:
