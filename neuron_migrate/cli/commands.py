@@ -208,10 +208,13 @@ class Output:
               help="Add a `# noqa: NMxxx` comment for every current finding (adopting the checks on a big "
               "repository: new code only is held to them), then report what is left.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
+@click.option("--show-project", is_flag=True,
+              help="Print the programs found (entry points), the files each reaches and each one's target with the "
+              "evidence it was read from, then the findings: why a file was or was not migrated.")
 @click.option("--fix", "fix", is_flag=True, hidden=True)  # ruff's habit: say where fixes are made
 @target_options
 def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
-          fmt, statistics, output_file, add_noqa, exit_zero, fix, torch, neuron_sdk, instance) -> None:
+          fmt, statistics, output_file, add_noqa, exit_zero, show_project, fix, torch, neuron_sdk, instance) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
@@ -246,6 +249,9 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors, warnings = result.errors, result.warnings
     libraries = getattr(result, "libraries", ())
+    if show_project and result.project is not None:
+        click.echo(result.project.report() or "No programs found.", err=fmt not in ("full", "concise"))
+        click.echo(err=fmt not in ("full", "concise"))
     if add_noqa:
         def again() -> list:
             return run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude, use_cache=False,

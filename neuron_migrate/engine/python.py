@@ -21,9 +21,10 @@ import warnings
 import libcst as cst
 
 from neuron_migrate import catalogue, syntax
-from neuron_migrate.engine import imports, leftovers
+from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
 from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_identical_arms
+from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
@@ -148,7 +149,8 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     """`rewrite` asks for the new bytes too (and for the findings' status); the findings are the same."""
     source = decode(data)
     result = FileResult(path, old_bytes=data)
-    present = Present(data)
+    moving = settings.project is not None and settings.project.moving is not None
+    present = Present(data, MOVING_TO_NEURON_BYTES if moving else ())
     rules = active_rules(data, settings, path, present)
     step = leftovers.active(present, settings, path)
     has_markers = MARKER_PREFIX.encode() in data
@@ -286,6 +288,7 @@ def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
                 raise
             dropped.add(culprit)
             reason = "rewrite did not compile" if isinstance(exc, SourceError) else \
+                "would call itself" if isinstance(exc, patches.SelfCall) else \
                 f"rewrite failed: {type(exc).__name__}"
             ctx.fix_failed(ctx.decisions[culprit], reason)
     if (unused or flags) and ctx.enabled(imports.UNUSED_CODE):
@@ -303,6 +306,8 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     collapse_identical_arms(edits, analysis.parents)
     new_module = apply(module, edits, analysis.parents, made)
     after = Analysis(new_module, reuse=analysis)
+    if edits and patches.may_patch(ctx.source.text, analysis):
+        patches.self_calls(analysis, after)  # a patched function must not come to call itself
     unused = [b for b in imports.unused_bindings(after) if not _kept_import(ctx, b)]
     if unused and ctx.facts.paths.multi_backend:
         unused = []  # a multi-backend file keeps its XLA code, legacy imports too (engine/paths.py)
