@@ -150,9 +150,33 @@ def _process_all(targets: list[tuple[Target, Settings]], known: dict[str, bytes]
 
     size = max(1, min(64, len(targets) // (jobs * 8)))  # small enough that the workers finish together
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start)
+    try:
         for part in pool.map(_process_chunk, [(c, rewrite) for c in chunks]):
             yield from part
+    except BaseException:  # Ctrl-C, or the caller stops early: the workers go now, mid-file or not
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+def _worker_start() -> None:
+    """A worker leaves Ctrl-C to the parent (a terminal sends it to every process of the group): it neither
+    prints a traceback of its own nor dies holding the lock of the queue the parent reads."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool) -> None:
+    """End the workers without waiting for their files (the parent is interrupted: their results are not
+    wanted). `shutdown(wait=True)` would wait for each chunk, or for ever on a worker blocked on a pipe."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join(timeout=1)
+        if worker.is_alive():
+            worker.kill()
 
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
@@ -185,14 +209,17 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     with Progress(len(targets), enabled=progress) as bar:
         bar.advance(len(results))
         outcomes = _process_all([(targets[i], per_file[i]) for i in pending], known, rewrite, jobs)
-        for i, outcome in zip(pending, outcomes):
-            result = outcome.result
-            if result.old_bytes is None and not result.error:
-                result.old_bytes = known.get(result.path)
-            if cache is not None and outcome.cacheable and outcome.digest is not None:
-                cache.put(result.path, _entry_key(outcome.digest, per_file[i]), result)
-            results[i] = result
-            bar.advance()
+        try:
+            for i, outcome in zip(pending, outcomes):
+                result = outcome.result
+                if result.old_bytes is None and not result.error:
+                    result.old_bytes = known.get(result.path)
+                if cache is not None and outcome.cacheable and outcome.digest is not None:
+                    cache.put(result.path, _entry_key(outcome.digest, per_file[i]), result)
+                results[i] = result
+                bar.advance()
+        finally:
+            outcomes.close()  # interrupted between two outcomes: the workers stop now, not when collected
     if cache is not None:
         cache.save()
     return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries,
