@@ -350,7 +350,7 @@ def test_readme_try_it_command_does_what_the_readme_says(tmp_path, tmp_path_fact
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")  # the command runs in the clone
     before = {p: p.read_bytes() for p in (tmp_path / "examples").rglob("*") if p.is_file()}
     env = {k: v for k, v in os.environ.items() if k != "NEURON_MIGRATE_CACHE_DIR"}
-    env["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))  # the start-up table's (engine/startup.py)
+    env["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("user-cache"))  # the cache key's (engine/cache.py)
     out = subprocess.run([sys.executable, "-m", "neuron_migrate", *command[1:]], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 1 and "exits 1" in section  # the README says so

@@ -208,9 +208,12 @@ class Output:
               help="Add a `# noqa: NMxxx` comment for every current finding (adopting the checks on a big "
               "repository: new code only is held to them), then report what is left.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings (report-only runs).")
+@click.option("--show-project", is_flag=True,
+              help="Print the programs found (entry points), the files each reaches and each one's target with the "
+              "evidence it was read from, then the findings: why a file was or was not migrated.")
 @target_options
 def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
-          fmt, statistics, output_file, add_noqa, exit_zero, torch, neuron_sdk, instance) -> None:
+          fmt, statistics, output_file, add_noqa, exit_zero, show_project, torch, neuron_sdk, instance) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
@@ -242,6 +245,9 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors, warnings = result.errors, result.warnings
     libraries = getattr(result, "libraries", ())
+    if show_project and result.project is not None:
+        click.echo(result.project.report() or "No programs found.", err=fmt not in ("full", "concise"))
+        click.echo(err=fmt not in ("full", "concise"))
     if add_noqa:
         _add_noqa(findings, errors, warnings, quiet)
     known.update((r.path, r.old_bytes) for r in result.results if r.old_bytes is not None)

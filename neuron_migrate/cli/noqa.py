@@ -139,6 +139,6 @@ def _still_parses(text: str, kind: str | None) -> bool:
             compile(text, "<noqa>", "exec", dont_inherit=True)
         elif kind in ("pyproject", "lockfile"):
             tomllib.loads(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

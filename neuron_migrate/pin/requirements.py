@@ -22,7 +22,7 @@ from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.lines import LineEntry, pin_entries
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import SourceError, decode
+from neuron_migrate.engine.sources import SourceError, decode, read_bytes, size_limit
 
 _COMMENT = re.compile(r"(^|\s)#.*$")
 _OPTION_START = re.compile(r"(^|\s)-")
@@ -98,8 +98,7 @@ def _included(path: str, includes: list[str], files_read: dict[str, str | None],
         seen.add(target)
         files_read[target] = None
         try:
-            with open(target, "rb") as fh:
-                data = fh.read()
+            data = read_bytes(target, size_limit("requirements"), "requirements")  # a regular file: not a FIFO
             files_read[target] = digest(data)
             text = decode(data).text
         except (OSError, SourceError):
@@ -144,8 +143,7 @@ def _includers(path: str, files_read: dict[str, str | None]) -> set[str]:
             if os.path.realpath(candidate) == real:
                 continue
             try:
-                with open(candidate, "rb") as fh:
-                    data = fh.read()
+                data = read_bytes(candidate, size_limit("requirements"), "requirements")
                 text = decode(data).text
             except (OSError, SourceError):
                 continue
