@@ -85,5 +85,5 @@ def test_every_pattern_of_the_package_is_linear_on_adversarial_inputs():
         pytest.fail(f"a pattern took more than the whole budget (backtracking without end): {last}")
     assert proc.returncode == 0, err
     report = json.loads(out.splitlines()[-1])
-    assert report["patterns"] > 100 and report["inputs"] > 100_000
+    assert report["patterns"] > 100 and report["inputs"] > 30_000
     assert report["slow"] == []

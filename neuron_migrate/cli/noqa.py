@@ -129,7 +129,7 @@ def _with_comments(text: str, kind: str | None, findings: list[Finding]) -> tupl
         newline = line[len(body):]
         m = NOQA.search(body)
         if m:
-            present = {c.upper() for c in re.findall(r"[A-Z]+\d+", m.group(0), re.I)}
+            present = {c.upper() for c in re.findall(r"\b[A-Z]+\d+", m.group(0), re.I)}
             codes = [c for c in codes if c not in present]
             if not codes:
                 continue
