@@ -182,7 +182,7 @@ def test_a_trn1_training_program_moves_and_a_trn1_inference_one_is_set_aside(tmp
     project = Project([str(tmp_path)], targets, Settings())
     assert project.of(str(tmp_path / "train.py"), "python").target is None
     assert project.of(str(tmp_path / "infer.py"), "python").target == "trn1"
-    assert project.of(str(tmp_path / "setup_env.py"), "python") is None  # neither training nor XLA inference
+    assert project.of(str(tmp_path / "setup_env.py"), "python").target is None  # neither training nor inference
 
 
 def test_the_model_reads_json_of_a_broken_notebook_and_bad_python_without_failing(tmp_path):
