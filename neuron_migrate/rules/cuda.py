@@ -93,7 +93,7 @@ class CudaMethod(Rule):
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
-        return "cuda" in scan.called and may_move_to_neuron(scan)
+        return "cuda" in scan.called and may_move_to_neuron(scan, settings)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -137,7 +137,7 @@ class TorchCudaApi(Rule):
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
         """A torch.cuda name in a file that may be moving to neuron (`facts.moving_to_neuron`)."""
-        return scan.any_qual_under(("torch.cuda",)) and may_move_to_neuron(scan)
+        return scan.any_qual_under(("torch.cuda",)) and may_move_to_neuron(scan, settings)
 
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx

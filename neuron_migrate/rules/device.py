@@ -9,7 +9,7 @@ import libcst as cst
 from neuron_migrate.rules.patterns import (XM, arg, code, has_star, is_device_string, positional_count, respell_device, short,
                                      string_value)
 from neuron_migrate.engine.context import LEFT
-from neuron_migrate.rules.device_names import CHOICE, TEST, VALUE, XLA, DeviceNames, Group, Site
+from neuron_migrate.rules.device_names import CHOICE, EXPORTED, TEST, VALUE, XLA, DeviceNames, Group, Site
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -24,7 +24,39 @@ DEVICE_NAME = re.compile(r"(^|_)device(_type)?$|^dev$", re.I)
 # where an argument or a value starts, after `(` or `=` (`.to("xla")`, `torch.device('xla:0')`, `device="xla"`,
 # `dev = f"xla:{i}"`, `x.device.type == "xla"`), with blanks, comments and line continuations between.
 # `choices=("cpu", "cuda", "xla")` alone has no device position.
-XLA_IN_DEVICE_POSITION = re.compile(rb"torch_xla|[(=](?:\s|\\|#[^\n]*)*[rRuUfFbB]{0,2}[\"']{1,3}xla\b")
+class _XlaInDevicePosition:
+    """`search(data)`: whether the bytes hold `torch_xla`, or an "xla" string after `(` or `=` with blanks, backslash
+    continuations and comments between (`torch.device(  # note\n  "xla")`).
+
+    In linear time. One regex with comments inside a repeated group (`(?:\\s|\\\\|#[^\\n]*)*`) backtracks
+    exponentially on a line of `#` after `(`, and any regex that lets a comment run to its line's end scans that
+    line again from every `(` inside the comment. So: the string on the line of its `(` / `=` is one regex that scans
+    blanks only; a string that starts its line is followed up through blank and comment lines to the line that
+    opens it, and those walks never overlap (each stops at the line of the string before)."""
+
+    _TORCH_XLA = re.compile(rb"torch_xla")
+    _SAME_LINE = re.compile(rb"[(=][ \t\r\f\v\\]*[rRuUfFbB]{0,2}[\"']{1,3}xla\b")
+    _LINE_START = re.compile(rb"^[ \t\r\f\v\\]*[rRuUfFbB]{0,2}[\"']{1,3}xla\b", re.M)
+    _SKIPPED_LINE = re.compile(rb"[ \t\r\f\v\\]*(?:#|$)")  # blank, a backslash, or a comment only
+    _OPENS = re.compile(rb"[(=][ \t\r\f\v\\]*(?:#|$)")  # ends with `(` / `=`, maybe a comment after
+
+    def search(self, data: bytes) -> bool | None:
+        if self._TORCH_XLA.search(data) or self._SAME_LINE.search(data):
+            return True
+        for m in self._LINE_START.finditer(data):
+            end = m.start() - 1  # the newline before the string's line (-1: the first line)
+            while end >= 0:
+                start = data.rfind(b"\n", 0, end) + 1
+                line = data[start:end]
+                if self._OPENS.search(line):
+                    return True
+                if not self._SKIPPED_LINE.match(line):
+                    break
+                end = start - 1
+        return None
+
+
+XLA_IN_DEVICE_POSITION = _XlaInDevicePosition()
 
 
 class XlaDeviceCall(Rule):
@@ -189,7 +221,8 @@ class XlaDeviceString(Rule):
         qual = ctx.qualname(node.func)
         self.names.call(node, qual)
         func = node.func
-        local = self.names.local_callable(func) is not None  # `Config(device="xla")`: a value the file holds
+        # `Config(device="xla")`: a value the file holds, or one it passes to another module of the project
+        local = self.names.local_callable(func) is not None or (qual is not None and self.names.project_callable(qual))
         for a in node.args:
             if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value) and not local:
                 kind = TYPE if a.keyword.value == "device_type" else DEVICE
@@ -292,7 +325,7 @@ class XlaDeviceString(Rule):
 
     def _decide(self, group: Group, mine: list[Site]) -> None:
         ctx = self.ctx
-        if group.open and group.tested:
+        if group.open and (group.tested or group.exported):
             self._keep(group, mine)
             return
         strings = group.tested or any(s.role == CHOICE for s in group.sites)
@@ -329,6 +362,8 @@ class XlaDeviceString(Rule):
             occ, node = first.occ, first.node
         ctx.current = occ
         tests = sorted({_where(s.occ) for s in group.sites if s.role == TEST})
+        if group.exported:
+            tests += sorted({f"`{h[1]}`" for h in group.holders if h[0] == EXPORTED})
         ctx.report("NM117", node, text=code(mine[0].node), why=why, where=", ".join(tests))
 
     def _order(self, site: Site) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.rules.patterns import XM, arg, code, short
+from neuron_migrate.rules.patterns import XM, arg, short
+from neuron_migrate.rules.rewrites import LOOSE_PARENTS
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -32,7 +33,7 @@ def wait_for_device(ctx, node: cst.Call, code: str, **fields) -> None:
 def _in_forward(ctx, scope) -> bool:
     """The code runs in a model's forward: a method `forward`, or any method of a class derived from a module
     class (a block its forward calls). A graph cut there was put in on purpose (to keep each part under the
-    compiler's limits, or to compile the halves apart)."""
+    compiler's limits, or to compile the parts apart)."""
     while scope is not None and scope.kind != "function":
         scope = scope.parent
     while scope is not None and scope.parent is not None and scope.parent.kind == "function":
@@ -61,6 +62,28 @@ class MarkStep(Rule):
                 return  # devices=[...]: left to NM199
             wait_for_device(ctx, node, "NM104", call=short(node))
 
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._wait_function(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if type(self.ctx.current.parent) is not cst.Attribute:
+            self._wait_function(node)
+
+    def _wait_function(self, node: cst.BaseExpression) -> None:
+        """`xm.wait_device_ops` passed as a function (a timer's `sync=`, `fn = xm.wait_device_ops`): the native
+        synchronize function."""
+        ctx = self.ctx
+        occ = ctx.current
+        parent = occ.parent
+        if (type(parent) is cst.Call and parent.func is node) or type(occ.small) in (cst.Import, cst.ImportFrom) \
+                or ctx.qualname(node) not in WAIT:
+            return
+        fixed = target(ctx).synchronize_function()
+        if " " in fixed and not isinstance(parent, LOOSE_PARENTS):
+            fixed = f"({fixed})"
+        if ctx.report("NM104", node, call=short(node), fixed=fixed):
+            ctx.replace(node, expression(fixed))
+
     def _mark_step(self, node: cst.Call) -> None:
         ctx = self.ctx
         occ = ctx.current
@@ -79,25 +102,6 @@ class MarkStep(Rule):
         elif is_statement:
             if ctx.report("NM103", node, call=short(node)):
                 ctx.remove(occ.small)
-
-    def _reference(self, node: cst.CSTNode) -> None:
-        """`xm.wait_device_ops` passed on as a function (a benchmark's `sync=` callback): the style's synchronize
-        function, which waits the same way."""
-        if type(node) is cst.Attribute and node.attr.value != "wait_device_ops":
-            return
-        ctx = self.ctx
-        parent = ctx.current.parent
-        if (type(parent) is cst.Attribute and parent.value is node) or (type(parent) is cst.Call and parent.func is node):
-            return  # part of a longer chain, or called (visit_Call)
-        if type(node) is cst.Name and type(parent) is cst.Attribute:
-            return  # an attribute's name
-        if type(ctx.current.small) in (cst.Import, cst.ImportFrom) or ctx.qualname(node) not in WAIT:
-            return
-        fixed = target(ctx).synchronize_function()
-        if ctx.report("NM104", node, call=code(node), fixed=fixed):
-            ctx.replace(node, expression(fixed))
-
-    visit_Attribute = visit_Name = _reference
 
     def visit_With(self, node: cst.With) -> None:
         ctx = self.ctx
