@@ -370,13 +370,13 @@ def peak_rss_kb(src: Path, dst: Path, *options: str) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["torch", "dcp"])
 def test_conversion_streams_one_tensor_at_a_time(tmp_path, target):
-    """A checkpoint of 24 tensors of 32 MB (768 MB): the peak memory of the conversion stays near one tensor plus
+    """A checkpoint of 16 tensors of 32 MB (512 MB): the peak memory of the conversion stays near one tensor plus
     the interpreter and torch (measured against converting a single such tensor), not the checkpoint's size."""
     mb = 1 << 20
     small = {"t": torch.zeros(8 * mb, dtype=torch.float32)}
     torch.save(small, tmp_path / "one.pt")
     baseline = peak_rss_kb(tmp_path / "one.pt", tmp_path / "one.out", "--to", target)
-    big = {f"layer{i}.weight": torch.full((8 * mb,), float(i)) for i in range(24)}
+    big = {f"layer{i}.weight": torch.full((8 * mb,), float(i)) for i in range(16)}
     layouts.xser_save(big, tmp_path / "big.ckpt")
     del big
     peak = peak_rss_kb(tmp_path / "big.ckpt", tmp_path / "big.out", "--to", target)
@@ -393,3 +393,37 @@ def test_the_command_is_listed_and_loads_torch_only_when_it_runs():
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+REAL_XLA = r"""
+import sys
+import torch
+import torch_xla
+import torch_xla.utils.serialization as xser
+
+out = sys.argv[1]
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 17), torch.nn.ReLU(), torch.nn.Linear(17, 3)).to(torch_xla.device())
+half = torch.randn(5, device=torch_xla.device()).to(torch.bfloat16)
+xser.save({"model": model.state_dict(), "half": half, "epoch": 2}, f"{out}/xser.ckpt")
+torch.save({"model": model.state_dict()}, f"{out}/raw_xla.pt")  # XLA tensors pickled without .cpu()
+torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "half": half.cpu()}, f"{out}/reference.pt")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("NEURON_MIGRATE_XLA_PYTHON"),
+                    reason="NEURON_MIGRATE_XLA_PYTHON (a python with torch_xla 2.9) is not set")
+def test_real_torch_xla_checkpoints_convert_bit_identical(tmp_path):
+    """Files written by torch_xla itself (xser.save, torch.save of XLA tensors) convert to the exact tensors."""
+    proc = subprocess.run([os.environ["NEURON_MIGRATE_XLA_PYTHON"], "-c", REAL_XLA, str(tmp_path)], capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reference = torch.load(tmp_path / "reference.pt", weights_only=True)
+    converted(tmp_path / "xser.ckpt", tmp_path / "xser.pt")
+    converted(tmp_path / "raw_xla.pt", tmp_path / "raw.pt")
+    xser_out = torch.load(tmp_path / "xser.pt", weights_only=True)
+    raw_out = torch.load(tmp_path / "raw.pt", weights_only=True)
+    assert xser_out["epoch"] == 2 and torch.equal(xser_out["half"], reference["half"])
+    equal_states(xser_out["model"], reference["model"])
+    equal_states(raw_out["model"], reference["model"])
