@@ -1,6 +1,6 @@
 """The `neuron-migrate` command line.
 
-Sub-commands that need heavy imports (verify needs torch) live in their own modules and are loaded only
+Sub-commands that need heavy imports (verify and checkpoint need torch) live in their own modules and are loaded only
 when called, so `check`, `rewrite` and `pin` start fast and never import torch.
 """
 
@@ -28,6 +28,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "pin": "neuron_migrate.pin.command:pin",
     "doctor": "neuron_migrate.cli.doctor:doctor",
     "verify": "neuron_migrate.verify.command:verify",
+    "checkpoint": "neuron_migrate.checkpoint.command:checkpoint",
 }
 
 

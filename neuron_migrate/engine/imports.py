@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 import sys
 from collections import ChainMap
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import libcst as cst
 
-from neuron_migrate.engine.edits import EditSet, apply, is_import_line, set_off
+from neuron_migrate.engine.edits import EditSet, apply, is_import_line, marker_code, set_off
 from neuron_migrate.engine.names import Analysis, Binding, dotted, dotted_str
 from neuron_migrate.engine.paths import PACKAGE_PROBES, guards_imports
 from neuron_migrate.syntax.walk import children
@@ -219,7 +219,9 @@ def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], require
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
     definitions = [d for d in definitions if d.split("=", 1)[0].strip() in unresolved]
     if definitions:
-        unresolved |= set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
+        read = set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
+        unresolved |= read
+        orphaned = [b for b in orphaned if b.name not in read]  # `os` that `WORLD_SIZE = ...` reads now
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
     module = _add_definitions(module, definitions)
     flags = (flag_only_bindings(analysis) if flags is None else flags) if fixed else []
@@ -671,9 +673,22 @@ def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> 
     if before is None:
         return module.with_changes(body=[*body[:block[-1][0] + 1], new, *body[block[-1][0] + 1:]])
     if before == block[0][0]:
-        new = new.with_changes(leading_lines=body[before].leading_lines)
-        body[before] = body[before].with_changes(leading_lines=[])
+        new, body[before] = _take_leading_lines(new, body[before])
     return module.with_changes(body=[*body[:before], new, *body[before:]])
+
+
+def _take_leading_lines(new: cst.SimpleStatementLine, stmt: cst.BaseStatement,
+                        left: Sequence[cst.EmptyLine] = ()) -> tuple[cst.SimpleStatementLine, cst.BaseStatement]:
+    """`new`, inserted right above `stmt`, takes the blank lines and comments above it (a block's header), all but
+    the migration markers right above `stmt`: those stand for `stmt` and stay on it (a marker parted from its
+    statement is not seen as placed, and the next run would add another). `stmt` keeps `left` above its markers."""
+    lines = list(stmt.leading_lines)
+    cut = len(lines)
+    while cut and lines[cut - 1].comment is not None and marker_code(lines[cut - 1].comment.value):
+        cut -= 1
+    kept = lines[cut:]
+    return new.with_changes(leading_lines=lines[:cut]), stmt.with_changes(leading_lines=[*left, *kept] if kept else
+                                                                          list(left))
 
 
 def _new_stdlib_block(module: cst.Module, new: cst.SimpleStatementLine) -> cst.Module:
@@ -683,8 +698,7 @@ def _new_stdlib_block(module: cst.Module, new: cst.SimpleStatementLine) -> cst.M
     later = next((i for i, (sec, _m, _f) in _leading_imports(body) if sec > STDLIB), None)
     if later is None:
         return _add_other_imports(module, [], [new])
-    new = new.with_changes(leading_lines=body[later].leading_lines)
-    body[later] = body[later].with_changes(leading_lines=[cst.EmptyLine()])
+    new, body[later] = _take_leading_lines(new, body[later], [cst.EmptyLine()])
     return module.with_changes(body=[*body[:later], new, *body[later:]])
 
 
@@ -698,8 +712,7 @@ def _add_other_imports(module: cst.Module, required: list[tuple[str, str | None]
     index = _import_position(body)
     if index < len(body) and _mentions_legacy_import(body[index]):
         # the new import takes the place (and the blank lines above) of the legacy one it replaces
-        new[0] = new[0].with_changes(leading_lines=body[index].leading_lines)
-        body[index] = body[index].with_changes(leading_lines=[])
+        new[0], body[index] = _take_leading_lines(new[0], body[index])
     elif index < len(body) and not body[index].leading_lines and not is_import_line(body[index]):
         blank = [cst.EmptyLine() for _ in range(2 if isinstance(body[index], (cst.FunctionDef, cst.ClassDef)) else 1)]
         body[index] = body[index].with_changes(leading_lines=blank)

@@ -30,6 +30,7 @@ import shlex
 from dataclasses import dataclass
 from json.decoder import scanstring
 
+from neuron_migrate.engine.edits import MARKER_PREFIX
 from neuron_migrate.engine.python import TOP_LEVEL_AWAIT, process_python
 from neuron_migrate.files.launch import WRITTEN
 from neuron_migrate.findings import FileResult, Finding
@@ -221,17 +222,27 @@ def _pin_installs(path: str, cells: list[Cell], settings: Settings, rewrite: boo
         for magic in cell.placeholders.values():
             if not INSTALL_LINE.match(magic.text):
                 continue
-            pinned = pin_install_command(magic.text, settings, path=path, rewrite=rewrite,
+            above = _comments_above(cell, magic)  # a marker there stands for its code
+            pinned = pin_install_command("".join(above) + magic.text, settings, path=path, rewrite=rewrite,
                                          present=frozenset(present))
             present |= pinned.installs
+            first = len(above) + 1
             for f in pinned.findings:
+                if f.code == "NM900" or f.line < first:
+                    continue  # a marker is a comment line of the cell: the Python engine reports it
                 result.findings.append(_at(
-                    f, cell, path, magic.line + f.line - 1, f.col + (magic.indent if f.line == 1 else 0),
-                    None if f.end_line is None else magic.line + f.end_line - 1,
-                    None if f.end_col is None else f.end_col + (magic.indent if f.end_line == 1 else 0)))
+                    f, cell, path, magic.line + f.line - first, f.col + (magic.indent if f.line == first else 0),
+                    None if f.end_line is None else magic.line + f.end_line - first,
+                    None if f.end_col is None else f.end_col + (magic.indent if f.end_line == first else 0)))
             for code, n in pinned.applied.items():
                 result.applied[code] = result.applied.get(code, 0) + n
-            magic.replacement = pinned.text
+            text = pinned.text[len("".join(above)):] if pinned.text.startswith("".join(above)) else pinned.text
+            command = text
+            markers = []  # the markers the pin rules put above the command: indented as the command is
+            while command.startswith(MARKER_PREFIX) and "\n" in command:
+                marker, command = command.split("\n", 1)
+                markers.append(marker)
+            magic.replacement = "".join(f"{marker}\n{' ' * magic.indent}" for marker in markers) + command
 
 
 def _appends(cell: Cell) -> bool:

@@ -6,10 +6,10 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.rules.patterns import (XM, arg, code, is_device_string, positional_count, respell_device, short,
+from neuron_migrate.rules.patterns import (XM, arg, code, has_star, is_device_string, positional_count, respell_device, short,
                                      string_value)
 from neuron_migrate.engine.context import LEFT
-from neuron_migrate.rules.device_names import CHOICE, TEST, VALUE, XLA, DeviceNames, Group, Site
+from neuron_migrate.rules.device_names import CHOICE, EXPORTED, TEST, VALUE, XLA, DeviceNames, Group, Site
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -190,16 +190,27 @@ class XlaDeviceString(Rule):
         """Whether weak positions and held device names may be respelled in this file."""
         return self.xla_program or _imports_torch_xla_at_module_level(self.ctx)
 
-    def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
+    def _flag(self, literal: cst.BaseExpression, kind: str, autocast: cst.Call | None = None) -> None:
         ctx = self.ctx
         new = self._new(literal, kind)
-        if ctx.report(self.rule_code, literal, text=code(literal), fixed=code(new)):
+        dtype = self._autocast_dtype(autocast) if autocast is not None else None
+        fixed = code(new) + (f" with `{dtype}` (XLA autocast's default)" if dtype else "")
+        if ctx.report(self.rule_code, literal, text=code(literal), fixed=fixed):
             ctx.replace(literal, new)
+            if dtype:
+                ctx.replace(autocast, lambda call, dtype=dtype: _with_dtype(call, dtype))
 
-    def _strong(self, literal: cst.BaseExpression, kind: str = DEVICE) -> None:
+    def _autocast_dtype(self, call: cst.Call) -> str | None:
+        """`torch.autocast("xla")` ran in bfloat16 (XLA's autocast default); the native default follows CUDA's
+        (float16): the dtype the original ran with is written out, where the call does not name one."""
+        if has_star(call) or arg(call, 1, "dtype") is not None or self.rule_code != "NM102":
+            return None
+        return f"dtype={self.ctx.module_ref('torch')}.bfloat16"
+
+    def _strong(self, literal: cst.BaseExpression, kind: str = DEVICE, autocast: cst.Call | None = None) -> None:
         self.xla_program = True
         if literal not in self.compared:
-            self._flag(literal, kind)
+            self._flag(literal, kind, autocast)
 
     def _weak(self, literal: cst.BaseExpression, kind: str = TYPE) -> None:
         self.weak.append((self.ctx.current, literal, kind))
@@ -210,13 +221,15 @@ class XlaDeviceString(Rule):
         qual = ctx.qualname(node.func)
         self.names.call(node, qual)
         func = node.func
-        local = self.names.local_callable(func) is not None  # `Config(device="xla")`: a value the file holds
+        # `Config(device="xla")`: a value the file holds, or one it passes to another module of the project
+        local = self.names.local_callable(func) is not None or (qual is not None and self.names.project_callable(qual))
         for a in node.args:
             if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value) and not local:
                 kind = TYPE if a.keyword.value == "device_type" else DEVICE
                 # `device_type="xla"` outside autocast is mostly a tag (test decorators, skip lists): weak
                 if a.keyword.value == "device" or _is_autocast(qual):
-                    self._strong(a.value, kind)
+                    self._strong(a.value, kind, node if a.keyword.value == "device_type" and _is_autocast(qual)
+                                 else None)
                 else:
                     self._weak(a.value, kind)
         if qual in XLA_DEVICE:
@@ -227,7 +240,7 @@ class XlaDeviceString(Rule):
         if isinstance(func, cst.Attribute) and func.attr.value == "to":
             self._strong(first.value, DEVICE)
         elif qual in DEVICE_FIRST_ARG:
-            self._strong(first.value, TYPE)
+            self._strong(first.value, TYPE, node if _is_autocast(qual) else None)
         elif isinstance(func, cst.Attribute) and func.attr.value == "startswith" and _is_device_type_expr(func.value) \
                 and not self.names.holders(func.value):
             self._weak(first.value)  # `str(x.device).startswith("xla")` (a held name's test is a group's)
@@ -312,7 +325,7 @@ class XlaDeviceString(Rule):
 
     def _decide(self, group: Group, mine: list[Site]) -> None:
         ctx = self.ctx
-        if group.open and group.tested:
+        if group.open and (group.tested or group.exported):
             self._keep(group, mine)
             return
         strings = group.tested or any(s.role == CHOICE for s in group.sites)
@@ -349,6 +362,8 @@ class XlaDeviceString(Rule):
             occ, node = first.occ, first.node
         ctx.current = occ
         tests = sorted({_where(s.occ) for s in group.sites if s.role == TEST})
+        if group.exported:
+            tests += sorted({f"`{h[1]}`" for h in group.holders if h[0] == EXPORTED})
         ctx.report("NM117", node, text=code(mine[0].node), why=why, where=", ".join(tests))
 
     def _order(self, site: Site) -> int:
@@ -410,6 +425,22 @@ def _portable(ctx, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression
     if first.value[3:]:
         head.append(first.with_changes(value=first.value[3:]))
     return literal.with_changes(parts=[*head, *literal.parts[1:]])
+
+
+def _with_dtype(call: cst.Call, dtype: str) -> cst.Call:
+    """The call with `dtype=...` added after its last argument, laid out like the arguments before it."""
+    args = list(call.args)
+    last = args[-1].comma
+    if isinstance(last, cst.Comma):  # one argument a line: the new one on its own line, the same layout
+        separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
+    else:
+        separator, last = cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), cst.MaybeSentinel.DEFAULT
+    args[-1] = args[-1].with_changes(comma=separator)
+    keyword, value = dtype.split("=", 1)
+    args.append(cst.Arg(keyword=cst.Name(keyword), value=expression(value), comma=last,
+                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                              whitespace_after=cst.SimpleWhitespace(""))))
+    return call.with_changes(args=args)
 
 
 def _is_autocast(qual: str | None) -> bool:

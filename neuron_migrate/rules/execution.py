@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, short
+from neuron_migrate.rules.rewrites import LOOSE_PARENTS
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -41,6 +42,28 @@ class MarkStep(Rule):
             if node.args:
                 return  # devices=[...]: left to NM199
             wait_for_device(ctx, node, "NM104", call=short(node))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        self._wait_function(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if type(self.ctx.current.parent) is not cst.Attribute:
+            self._wait_function(node)
+
+    def _wait_function(self, node: cst.BaseExpression) -> None:
+        """`xm.wait_device_ops` passed as a function (a timer's `sync=`, `fn = xm.wait_device_ops`): the native
+        synchronize function."""
+        ctx = self.ctx
+        occ = ctx.current
+        parent = occ.parent
+        if (type(parent) is cst.Call and parent.func is node) or type(occ.small) in (cst.Import, cst.ImportFrom) \
+                or ctx.qualname(node) not in WAIT:
+            return
+        fixed = target(ctx).synchronize_function()
+        if " " in fixed and not isinstance(parent, LOOSE_PARENTS):
+            fixed = f"({fixed})"
+        if ctx.report("NM104", node, call=short(node), fixed=fixed):
+            ctx.replace(node, expression(fixed))
 
     def _mark_step(self, node: cst.Call) -> None:
         ctx = self.ctx
