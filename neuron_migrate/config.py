@@ -8,6 +8,7 @@
     torch = "2.14"                        # target PyTorch family for pins: "2.13" or "2.14"
     neuron-sdk = "2.34"                   # target Neuron release (rules/versions.toml); default: the newest
     instance = "trn2"                     # target instance: "trn2" (default), "trn3", "inf2" or "trn1"
+    targets = { "tpu/" = "tpu" }          # what a folder or file runs on, where the project does not say it
     compile = true                        # insert model.compile(backend="neuron") after placement
     device-style = "neuron"               # or "accelerator" (torch.accelerator spellings)
 
@@ -51,16 +52,33 @@ class Resolved:
     source: Path | None  # the pyproject.toml read, if any
 
 
+LOOKALIKE_DIGITS = str.maketrans("OIL", "011")
+
+
 def find_config(paths: Iterable[str]) -> Path | None:
-    """The nearest pyproject.toml with a [tool.neuron-migrate] table, from the paths' common folder upward."""
+    """The nearest pyproject.toml with a [tool.neuron-migrate] table, from the paths' common folder upward. A
+    table spelled otherwise (`[tool.neuron_migrate]`) is an error, not a file without settings."""
     starts = [os.path.abspath(p) for p in paths] or [os.getcwd()]
     starts = [p if os.path.isdir(p) else os.path.dirname(p) for p in starts]
     folder = Path(os.path.commonpath(starts))
     for candidate in (folder, *folder.parents):
         path = candidate / "pyproject.toml"
-        if path.is_file() and TABLE in _read(path).get("tool", {}):
+        if not path.is_file():
+            continue
+        tool = _read(path).get("tool", {})
+        if not isinstance(tool, dict):
+            continue
+        if TABLE in tool:
             return path
+        misspelt = [k for k in tool if _squeezed(k) == _squeezed(TABLE)]
+        if misspelt:
+            raise ConfigError(f"{path}: [tool.{misspelt[0]}] is not read; the table is [tool.{TABLE}] "
+                              "(with a hyphen): rename it")
     return None
+
+
+def _squeezed(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "").replace(".", "")
 
 
 def explicit_table(path: Path) -> dict:
@@ -83,6 +101,9 @@ def _read(path: Path) -> dict:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the file or move it aside") from None
+    except RecursionError:  # tomllib reads nested arrays and inline tables recursively
+        raise ConfigError(f"{path}: arrays or tables nested too deep to read; fix the file or move it aside"
+                          ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
@@ -97,7 +118,8 @@ def codes(values: Iterable[str], where: str) -> frozenset[str]:
                               f"got {value!r}")
         code = value.strip().upper()
         if not CODE_OR_PREFIX.match(code) or not any(k.startswith(code) for k in known):
-            hint = difflib.get_close_matches(code, known, n=1)
+            digits = code[:2] + code[2:].translate(LOOKALIKE_DIGITS)  # NM1O3: a letter O typed for a zero
+            hint = [digits] if digits in known else difflib.get_close_matches(digits, known, n=1)
             raise ConfigError(f"{where}: no rule code or prefix {value!r}"
                               + (f" (did you mean {hint[0]}?)" if hint else "")
                               + "; `neuron-migrate rules` lists them")
@@ -127,6 +149,14 @@ def anchor(pattern: str, root: Path) -> tuple[str, ...]:
     return (full, full.replace("**/", "")) if "**/" in full else (full,)
 
 
+TARGETS = ("tpu", "inf1", "inf2", "trn1", "trn2", "trn3", "neuron", "gpu")
+
+
+def _anchor_path(pattern: str, root: Path) -> str:
+    """A `targets` path (a folder or a file, relative to the configuration file's folder) made absolute."""
+    return os.path.normpath(os.path.join(str(root.resolve()), pattern[2:] if pattern.startswith("./") else pattern))
+
+
 def parse_table(table: dict, path: Path) -> dict:
     """The settings a [tool.neuron-migrate] table asks for, validated."""
     where = f"{path} [tool.{TABLE}]"
@@ -151,6 +181,11 @@ def parse_table(table: dict, path: Path) -> dict:
             out["neuron_sdk"] = _choice(value, matrix().sdk_names, at)
         elif key == "instance":
             out["instance"] = _choice(value, matrix().instances, at)
+        elif key == "targets":
+            if not isinstance(value, dict):
+                raise ConfigError(f"{at}: expected a table of path = target, got {value!r}")
+            out["targets"] = tuple((_anchor_path(p, path.parent), _choice(t, TARGETS, f"{at} {p!r}"))
+                                   for p, t in value.items())
         elif key == "compile":
             if not isinstance(value, bool):
                 raise ConfigError(f"{at}: expected true or false, got {value!r}")
@@ -159,7 +194,7 @@ def parse_table(table: dict, path: Path) -> dict:
             out["device_style"] = _choice(value, DEVICE_STYLES, at)
         else:
             known = ("select", "ignore", "per-file-ignores", "exclude", "torch", "neuron-sdk", "instance", "compile",
-                     "device-style")
+                     "device-style", "targets")
             hint = difflib.get_close_matches(key, known, n=1)
             raise ConfigError(f"{where}: unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                               + f"; the keys are {', '.join(known)}")

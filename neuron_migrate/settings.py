@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from neuron_migrate.project_facts import FileProject
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -16,6 +18,15 @@ class Settings:
     instance: str | None = None  # target instance ("trn2", "trn3", "inf2", "trn1"); None: the matrix's default
     device_style: str = "neuron"  # "neuron" or "accelerator"
     per_file_ignores: tuple[tuple[str, frozenset[str]], ...] = field(default=())
+    # `targets` in [tool.neuron-migrate]: (absolute folder or file, target) the user states (engine/project.py)
+    targets: tuple[tuple[str, str], ...] = ()
+    # what the project model tells this file (set per file by the runner; its key is part of the file's cache key)
+    project: FileProject | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.project, dict):  # a catalogue example's settings (rules/project.toml)
+            facts = {k: tuple(v) if isinstance(v, list) else v for k, v in self.project.items()}
+            object.__setattr__(self, "project", FileProject(**facts))
 
     def enabled(self, code: str, path: str | None = None) -> bool:
         if self.select and not any(code.startswith(s) for s in self.select):
@@ -36,4 +47,4 @@ class Settings:
     def key(self) -> str:
         """A stable text of everything that changes results (part of the cache key)."""
         return repr((sorted(self.select), sorted(self.ignore), self.compile, self.safe_only, self.torch,
-                     self.device_style, self.per_file_ignores, self.neuron_sdk, self.instance))
+                     self.device_style, self.per_file_ignores, self.neuron_sdk, self.instance, self.targets))

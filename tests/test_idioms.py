@@ -38,6 +38,8 @@ COVERED_ELSEWHERE = {
     "NM510": "the inf2/trn1 note: fixtures/NM5xx-inference/serve_inf2.py with instance inf2 (test below)",
     "NM511": "accelerate config files: fixtures/accelerate_config/ (tests/test_huggingface.py)",
     "NM512": "accelerate config files: fixtures/accelerate_config/ (tests/test_huggingface.py)",
+    "NM521": "a program for another platform: fixtures/projects/ (tests/test_project.py)",
+    "NM522": "conflicting target evidence: fixtures/projects/shared_helper (tests/test_project.py)",
 }
 
 

@@ -95,7 +95,7 @@ def test_failing_rename_leaves_the_original_and_no_temporary_file(tmp_path, monk
     path = tmp_path / "train.py"
     path.write_bytes(LEGACY)
 
-    def fail(src, dst):
+    def fail(src, dst, **kwargs):
         raise OSError(errno.EXDEV, "Invalid cross-device link")
     monkeypatch.setattr(sources.os, "replace", fail)
     with pytest.raises(OSError):
@@ -182,9 +182,13 @@ def read_only_folder(tmp_path, monkeypatch):
         yield folder
         subprocess.run(["umount", str(folder)], check=True)
     else:
-        def refuse(*args, **kwargs):
-            raise PermissionError(errno.EROFS, "Read-only file system")
-        monkeypatch.setattr(sources.tempfile, "mkstemp", refuse)
+        real_create = sources._create_temp
+
+        def refuse(dir_fd):
+            if os.path.samestat(os.fstat(dir_fd), folder.stat()):
+                raise PermissionError(errno.EROFS, "Read-only file system")
+            return real_create(dir_fd)
+        monkeypatch.setattr(sources, "_create_temp", refuse)
         yield folder
 
 
@@ -203,10 +207,10 @@ def test_failed_write_is_reported_through_the_cli_and_the_other_files_are_writte
     paths = legacy_tree(tmp_path, 3)
     real_replace = os.replace
 
-    def replace(src, dst):
+    def replace(src, dst, **kwargs):
         if dst.endswith("train_001.py"):
             raise OSError(errno.EIO, "Input/output error")
-        real_replace(src, dst)
+        real_replace(src, dst, **kwargs)
     monkeypatch.setattr(sources.os, "replace", replace)
     result = rewrite_in_process(str(tmp_path))
     assert result.exit_code == 2
@@ -220,11 +224,11 @@ def test_ctrl_c_between_writes_leaves_every_file_whole(tmp_path, monkeypatch):
     real_replace = os.replace
     calls = []
 
-    def replace(src, dst):
+    def replace(src, dst, **kwargs):
         calls.append(dst)
         if len(calls) == 3:
             raise KeyboardInterrupt
-        real_replace(src, dst)
+        real_replace(src, dst, **kwargs)
     monkeypatch.setattr(sources.os, "replace", replace)
     result = CliRunner().invoke(main, ["rewrite", "--no-cache", "-j", "1", str(tmp_path)])
     assert result.exit_code == 130, result.output

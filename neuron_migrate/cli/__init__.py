@@ -1,6 +1,6 @@
 """The `neuron-migrate` command line.
 
-Sub-commands that need heavy imports (verify needs torch) live in their own modules and are loaded only
+Sub-commands that need heavy imports (verify and checkpoint need torch) live in their own modules and are loaded only
 when called, so `check`, `rewrite` and `pin` start fast and never import torch.
 """
 
@@ -28,6 +28,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "pin": "neuron_migrate.pin.command:pin",
     "doctor": "neuron_migrate.cli.doctor:doctor",
     "verify": "neuron_migrate.verify.command:verify",
+    "checkpoint": "neuron_migrate.checkpoint.command:checkpoint",
 }
 
 
@@ -44,13 +45,18 @@ class LazyGroup(click.Group):
     def invoke(self, ctx: click.Context):
         """Ctrl-C (or SIGTERM while files are written) ends the command with one line saying what was written,
         and exit code 128 + the signal's number (130 for Ctrl-C), not click's "Aborted!" and 1 (findings)."""
+        runner = sys.modules.get("neuron_migrate.engine.runner")
+        if runner is not None:
+            runner.files_written = 0  # a command run before in this process (tests) wrote those
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
-            from neuron_migrate.engine.runner import Interrupted
-
-            written = exc.written if isinstance(exc, Interrupted) else 0
-            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            runner = sys.modules.get("neuron_migrate.engine.runner")
+            # outside the writes (the summary printing): the files this command wrote so far
+            written = runner.files_written if runner is not None else 0
+            signum = signal.SIGINT
+            if runner is not None and isinstance(exc, runner.Interrupted):
+                written, signum = exc.written, exc.signum
             if written is None:
                 what = "every file is either as it was or fully written"
             else:

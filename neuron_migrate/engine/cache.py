@@ -7,28 +7,43 @@ rule data, so an edited install never serves stale results), the settings (`Sett
 (check or rewrite). Entries live in one JSON file per tool, settings and mode under
 `.neuron_migrate_cache/` at the project root (or the user cache folder outside a project). Runs read it once
 and write it once, atomically: concurrent runs never see a torn file, and the worst a race does is drop
-entries another run would have added. JSON, not pickle: a cache folder committed to a repository must not be
-able to run code.
+entries another run would have added.
+
+The cache folder is not trusted (docs/reliability.md): it may be committed to the repository, restored from a
+shared CI cache or edited. JSON, not pickle, so reading it runs no code; every entry carries an HMAC of all it
+says (the cache file's name, the path, the digest of the source bytes, the result, the other files read) keyed
+by a secret of the user kept outside the tree (`user_key`), so an entry the tool did not write itself is a
+miss, and a `rewrite` never writes bytes it did not compute. No secret that can be kept safely: no cache. The
+folder and its files are never reached through a link: a folder that is a link or belongs to another user is
+not used (a warning says so), and files are created and replaced inside the opened folder without following
+links (`sources.write_in_folder`).
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import functools
 import hashlib
+import hmac
 import json
 import os
+import stat
 from pathlib import Path
 
 from neuron_migrate import __version__
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import write_atomic
+from neuron_migrate.engine.sources import open_folder, write_in_folder
 
 CACHE_DIR_NAME = ".neuron_migrate_cache"
 ENV_DIR = "NEURON_MIGRATE_CACHE_DIR"
-FORMAT = 2  # 2: entries list the other files a result depends on
+FORMAT = 3  # 2: entries list the other files a result depends on; 3: entries carry an HMAC
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+KEY_FILE = "cache-key"  # in the user cache folder (user_folder), mode 0600
+KEY_BYTES = 32
+MAX_CACHE_FILE = 1 << 30  # a larger cache file is not read (it would only cost memory)
+_OPEN = getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
 
 
 def digest(data: bytes) -> str:
@@ -50,6 +65,12 @@ def tool_fingerprint() -> str:
     return digest("\n".join(parts).encode())
 
 
+def user_folder() -> Path:
+    """`$XDG_CACHE_HOME/neuron-migrate`, else `~/.cache/neuron-migrate`."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "neuron-migrate"
+
+
 def default_dir(start: str | os.PathLike | None = None) -> Path:
     """`$NEURON_MIGRATE_CACHE_DIR`, else `.neuron_migrate_cache/` in the nearest project folder above `start`,
     else the user cache folder."""
@@ -59,8 +80,92 @@ def default_dir(start: str | os.PathLike | None = None) -> Path:
     for folder in (here, *here.parents):
         if any((folder / m).exists() for m in PROJECT_MARKERS):
             return folder / CACHE_DIR_NAME
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "neuron-migrate"
+    return user_folder()
+
+
+class Unsafe(Exception):
+    """A cache folder or key file that must not be used (a link, another user's, writable by others)."""
+
+
+def _owned_folder(path: Path, create: bool, private: bool = False) -> int | None:
+    """A descriptor of the folder `path`, opened without following a link, after checking that it is a folder
+    of this user (not writable by others when `private`); None when it is missing and not to be created.
+    Unsafe when it is a link or someone else's; OSError when it cannot be created or opened."""
+    path = Path(os.path.abspath(path))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            return None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700 if private else 0o777)
+        except FileExistsError:
+            pass
+        st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise Unsafe(f"the cache folder {path} is a symbolic link; the cache was not used (remove the link, or "
+                     "run with --no-cache)")
+    fd = open_folder(os.path.realpath(path.parent) + os.sep + path.name)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode):
+            raise Unsafe(f"{path} is not a folder; the cache was not used")
+        if st.st_uid != os.geteuid():
+            raise Unsafe(f"the cache folder {path} belongs to another user (uid {st.st_uid}); the cache was not "
+                         "used (remove the folder, or run with --no-cache)")
+        if private and st.st_mode & 0o022:
+            raise Unsafe(f"the folder {path} is writable by others (mode {stat.S_IMODE(st.st_mode):o}); the "
+                         "cache was not used (`chmod go-w` it)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+@functools.lru_cache(maxsize=1)
+def user_key() -> bytes:
+    """The per-user secret that authenticates cache entries: `cache-key` (mode 0600) in the user cache folder,
+    created on first use. Unsafe or OSError when it cannot be created or kept safely (then: no cache)."""
+    folder = _owned_folder(user_folder(), create=True, private=True)
+    try:
+        for _ in range(3):
+            try:
+                fd = os.open(KEY_FILE, os.O_RDONLY | _OPEN, dir_fd=folder)
+            except FileNotFoundError:
+                _create_key(folder)
+                continue
+            with os.fdopen(fd, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                    raise Unsafe(f"{user_folder() / KEY_FILE} is not a file of this user with mode 0600; the "
+                                 "cache was not used (remove the file: a new one is made)")
+                key = fh.read(KEY_BYTES + 1)
+            if len(key) != KEY_BYTES:
+                raise Unsafe(f"{user_folder() / KEY_FILE} is damaged; the cache was not used (remove the file: a "
+                             "new one is made)")
+            return key
+        raise OSError(errno.ENOENT, "the cache key vanished while it was made")
+    finally:
+        os.close(folder)
+
+
+def _create_key(folder: int) -> None:
+    """Written whole under a temporary name, then linked into place: a run reading it meanwhile sees no key
+    or the whole key, and of two runs making it at once, the first one's stays."""
+    tmp = f".key-{os.getpid()}-{os.urandom(4).hex()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN, 0o600, dir_fd=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(os.urandom(KEY_BYTES))
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, KEY_FILE, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp, dir_fd=folder)
 
 
 class ResultCache:
@@ -68,50 +173,86 @@ class ResultCache:
         self.directory = Path(directory)
         mode = "rewrite" if rewrite else "check"
         key = digest(f"{tool_fingerprint()}\0{settings.key()}".encode())
-        self.file = self.directory / f"{mode}-{key}.json"
-        self.entries: dict[str, list] = self._load()
+        self.name = f"{mode}-{key}.json"
+        self.file = self.directory / self.name
         self.dirty = False
+        # Why the cache is off for this run, when a folder or the key is not safe to use (told as a warning)
+        self.refused: str | None = None
+        self.key: bytes | None = None
+        try:
+            self.key = user_key()
+            self.entries: dict[str, list] = self._load()
+        except Unsafe as exc:
+            self.refused, self.key, self.entries = str(exc), None, {}
+        except OSError:
+            self.key, self.entries = None, {}  # no safe place for the secret (a read-only home): no cache
 
     def _load(self) -> dict[str, list]:
+        folder = _owned_folder(self.directory, create=False)
+        if folder is None:
+            return {}
         try:
-            with open(self.file, encoding="utf-8") as fh:
-                data = json.load(fh)
+            fd = os.open(self.name, os.O_RDONLY | _OPEN, dir_fd=folder)
+            with os.fdopen(fd, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size > MAX_CACHE_FILE:
+                    return {}
+                data = json.loads(fh.read())
         except (OSError, ValueError):
             return {}
+        finally:
+            os.close(folder)
         return data if isinstance(data, dict) else {}
 
     def __len__(self) -> int:
         return len(self.entries)
 
+    def _mac(self, path: str, data_digest: str, raw: object, files_read: object) -> str:
+        assert self.key is not None
+        message = json.dumps([self.name, path, data_digest, raw, files_read], sort_keys=True, separators=(",", ":"))
+        return hmac.new(self.key, message.encode(), hashlib.sha256).hexdigest()
+
     def get(self, path: str, data_digest: str, data: bytes) -> FileResult | None:
+        """The result kept for `path` with these bytes; None (a miss) for an entry of other bytes, one whose
+        other files changed, or one the tool did not write (its HMAC does not match)."""
         entry = self.entries.get(path)
-        if not entry or entry[0] != data_digest:
+        if self.key is None or not isinstance(entry, list) or len(entry) != 4 or entry[0] != data_digest:
             return None
+        _, raw, files_read, mac = entry
         try:
-            files_read = dict(entry[2]) if len(entry) > 2 else {}
+            if not (isinstance(mac, str) and hmac.compare_digest(mac, self._mac(path, data_digest, raw, files_read))):
+                return None
+            files_read = dict(files_read)
             if any(_current_digest(other) != known for other, known in files_read.items()):
                 return None
-            result = _result_from_json(path, data, entry[1])
+            result = _result_from_json(path, data, raw)
         except (KeyError, TypeError, ValueError):
             return None
         result.files_read = files_read
         return result
 
     def put(self, path: str, data_digest: str, result: FileResult) -> None:
-        self.entries[path] = [data_digest, _result_to_json(result)] + ([result.files_read] if result.files_read else [])
+        if self.key is None:
+            return
+        raw = _result_to_json(result)
+        files_read = dict(result.files_read)
+        self.entries[path] = [data_digest, raw, files_read, self._mac(path, data_digest, raw, files_read)]
         self.dirty = True
 
     def save(self) -> None:
         """Merge with what other runs saved meanwhile and replace the file atomically; failures are ignored
         (a cache that cannot be written only costs time)."""
-        if not self.dirty:
+        if not self.dirty or self.key is None:
             return
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            _mark_cache_folder(self.directory)
             merged = {**self._load(), **self.entries}
-            write_atomic(str(self.file), json.dumps(merged, separators=(",", ":")).encode())
-        except OSError:
+            folder = _owned_folder(self.directory, create=True)
+            assert folder is not None
+            try:
+                _mark_cache_folder(folder)
+                write_in_folder(folder, self.name, json.dumps(merged, separators=(",", ":")).encode())
+            finally:
+                os.close(folder)
+        except (OSError, Unsafe):
             return
         self.dirty = False
 
@@ -119,21 +260,30 @@ class ResultCache:
 def _current_digest(path: str) -> str | None:
     """The digest of a file's bytes now; None when it is not a readable file (as a handler found it missing)."""
     try:
-        with open(path, "rb") as fh:
-            return digest(fh.read())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO: no wait
     except OSError:
         return None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return digest(fh.read())
+        except OSError:
+            return None
 
 
-def _mark_cache_folder(directory: Path) -> None:
-    """Keep the folder out of git and out of backups, like other tools' caches."""
-    ignore = directory / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("# Created by neuron-migrate\n*\n", encoding="utf-8")
-    tag = directory / "CACHEDIR.TAG"
-    if not tag.exists():
-        tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# neuron-migrate result cache\n",
-                       encoding="utf-8")
+def _mark_cache_folder(folder: int) -> None:
+    """Keep the folder out of git and out of backups, like other tools' caches (files made here, never written
+    through a link that is already there)."""
+    for name, text in ((".gitignore", "# Created by neuron-migrate\n*\n"),
+                       ("CACHEDIR.TAG",
+                        "Signature: 8a477f597d28d172789f06886806bc55\n# neuron-migrate result cache\n")):
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN, 0o644, dir_fd=folder)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
 
 
 def _result_to_json(result: FileResult) -> dict:

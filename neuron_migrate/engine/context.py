@@ -17,7 +17,7 @@ from neuron_migrate import catalogue
 from neuron_migrate.engine import paths
 from neuron_migrate.engine.edits import EditSet, has_marker, marker_text
 from neuron_migrate.engine.facts import Facts
-from neuron_migrate.engine.imports import is_docstring
+from neuron_migrate.engine.imports import FIRST_PARTY, is_docstring, section
 from neuron_migrate.engine.names import Analysis, Occurrence, Scope, import_target
 from neuron_migrate.engine.sources import Source, SourceError
 from neuron_migrate.policy import Policy
@@ -68,6 +68,7 @@ class FileContext:
     decisions: list[Decision] = field(default_factory=list)
     required_imports: list[tuple[str, str | None]] = field(default_factory=list)
     definitions: list[str] = field(default_factory=list)
+    files_read: dict[str, str | None] = field(default_factory=dict)  # other files a decision read (the cache's key)
     current: Occurrence | None = None
     handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
     suppressions: Suppressions = field(default_factory=Suppressions)
@@ -116,13 +117,20 @@ class FileContext:
                     (top := self._bound_only_below(owner, local, scope)) is not None:
                 self._import_before(top, module if local == module else f"{module} as {local}")
             return local
+        lazy = self._lazy_function(scope)
         if alias is not None and self.analysis.lookup(alias, scope) is None and not self._name_taken(alias):
-            self._require(module, alias)
+            if lazy is not None:
+                self._import_at_top(lazy, f"{module} as {alias}")
+            else:
+                self._require(module, alias)
             return alias
         root = module.split(".")[0]
         owner = self.analysis.lookup(root, scope)
         if owner is None:
-            self._require(module, None)
+            if lazy is not None:
+                self._import_at_top(lazy, module)
+            else:
+                self._require(module, None)
             return module
         if import_target(owner.bindings[root]) != root:
             raise SourceError(f"cannot add an import of {module}: the name {root!r} is taken in this file")
@@ -169,14 +177,43 @@ class FileContext:
         if key not in self._top_imports:
             self._top_imports[key] = (statement, ("before", statement, cstparse.statements(f"import {module}\n")))
 
+    def _lazy_function(self, scope: Scope) -> Scope | None:
+        """The function that imports torch_xla (or torch) itself, around `scope`, in a module that imports none
+        of them at its top: the module imports lazily (it must load without torch), so what the fixes import
+        goes into that function, where the legacy import was, not to the module's top."""
+        lazy = next((s for s in _enclosing(scope) if s.kind == "function" and _imports_torch(s)), None)
+        if lazy is None or _imports_torch(self.analysis.module_scope):
+            return None
+        return lazy
+
     def _import_at_top(self, function_scope: Scope, module: str) -> None:
+        """`import module` in the function's leading imports, where isort puts it (I001); at the top of its body
+        when it has none."""
         key = (id(function_scope.node), module)
         if key in self._top_imports:
             return
         body = function_scope.node.body
-        first = body.body[0]
-        after = isinstance(body, cst.IndentedBlock) and is_docstring(first) and len(body.body) > 1
-        edit = ("after" if after else "before", first, cstparse.statements(f"import {module}\n"))
+        statements = list(body.body) if isinstance(body, cst.IndentedBlock) else []
+        start = 1 if statements and is_docstring(statements[0]) and len(statements) > 1 else 0
+        run = []
+        for statement in statements[start:]:
+            found = import_key(statement)
+            if found is None:
+                break
+            run.append((found, statement))
+        new = cstparse.statements(f"import {module}\n")
+        mine = (section(module), False, module.split(" ")[0].lower())
+        later = next((statement for found, statement in run if found > mine), None)
+        if later is not None:
+            edit = ("before", later, new)
+        elif run:
+            if run[-1][0][0] != mine[0]:  # another block (the standard library's) ends here: a blank line first
+                new = [line.with_changes(leading_lines=[cst.EmptyLine()]) for line in new]
+            edit = ("after", run[-1][1], new)
+        elif start:
+            edit = ("after", statements[0], new)
+        else:
+            edit = ("before", body.body[0], new)
         self._top_imports[key] = (function_scope.node, edit)
 
     def _name_taken(self, name: str) -> bool:
@@ -295,9 +332,11 @@ class FileContext:
         """The edits of every decision but those numbered in `dropped`."""
         edits = EditSet()
         kept = [(d, node) for d, _kind, node, _value in self.journal if d not in dropped]
-        for function, edit in self._top_imports.values():
-            if any(d >= 0 and self.decisions[d].status == FIXED and self._inside(node, function) for d, node in kept):
-                add_edit(edits, *edit)
+        made = [edit for function, edit in self._top_imports.values()
+                if any(d >= 0 and self.decisions[d].status == FIXED and self._inside(node, function)
+                       for d, node in kept)]
+        for edit in sorted(made, key=lambda e: _import_name(e[2])):  # two at one place: in name order
+            add_edit(edits, *edit)
         for decision, kind, node, value in self.journal:
             if decision not in dropped:
                 add_edit(edits, kind, node, value)
@@ -331,3 +370,39 @@ class FileContext:
         """A module-level statement that new code relies on, placed once after the imports."""
         if code not in self.definitions:
             self.definitions.append(code)
+
+
+def _enclosing(scope: Scope | None):
+    while scope is not None:
+        yield scope
+        scope = scope.parent
+
+
+LAZY_ROOTS = ("torch", "torch_xla", "torch_neuronx")
+
+
+def _imports_torch(scope: Scope) -> bool:
+    """The scope imports torch, torch_xla or torch_neuronx (guarded or not)."""
+    return any(b.kind == "import" and (b.qualname or "").split(".")[0] in LAZY_ROOTS
+               for bindings in scope.bindings.values() for b in bindings)
+
+
+def _import_name(statements) -> str:
+    first = statements[0].body[0] if statements and isinstance(statements[0], cst.SimpleStatementLine) else None
+    return cst.Module(body=[]).code_for_node(first.names[0].name).lower() if isinstance(first, cst.Import) else ""
+
+
+def import_key(statement: cst.CSTNode) -> tuple[int, bool, str] | None:
+    """(block, is a `from` import, module) of an import line, as isort orders them; None for other statements."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Import):
+        name = cst.Module(body=[]).code_for_node(small.names[0].name)
+        return section(name), False, name.lower()
+    if isinstance(small, cst.ImportFrom):
+        if small.relative or small.module is None:
+            return FIRST_PARTY, True, ""
+        name = cst.Module(body=[]).code_for_node(small.module)
+        return section(name), True, name.lower()
+    return None

@@ -417,3 +417,44 @@ def _parents(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
             parent[child] = node
             stack.append(child)
     return parent
+
+
+def collapse_identical_arms(edits: EditSet, parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> None:
+    """`a if flag else b` whose arms the edits make the same (`syncfree.SGD if f else optim.SGD`, both now
+    `optim.SGD`) becomes the arm, where the test has no effect of its own (names, attributes, comparisons of
+    them): a reviewer would not keep the dead test, nor ruff (RUF034). Arms that were already the same stay."""
+    found = []
+    for node in edits.targets():
+        while node is not None:
+            if type(node) is cst.IfExp and node not in found:
+                found.append(node)
+            node = parents.get(node)
+    for node in found:
+        if _code(node.body) != _code(node.orelse) and _pure(node.test):
+            edits.add_replace(node, _one_arm)
+
+
+def _one_arm(new: cst.CSTNode) -> cst.CSTNode:
+    if type(new) is not cst.IfExp or _code(new.body) != _code(new.orelse):
+        return new
+    if new.lpar:
+        return new.body.with_changes(lpar=new.lpar, rpar=new.rpar)
+    return new.body
+
+
+def _pure(test: cst.BaseExpression) -> bool:
+    if isinstance(test, (cst.Name, cst.Integer, cst.SimpleString)):
+        return True
+    if isinstance(test, cst.Attribute):
+        return _pure(test.value)
+    if isinstance(test, cst.UnaryOperation):
+        return _pure(test.expression)
+    if isinstance(test, cst.BooleanOperation):
+        return _pure(test.left) and _pure(test.right)
+    if isinstance(test, cst.Comparison):
+        return _pure(test.left) and all(_pure(c.comparator) for c in test.comparisons)
+    return False
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)

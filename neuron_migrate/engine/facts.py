@@ -63,8 +63,12 @@ def imports_any(ctx: FileContext, roots: tuple[str, ...]) -> bool:
 @fact
 def moving_to_neuron(ctx: FileContext) -> bool:
     """The file belongs to a program moving to the neuron device: it imports torch_xla or torch_neuronx at module
-    level, or already uses the `neuron` device. (A library that imports torch_xla only inside the function of an
-    XLA code path, as PyTorch itself does, is a multi-backend library, not such a program.)"""
+    level, or already uses the `neuron` device, or a program that moves reaches it through the project's imports
+    (engine/project.py: a helper module of an XLA training script). (A library that imports torch_xla only inside
+    the function of an XLA code path, as PyTorch itself does, is a multi-backend library, not such a program.)"""
+    project = ctx.settings.project
+    if project is not None and project.moving is not None:
+        return True
     return any(
         b.kind == "import" and (b.qualname or "").split(".")[0] in ("torch_xla", "torch_neuronx")
         for bindings in ctx.analysis.module_scope.bindings.values() for b in bindings

@@ -17,7 +17,6 @@ import importlib
 import os
 from typing import Callable
 
-from neuron_migrate.engine.startup import compiled_dataclasses
 from neuron_migrate.findings import FileResult
 from neuron_migrate.settings import Settings
 
@@ -43,8 +42,7 @@ def handlers_for(kind: str) -> tuple[Handler, ...]:
     out = []
     for spec in HANDLERS.get(kind, ()):
         module, _, func = spec.partition(":")
-        with compiled_dataclasses():  # LibCST's import, mostly (engine/startup.py)
-            out.append(getattr(importlib.import_module(module), func))
+        out.append(getattr(importlib.import_module(module), func))
     return tuple(out)
 
 
@@ -73,6 +71,9 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
     handlers = handlers_for(kind)
     if not handlers:
         return None
+    project = settings.project
+    if project is not None and kind in PROGRAM_KINDS and (project.set_aside or project.conflict):
+        return _held(path, data, kind, settings, rewrite, project)
     combined = FileResult(path, old_bytes=data)
     current = data
     for handler in handlers:
@@ -101,6 +102,61 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
 
 
 ENGINE_REPORTS_UNUSED = frozenset({"python", "notebook"})
+PROGRAM_KINDS = ENGINE_REPORTS_UNUSED
+SET_ASIDE_CODE, CONFLICT_CODE = "NM521", "NM522"
+# what a file set aside for another platform still reports: the maintained XLA inference path (NM510), Inf1 code
+# (NM513), trn1 instance types (NM520)
+SET_ASIDE_NOTES = ("NM510", "NM513", "NM520")
+
+
+def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, project) -> FileResult:
+    """A file of a program whose target the native backend does not run on (TPU, Inf1, Inf2, Trn1: NM521, and its
+    notes for that platform), or whose evidence conflicts (NM522, a marker: nothing else is decided for it)."""
+    from dataclasses import replace
+
+    from neuron_migrate.policy import Policy
+    from neuron_migrate.project_facts import NAMES
+    from neuron_migrate.suppress import line_suppressions
+
+    policy = Policy(settings, path, rewrite)
+    if project.conflict:
+        code, fields = CONFLICT_CODE, {"evidence": "; ".join(project.conflict)}
+        notes: tuple[str, ...] = ()
+    else:
+        code, fields = SET_ASIDE_CODE, {"target": NAMES[project.target], "evidence": "; ".join(project.evidence[:2])}
+        notes = tuple(c for c in SET_ASIDE_NOTES if policy.enabled(c))
+    combined = FileResult(path, old_bytes=data)
+    if notes:
+        quiet = replace(settings, select=frozenset(notes), ignore=frozenset(), project=None)
+        for handler in handlers_for(kind):
+            result = handler(path, data, quiet, False)
+            if result.error:
+                return result
+            combined.findings.extend(f for f in result.findings if f.code in notes)
+    text = data.decode("utf-8", "replace")
+    suppressions = line_suppressions(text, kind) if kind == "python" else None
+    told = project.legacy  # a file without legacy code is held silently: nothing of it would change
+    decision = policy.decide(code, 1 if suppressions is not None else None, suppressions, fields) if told else None
+    if decision is not None:
+        combined.findings.append(decision.finding(policy, 1, 1))
+        if decision.mark and kind == "python" and f"TODO(neuron-migrate {code})" not in text[:4000]:
+            newline = "\r\n" if "\r\n" in text[:2000] else "\n"
+            at = _header_end(text)
+            combined.new_bytes = (text[:at] + decision.marker + newline + text[at:]).encode("utf-8")
+            combined.applied[code] = 1
+    combined.findings.sort(key=lambda f: f.sort_key())
+    return combined
+
+
+def _header_end(text: str) -> int:
+    """Where a module-level marker goes: after the shebang and encoding lines."""
+    at = 0
+    for line in text.splitlines(keepends=True)[:2]:
+        if line.startswith("#!") or ("coding" in line and line.lstrip().startswith("#")):
+            at += len(line)
+        else:
+            break
+    return at
 
 
 def _unused_suppressions(path: str, data: bytes, kind: str, settings: Settings, combined: FileResult) -> list:

@@ -219,7 +219,9 @@ def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], require
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
     definitions = [d for d in definitions if d.split("=", 1)[0].strip() in unresolved]
     if definitions:
-        unresolved |= set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
+        read = set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
+        unresolved |= read
+        orphaned = [b for b in orphaned if b.name not in read]  # `os` that `WORLD_SIZE = ...` reads now
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
     module = _add_definitions(module, definitions)
     flags = (flag_only_bindings(analysis) if flags is None else flags) if fixed else []
@@ -507,7 +509,7 @@ def _still_needed(module: cst.Module, required: list[tuple[str, str | None]], un
 def _imported_at_top(text: str, module: str) -> bool:
     """The file already has `import <module>` (among others on the line, perhaps) at its top level."""
     name = re.escape(module)
-    return re.search(rf"(?m)^import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*{name}[ \t]*(?:,|#|;|$)",
+    return re.search(rf"(?m)^import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*{name}[ \t]*(?:,|#|;|\r|$)",
                      text) is not None
 
 

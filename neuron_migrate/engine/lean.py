@@ -16,7 +16,8 @@ classes); a class with a hot method is kept, its cold methods still replaced. A 
   declares `global` / `nonlocal` (it would change what names mean elsewhere);
 - or it names something a hot unit binds (a module-level name, an attribute it assigns, a function or class);
 - or a hot unit reads it by its bare name (`xmp.spawn(_mp_fn)`, `torch.compile(step)`, `train(device)`: rules
-  read the definition a call names, and follow values into its parameters).
+  read the definition a call names, and follow values into its parameters), or passes it to a call as an
+  attribute (`torch_xla.compile(self.step_fn)`: a method of that name).
 
 Only `def` and `class` statements are ever replaced; everything else is kept as written. `rewrite` parses the
 whole file (it renders it). `tests/test_lean.py` holds the findings of the lean parse equal to the whole parse's
@@ -164,6 +165,9 @@ def _units(node: ast.stmt, parent: _Unit | None, out: list[_Unit], module_level:
         elif kind is ast.keyword:
             if current.arg:
                 names.add(current.arg)
+        elif kind is ast.Call:
+            # a bound method passed on (`torch_xla.compile(self.step_fn)`): rules read the method it names
+            refs.update(a.attr for a in current.args if type(a) is ast.Attribute)
         elif kind in _SCOPE_CHANGERS and (unit.defines is not None or kind in _DECLARATIONS):
             unit.hot = None  # a mark for _has_needle: always hot
         elif kind in _DEFS:

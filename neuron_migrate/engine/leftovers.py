@@ -119,7 +119,11 @@ def _marker_what(items: dict[str, str | None]) -> str:
         (name, hint), = items.items()
         if hint and len(with_hint := f"`{name}` has no automatic rewrite: {hint}") <= marker_room(CODE):
             return with_hint
+    room = marker_room(CODE)
     for what in (f"no automatic rewrite for {names}", f"no rewrite for {names}"):
-        if not shorten(what, marker_room(CODE)).endswith("..."):
+        if len(what) <= room:  # the names as written
             return what
+    what = f"no rewrite for {names}"
+    if not shorten(what, room).endswith("..."):
+        return what  # the names shortened to their last part
     return f"{names}: by hand"  # a long name: the name is what the marker must keep

@@ -21,9 +21,10 @@ import warnings
 import libcst as cst
 
 from neuron_migrate import catalogue, syntax
-from neuron_migrate.engine import imports, leftovers
+from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
-from neuron_migrate.engine.edits import MARKER_PREFIX, apply
+from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_identical_arms
+from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
@@ -110,7 +111,7 @@ def _python(text: str, tree: bool) -> ast.Module | None:
         raise SourceError(f"line 1: syntax error (for Python {PYTHON}): {exc}") from None
 
 
-_PY2 = re.compile(r"^\s*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
+_PY2 = re.compile(r"^[ \t\f]*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
 
 
 def _looks_like_python2(text: str) -> bool:
@@ -148,12 +149,14 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     """`rewrite` asks for the new bytes too (and for the findings' status); the findings are the same."""
     source = decode(data)
     result = FileResult(path, old_bytes=data)
-    present = Present(data)
+    moving = settings.project is not None and settings.project.moving is not None
+    present = Present(data, MOVING_TO_NEURON_BYTES if moving else ())
     rules = active_rules(data, settings, path, present)
     step = leftovers.active(present, settings, path)
     has_markers = MARKER_PREFIX.encode() in data
     may_suppress = MAY_SUPPRESS.search(data) is not None
     if not rules and not step and not has_markers and not may_suppress:
+        _python_accepts(source.text)  # nothing to report, but what Python refuses to compile is still an error
         return result
     tree = None
     if not step and rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
@@ -193,6 +196,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     analysis = Analysis(module, wanted=tuple(wanted), record=True)
     ctx = FileContext(path, source, module, analysis, settings, may_suppress=may_suppress)
     decide(ctx, rules, step)
+    result.files_read.update(ctx.files_read)
     new_text = None
     if ctx.edits or ctx.required_imports or ctx.definitions or "torch_xla" in source.text:
         new_text = fix(ctx, renderer, rewrite)
@@ -284,6 +288,7 @@ def fix(ctx: FileContext, renderer: Renderer, rewrite: bool) -> str | None:
                 raise
             dropped.add(culprit)
             reason = "rewrite did not compile" if isinstance(exc, SourceError) else \
+                "would call itself" if isinstance(exc, patches.SelfCall) else \
                 f"rewrite failed: {type(exc).__name__}"
             ctx.fix_failed(ctx.decisions[culprit], reason)
     if (unused or flags) and ctx.enabled(imports.UNUSED_CODE):
@@ -298,8 +303,11 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     flags: they become torch_neuronx imports); raises where it cannot be made."""
     module, analysis = ctx.module, ctx.analysis
     made: set = set()  # the comment lines the edits write
+    collapse_identical_arms(edits, analysis.parents)
     new_module = apply(module, edits, analysis.parents, made)
     after = Analysis(new_module, reuse=analysis)
+    if edits and patches.may_patch(ctx.source.text, analysis):
+        patches.self_calls(analysis, after)  # a patched function must not come to call itself
     unused = [b for b in imports.unused_bindings(after) if not _kept_import(ctx, b)]
     if unused and ctx.facts.paths.multi_backend:
         unused = []  # a multi-backend file keeps its XLA code, legacy imports too (engine/paths.py)

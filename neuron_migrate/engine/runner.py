@@ -23,7 +23,7 @@ from neuron_migrate.findings import FileResult
 from neuron_migrate.engine import handlers
 from neuron_migrate.cli.progress import Progress
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import SourceError, read_bytes, write_atomic
+from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit, write_atomic
 
 PARALLEL_THRESHOLD = 16  # below this many files, worker start-up costs more than it saves
 DEEP_STACK_BYTES = 512 * 1024 * 1024
@@ -36,6 +36,10 @@ class Run:
     problems: list[Problem] = field(default_factory=list)
     # XLA-stack libraries whose files were found and left alone (engine/stack.py): one note each, not findings
     libraries: list[Library] = field(default_factory=list)
+    # shown path -> real path at discovery: the writes refuse a file that resolves elsewhere by then
+    reals: dict[str, str] = field(default_factory=dict)
+    # the project model (engine/project.py): programs, their files and targets; None for standard input
+    project: object | None = None
 
     @property
     def errors(self) -> list[tuple[str, str]]:
@@ -70,7 +74,7 @@ class Outcome:
 def _process(target: Target, settings: Settings, rewrite: bool, data: bytes | None = None) -> Outcome:
     if data is None:
         try:
-            data = read_bytes(target.path)
+            data = read_bytes(target.path, size_limit(target.kind), target.kind)
         except SourceError as exc:
             return Outcome(FileResult(target.path, error=str(exc)))
     key = digest(data)
@@ -105,23 +109,26 @@ def _with_deep_stack(fn, *args):
             outcome["error"] = exc
 
     previous_size = threading.stack_size(DEEP_STACK_BYTES)
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_RECURSION_LIMIT))
+    previous_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous_limit, DEEP_RECURSION_LIMIT))
     try:
         thread = threading.Thread(target=call, daemon=True)
         thread.start()
         thread.join()
     finally:
+        # back as it was: whether a later file is too deep must not depend on the files processed before it
+        sys.setrecursionlimit(previous_limit)
         threading.stack_size(previous_size)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome["value"]
 
 
-def _process_chunk(args: tuple[list[Target], Settings, bool]) -> list[Outcome]:
+def _process_chunk(args: tuple[list[tuple[Target, Settings]], bool]) -> list[Outcome]:
     """Worker side. The bytes of unchanged files do not travel back: the parent does not need them."""
-    targets, settings, rewrite = args
+    targets, rewrite = args
     out = []
-    for target in targets:
+    for target, settings in targets:
         outcome = _process(target, settings, rewrite)
         if not outcome.result.changed:
             outcome.result.old_bytes = None
@@ -129,22 +136,47 @@ def _process_chunk(args: tuple[list[Target], Settings, bool]) -> list[Outcome]:
     return out
 
 
-def _process_all(targets: list[Target], known: dict[str, bytes], settings: Settings, rewrite: bool,
+def _process_all(targets: list[tuple[Target, Settings]], known: dict[str, bytes], rewrite: bool,
                  jobs: int) -> Iterator[Outcome]:
-    """Outcomes in the order of `targets`, computed in `jobs` worker processes when that pays."""
+    """Outcomes in the order of `targets` (each with the settings of its file), computed in `jobs` worker
+    processes when that pays."""
     if jobs <= 1 or len(targets) < PARALLEL_THRESHOLD:
-        for target in targets:
+        for target, settings in targets:
             yield _process(target, settings, rewrite, known.get(target.path))
         return
     from concurrent.futures import ProcessPoolExecutor  # only here: its import costs a single-file run time
 
-    handlers.prepare({target.kind for target in targets})
+    handlers.prepare({target.kind for target, _ in targets})
 
     size = max(1, min(64, len(targets) // (jobs * 8)))  # small enough that the workers finish together
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for part in pool.map(_process_chunk, [(c, settings, rewrite) for c in chunks]):
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start)
+    try:
+        for part in pool.map(_process_chunk, [(c, rewrite) for c in chunks]):
             yield from part
+    except BaseException:  # Ctrl-C, or the caller stops early: the workers go now, mid-file or not
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+def _worker_start() -> None:
+    """A worker leaves Ctrl-C to the parent (a terminal sends it to every process of the group): it neither
+    prints a traceback of its own nor dies holding the lock of the queue the parent reads."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool) -> None:
+    """End the workers without waiting for their files (the parent is interrupted: their results are not
+    wanted). `shutdown(wait=True)` would wait for each chunk, or for ever on a worker blocked on a pipe."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join(timeout=1)
+        if worker.is_alive():
+            worker.kill()
 
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
@@ -153,34 +185,45 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     """Process every file found under `paths`. `use_cache` reads and updates the result cache;
     `progress` None shows a bar on an interactive stderr for long runs; `shard` keeps its part of the files (and
     of the problems and library notes: engine/shards.py)."""
+    paths = list(paths)
     targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
     targets, libraries = set_aside(targets)
+    from neuron_migrate.engine.project import Project, settings_for  # its cost is measured: bench/ and docs/
+
+    project = Project(paths, targets, settings)
     if shard is not None:
         targets, problems, libraries = shards.split(shard, targets, problems, libraries)
     jobs = jobs or os.cpu_count() or 1
+    per_file = [settings_for(settings, project.of(t.path, t.kind)) for t in targets]
     cache = ResultCache(default_dir(), settings, rewrite) if use_cache else None
+    if cache is not None and cache.refused:
+        problems = [*problems, Problem(str(cache.directory), cache.refused, warning=True)]
     results: dict[int, FileResult] = {}
     known: dict[str, bytes] = {}
     if cache is not None and len(cache):
         for i, target in enumerate(targets):
-            hit = _lookup(cache, target, known)
+            hit = _lookup(cache, target, known, per_file[i])
             if hit is not None:
                 results[i] = hit
     pending = [i for i in range(len(targets)) if i not in results]
     with Progress(len(targets), enabled=progress) as bar:
         bar.advance(len(results))
-        outcomes = _process_all([targets[i] for i in pending], known, settings, rewrite, jobs)
-        for i, outcome in zip(pending, outcomes):
-            result = outcome.result
-            if result.old_bytes is None and not result.error:
-                result.old_bytes = known.get(result.path)
-            if cache is not None and outcome.cacheable and outcome.digest is not None:
-                cache.put(result.path, outcome.digest, result)
-            results[i] = result
-            bar.advance()
+        outcomes = _process_all([(targets[i], per_file[i]) for i in pending], known, rewrite, jobs)
+        try:
+            for i, outcome in zip(pending, outcomes):
+                result = outcome.result
+                if result.old_bytes is None and not result.error:
+                    result.old_bytes = known.get(result.path)
+                if cache is not None and outcome.cacheable and outcome.digest is not None:
+                    cache.put(result.path, _entry_key(outcome.digest, per_file[i]), result)
+                results[i] = result
+                bar.advance()
+        finally:
+            outcomes.close()  # interrupted between two outcomes: the workers stop now, not when collected
     if cache is not None:
         cache.save()
-    return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries)
+    return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries,
+               reals={t.path: t.real for t in targets if t.real}, project=project)
 
 
 def run_bytes(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool) -> Run:
@@ -191,13 +234,20 @@ def run_bytes(path: str, data: bytes, kind: str, settings: Settings, rewrite: bo
     return Run(results=[result])
 
 
-def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes]) -> FileResult | None:
+def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes], settings: Settings) -> FileResult | None:
     try:
-        data = read_bytes(target.path)
+        data = read_bytes(target.path, size_limit(target.kind), target.kind)
     except SourceError:
         return None  # processed (and reported) like any other file
     known[target.path] = data
-    return cache.get(target.path, digest(data), data)
+    return cache.get(target.path, _entry_key(digest(data), settings), data)
+
+
+def _entry_key(data_digest: str, settings: Settings) -> str:
+    """A file's cache key: its bytes, and the project facts its result depends on (engine/project.py)."""
+    if settings.project is None:
+        return data_digest
+    return digest(f"{data_digest}\0{settings.project.key()}".encode())
 
 
 class Interrupted(KeyboardInterrupt):
@@ -209,12 +259,17 @@ class Interrupted(KeyboardInterrupt):
         self.signum = signum
 
 
+# Files written by this process so far: Ctrl-C after the writes (while the summary prints) still says what was written.
+files_written = 0
+
+
 def write_results(run: Run) -> list[tuple[str, str]]:
     """Write every changed file atomically; returns (path, error) for writes that failed (file intact).
 
     Ctrl-C or SIGTERM during the writes stops the run after the file being written (Interrupted, with the number
     written), so no file is left half-written and no temporary file stays behind.
     """
+    global files_written
     failures = []
     written = 0
     with _interrupts_between_files() as received:
@@ -223,7 +278,7 @@ def write_results(run: Run) -> list[tuple[str, str]]:
                 raise Interrupted(written, received[0])
             assert result.new_bytes is not None
             try:
-                write_atomic(result.path, result.new_bytes, expected=result.old_bytes)
+                write_atomic(result.path, result.new_bytes, expected=result.old_bytes, real=run.reals.get(result.path))
             except OSError as exc:
                 result.error = f"could not write ({exc.strerror or exc}); the file was left as it was"
                 failures.append((result.path, result.error))
@@ -231,6 +286,7 @@ def write_results(run: Run) -> list[tuple[str, str]]:
                 raise Interrupted(written) from None
             else:
                 written += 1
+                files_written += 1
         if received:
             raise Interrupted(written, received[0])
     return failures

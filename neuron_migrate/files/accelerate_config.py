@@ -2,8 +2,9 @@
 
 From accelerate 1.13.0 Neuron is a distributed type of its own (`MULTI_NEURON`, process-group backend `neuron`).
 Before it, Neuron jobs ran through accelerate's torch_xla path, configured as `distributed_type: XLA` (or `TPU`,
-its older name). A file that says it is about Neuron (it names Neuron, Trainium or a trn instance) and still
-asks for XLA gets `MULTI_NEURON` (NM511); FSDP and DeepSpeed, which accelerate does not support on Neuron
+its older name). A file that says it is about Neuron (it names Neuron, Trainium or a trn instance), or that lies
+in a project whose requirements install torch-neuronx (engine/project.py), and still asks for XLA gets
+`MULTI_NEURON` (NM511); FSDP and DeepSpeed, which accelerate does not support on Neuron
 devices, are marked for a person (NM512). The file is edited line by line: comments, order and quoting stay.
 """
 
@@ -47,7 +48,9 @@ def process_accelerate_config(path: str, data: bytes, settings: Settings, rewrit
     keys = {m.group("key"): m for m in _TOP_KEY.finditer(text)}
     dtype = keys.get("distributed_type")
     value, quote = _unquote(dtype.group("value")) if dtype else ("", "")
-    neuron = value.upper() == "MULTI_NEURON" or _NEURON.search(_MARKER.sub("", text)) is not None
+    project = settings.project  # a file of a project that installs Neuron's packages is Neuron's too
+    neuron = value.upper() == "MULTI_NEURON" or _NEURON.search(_MARKER.sub("", text)) is not None or (
+        project is not None and project.neuron_project is not None)
     if not neuron:
         return doc.result(data)  # a TPU or GPU configuration: not ours
     if dtype is not None and value.upper() in _XLA_TYPES:

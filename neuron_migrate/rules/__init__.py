@@ -30,9 +30,11 @@ class Present:
 
     __slots__ = ("data", "_seen", "_imports")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, held: tuple[bytes, ...] = ()) -> None:
+        """`held`: byte strings counted as present whatever the bytes say (a helper module of a program moving to
+        neuron holds what such a file holds: see `moving_to_neuron` in engine/facts.py)."""
         self.data = data
-        self._seen: dict[bytes, bool] = {}
+        self._seen: dict[bytes, bool] = dict.fromkeys(held, True)
         self._imports: bytes | None = None
 
     @property

@@ -24,7 +24,7 @@ MODULE_NAME = re.compile(
     r"(model|net|module|encoder|decoder|classifier|transformer|network|backbone|policy|critic|actor|generator"
     r"|discriminator|llm|lm|unet|vae|bert|gpt|resnet|vit)$", re.I)
 TRAINING_CALL = re.compile(r"\.(backward|zero_grad|step)\s*\(|\boptimizer_step\s*\(")
-CALLED_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\s*\(")
+CALLED_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)\s*\(")
 
 
 def _last(expr: cst.BaseExpression) -> str:
@@ -38,6 +38,49 @@ def placed_object(value: cst.BaseExpression) -> cst.BaseExpression | None:
         if len(value.args) == 1 and (value.args[0].keyword is None or value.args[0].keyword.value == "device"):
             return value.func.value
     return None
+
+
+def step_function(ctx, fn: cst.BaseExpression, scope) -> cst.FunctionDef | None:
+    """The `def` of this file that `fn` names, when there is exactly one: a function (`step`) or a method of the
+    class the code runs in (`self.step_fn`, `self` the method's first parameter)."""
+    if isinstance(fn, cst.Name):
+        owner = ctx.analysis.lookup(fn.value, scope)
+        bindings = owner.bindings[fn.value] if owner is not None else []
+    elif isinstance(fn, cst.Attribute) and isinstance(fn.value, cst.Name) and _is_self(fn.value.value, scope):
+        bindings = scope.parent.bindings.get(fn.attr.value, [])
+    else:
+        return None
+    defs = [b.node for b in bindings if b.kind == "def"]
+    if len(defs) != 1 or len(bindings) != 1 or not isinstance(defs[0], cst.FunctionDef):
+        return None
+    return defs[0]
+
+
+def _is_self(name: str, scope) -> bool:
+    """`name` is the first parameter of the method `scope` is the body of."""
+    node = scope.node
+    if scope.kind != "function" or scope.parent is None or scope.parent.kind != "class" \
+            or not isinstance(node, cst.FunctionDef) or not node.params.params:
+        return False
+    return node.params.params[0].name.value == name and not node.decorators
+
+
+def training_step(ctx, fn: cst.BaseExpression, scope) -> cst.FunctionDef | None:
+    """The function `fn` names when it runs backward() or steps an optimizer (a training step, or a whole epoch
+    loop): Dynamo cannot make one graph of it."""
+    function = step_function(ctx, fn, scope)
+    return function if function is not None and TRAINING_CALL.search(code(function)) else None
+
+
+def step_models(function: cst.FunctionDef, method: bool) -> list[str]:
+    """The models a training step calls, named like a module: names (`model(x)`), and for a method attributes of
+    its object (`self.model(x)`)."""
+    params = function.params.params
+    owner = params[0].name.value if method and params else None
+    called = {m.group(1) for m in CALLED_NAME.finditer(code(function.body))}
+    found = {name for name in called if MODULE_NAME.search(name.rsplit(".", 1)[-1])
+             and ("." not in name or name.split(".")[0] == owner)}
+    return sorted(found)
 
 
 # Classes (qualified) whose instances are modules, besides the torch.nn classes; subclasses defined in the file
@@ -184,10 +227,26 @@ class CompilePlacedModel(Rule):
                 self.used_as_module.add(owner)
             if owner is not None and func.attr.value == "compile":
                 self.compiled.add(owner)
-        if node.args and self.ctx.qualname(func) in COMPILERS:
+        qual = self.ctx.qualname(func) if node.args else None
+        if qual in COMPILERS:
             name = dotted_str(node.args[0].value)
             if name is not None:
                 self.compiled.add(name)
+        elif qual in TORCH_XLA_COMPILE:
+            self._eager_step_model(node.args[0].value)
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        function = self.ctx.current.statement
+        if self.ctx.qualname(node.decorator) in TORCH_XLA_COMPILE and isinstance(function, cst.FunctionDef):
+            self._eager_step_model(function.name)
+
+    def _eager_step_model(self, fn: cst.BaseExpression) -> None:
+        """The model a compiled training step calls is a module (NM110 leaves the step eager and counts on this
+        rule to compile the model where the file places it)."""
+        step = training_step(self.ctx, fn, self.ctx.scope)
+        models = step_models(step, method=isinstance(fn, cst.Attribute)) if step is not None else []
+        if len(models) == 1:
+            self.used_as_module.add(models[0])
 
     def visit_Expr(self, node: cst.Expr) -> None:
         placed = placed_object(node.value)
@@ -269,6 +328,10 @@ class CompileBackend(Rule):
     def visit_Decorator(self, node: cst.Decorator) -> None:
         ctx = self.ctx
         if ctx.qualname(node.decorator) in TORCH_XLA_COMPILE:
+            function = ctx.current.statement
+            if isinstance(function, cst.FunctionDef) and TRAINING_CALL.search(code(function.body)):
+                self._eager_step(node, function.name, function)
+                return
             torch = ctx.module_ref("torch")
             fixed = f"{torch}.compile(backend={target(ctx).compile_backend()}, dynamic=False)"
             if ctx.report("NM110", node.decorator, statement=ctx.current.statement, call=code(node.decorator),
@@ -299,8 +362,9 @@ class CompileBackend(Rule):
         if any(a not in (fn, full, name) for a in node.args):
             return
         torch = ctx.module_ref("torch")
-        if fn is not None and self._training_step(fn.value):
-            self._eager_step(node, fn.value)
+        step = training_step(ctx, fn.value, ctx.scope) if fn is not None else None
+        if step is not None:
+            self._eager_step(node, fn.value, step)
             return
         parts = [code(fn.value)] if fn is not None else []
         parts += [f"backend={target(ctx).compile_backend()}", "dynamic=False"]
@@ -310,50 +374,78 @@ class CompileBackend(Rule):
         if ctx.report("NM110", node, call=short(node), fixed=f"`{fixed}`"):
             ctx.replace(node, expression(fixed))
 
-    def _step_function(self, fn: cst.BaseExpression) -> cst.FunctionDef | None:
-        """The `def` of this file that `fn` names, when there is exactly one."""
-        if not isinstance(fn, cst.Name):
-            return None
-        owner = self.ctx.analysis.lookup(fn.value, self.ctx.scope)
-        if owner is None:
-            return None
-        defs = [b.node for b in owner.bindings[fn.value] if b.kind == "def"]
-        if len(defs) != 1 or len(owner.bindings[fn.value]) != 1 or not isinstance(defs[0], cst.FunctionDef):
-            return None
-        return defs[0]
-
-    def _training_step(self, fn: cst.BaseExpression) -> bool:
-        """A function that runs backward() or steps an optimizer: Dynamo cannot make one graph of it."""
-        function = self._step_function(fn)
-        return function is not None and bool(TRAINING_CALL.search(code(function)))
-
-    def _eager_step(self, node: cst.Call, fn: cst.Name) -> None:
-        """`torch_xla.compile(step)` of a training step: the step runs eagerly and the model it calls is compiled
-        (its forward and backward graphs; the optimizer step stays eager). Without one model to name: a marker."""
+    def _eager_step(self, node: cst.Call | cst.Decorator, fn: cst.BaseExpression, step: cst.FunctionDef) -> None:
+        """`torch_xla.compile(step)` of a training step (or of a whole epoch loop; `@torch_xla.compile` on one): the
+        step runs eagerly and the model it calls is compiled (its forward and backward graphs; the optimizer step
+        stays eager), where the file places it on the device (NM107 compiles it there) or, for a call, just before
+        the call's statement when the model is bound there. Without one model to name: a marker."""
         ctx = self.ctx
-        body = code(self._step_function(fn))
-        called = sorted({m.group(1) for m in CALLED_NAME.finditer(body) if MODULE_NAME.search(m.group(1))})
+        decorated = isinstance(node, cst.Decorator)
+        models = step_models(step, method=isinstance(fn, cst.Attribute))
         statement = ctx.current.statement if ctx.current else None
         compile_call = f"compile(backend={target(ctx).compile_backend()}, dynamic=False)"
-        if len(called) == 1 and statement is not None:
-            model = called[0]
-            placed = re.search(rf"\b{re.escape(model)}\s*=\s*[^\n]*\.to\(|\b{re.escape(model)}\.to\(",
-                               ctx.source.text)
-            needs_compile = not _already_compiled(ctx.source.text, model) and not (placed and ctx.settings.compile)
-            fixed = (f"`{fn.value}` eagerly" + (f" and `{model}.{compile_call}`" if needs_compile else "")
-                     + " (Dynamo cannot compile backward() and optimizer.step() into one graph: compile the model, "
-                       "keep the step eager)")
-            if ctx.report("NM110", node, call=short(node), fixed=fixed):
-                ctx.replace(node, cst.Name(fn.value))
-                if needs_compile:
-                    ctx.insert_before(statement, f"{model}.{compile_call}\n")
-            return
-        fixed = (f"`{fn.value}` eagerly and compile the model it calls with `model.{compile_call}` (Dynamo cannot "
+        what = code(fn)
+        if len(models) == 1 and statement is not None:
+            model = models[0]
+            text = ctx.source.text
+            where = self._home(step, model)
+            compiled = _already_compiled(text, model) or (
+                where is not None and placed(code(where), model) and ctx.settings.compile)
+            bound = ctx.analysis.lookup(model.split(".")[0], ctx.scope) is not None
+            if compiled or (bound and not decorated):
+                fixed = (f"`{what}` eagerly" + ("" if compiled else f" and `{model}.{compile_call}`")
+                         + " (Dynamo cannot compile backward() and optimizer.step() into one graph: compile the "
+                           "model, keep the step eager)")
+                if ctx.report("NM110", node.decorator if decorated else node, call=self._said(node), fixed=fixed):
+                    self._uncompile(node, fn)
+                    if not compiled:
+                        ctx.insert_before(statement, f"{model}.{compile_call}\n")
+                return
+        fixed = (f"`{what}` eagerly and compile the model it calls with `model.{compile_call}` (Dynamo cannot "
                  "compile backward() and optimizer.step() into one graph)")
-        if ctx.report("NM110", node, call=short(node), fixed=fixed, marker=False) and statement is not None:
+        if ctx.report("NM110", node.decorator if decorated else node, call=self._said(node), fixed=fixed,
+                      marker=False) and statement is not None:
             from neuron_migrate.catalogue import rule
-            from neuron_migrate.engine.edits import marker_text
+            from neuron_migrate.engine.edits import marker_room, marker_text
 
-            ctx.replace(node, cst.Name(fn.value))
-            what = f"compile the model `{fn.value}` runs; keep the step eager"
+            self._uncompile(node, fn)
+            what = f"compile the model `{what}` calls"
+            if len(what) > marker_room("NM110"):
+                what = "compile the model the step calls"
             ctx.mark(statement, marker_text("NM110", what, rule("NM110").link))
+
+    def _home(self, step: cst.FunctionDef, model: str) -> cst.CSTNode | None:
+        """The code that binds the name the step reads its model through: the scope it is bound in, seen from the
+        step (for `self.model`, the class's)."""
+        analysis = self.ctx.analysis
+        scope = next((s for s in analysis.scopes if s.node is step), None)
+        if scope is None:
+            return None
+        if "." in model:
+            return scope.parent.node if scope.parent is not None else None
+        owner = analysis.lookup(model, scope)
+        return owner.node if owner is not None and owner is not scope else None
+
+    @staticmethod
+    def _said(node: cst.Call | cst.Decorator) -> str:
+        return f"@{code(node.decorator)}" if isinstance(node, cst.Decorator) else short(node)
+
+    def _uncompile(self, node: cst.Call | cst.Decorator, fn: cst.BaseExpression) -> None:
+        """The call becomes the function it compiled; the decorator goes."""
+        if isinstance(node, cst.Call):
+            self.ctx.replace(node, fn)
+            return
+        index = list(self.ctx.current.statement.decorators).index(node)
+
+        def drop(function: cst.FunctionDef) -> cst.FunctionDef:
+            decorators = list(function.decorators)
+            del decorators[index]
+            return function.with_changes(decorators=decorators)
+
+        self.ctx.replace(self.ctx.current.statement, drop)
+
+
+def placed(text: str, model: str) -> bool:
+    """`model = ....to(...)` or `model.to(...)` somewhere in the file (NM107 compiles a model where it is placed)."""
+    name = re.escape(model)
+    return re.search(rf"(?<![\w.]){name}\s*=\s*[^\n]*\.to\(|(?<![\w.]){name}\.to\(", text) is not None

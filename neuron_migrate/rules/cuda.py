@@ -78,9 +78,9 @@ class CudaDeviceString(XlaDeviceString):
     def _owns(self, group: Group) -> bool:
         return not group.families() & {XLA, NEURON}  # a switch with the XLA (or migrated) branch keeps its GPU one
 
-    def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
+    def _flag(self, literal: cst.BaseExpression, kind: str, autocast: cst.Call | None = None) -> None:
         if moving_to_neuron(self.ctx):
-            super()._flag(literal, kind)
+            super()._flag(literal, kind)  # CUDA's autocast default (float16) is the native one
 
 
 class CudaMethod(Rule):
@@ -93,7 +93,7 @@ class CudaMethod(Rule):
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
-        return "cuda" in scan.called and may_move_to_neuron(scan)
+        return "cuda" in scan.called and may_move_to_neuron(scan, settings)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func
@@ -137,7 +137,7 @@ class TorchCudaApi(Rule):
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
         """A torch.cuda name in a file that may be moving to neuron (`facts.moving_to_neuron`)."""
-        return scan.any_qual_under(("torch.cuda",)) and may_move_to_neuron(scan)
+        return scan.any_qual_under(("torch.cuda",)) and may_move_to_neuron(scan, settings)
 
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx

@@ -6,10 +6,10 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.rules.patterns import (XM, arg, code, is_device_string, positional_count, respell_device, short,
+from neuron_migrate.rules.patterns import (XM, arg, code, has_star, is_device_string, positional_count, respell_device, short,
                                      string_value)
 from neuron_migrate.engine.context import LEFT
-from neuron_migrate.rules.device_names import CHOICE, TEST, VALUE, XLA, DeviceNames, Group, Site
+from neuron_migrate.rules.device_names import CHOICE, EXPORTED, TEST, VALUE, XLA, DeviceNames, Group, Site
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -24,7 +24,39 @@ DEVICE_NAME = re.compile(r"(^|_)device(_type)?$|^dev$", re.I)
 # where an argument or a value starts, after `(` or `=` (`.to("xla")`, `torch.device('xla:0')`, `device="xla"`,
 # `dev = f"xla:{i}"`, `x.device.type == "xla"`), with blanks, comments and line continuations between.
 # `choices=("cpu", "cuda", "xla")` alone has no device position.
-XLA_IN_DEVICE_POSITION = re.compile(rb"torch_xla|[(=](?:\s|\\|#[^\n]*)*[rRuUfFbB]{0,2}[\"']{1,3}xla\b")
+class _XlaInDevicePosition:
+    """`search(data)`: whether the bytes hold `torch_xla`, or an "xla" string after `(` or `=` with blanks, backslash
+    continuations and comments between (`torch.device(  # note\n  "xla")`).
+
+    In linear time. One regex with comments inside a repeated group (`(?:\\s|\\\\|#[^\\n]*)*`) backtracks
+    exponentially on a line of `#` after `(`, and any regex that lets a comment run to its line's end scans that
+    line again from every `(` inside the comment. So: the string on the line of its `(` / `=` is one regex that scans
+    blanks only; a string that starts its line is followed up through blank and comment lines to the line that
+    opens it, and those walks never overlap (each stops at the line of the string before)."""
+
+    _TORCH_XLA = re.compile(rb"torch_xla")
+    _SAME_LINE = re.compile(rb"[(=][ \t\r\f\v\\]*[rRuUfFbB]{0,2}[\"']{1,3}xla\b")
+    _LINE_START = re.compile(rb"^[ \t\r\f\v\\]*[rRuUfFbB]{0,2}[\"']{1,3}xla\b", re.M)
+    _SKIPPED_LINE = re.compile(rb"[ \t\r\f\v\\]*(?:#|$)")  # blank, a backslash, or a comment only
+    _OPENS = re.compile(rb"[(=][ \t\r\f\v\\]*(?:#|$)")  # ends with `(` / `=`, maybe a comment after
+
+    def search(self, data: bytes) -> bool | None:
+        if self._TORCH_XLA.search(data) or self._SAME_LINE.search(data):
+            return True
+        for m in self._LINE_START.finditer(data):
+            end = m.start() - 1  # the newline before the string's line (-1: the first line)
+            while end >= 0:
+                start = data.rfind(b"\n", 0, end) + 1
+                line = data[start:end]
+                if self._OPENS.search(line):
+                    return True
+                if not self._SKIPPED_LINE.match(line):
+                    break
+                end = start - 1
+        return None
+
+
+XLA_IN_DEVICE_POSITION = _XlaInDevicePosition()
 
 
 class XlaDeviceCall(Rule):
@@ -158,16 +190,27 @@ class XlaDeviceString(Rule):
         """Whether weak positions and held device names may be respelled in this file."""
         return self.xla_program or _imports_torch_xla_at_module_level(self.ctx)
 
-    def _flag(self, literal: cst.BaseExpression, kind: str) -> None:
+    def _flag(self, literal: cst.BaseExpression, kind: str, autocast: cst.Call | None = None) -> None:
         ctx = self.ctx
         new = self._new(literal, kind)
-        if ctx.report(self.rule_code, literal, text=code(literal), fixed=code(new)):
+        dtype = self._autocast_dtype(autocast) if autocast is not None else None
+        fixed = code(new) + (f" with `{dtype}` (XLA autocast's default)" if dtype else "")
+        if ctx.report(self.rule_code, literal, text=code(literal), fixed=fixed):
             ctx.replace(literal, new)
+            if dtype:
+                ctx.replace(autocast, lambda call, dtype=dtype: _with_dtype(call, dtype))
 
-    def _strong(self, literal: cst.BaseExpression, kind: str = DEVICE) -> None:
+    def _autocast_dtype(self, call: cst.Call) -> str | None:
+        """`torch.autocast("xla")` ran in bfloat16 (XLA's autocast default); the native default follows CUDA's
+        (float16): the dtype the original ran with is written out, where the call does not name one."""
+        if has_star(call) or arg(call, 1, "dtype") is not None or self.rule_code != "NM102":
+            return None
+        return f"dtype={self.ctx.module_ref('torch')}.bfloat16"
+
+    def _strong(self, literal: cst.BaseExpression, kind: str = DEVICE, autocast: cst.Call | None = None) -> None:
         self.xla_program = True
         if literal not in self.compared:
-            self._flag(literal, kind)
+            self._flag(literal, kind, autocast)
 
     def _weak(self, literal: cst.BaseExpression, kind: str = TYPE) -> None:
         self.weak.append((self.ctx.current, literal, kind))
@@ -178,13 +221,15 @@ class XlaDeviceString(Rule):
         qual = ctx.qualname(node.func)
         self.names.call(node, qual)
         func = node.func
-        local = self.names.local_callable(func) is not None  # `Config(device="xla")`: a value the file holds
+        # `Config(device="xla")`: a value the file holds, or one it passes to another module of the project
+        local = self.names.local_callable(func) is not None or (qual is not None and self.names.project_callable(qual))
         for a in node.args:
             if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value) and not local:
                 kind = TYPE if a.keyword.value == "device_type" else DEVICE
                 # `device_type="xla"` outside autocast is mostly a tag (test decorators, skip lists): weak
                 if a.keyword.value == "device" or _is_autocast(qual):
-                    self._strong(a.value, kind)
+                    self._strong(a.value, kind, node if a.keyword.value == "device_type" and _is_autocast(qual)
+                                 else None)
                 else:
                     self._weak(a.value, kind)
         if qual in XLA_DEVICE:
@@ -195,7 +240,7 @@ class XlaDeviceString(Rule):
         if isinstance(func, cst.Attribute) and func.attr.value == "to":
             self._strong(first.value, DEVICE)
         elif qual in DEVICE_FIRST_ARG:
-            self._strong(first.value, TYPE)
+            self._strong(first.value, TYPE, node if _is_autocast(qual) else None)
         elif isinstance(func, cst.Attribute) and func.attr.value == "startswith" and _is_device_type_expr(func.value) \
                 and not self.names.holders(func.value):
             self._weak(first.value)  # `str(x.device).startswith("xla")` (a held name's test is a group's)
@@ -280,7 +325,7 @@ class XlaDeviceString(Rule):
 
     def _decide(self, group: Group, mine: list[Site]) -> None:
         ctx = self.ctx
-        if group.open and group.tested:
+        if group.open and (group.tested or group.exported):
             self._keep(group, mine)
             return
         strings = group.tested or any(s.role == CHOICE for s in group.sites)
@@ -317,6 +362,8 @@ class XlaDeviceString(Rule):
             occ, node = first.occ, first.node
         ctx.current = occ
         tests = sorted({_where(s.occ) for s in group.sites if s.role == TEST})
+        if group.exported:
+            tests += sorted({f"`{h[1]}`" for h in group.holders if h[0] == EXPORTED})
         ctx.report("NM117", node, text=code(mine[0].node), why=why, where=", ".join(tests))
 
     def _order(self, site: Site) -> int:
@@ -378,6 +425,22 @@ def _portable(ctx, literal: cst.BaseExpression, kind: str) -> cst.BaseExpression
     if first.value[3:]:
         head.append(first.with_changes(value=first.value[3:]))
     return literal.with_changes(parts=[*head, *literal.parts[1:]])
+
+
+def _with_dtype(call: cst.Call, dtype: str) -> cst.Call:
+    """The call with `dtype=...` added after its last argument, laid out like the arguments before it."""
+    args = list(call.args)
+    last = args[-1].comma
+    if isinstance(last, cst.Comma):  # one argument a line: the new one on its own line, the same layout
+        separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
+    else:
+        separator, last = cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), cst.MaybeSentinel.DEFAULT
+    args[-1] = args[-1].with_changes(comma=separator)
+    keyword, value = dtype.split("=", 1)
+    args.append(cst.Arg(keyword=cst.Name(keyword), value=expression(value), comma=last,
+                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                              whitespace_after=cst.SimpleWhitespace(""))))
+    return call.with_changes(args=args)
 
 
 def _is_autocast(qual: str | None) -> bool:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from neuron_migrate.engine.names import Occurrence, Scope
-from neuron_migrate.rules.patterns import arg, is_device_string, string_value
+from neuron_migrate.rules.patterns import INIT_PROCESS_GROUP, arg, is_device_string, string_value
 
 XLA, CUDA, NEURON = "xla", "cuda", "neuron"  # NEURON: a name already migrated (a second run sees it)
 CUDA_NAME = re.compile(r"^cuda(:\d+)?$")
@@ -42,6 +42,7 @@ CONFIG_LOADERS = frozenset({"json.load", "json.loads", "yaml.load", "yaml.safe_l
 # str methods that keep a device name a device name (`args.device.lower() == "xla"`)
 SAME_VALUE_METHODS = frozenset({"lower", "strip", "casefold", "rstrip", "lstrip"})
 EQUALITY = (cst.Equal, cst.NotEqual, cst.In, cst.NotIn)
+EXPORTED = "exported"  # the holder of an argument passed to another module of the project
 ARGV = ("argv",)  # the holder of `sys.argv[...]`: the program's positional arguments
 
 
@@ -93,6 +94,11 @@ class Group:
     def tested(self) -> bool:
         return any(s.role == TEST for s in self.sites)
 
+    @property
+    def exported(self) -> bool:
+        """The value is passed to another module of the project, which compares it on its own terms."""
+        return any(h[0] == EXPORTED for h in self.holders)
+
     def families(self) -> set[str]:
         return {s.family for s in self.sites}
 
@@ -109,7 +115,11 @@ class DeviceNames:
         self._scopes: dict[int, Scope] | None = None
         self._config_loaded = False
         self._config_reads: list[tuple[tuple, Occurrence]] = []
-        self.script = "__main__" in ctx.source.text
+        project = ctx.settings.project
+        # a script's device names are its own, unless another module of the project imports it (engine/project.py):
+        # then its callers pass them as data too
+        self.script = "__main__" in ctx.source.text and (project is None or project.imported_by is None)
+        self.project_modules = project.modules if project is not None else ()
 
     # -- union-find over holders -------------------------------------------------------------------------
     def _find(self, key: tuple) -> tuple:
@@ -270,6 +280,17 @@ class DeviceNames:
         if local is not None:
             self._call_local(node, local)
             return
+        if qual is not None and self.project_callable(qual):
+            # a function or class of another module of the project (engine/project.py) reads what it is passed
+            # there, and decides there whether its comparisons change: a device name passed to it is kept as it
+            # is, with the marker, in a group that is not respelled (see `Group.exported`)
+            for index, a in enumerate(node.args):
+                if a.star:
+                    continue
+                holder = (EXPORTED, qual, a.keyword.value if a.keyword is not None else str(index))
+                self._source(holder, f"the call of `{qual}` (another module of the project reads it)")
+                self.flow(holder, a.value)
+            return
         # where the value is used as a device: it must be a device name the running torch knows
         for a in node.args:
             if a.keyword is not None and a.keyword.value in ("device", "device_type"):
@@ -278,6 +299,9 @@ class DeviceNames:
         if first is not None and ((isinstance(func, cst.Attribute) and func.attr.value == "to")
                                   or qual in ("torch.device", "torch.autocast", "torch.amp.autocast")):
             self._device_use(first.value)
+        backend = arg(node, 0, "backend") if qual in INIT_PROCESS_GROUP else None
+        if backend is not None:  # `BACKEND = "xla"`: its value changes with the device's (NM201 reads it there)
+            self._device_use(backend.value)
 
     def _device_use(self, value: cst.BaseExpression) -> None:
         for holder in self.holders(value):
@@ -334,21 +358,7 @@ class DeviceNames:
                     self._site(literal, holders[0], TEST)
 
     def bound_value(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """The value a name is bound to, when the file binds it once, by a plain assignment."""
-        ctx = self.ctx
-        if not isinstance(expr, cst.Name):
-            return None
-        owner = ctx.analysis.lookup(expr.value, ctx.scope)
-        bindings = owner.bindings[expr.value] if owner is not None else []
-        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].node is None:
-            return None
-        parent = ctx.analysis.parents.get(bindings[0].node)
-        if isinstance(parent, cst.AssignTarget):
-            assign = ctx.analysis.parents.get(parent)
-            return assign.value if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
-        if isinstance(parent, cst.AnnAssign) and parent.target is bindings[0].node:
-            return parent.value
-        return None
+        return bound_value(self.ctx, expr)
 
     def choices(self, value: cst.BaseExpression) -> list[cst.BaseExpression]:
         """The literals of `("xla", "cuda")`, `["cpu", "xla"]`, `{"xla"}`, a dictionary's keys, one literal, or of
@@ -410,6 +420,10 @@ class DeviceNames:
             if param is not None:
                 self.flow(("name", id(scope), param.name.value), a.value)
 
+    def project_callable(self, qual: str) -> bool:
+        """A function or class imported from another module of the project (its dotted name as imported)."""
+        return any(qual == m or qual.startswith(m + ".") for m in self.project_modules if not m.startswith("."))
+
     def _scope_of(self, node: cst.CSTNode) -> Scope | None:
         if self._scopes is None:
             self._scopes = {id(s.node): s for s in self.ctx.analysis.scopes}
@@ -453,6 +467,23 @@ class DeviceNames:
         for group in groups.values():
             group.sources.sort(key=lambda s: order[id(s[0])])
         return [g for g in groups.values() if g.sites]
+
+
+def bound_value(ctx, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The value a name is bound to, when the file binds it once, by a plain assignment."""
+    if not isinstance(expr, cst.Name):
+        return None
+    owner = ctx.analysis.lookup(expr.value, ctx.scope)
+    bindings = owner.bindings[expr.value] if owner is not None else []
+    if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].node is None:
+        return None
+    parent = ctx.analysis.parents.get(bindings[0].node)
+    if isinstance(parent, cst.AssignTarget):
+        assign = ctx.analysis.parents.get(parent)
+        return assign.value if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
+    if isinstance(parent, cst.AnnAssign) and parent.target is bindings[0].node:
+        return parent.value
+    return None
 
 
 def _argv_text(expr: cst.Subscript) -> str:

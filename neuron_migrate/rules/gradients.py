@@ -1,6 +1,7 @@
 """NM106: the gradient averaging `xm.optimizer_step` / `xm.reduce_gradients` did in every program that runs
 as several processes (torch_xla averaged wherever it found replicas, even without a spawn in the file: under
-torchrun, or in a helper the training loop calls). The migration keeps it everywhere, as a no-op in one process.
+torchrun, or in a helper the training loop calls). The migration keeps it wherever the program can run as several
+processes, as a no-op in one process; a program that cannot (rules/processes.py) had nothing to average.
 
 Where the model's placement, its optimizer and every use of its name are found, the model is wrapped in
 DistributedDataParallel under a second name right after it is placed (and compiled), and only its forward
@@ -26,6 +27,7 @@ from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, step_arguments
 from neuron_migrate.rules import sharding  # noqa: F401  (registers the fully_sharded fact read below)
 
 REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})
+DDP = "torch.nn.parallel.DistributedDataParallel"
 
 # Uses of the model's name that neither run its forward nor let it escape.
 MODULE_ATTRIBUTES = frozenset({
@@ -109,6 +111,8 @@ class GradientAveraging(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         wrapped: set[int] = set()
+        if ctx.facts.single_process:
+            return  # one replica: nothing to average (rules/processes.py), `opt.step()` is exact (NM105)
         for step in self.steps:
             ctx.current = step.occ
             if self._sharded(step):
@@ -194,13 +198,15 @@ class GradientAveraging(Rule):
         ctx.current = placement.occ
         model = placement.name
         ddp = f"ddp_{model}"
-        nn = ctx.module_ref("torch.nn", "nn")
+        # the file's own name for DDP or torch.nn, else through torch (`import torch.nn as nn`: ruff's PLR0402)
+        scope = placement.occ.scope
+        nn = ctx.analysis.local_name_for("torch.nn", scope) or f"{ctx.module_ref('torch')}.nn"
+        wrapper = ctx.analysis.local_name_for(DDP, scope) or f"{nn}.parallel.DistributedDataParallel"
         on_neuron = _on_neuron(ctx, placement)
         ctx.insert_after(placement.occ.statement, (
             f"{ddp} = {model}\n"
             f"if {world_size(ctx)} > 1{on_neuron}:\n"
-            f"    {ddp} = {nn}.parallel.DistributedDataParallel({model}, broadcast_buffers=False)\n"))
-        scope = placement.occ.scope
+            f"    {ddp} = {wrapper}({model}, broadcast_buffers=False)\n"))
         for occ, node in self.names:
             parent = occ.parent
             if node.value == model and isinstance(parent, cst.Call) and parent.func is node \
@@ -263,7 +269,7 @@ class GradientAveraging(Rule):
                  f"    for {param} in [p for group in {opt}.param_groups for p in group[{ctx.string('params')}]"
                  f" if p.grad is not None]:\n"
                  f"        {d}.all_reduce({param}.grad)\n"
-                 f"        {param}.grad /= {d}.get_world_size()\n")
+                 f"        {param}.grad /= {world_size(ctx) if ctx.facts.rank_names else f'{d}.get_world_size()'}\n")
         if step.replaces_statement:
             replace_statement(ctx, statement, lambda _call: [block.rstrip()])
         else:

@@ -86,9 +86,12 @@ def moving_to_neuron(ctx) -> bool:
     return ctx.moving_to_neuron
 
 
-def may_move_to_neuron(scan) -> bool:
+def may_move_to_neuron(scan, settings) -> bool:
     """The tree pre-filter's side of `moving_to_neuron` (engine/facts.py): false only where the file imports
-    neither torch_xla nor torch_neuronx in any scope and spells no use of the neuron device."""
+    neither torch_xla nor torch_neuronx in any scope, spells no use of the neuron device and no moving program
+    reaches it."""
+    if settings.project is not None and settings.project.moving is not None:
+        return True
     return scan.imports_under(("torch_xla", "torch_neuronx")) or NEURON_DEVICE_USE.search(scan.text) is not None
 
 

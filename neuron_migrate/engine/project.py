@@ -1,0 +1,623 @@
+"""The project model: what the project tells about each file, computed once per run before any file is processed.
+
+A file's decisions used to rest on its own bytes only. Real repositories spread one program over several files
+and say what they run on elsewhere: in file and folder names, sibling notebooks and READMEs, Dockerfile base
+images, launch scripts, SageMaker estimators and requirements. The model reads Python's `ast` of every Python
+file and notebook found (not LibCST) and the text of the other files, and builds
+
+- the project roots (the nearest folder above a file with pyproject.toml, setup.py, setup.cfg or .git, else the
+  folder given on the command line);
+- the import graph among the project's own modules (a module resolves in the importing file's folder and in
+  every folder above it up to its root, which covers package imports and the usual `sys.path` additions);
+- the programs: entry points (a `__main__` block, a notebook, a file a launch script or notebook runs, a
+  SageMaker `entry_point`) and the files each reaches through that graph;
+- per program its target with the places it was read from (`targets` in `[tool.neuron-migrate]` first, then the
+  program's own path and text, then the scripts and estimators that launch it, then the requirements,
+  Dockerfiles and READMEs of its folders); the strongest level that has evidence decides, and two targets on that
+  level are a conflict that is marked, never guessed.
+
+Each file then gets its `FileProject` (neuron_migrate/project_facts.py), carried to the handlers in its settings
+and folded into its cache key: a file whose program targets TPU, Inf1, Inf2 or Trn1 is set aside (NM521), a helper
+module reached from a program that moves to neuron moves too, a module another module imports is a library
+whose device-name parameters callers pass as data.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from typing import Iterable
+
+from neuron_migrate.project_facts import GPU, INF1, INF2, NAMES, NEURON, SET_ASIDE, TPU, TRN1, FileProject
+
+ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+LEGACY_ROOTS = frozenset({"torch_xla", "torch_neuronx"})
+# evidence levels, strongest first
+CONFIG, NAME, TEXT, LAUNCH, FOLDER = range(5)
+LEVELS = ("config", "path", "text", "launch", "folder")
+
+# a path component's words: `hf_pretrained_vit_inference_on_inf2.ipynb` -> ... "on", "inf2"
+_WORD = re.compile(r"[A-Za-z0-9]+")
+_NAME_WORDS = {"tpu": TPU, "tpus": TPU, "tpuv2": TPU, "tpuv3": TPU, "tpuv4": TPU, "tpuv5": TPU, "tpuv5e": TPU,
+               "tpuv5p": TPU, "tpuv6e": TPU, "inf1": INF1, "inf2": INF2, "inferentia2": INF2, "inferentia1": INF1,
+               "trn1": TRN1, "trn1n": TRN1, "trainium1": TRN1, "trn2": NEURON, "trn3": NEURON}
+# an instance type, as a launch script, an estimator or a README writes it
+INSTANCE_TYPE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b")
+_INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
+# TPU named as hardware in prose or comments: "TPU v3-8", "a TPU VM", "Cloud TPU", "TPU v5e", "tpu-v4"
+# (case-sensitive: a `tpuv4` preset name in code is not prose)
+TPU_PROSE = re.compile(r"\bTPU[ -]?v\d|\bTPU VMs?\b|\bCloud TPU|\btpu-v\d|\bTPU\b[^\n]{0,20}\bv[2-6][ep]?-\d{1,4}\b")
+PJRT_TPU = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?TPU\b""")
+PJRT_NEURON = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?NEURON\b""")
+# a launch line: the Python program it runs
+_LAUNCHER = re.compile(r"(?:^|[\s;&|(!])(?:python3?(?:\.\d+)?|torchrun|neuron_parallel_compile|accelerate launch|"
+                       r"deepspeed|%run)\b[^\n;&|]*?([\w./-]+\.py)\b")
+_RUN_MAGIC = re.compile(r"^\s*%run\s+(?:-\S+\s+)*([\w./-]+?)(?:\.py)?\s*$")
+# requirements: the products they install
+_REQ_INF1 = re.compile(r"^[ \t\f]*(?:torch-neuron|torch_neuron|neuron-cc|neuron_cc)\s*(?:[=<>~!;\[#]|$)", re.I | re.M)
+_REQ_TPU = re.compile(r"torch[-_]xla\s*\[\s*tpu\s*\]|libtpu", re.I)
+_REQ_NEURON = re.compile(r"^[ \t\f]*(?:torch-neuronx|torch_neuronx|neuronx-cc|neuronx_cc|neuronx-distributed)\b", re.I | re.M)
+# Python statements read from lines (engine/project.py reads every file: it must cost little)
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))",
+                     re.M)
+_MAIN = re.compile(r"""^if[ \t]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__main__["'][ \t]*==[ \t]*__name__)""",
+                   re.M)
+_TRAINS = re.compile(r"\.backward\(|Trainer\b|Optimizer\b|\btorch\.optim\b|\boptimizer\.step\(|\btrain_step\b|\brun_train\b")
+_INSTALLS_NEURON = re.compile(r"\btorch[-_]neuronx\b")  # a Dockerfile's or pyproject's install of it
+_TRAINING_NAME = re.compile(r"train|fine[-_ ]?tun", re.I)
+_INFERS = re.compile(r"torch_neuronx\b[^\n]*\btrace\b|\btransformers_neuronx\b|\bneuronx_distributed_inference\b|"
+                     r"\bparallel_model_trace\b|\bNeuronModelFor\w+|\bModelBuilder\b")
+# Dockerfile base images
+_FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
+_README = re.compile(r"^readme(\.\w+)?$", re.I)
+_README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
+_README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
+
+
+@dataclass
+class Evidence:
+    target: str
+    level: int
+    place: str  # the file it was read from, as shown
+    what: str
+
+    def text(self) -> str:
+        return f"{self.place}: {self.what}"
+
+
+@dataclass
+class Module:
+    """What the model knows of one Python file or notebook."""
+
+    path: str  # as discovered (shown)
+    full: str  # absolute
+    root: str
+    entry: bool = False  # a `__main__` block, a notebook, or run by a launch script / estimator / notebook
+    legacy: bool = False  # imports torch_xla or torch_neuronx (any scope)
+    trains: bool = False  # calls `.backward()` or builds a trainer: a training program's file
+    infers: bool = False  # uses an XLA inference API (`torch_neuronx.trace`, transformers-neuronx, NxD inference)
+    imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) as written
+    runs: list[str] = field(default_factory=list)  # programs it runs (`!python x.py`, `%run x`)
+    estimators: list[tuple[str, str]] = field(default_factory=list)  # (entry_point, instance type)
+    evidence: list[Evidence] = field(default_factory=list)
+    edges: set[str] = field(default_factory=set)  # absolute paths of the project modules it imports
+    launches: set[str] = field(default_factory=set)  # absolute paths of the programs it runs (`!torchrun x.py`)
+    modules: list[str] = field(default_factory=list)  # those imports' dotted names as written
+    importers: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Program:
+    entry: Module
+    files: list[Module]
+    target: str | None
+    evidence: list[Evidence]
+    conflict: list[Evidence]
+    moving: bool
+
+
+class Project:
+    """The model of every file found in one run."""
+
+    def __init__(self, paths: Iterable[str], targets: Iterable, settings) -> None:
+        self.tops = [os.path.abspath(p) for p in paths]
+        self.config_targets = tuple(getattr(settings, "targets", ()) or ())
+        self.files = list(targets)
+        self.modules: dict[str, Module] = {}
+        self.others: dict[str, list[str]] = {}  # kind -> absolute paths (shell, dockerfile, requirements, readme)
+        self.programs: list[Program] = []
+        self.facts: dict[str, FileProject] = {}
+        self._roots: dict[str, str] = {}
+        self._texts: dict[str, str] = {}
+        self._build()
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def _root(self, folder: str) -> str:
+        if folder in self._roots:
+            return self._roots[folder]
+        if any(os.path.exists(os.path.join(folder, m)) for m in ROOT_MARKERS) or folder in self.tops:
+            root = folder
+        else:
+            parent = os.path.dirname(folder)
+            root = folder if parent == folder else self._root(parent)
+        self._roots[folder] = root
+        return root
+
+    def _text(self, full: str) -> str:
+        if full not in self._texts:
+            try:
+                with open(full, "rb") as fh:
+                    self._texts[full] = fh.read(1 << 20).decode("utf-8", "replace")
+            except OSError:
+                self._texts[full] = ""
+        return self._texts[full]
+
+    def _build(self) -> None:
+        for target in self.files:
+            full = os.path.abspath(target.path)
+            if target.kind in ("python", "notebook"):
+                module = Module(target.path, full, self._root(os.path.dirname(full)))
+                self.modules[full] = module
+                self._read_module(module, target.kind)
+            elif target.kind in ("shell", "dockerfile", "requirements", "pyproject"):
+                self.others.setdefault(target.kind, []).append(full)
+        self._folders_with_readmes()
+        self._resolve_imports()
+        self._launches()
+        self._make_programs()
+
+    def _read_module(self, module: Module, kind: str) -> None:
+        text = self._text(module.full)
+        shown = module.path
+        module.trains = _TRAINING_NAME.search(os.path.basename(module.full)) is not None  # `llama3-8b-fine-tuning`
+        if kind == "notebook":
+            code, prose = _notebook_text(text, module)
+            module.entry = True
+        else:
+            code, prose = [text], _comments(text)
+        for part in code:
+            _read_code(module, part)
+            if "instance_type" in part:  # an estimator: its keywords are read from Python's tree
+                try:
+                    tree = ast.parse(part)
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    continue
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Call) and node.keywords:
+                        self._estimator(module, node)
+        # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
+        joined = "\n".join(code)
+        if "PJRT_DEVICE" in joined and PJRT_TPU.search(joined) and not PJRT_NEURON.search(joined):
+            module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
+        m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
+        if m:
+            module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
+        named: dict[str, str] = {}
+        for m in INSTANCE_TYPE.finditer(prose) if ("inf" in prose or "trn" in prose) else ():
+            named.setdefault(_INSTANCE_TARGET[m.group(1).lower()], m.group(0))
+        module.evidence += [Evidence(target, TEXT, shown, f"names the instance type `{kind}`")
+                            for target, kind in named.items()]
+
+    @staticmethod
+    def _estimator(module: Module, node: ast.Call) -> None:
+        """A SageMaker estimator (or any call) with `instance_type="ml.inf2..."` and `entry_point="x.py"`."""
+        words = {k.arg: k.value.value for k in node.keywords
+                 if k.arg and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
+        kind = words.get("instance_type")
+        entry = words.get("entry_point")
+        if kind and entry and INSTANCE_TYPE.search(kind):
+            source = words.get("source_dir")
+            module.estimators.append((os.path.join(source, entry) if source else entry, kind))
+
+    def _folders_with_readmes(self) -> None:
+        self.readmes: dict[str, str] = {}
+        folders = {os.path.dirname(m.full) for m in self.modules.values()}
+        for folder in folders:
+            try:
+                names = os.listdir(folder)
+            except OSError:
+                continue
+            for name in names:
+                if _README.match(name):
+                    self.readmes[folder] = os.path.join(folder, name)
+                    break
+
+    # -- the import graph ------------------------------------------------------------------------------------
+    def _resolve_imports(self) -> None:
+        self._stems = {os.path.splitext(full)[0] for full in self.modules}
+        self._stems |= {os.path.dirname(full) for full in self.modules if full.endswith("__init__.py")}
+        for module in self.modules.values():
+            folder = os.path.dirname(module.full)
+            for name, level in module.imports:
+                if level:
+                    base = folder
+                    for _ in range(level - 1):
+                        base = os.path.dirname(base)
+                    found = self._find(name, (base,)) if name else None
+                else:
+                    if name.split(".")[0] in LEGACY_ROOTS:
+                        continue
+                    found = self._find(name, self._search_path(folder, module.root))
+                if found is not None and found != module.full:
+                    if found not in module.edges:
+                        module.edges.add(found)
+                        module.modules.append(("." * level) + name)
+                        self.modules[found].importers.append(module.path)
+
+    @staticmethod
+    @functools.lru_cache(maxsize=4096)
+    def _search_path(folder: str, root: str) -> tuple[str, ...]:
+        return tuple(Project._folders_up(folder, root))
+
+    @staticmethod
+    def _folders_up(folder: str, root: str) -> list[str]:
+        out = [folder]
+        while folder != root and folder.startswith(root):
+            folder = os.path.dirname(folder)
+            out.append(folder)
+        return out
+
+    def _find(self, name: str, bases: Iterable[str]) -> str | None:
+        parts = name.split(".")
+        for base in bases:
+            stem = os.path.join(base, *parts)
+            if stem not in self._stems:
+                continue
+            for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+                if candidate in self.modules:
+                    return candidate
+        return None
+
+    # -- launches ----------------------------------------------------------------------------------------------
+    def _launches(self) -> None:
+        """Programs a launch script, a notebook or an estimator runs, with the evidence those carry."""
+        for full in self.others.get("shell", ()):
+            text = self._text(full)
+            shown = self._shown(full)
+            evidence = _launch_evidence(text, shown)
+            for program in _LAUNCHER.findall(text):
+                self._launched(os.path.dirname(full), program, evidence, None)
+        for module in list(self.modules.values()):
+            folder = os.path.dirname(module.full)
+            if module.runs:  # what the notebook says of itself, it says of the programs it runs
+                own = [Evidence(e.target, LAUNCH, e.place, f"{module.path} runs it ({e.what})")
+                       for e in [*self._path_evidence(module), *module.evidence] if e.level in (NAME, TEXT)]
+                for program in module.runs:
+                    self._launched(folder, program, own, module)
+            for entry, kind in module.estimators:
+                m = INSTANCE_TYPE.search(kind)
+                evidence = [Evidence(_INSTANCE_TARGET[m.group(1).lower()], LAUNCH, module.path,
+                                     f"an estimator runs it on `{kind}`")]
+                self._launched(folder, entry, evidence, None)
+
+    def _launched(self, folder: str, program: str, evidence: list[Evidence], launcher: Module | None) -> None:
+        """The program a launch line names (resolved from the launcher's folder up to its root) is an entry point,
+        with the launcher's evidence; a notebook's program reaches it (its closure is the notebook's too)."""
+        name = program if program.endswith(".py") else program + ".py"
+        for base in self._search_path(folder, self._root(folder)):
+            full = os.path.normpath(os.path.join(base, name))
+            module = self.modules.get(full)
+            if module is not None:
+                module.entry = True
+                module.evidence.extend(evidence)
+                if launcher is not None:
+                    launcher.launches.add(full)
+                return
+
+    # -- programs and their targets ----------------------------------------------------------------------------
+    def _shown(self, full: str) -> str:
+        rel = os.path.relpath(full)
+        return full if rel.startswith("..") else rel
+
+    def _make_programs(self) -> None:
+        reached_by: dict[str, list[Program]] = {}
+        for module in self.modules.values():
+            if not module.entry:
+                continue
+            files = self._reach(module)
+            evidence = self._evidence(module)
+            target, strongest, conflict = _decide(evidence)
+            if target in (INF2, TRN1) and (any(f.trains for f in files)
+                                           or (target == TRN1 and not any(f.infers for f in files))):
+                # a training program on the XLA-based torch-neuronx is what the tool moves (to Trn2 / Trn3; NM520
+                # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path,
+                # and Trn1 (a training instance above all) is taken for an inference target only with its APIs
+                target = None
+            moving = target not in SET_ASIDE and any(f.legacy for f in files)
+            program = Program(module, files, target, strongest, conflict, moving)
+            self.programs.append(program)
+            for f in files:
+                reached_by.setdefault(f.full, []).append(program)
+        for full, module in self.modules.items():
+            programs = reached_by.get(full, [])
+            own = [p for p in programs if p.entry is module]
+            self.facts[module.path] = self._file_facts(module, own or programs)
+
+    def _reach(self, entry: Module) -> list[Module]:
+        seen = {entry.full}
+        order = [entry]
+        for module in order:
+            for other in sorted(module.edges | module.launches):
+                if other not in seen:
+                    seen.add(other)
+                    order.append(self.modules[other])
+        return order
+
+    def _evidence(self, module: Module) -> list[Evidence]:
+        out: list[Evidence] = []
+        config = self._config_target(module.full)
+        if config is not None:
+            out.append(config)
+        out += self._path_evidence(module)
+        out += module.evidence
+        out += self._folder_evidence(module)
+        return out
+
+    def _config_target(self, full: str) -> Evidence | None:
+        best = None
+        for prefix, target in self.config_targets:
+            if full == prefix or full.startswith(prefix.rstrip("/") + "/"):
+                if best is None or len(prefix) > len(best[0]):
+                    best = (prefix, target)
+        if best is None:
+            return None
+        return Evidence(_INSTANCE_TARGET.get(best[1], best[1]), CONFIG, "[tool.neuron-migrate] targets",
+                        f"`{best[0]}` = \"{best[1]}\"")
+
+    def _path_evidence(self, module: Module) -> list[Evidence]:
+        rel = os.path.relpath(module.full, module.root)
+        found: dict[str, str] = {}
+        for part in rel.split(os.sep):
+            for word in _WORD.findall(part):
+                target = _NAME_WORDS.get(word.lower())
+                if target is not None:
+                    found.setdefault(target, word)
+        return [Evidence(target, NAME, module.path, f"its path says `{word}`") for target, word in found.items()]
+
+    def _folder_evidence(self, module: Module) -> list[Evidence]:
+        """Requirements, Dockerfiles and READMEs of the program's folder and of the folders above, up to its root."""
+        out: list[Evidence] = []
+        folders = self._search_path(os.path.dirname(module.full), module.root)
+        for kind, reader in (("requirements", _requirements_evidence), ("dockerfile", _dockerfile_evidence),
+                             ("pyproject", _pyproject_evidence)):
+            for full in self.others.get(kind, ()):
+                if os.path.dirname(full) in folders:
+                    out += reader(self._text(full), self._shown(full))
+        readme = self.readmes.get(os.path.dirname(module.full))
+        if readme is not None:
+            out += _readme_evidence(self._text(readme), self._shown(readme))
+        return out
+
+    def _file_facts(self, module: Module, programs: list[Program]) -> FileProject:
+        targets = {p.target for p in programs if p.target is not None}
+        # a helper moves with its programs when every program that reaches it moves (one also used by a GPU
+        # program stays as it is: its CUDA calls serve that one)
+        moving = next((p.entry.path for p in programs if p.moving), None) if all(
+            p.moving or p.target in SET_ASIDE for p in programs) else None
+        conflict: list[str] = []
+        evidence: list[str] = []
+        target = None
+        for p in programs:
+            conflict += [e.text() for e in p.conflict]
+        aside = [p for p in programs if p.target in SET_ASIDE]
+        if aside and moving is not None:  # shared by a program set aside and one that moves: neither is guessed
+            conflict += [f"{p.entry.path} runs on {NAMES[p.target]} ({p.evidence[0].text()})" for p in aside]
+            conflict += [f"{p.entry.path} moves to neuron" for p in programs if p.moving]
+        elif len(targets) == 1:
+            target = targets.pop()
+            evidence = [e.text() for p in programs if p.target == target for e in p.evidence]
+        elif targets:
+            aside = targets & SET_ASIDE
+            if aside and (targets - aside or moving):
+                conflict += [f"{p.entry.path} runs on {NAMES[p.target]} ({p.evidence[0].text()})"
+                             for p in programs if p.target is not None]
+            elif aside:  # several set-aside targets (a TPU script and an Inf2 notebook share a helper)
+                target = sorted(aside)[0]
+                evidence = [e.text() for p in programs for e in p.evidence]
+        if target in SET_ASIDE and moving is not None and not conflict:
+            moving = None
+        held = target in SET_ASIDE or bool(conflict)
+        # only what the file's decisions read: a cache key changes with these facts and no others
+        return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
+                           tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
+                           tuple(module.modules), None, module.legacy and held)
+
+    # -- what the run asks -------------------------------------------------------------------------------------
+    def of(self, path: str, kind: str) -> FileProject | None:
+        facts = self.facts.get(path)
+        if facts is None and kind == "accelerate-config":  # the project's Neuron installs speak for it
+            folder = os.path.dirname(os.path.abspath(path))
+            probe = Module(path, os.path.join(folder, "_"), self._root(folder))
+            neuron = next((e.text() for e in self._folder_evidence(probe) if e.target == NEURON), None)
+            return FileProject(neuron_project=neuron) if neuron else None
+        return None if facts is None or facts == FileProject() else facts
+
+    def report(self) -> str:
+        """The programs, their files and targets with the evidence (`check --show-project`)."""
+        lines = []
+        for program in sorted(self.programs, key=lambda p: p.entry.path):
+            target = NAMES.get(program.target, "unknown") if program.target else "unknown"
+            legacy = any(f.legacy for f in program.files)
+            state = "conflicting evidence" if program.conflict else "no legacy code" if not legacy else (
+                "set aside" if program.target in SET_ASIDE else "moves to neuron")
+            lines.append(f"{program.entry.path}: target {target} ({state})")
+            for e in program.evidence:
+                lines.append(f"    evidence [{LEVELS[e.level]}] {e.text()}")
+            for e in program.conflict:
+                lines.append(f"    conflict [{LEVELS[e.level]}] {NAMES[e.target]}: {e.text()}")
+            for f in program.files[1:]:
+                lines.append(f"    reaches {f.path}")
+        return "\n".join(lines)
+
+
+def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[Evidence]]:
+    """The target the strongest level of evidence names; two targets named by a configuration, a path or a launch
+    are a conflict (prose or folder files naming several tell none: the next level decides). GPU evidence never
+    decides against Neuron's: a GPU project that names Trn1 in its docs has no legacy code to move."""
+    for level in range(FOLDER + 1):
+        here = [e for e in evidence if e.level == level and e.target != GPU]
+        if not here:
+            continue
+        targets = {e.target for e in here}
+        if len(targets) == 1 or targets <= {INF2, TRN1}:  # Inf2 and Trn1 both keep the maintained XLA path
+            target = INF2 if INF2 in targets else targets.pop()
+            return target, [e for e in here], []
+        if level in (TEXT, FOLDER):
+            continue  # prose that names several targets ("runs on Inf2 and Trn2") tells none of them
+        return None, [], here
+    return None, [], []
+
+
+def _read_code(module: Module, code: str) -> None:
+    """The imports, `__main__` block, legacy imports and training calls of some Python code, from its lines: a
+    statement-level reading that costs a fraction of a parse (the model reads every file of the project before any
+    is processed; `bench/` measures it)."""
+    for m in _IMPORT.finditer(code):
+        if m.group(3) is not None:
+            for name in _names(m.group(3)):
+                module.imports.append((name, 0))
+                if name.split(".")[0] in LEGACY_ROOTS:
+                    module.legacy = True
+            continue
+        spec = m.group(1)
+        name = spec.lstrip(".")
+        level = len(spec) - len(name)
+        if level == 0 and name.split(".")[0] in LEGACY_ROOTS:
+            module.legacy = True
+        module.imports.append((name, level))
+        for alias in _names(m.group(2)):  # `from pkg import mod`: a submodule, where one exists
+            module.imports.append((f"{name}.{alias}" if name else alias, level))
+    if not module.entry and _MAIN.search(code):
+        module.entry = True
+    if not module.trains and _TRAINS.search(code):
+        module.trains = True
+    if not module.infers and _INFERS.search(code):
+        module.infers = True
+
+
+def _names(text: str) -> list[str]:
+    out = []
+    for part in text.strip().strip("()").replace("\\", " ").split(","):
+        words = part.split()
+        if words and words[0] != "*":
+            out.append(words[0])
+    return out
+
+
+def _comments(text: str) -> str:
+    """The comment lines and docstring-like text of a Python file: the prose that names hardware."""
+    out = []
+    for line in text.splitlines():
+        stripped = line.lstrip()
+        if stripped.startswith("#"):
+            out.append(stripped)
+        elif "#" in line and not ('"' in line or "'" in line):
+            out.append(line[line.index("#"):])
+    docstrings = re.findall(r'"""(.*?)"""', text[:20000], re.S)
+    return "\n".join(out + docstrings[:3])
+
+
+def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
+    """The code cells (shell and magic lines taken out, the programs they run kept) and the markdown of a notebook."""
+    try:
+        notebook = json.loads(text)
+    except ValueError:
+        return [], ""
+    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    if not isinstance(cells, list):
+        return [], ""
+    code, prose = [], []
+    for cell in cells:
+        if not isinstance(cell, dict):
+            continue
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        if cell.get("cell_type") == "markdown":
+            prose.append(source)
+            continue
+        if cell.get("cell_type") != "code":
+            continue
+        kept = []
+        for line in source.splitlines():
+            stripped = line.lstrip()
+            if stripped.startswith(("!", "%")):
+                m = _RUN_MAGIC.match(stripped)
+                if m:
+                    module.runs.append(m.group(1))
+                module.runs += [p for p in _LAUNCHER.findall(stripped) if p not in module.runs]
+                kept.append("")
+            else:
+                kept.append(line)
+                if stripped.startswith("#"):
+                    prose.append(stripped)
+        code.append("\n".join(kept))
+    return code, "\n".join(prose)
+
+
+def _launch_evidence(text: str, shown: str) -> list[Evidence]:
+    out = []
+    if PJRT_TPU.search(text) and not PJRT_NEURON.search(text):
+        out.append(Evidence(TPU, LAUNCH, shown, "sets `PJRT_DEVICE=TPU`"))
+    m = INSTANCE_TYPE.search(text) or re.search(r"--instance[-_]?(?:type)?[= ](?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\b",
+                                                text)
+    if m:
+        out.append(Evidence(_INSTANCE_TARGET[m.group(1).lower()], LAUNCH, shown, f"names `{m.group(0).strip()}`"))
+    return out
+
+
+def _requirements_evidence(text: str, shown: str) -> list[Evidence]:
+    if _REQ_NEURON.search(text):
+        return [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx")]
+    if _REQ_INF1.search(text):
+        return [Evidence(INF1, FOLDER, shown, "installs torch-neuron (Inf1)")]
+    m = _REQ_TPU.search(text)
+    if m:
+        return [Evidence(TPU, FOLDER, shown, f"installs `{m.group(0)}`")]
+    return []
+
+
+def _pyproject_evidence(text: str, shown: str) -> list[Evidence]:
+    return [Evidence(NEURON, FOLDER, shown, "depends on torch-neuronx")] if _INSTALLS_NEURON.search(text) else []
+
+
+def _dockerfile_evidence(text: str, shown: str) -> list[Evidence]:
+    out = [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx")] if _INSTALLS_NEURON.search(text) else []
+    for image in _FROM.findall(text):
+        low = image.lower()
+        if "tpu" in low:
+            out.append(Evidence(TPU, FOLDER, shown, f"FROM `{image}`"))
+        elif re.search(r"inference-neuron(?!x)", low):
+            out.append(Evidence(INF1, FOLDER, shown, f"FROM `{image}` (Inf1)"))
+        elif "inference-neuronx" in low:
+            out.append(Evidence(INF2, FOLDER, shown, f"FROM `{image}` (XLA inference: Inf2 / Trn1)"))
+    return out
+
+
+def _readme_evidence(text: str, shown: str) -> list[Evidence]:
+    """A README that names exactly one hardware the native backend does not run on (TPU as `TPU v4` / `TPU VM`,
+    or an Inf1 / Inf2 / Trn1 instance) and neither Trn2 nor Trn3."""
+    if re.search(r"\btrn[23]\b|Trainium ?[23]", text, re.I):
+        return []
+    found = {}
+    for m in _README_WORD.finditer(text):
+        word = (m.group(1) or m.group(2)).lower()
+        found.setdefault(_README_TARGETS[word], m.group(0))
+    if len(found) != 1:
+        return []
+    (target, word), = found.items()
+    return [Evidence(target, FOLDER, shown, f"names `{word}`")]
+
+
+def settings_for(settings, facts: FileProject | None):
+    """The settings a file is processed with: its project facts, and for an Inf2 / Trn1 program the instance the
+    maintained XLA path is reported for (NM510), unless the user named one."""
+    if facts is None:
+        return settings
+    changes: dict = {"project": facts}
+    if facts.set_aside and facts.target in (INF2, TRN1) and settings.instance is None:
+        changes["instance"] = facts.target
+    return replace(settings, **changes)

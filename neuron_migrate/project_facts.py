@@ -1,0 +1,36 @@
+"""What the project model (engine/project.py) tells one file: the facts a file's decisions read beyond its bytes.
+
+Kept apart from the model so that `Settings` (which carries them to the handlers, in worker processes too) does not
+import it. A file's result depends on these facts: the runner folds `key()` into the file's cache key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TPU, INF1, INF2, TRN1, NEURON, GPU = "tpu", "inf1", "inf2", "trn1", "neuron", "gpu"
+# Targets the native backend does not run on: a program for one of them is not migrated (NM521).
+SET_ASIDE = frozenset({TPU, INF1, INF2, TRN1})
+NAMES = {TPU: "TPU", INF1: "Inferentia 1 (Inf1)", INF2: "Inferentia 2 (Inf2)", TRN1: "Trainium 1 (Trn1)",
+         NEURON: "Neuron (Trn2 / Trn3)", GPU: "GPU"}
+
+
+@dataclass(frozen=True)
+class FileProject:
+    """The project facts of one file."""
+
+    target: str | None = None  # the target of the programs that reach the file, when the project tells it
+    evidence: tuple[str, ...] = ()  # where that target was read: "<place>: <what>", strongest first
+    conflict: tuple[str, ...] = ()  # evidence of targets that disagree: the file is held and marked (NM522)
+    moving: str | None = None  # a program moving to neuron that reaches the file (its entry, as shown)
+    imported_by: str | None = None  # another module of the project that imports this one (as shown)
+    modules: tuple[str, ...] = ()  # the project's own modules this file imports (dotted, as imported)
+    neuron_project: str | None = None  # where the project installs Neuron's packages ("requirements.txt: ...")
+    legacy: bool = False  # the file imports torch_xla or torch_neuronx (it is told why it is left alone)
+
+    @property
+    def set_aside(self) -> bool:
+        return self.target in SET_ASIDE and not self.conflict
+
+    def key(self) -> str:
+        return repr(self)

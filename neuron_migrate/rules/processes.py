@@ -1,0 +1,129 @@
+"""How many processes a program can run as, decided once per program, and how its rewritten code asks.
+
+torch_xla answered ranks and world size, and averaged gradients, in every program, whatever started it. Natively
+the answers come from torchrun's variables. A program that cannot run as several processes (started with a plain
+`python train.py`: no spawn, no process group, no rank or world size asked, no launcher that starts several copies
+of it) had one replica under torch_xla: there `xm.optimizer_step(opt)` is `opt.step()`, `xm.save` is `torch.save`
+of a CPU copy, and a collective returns the local value. Anywhere else, the rewritten calls read rank and world
+size from names the module binds once (`WORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))`), as torchrun
+scripts do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from neuron_migrate.engine.cache import digest
+from neuron_migrate.engine.facts import fact, fstring_quote
+from neuron_migrate.engine.sources import SourceError, decode, read_bytes
+
+# Words of a program that may run as several processes (in its own text or a local module it imports): a
+# spawn or launch, a process group, ranks, world sizes, collectives, data-parallel wrappers and samplers, the
+# libraries that start processes. Conservative: a word in a comment counts too.
+SEVERAL = re.compile(
+    r"spawn|torch_xla\.launch|xla_multiprocessing|multiprocessing|init_process_group|torch\.distributed|xla_backend"
+    r"|DistributedDataParallel|DistributedSampler|\bDDP\b|FSDP|fsdp|zero_redundancy|ZeroRedundancy|use_spmd|spmd"
+    r"|torchrun|MASTER_ADDR|WORLD_SIZE|RANK|ordinal|world_size|process_index|process_count|num_replicas"
+    r"|all_reduce|all_gather|reduce_scatter|all_to_all|rendezvous|mesh_reduce|broadcast_master_param"
+    r"|reduce_gradients|neuronx_distributed|import accelerate|from accelerate|Accelerator\(|deepspeed|horovod|mpi4py"
+    r"|import ray|from ray")
+# A launcher that starts several copies of a script it names (in a launch script, notebook, README, job file).
+LAUNCHERS = re.compile(r"torchrun|torch\.distributed\.(?:run|launch)|mpirun|\bsrun\b|accelerate launch|deepspeed"
+                       r"|nproc_per_node|\bsbatch\b")
+MAIN = re.compile(r"""(?m)^if\s+__name__\s*==\s*["']__main__["']""")
+# `import x`, `from x import y` at a line start: the local modules a program is made of
+LOCAL_IMPORT = re.compile(r"(?m)^[ \t]*(?:from[ \t]+([A-Za-z_]\w*)[ \t]+import\b|import[ \t]+([A-Za-z_]\w*))")
+# The program sets torchrun's variables itself: they are read where they are used, not once at import
+SETS_RANKS = re.compile(r"""environ\[\s*["'](?:RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE)["']\s*\]\s*=[^=]"""
+                        r"""|environ\.(?:setdefault|update)\(|putenv\(""")
+# One of those names used in the file's code (a string "RANK" is a variable's key, not a name)
+RANK_NAME = re.compile(r"""(?<!["'])\b(?:LOCAL_)?(?:RANK|WORLD_SIZE)\b(?!["'])""")
+LAUNCH_SUFFIXES = (".sh", ".bash", ".ipynb", ".md", ".rst", ".yaml", ".yml", ".slurm", ".sbatch")
+LAUNCH_NAMES = ("Makefile", "Dockerfile", "Procfile")
+
+VARIABLES = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+
+
+@fact
+def single_process(ctx) -> bool:
+    """The program this file is cannot run as several processes: it is a program's entry (a `__main__` block,
+    or a notebook), neither it nor a local module it imports says a word of several processes, and no file
+    beside it (or in the folder above) starts it with a launcher of several processes. The files read for the
+    decision go into the result's `files_read`, so the cache sees their changes."""
+    text = ctx.source.text
+    if SEVERAL.search(text):
+        return False
+    path = ctx.path
+    if not (path.endswith(".ipynb") or MAIN.search(text)) or path in ("-", "<stdin>") or not os.path.isfile(path):
+        return False
+    folder = os.path.dirname(os.path.abspath(path))
+    for name in sorted({a or b for a, b in LOCAL_IMPORT.findall(text)}):
+        other = _read(ctx, os.path.join(folder, f"{name}.py"))
+        if other is not None and SEVERAL.search(other):
+            return False
+    script = os.path.basename(path)
+    for place in (folder, os.path.dirname(folder)):
+        try:
+            names = sorted(os.listdir(place))
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(LAUNCH_SUFFIXES) or name in LAUNCH_NAMES:
+                other = _read(ctx, os.path.join(place, name)) if name != script else None
+                if other is not None and script in other and _launches(other, script):
+                    return False
+    return True
+
+
+def _launches(text: str, script: str) -> bool:
+    """A line that names the script also names a launcher of several processes (or continues one that does)."""
+    previous = ""
+    for line in text.splitlines():
+        if script in line and (LAUNCHERS.search(line) or LAUNCHERS.search(previous)):
+            return True
+        previous = line if line.rstrip().endswith("\\") else ""
+    return False
+
+
+def _read(ctx, path: str) -> str | None:
+    if not os.path.isfile(path):
+        return None
+    try:
+        data = read_bytes(path)
+        ctx.files_read[os.path.abspath(path)] = digest(data)
+        return decode(data).text
+    except SourceError:
+        return None
+
+
+@fact
+def rank_names(ctx) -> bool:
+    """Rewritten code may read `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and `LOCAL_WORLD_SIZE` from names the module
+    binds once after its imports: the file uses none of them itself, and sets none of torchrun's variables (read
+    from the text: `check`'s lean parse must answer as `rewrite`'s full one)."""
+    text = ctx.source.text
+    return not SETS_RANKS.search(text) and not RANK_NAME.search(text)
+
+
+def env_int(ctx, variable: str, default: str) -> str:
+    """What torchrun set for `variable`, or the single-process value: the module's name for it where it may
+    bind one (see `rank_names`), else `int(os.environ.get("RANK", "0"))` in place.
+
+    The default is a string, as the environment's values are (linters flag a non-string default: PLW1508); an
+    expression default becomes `str(...)`, which `int` turns back into the same integer."""
+    quote = fstring_quote(ctx, ctx.current.node) if ctx.current is not None else None
+    quote = quote or ctx.quote
+    if VARIABLES.get(variable) == default and ctx.facts.rank_names and not _os_bound_late(ctx):
+        os_ = ctx.module_ref("os", scope=ctx.analysis.module_scope)
+        ctx.define(f"{variable} = int({os_}.environ.get({ctx.string(variable)}, {ctx.string(default)}))")
+        return variable
+    text = f"{quote}{default}{quote}" if default.lstrip("-").isdigit() else f"str({default})"
+    return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {text}))"
+
+
+def _os_bound_late(ctx) -> bool:
+    """The module binds `os` only inside a block (`if __name__ == "__main__": import os`): a name defined after the
+    imports at the top could not read it yet."""
+    bindings = ctx.analysis.module_scope.bindings.get("os", [])
+    return bool(bindings) and all(b.conditional for b in bindings)

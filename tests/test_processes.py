@@ -1,0 +1,116 @@
+"""One decision per program: can it run as several processes? (rules/processes.py)
+
+A program that cannot had one replica under torch_xla: `xm.optimizer_step` is `opt.step()`, `xm.save` is
+`torch.save` of a CPU copy, `xm.master_print` is `print`. Anywhere else the rewritten code reads rank and
+world size from names the module binds once.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import pytest
+
+from neuron_migrate.engine.python import process_python
+from neuron_migrate.settings import Settings
+
+PROGRAM = textwrap.dedent('''\
+    """Train a small model on one NeuronCore."""
+
+    import argparse
+
+    import torch
+    import torch_xla.core.xla_model as xm
+
+    from model import Net
+
+
+    def main(args):
+        device = xm.xla_device()
+        model = Net().to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+        for x, y in [(torch.randn(4, 8), torch.randn(4, 1))]:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+            loss.backward()
+            xm.optimizer_step(optimizer)
+            xm.master_print("loss", loss.item())
+        xm.save(model.state_dict(), args.out)
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, default=0.1)
+        parser.add_argument("--out", default="model.pt")
+        main(parser.parse_args())
+''')
+MODEL = "import torch\n\n\nclass Net(torch.nn.Linear):\n    def __init__(self):\n        super().__init__(8, 1)\n"
+
+
+def rewrite(folder, name="train.py", text=PROGRAM) -> tuple[str, dict]:
+    path = folder / name
+    path.write_text(text)
+    result = process_python(str(path), text.encode(), Settings(), True)
+    assert result.new_bytes is not None
+    return result.new_bytes.decode(), result.files_read
+
+
+def single_process_form(out: str) -> bool:
+    ast.parse(out)
+    return "optimizer.step()" in out and "WORLD_SIZE" not in out and "torch.distributed" not in out \
+        and "_pytree" not in out and "RANK" not in out
+
+
+def test_a_plain_program_gets_the_single_process_form(tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / "run.sh").write_text("#!/bin/bash\npython train.py --lr 0.2\n")
+    out, files_read = rewrite(tmp_path)
+    assert single_process_form(out), out
+    assert "    print(\"loss\", loss.item())\n" in out  # master_print, every process is rank 0
+    assert "torch.save({k: v.cpu() for k, v in model.state_dict().items()}, args.out)" in out
+    # the decision read the local module and the launch script: the cache keys the result on them
+    assert str(tmp_path / "model.py") in files_read and str(tmp_path / "run.sh") in files_read
+
+
+@pytest.mark.parametrize("where, name, text", [
+    ("beside", "run.sh", "#!/bin/bash\ntorchrun --nproc_per_node=2 train.py --lr 0.2\n"),
+    ("beside", "launch.sh", "neuron_parallel_compile \\\n  torchrun --nproc_per_node 32 \\\n  train.py\n"),
+    ("above", "README.md", "Run it:\n\n    torchrun --nproc_per_node=2 job/train.py\n"),
+    ("beside", "model.py", MODEL + "\nsampler = torch.utils.data.DistributedSampler\n"),
+], ids=["torchrun-script", "continued-line", "readme-above", "local-module"])
+def test_a_launcher_or_module_of_several_processes_keeps_the_averaging(tmp_path, where, name, text):
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "model.py").write_text(MODEL)
+    (folder if where == "beside" else tmp_path).joinpath(name).write_text(text)
+    out, _ = rewrite(folder)
+    assert not single_process_form(out)
+    assert "if WORLD_SIZE > 1:" in out and "WORLD_SIZE = int(os.environ.get(\"WORLD_SIZE\", \"1\"))" in out
+
+
+@pytest.mark.parametrize("change", [
+    lambda t: t.replace('if __name__ == "__main__":', "if True:"),  # a module, imported by some program
+    lambda t: t.replace("    main(parser", "    print(xm.get_ordinal())\n    main(parser"),  # a rank read
+    lambda t: t.replace("import argparse\n", "import argparse\nimport os\n").replace(
+        "    main(parser", "    print(os.environ.get('WORLD_SIZE'))\n    main(parser"),
+], ids=["no-main", "rank-read", "world-size-read"])
+def test_a_program_that_may_run_as_several_processes(tmp_path, change):
+    (tmp_path / "model.py").write_text(MODEL)
+    out, _ = rewrite(tmp_path, text=change(PROGRAM))
+    assert not single_process_form(out)
+
+
+def test_ranks_are_read_once_per_module(tmp_path):
+    """Several sites share the module's names; each rewritten call stays about as long as the original."""
+    text = PROGRAM.replace('if __name__ == "__main__":', "if True:").replace(
+        "    xm.save(", "    print(xm.get_ordinal(), xm.xrt_world_size())\n    xm.save(")
+    out, _ = rewrite(tmp_path, text=text)
+    assert out.count("os.environ.get(") == 3  # RANK, LOCAL_RANK, WORLD_SIZE: once each
+    assert "print(RANK, WORLD_SIZE)" in out and "if LOCAL_RANK == 0:" in out and "if RANK == 0:" in out
+
+
+def test_a_module_that_uses_the_names_reads_the_environment_in_place(tmp_path):
+    text = PROGRAM.replace('if __name__ == "__main__":', "WORLD_SIZE = 8\nif True:")
+    out, _ = rewrite(tmp_path, text=text)
+    assert "WORLD_SIZE = 8" in out and 'int(os.environ.get("WORLD_SIZE", "1")) > 1' in out

@@ -1,0 +1,204 @@
+"""The project model (engine/project.py): programs, the files they reach and their targets, read once per run.
+
+Cases are project trees under fixtures/projects/<case>/: `rewrite` (every rule) gives the files in the case's
+`expected/` folder (a Python file as `<name>.expected.py`); every other file stays byte-identical (the look-alikes
+of each case among them); a second run changes nothing. FINDINGS lists, per case, the codes each file reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from neuron_migrate.engine.discover import discover
+from neuron_migrate.engine import handlers
+from neuron_migrate.engine.project import Project
+from neuron_migrate.engine.runner import run, write_results
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, cli
+
+CASES = sorted(p for p in (FIXTURES / "projects").iterdir() if p.is_dir())
+UPDATE = os.environ.get("NEURON_MIGRATE_UPDATE_SNAPSHOTS") == "1"
+
+# case -> {file: the codes `check` reports there}; files not listed report nothing
+FINDINGS = {
+    "tpu_only": {"flowers_tpu_kaggle.ipynb": {"NM521"}, "train_spawn.py": {"NM521"},
+                 "outputs/train_outputs.py": {"NM101", "NM103", "NM107", "NM190"}},
+    "inf2_project": {"hf_vit_inference_on_inf2.ipynb": {"NM521"}, "compile.py": {"NM510", "NM521"}},
+    "gpu_names_trn1": {},
+    "neuron_accelerate": {"default_config.yaml": {"NM511"},
+                          "requirements.txt": {"NM602", "NM603", "NM604"}},
+    "device_crossing": {"train.py": {"NM103", "NM117", "NM190"}, "utils.py": {"NM101", "NM190"}},
+    "lazy_helper": {"train.py": {"NM101", "NM103", "NM107", "NM190"}, "model_utils.py": {"NM301", "NM314", "NM401"},
+                    "gpu_utils.py": {"NM301", "NM401"}},
+    "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
+}
+
+
+def inputs(case):
+    return sorted(p for p in case.rglob("*") if p.is_file() and "expected" not in p.relative_to(case).parts)
+
+
+def copy_case(case, tmp_path):
+    work = tmp_path / case.name
+    shutil.copytree(case, work, ignore=shutil.ignore_patterns("expected"))
+    return work
+
+
+def test_every_case_is_listed():
+    assert sorted(c.name for c in CASES) == sorted(FINDINGS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_rewrite_gives_expected_files(case, tmp_path):
+    work = copy_case(case, tmp_path)
+    first = run([str(work)], Settings(), rewrite=True, jobs=1)
+    assert not first.errors
+    write_results(first)
+    for source in inputs(case):
+        relative = source.relative_to(case)
+        expected = case / "expected" / relative
+        if relative.suffix == ".py":
+            expected = expected.with_name(relative.stem + ".expected.py")
+        if UPDATE and expected.exists():
+            expected.write_bytes((work / relative).read_bytes())
+        want = expected.read_bytes() if expected.exists() else source.read_bytes()
+        assert (work / relative).read_bytes().decode() == want.decode(), f"{case.name}/{relative}"
+        if relative.suffix == ".py":
+            compile((work / relative).read_text(), str(relative), "exec")
+    second = run([str(work)], Settings(), rewrite=True, jobs=1)
+    assert [r.path for r in second.changed] == []
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_check_reports_the_codes_of_each_file(case, tmp_path):
+    work = copy_case(case, tmp_path)
+    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    found: dict[str, set[str]] = {}
+    for f in result.findings:
+        found.setdefault(os.path.relpath(f.path, work).replace(os.sep, "/"), set()).add(f.code)
+    assert found == FINDINGS[case.name]
+
+
+def test_nm521_names_the_target_and_where_it_was_read(tmp_path):
+    work = copy_case(FIXTURES / "projects" / "inf2_project", tmp_path)
+    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    note = next(f for f in result.findings if f.code == "NM521" and f.path.endswith("compile.py"))
+    assert "Inferentia 2 (Inf2)" in note.message and "hf_vit_inference_on_inf2.ipynb: its path says `inf2`" in note.message
+
+
+def test_nm522_marker_names_both_programs_and_is_placed_once(tmp_path):
+    work = copy_case(FIXTURES / "projects" / "shared_helper", tmp_path)
+    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    note = next(f for f in result.findings if f.code == "NM522")
+    assert "train_tpu.py runs on TPU" in note.message and "train.py moves to neuron" in note.message
+    write_results(run([str(work)], Settings(), rewrite=True, jobs=1))
+    text = (work / "common.py").read_text()
+    assert text.count("TODO(neuron-migrate NM522)") == 1 and text.endswith((FIXTURES / "projects" / "shared_helper"
+                                                                             / "common.py").read_text())
+
+
+def test_the_targets_key_states_what_the_evidence_does_not_say(tmp_path):
+    work = copy_case(FIXTURES / "projects" / "lazy_helper", tmp_path)
+    (work / "pyproject.toml").write_text('[tool.neuron-migrate]\ntargets = { "train.py" = "tpu" }\n')
+    out = cli("check", "--no-cache", "--show-project", "--format", "concise", str(work))
+    assert "train.py: target TPU (set aside)" in out.stdout
+    assert "evidence [config] [tool.neuron-migrate] targets" in out.stdout
+    assert "NM314" not in out.stdout  # model_utils.py is reached from a TPU program now: it does not move
+
+
+def test_the_targets_key_overrides_a_name(tmp_path):
+    work = copy_case(FIXTURES / "projects" / "tpu_only", tmp_path)
+    (work / "pyproject.toml").write_text('[tool.neuron-migrate]\ntargets = { "train_spawn.py" = "trn2" }\n')
+    result = run([str(work)], Settings(targets=((str(work / "train_spawn.py"), "trn2"),)), rewrite=False, jobs=1)
+    codes = {f.code for f in result.findings if f.path.endswith("train_spawn.py")}
+    assert "NM521" not in codes and "NM101" in codes
+
+
+def test_the_cache_key_holds_the_project_facts(tmp_path, monkeypatch):
+    """A file's cached result depends on what the project told it: renaming a sibling notebook changes it."""
+    monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "cache"))
+    work = copy_case(FIXTURES / "projects" / "inf2_project", tmp_path)
+    first = run([str(work)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert "NM521" in {f.code for f in first.findings if f.path.endswith("compile.py")}
+    os.rename(work / "hf_vit_inference_on_inf2.ipynb", work / "hf_vit_inference.ipynb")
+    (work / "README.md").write_text("# ViT\n")
+    second = run([str(work)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    codes = {f.code for f in second.findings if f.path.endswith("compile.py")}
+    assert "NM521" not in codes and "NM501" in codes or "NM502" in codes
+
+
+def test_show_project_prints_programs_files_and_evidence(tmp_path):
+    work = copy_case(FIXTURES / "projects" / "tpu_only", tmp_path)
+    out = cli("check", "--no-cache", "--show-project", "--format", "concise", ".", cwd=work)
+    assert out.stdout.splitlines()[:3] == ["flowers_tpu_kaggle.ipynb: target TPU (set aside)",
+                                           "    evidence [path] flowers_tpu_kaggle.ipynb: its path says `tpu`",
+                                           "    reaches flowers_data.py"]
+    assert "train_spawn.py: target TPU (set aside)" in out.stdout
+    assert "outputs/train_outputs.py: target unknown (moves to neuron)" in out.stdout
+
+
+def test_evidence_places(tmp_path):
+    """Each kind of place a target is read from: launch script, estimator, Dockerfile, requirements, README."""
+    files = {
+        "launch/run.sh": "export PJRT_DEVICE=TPU\npython3 train.py --epochs 1\n",
+        "launch/train.py": "import torch_xla\n",
+        "sm/start.py": 'from sagemaker.pytorch import PyTorch\nPyTorch(entry_point="serve.py", source_dir="code",\n'
+                       '        instance_type="ml.inf2.xlarge").fit()\n',
+        "sm/code/serve.py": "import torch_neuronx\n",
+        "docker/Dockerfile": "FROM us-central1-docker.pkg.dev/tpu-pytorch-releases/docker/xla:r2.5.0_3.10_tpuvm\n",
+        "docker/app.py": "import torch_xla\nif __name__ == '__main__':\n    pass\n",
+        "classic/requirements.txt": "torch-neuron==1.13.1.*\nneuron-cc[tensorflow]\n",
+        "classic/run.py": "import torch_neuronx\nif __name__ == '__main__':\n    pass\n",
+        "readme/README.md": "Runs on a TPU v4 pod slice.\n",
+        "readme/main.py": "import torch_xla\nif __name__ == '__main__':\n    pass\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    project = Project([str(tmp_path)], targets, Settings())
+    got = {os.path.relpath(p.entry.full, tmp_path): (p.target, [e.what for e in p.evidence])
+           for p in project.programs}
+    assert got["launch/train.py"] == ("tpu", ["sets `PJRT_DEVICE=TPU`"])
+    assert got["sm/code/serve.py"] == ("inf2", ["an estimator runs it on `ml.inf2.xlarge`"])
+    assert got["docker/app.py"][0] == "tpu" and got["docker/app.py"][1][0].startswith("FROM `us-central1")
+    assert got["classic/run.py"] == ("inf1", ["installs torch-neuron (Inf1)"])
+    assert got["readme/main.py"] == ("tpu", ["names `TPU v4`"])
+
+
+def test_a_trn1_training_program_moves_and_a_trn1_inference_one_is_set_aside(tmp_path):
+    (tmp_path / "README.md").write_text("Launch on a trn1.32xlarge.\n")
+    (tmp_path / "train.py").write_text("import torch_xla.core.xla_model as xm\n\nif __name__ == '__main__':\n"
+                                       "    loss = xm.xla_device()\n    loss.backward()\n")
+    (tmp_path / "infer.py").write_text("import torch_neuronx\n\nif __name__ == '__main__':\n"
+                                       "    traced = torch_neuronx.trace(model, example)\n")
+    (tmp_path / "setup_env.py").write_text("import torch_neuronx\n\nif __name__ == '__main__':\n    pass\n")
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    project = Project([str(tmp_path)], targets, Settings())
+    assert project.of(str(tmp_path / "train.py"), "python").target is None
+    assert project.of(str(tmp_path / "infer.py"), "python").target == "trn1"
+    assert project.of(str(tmp_path / "setup_env.py"), "python").target is None  # neither training nor inference
+
+
+def test_the_model_reads_json_of_a_broken_notebook_and_bad_python_without_failing(tmp_path):
+    (tmp_path / "broken.ipynb").write_text("{not json")
+    (tmp_path / "bad.py").write_text("def (:\n  import torch_xla\n")
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    project = Project([str(tmp_path)], targets, Settings())
+    assert json.dumps(project.report())
+
+
+def test_the_model_costs_little_beside_the_run(tmp_path):
+    """The model reads lines, not trees: a few hundred files take well under a second."""
+    for i in range(300):
+        (tmp_path / f"mod{i}.py").write_text(f"import mod{(i + 1) % 300}\nimport torch_xla\n" + "x = 1\n" * 200)
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    start = time.perf_counter()
+    project = Project([str(tmp_path)], targets, Settings())
+    assert time.perf_counter() - start < 2.0
+    assert len(project.modules["" + str(tmp_path / "mod0.py")].edges) == 1

@@ -1,0 +1,345 @@
+"""Nothing on disk is trusted (docs/reliability.md): a cache entry the tool did not write is a miss, the cache folder
+and the files in it are never reached through a link, nothing from the user cache is executed, and a file swapped
+for a link during a run is not written through it."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+
+import pytest
+
+from neuron_migrate.engine import cache as cache_mod
+from neuron_migrate.engine import sources
+from neuron_migrate.engine.runner import run, write_results
+from neuron_migrate.settings import Settings
+from tests.helpers import cli, rewrite_bytes
+
+LEGACY = b"import torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\nxm.mark_step()\n"
+MIGRATED = rewrite_bytes(LEGACY)
+INJECTED = b"import os\nos.system('echo owned')\nthis is not python(\n"
+
+
+@pytest.fixture
+def user_cache(tmp_path, monkeypatch):
+    """A user cache folder of the test's own (the per-user secret lives there), and no cache folder forced."""
+    home = tmp_path / "xdg"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    monkeypatch.delenv("NEURON_MIGRATE_CACHE_DIR", raising=False)
+    cache_mod.user_key.cache_clear()
+    yield home
+    cache_mod.user_key.cache_clear()
+
+
+def _project(tmp_path, name="proj", chdir=None):
+    """A project with one legacy file; `chdir` (a monkeypatch) makes it the working folder, whose project the
+    runner keeps its cache in."""
+    root = tmp_path / name
+    root.mkdir()
+    if chdir is not None:
+        chdir.chdir(root)
+    (root / "pyproject.toml").write_text("[project]\nname = 'p'\n", encoding="utf-8")
+    (root / "train.py").write_bytes(LEGACY)
+    return root
+
+
+def _env(home) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "NEURON_MIGRATE_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(home)
+    return env
+
+
+def _poison(folder, mode: str, edit) -> None:
+    """Apply `edit` to every entry of the `mode` cache files in `folder`."""
+    files = list(folder.glob(f"{mode}-*.json"))
+    assert files, list(folder.iterdir())
+    for file in files:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        for entry in data.values():
+            edit(entry)
+        file.write_text(json.dumps(data), encoding="utf-8")
+
+
+# -- 1: cache entries are authenticated ----------------------------------------------------------------------
+
+def test_an_edited_rewrite_entry_is_a_miss_and_its_bytes_are_never_written(tmp_path, user_cache):
+    root = _project(tmp_path)
+    env = _env(user_cache)
+    assert cli("rewrite", "--diff", "train.py", cwd=root, env=env).returncode == 1  # keeps the entry
+    folder = root / ".neuron_migrate_cache"
+
+    def inject(entry):
+        assert base64.b64decode(entry[1]["new"]) == MIGRATED
+        entry[1]["new"] = base64.b64encode(INJECTED).decode()
+    _poison(folder, "rewrite", inject)
+    proc = cli("rewrite", "train.py", cwd=root, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert (root / "train.py").read_bytes() == MIGRATED
+
+
+def test_an_edited_check_entry_is_a_miss(tmp_path, user_cache):
+    root = _project(tmp_path)
+    env = _env(user_cache)
+    first = cli("check", "--output-format", "concise", "train.py", cwd=root, env=env)
+    assert first.returncode == 1 and "NM101" in first.stdout
+
+    def all_clear(entry):
+        entry[1].pop("findings", None)
+    _poison(root / ".neuron_migrate_cache", "check", all_clear)
+    again = cli("check", "--output-format", "concise", "train.py", cwd=root, env=env)
+    assert (again.returncode, again.stdout) == (1, first.stdout)
+
+
+def test_an_entry_made_with_another_key_or_for_another_file_is_a_miss(tmp_path, user_cache, monkeypatch):
+    root = _project(tmp_path, chdir=monkeypatch)
+    (root / "other.py").write_bytes(LEGACY)
+    settings = Settings()
+    first = run([str(root)], settings, rewrite=True, jobs=1, use_cache=True)
+    assert sum(r.changed for r in first.results) == 2
+    cache = cache_mod.ResultCache(root / ".neuron_migrate_cache", settings, rewrite=True)
+    assert len(cache) == 3  # with pyproject.toml
+    data = LEGACY
+    train, other = str(root / "train.py"), str(root / "other.py")
+    assert cache.get(train, cache_mod.digest(data), data) is not None
+    cache.entries[train] = cache.entries[other]  # same bytes, another path: its MAC names the other path
+    assert cache.get(train, cache_mod.digest(data), data) is None
+    cache.key = b"k" * 32  # another user's secret
+    assert cache.get(other, cache_mod.digest(data), data) is None
+
+
+def test_a_key_file_others_may_read_is_not_used(tmp_path, user_cache, monkeypatch):
+    root = _project(tmp_path, chdir=monkeypatch)
+    run([str(root)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    key = user_cache / "neuron-migrate" / "cache-key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert stat.S_IMODE(key.parent.stat().st_mode) == 0o700
+    key.chmod(0o644)
+    cache_mod.user_key.cache_clear()
+    again = run([str(root)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert any("cache-key" in message and "0600" in message for _, message in again.warnings)
+    assert [f.code for f in again.findings] == [f.code for f in run([str(root)], Settings(), False, jobs=1).findings]
+
+
+# -- 2: the cache folder and its files are never reached through a link --------------------------------------
+
+def test_a_committed_cache_folder_link_is_not_followed(tmp_path, user_cache):
+    root = _project(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / ".neuron_migrate_cache").symlink_to(elsewhere, target_is_directory=True)
+    proc = cli("check", "train.py", cwd=root, env=_env(user_cache))
+    assert proc.returncode == 1
+    assert list(elsewhere.iterdir()) == []
+    assert "is a symbolic link; the cache was not used" in proc.stderr
+
+
+def test_links_inside_the_cache_folder_are_not_followed(tmp_path, user_cache, monkeypatch):
+    root = _project(tmp_path, chdir=monkeypatch)
+    folder = root / ".neuron_migrate_cache"
+    folder.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n", encoding="utf-8")
+    (folder / ".gitignore").symlink_to(victim)
+    (folder / "CACHEDIR.TAG").symlink_to(victim)
+    result = run([str(root)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert result.findings
+    assert victim.read_text(encoding="utf-8") == "keep\n"
+    cache_file = next(folder.glob("check-*.json"))
+    assert not cache_file.is_symlink()
+    # the cache file itself swapped for a link: the next save replaces nothing through it
+    data = cache_file.read_bytes()
+    cache_file.unlink()
+    cache_file.symlink_to(victim)
+    (root / "train.py").write_bytes(LEGACY + b"# changed\n")  # something new to save
+    run([str(root)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert victim.read_text(encoding="utf-8") == "keep\n" and data
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a folder of another user")
+def test_a_cache_folder_of_another_user_is_not_used(tmp_path, user_cache, monkeypatch):
+    root = _project(tmp_path, chdir=monkeypatch)
+    folder = root / ".neuron_migrate_cache"
+    folder.mkdir()
+    os.chown(folder, 12345, 12345)
+    result = run([str(root)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert any("belongs to another user" in message for _, message in result.warnings)
+    assert list(folder.iterdir()) == []
+
+
+# -- 4: a file swapped for a link during the run ---------------------------------------------------------------
+
+def _swap_for_link(path, target) -> None:
+    path.unlink()
+    path.symlink_to(target)
+
+
+def test_a_file_swapped_for_a_link_between_read_and_write_is_not_written_through_it(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "train.py").write_bytes(LEGACY)
+    outside = tmp_path / "outside.py"
+    outside.write_bytes(LEGACY)  # the same bytes: the "changed on disk" check alone would let it through
+    result = run([str(tree)], Settings(), rewrite=True, jobs=1)
+    assert [r.changed for r in result.results] == [True]
+    _swap_for_link(tree / "train.py", outside)
+    failures = write_results(result)
+    assert len(failures) == 1 and "symbolic link" in failures[0][1]
+    assert outside.read_bytes() == LEGACY
+
+
+def test_a_link_swapped_in_after_the_check_is_not_followed(tmp_path, monkeypatch):
+    """The swap right after the real path is checked (a hook in open_folder): the write goes to the folder's entry
+    itself, finds a link and refuses."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    path = tree / "train.py"
+    path.write_bytes(LEGACY)
+    outside = tmp_path / "outside.py"
+    outside.write_bytes(LEGACY)
+    real_open = sources.open_folder
+
+    def swap_then_open(folder):
+        _swap_for_link(path, outside)
+        return real_open(folder)
+    monkeypatch.setattr(sources, "open_folder", swap_then_open)
+    with pytest.raises(OSError, match="symbolic link"):
+        sources.write_atomic(str(path), MIGRATED, expected=LEGACY, real=str(path))
+    assert outside.read_bytes() == LEGACY and path.is_symlink()
+
+
+def test_a_folder_swapped_for_a_link_is_not_followed(tmp_path, monkeypatch):
+    tree = tmp_path / "tree"
+    (tree / "pkg").mkdir(parents=True)
+    path = tree / "pkg" / "train.py"
+    path.write_bytes(LEGACY)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "train.py").write_bytes(LEGACY)
+    real_open = sources.open_folder
+
+    def swap_then_open(folder):
+        (tree / "pkg").rename(tree / "pkg-moved")
+        (tree / "pkg").symlink_to(outside, target_is_directory=True)
+        return real_open(folder)
+    monkeypatch.setattr(sources, "open_folder", swap_then_open)
+    with pytest.raises(OSError):
+        sources.write_atomic(str(path), MIGRATED, expected=LEGACY, real=str(path))
+    assert (outside / "train.py").read_bytes() == LEGACY
+
+
+# -- 6: bounded inputs -----------------------------------------------------------------------------------------
+
+def test_a_deeply_nested_pyproject_is_a_clear_error_not_a_traceback(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("a = " + "[" * 500 + "]" * 500 + "\n", encoding="utf-8")
+    (root / "train.py").write_bytes(LEGACY)
+    for args in (["check", "--no-cache", "train.py"], ["rewrite", "--no-cache", "train.py"], ["pin", "."]):
+        proc = cli(*args, cwd=root)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and "RecursionError" not in proc.stderr
+        assert "pyproject.toml: arrays or tables nested too deep to read; fix the file or move it aside" in proc.stderr
+    assert (root / "train.py").read_bytes() == LEGACY
+
+
+@pytest.mark.parametrize("include", ["/dev/zero", "fifo.txt", "huge.txt"])
+def test_an_include_that_is_not_a_small_regular_file_is_not_read(tmp_path, include):
+    """`-r /dev/zero` ate memory, `-r` of a FIFO hung: includes are read only when they are regular files under
+    the size limit of requirements files."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    if include == "fifo.txt":
+        os.mkfifo(root / include)
+    elif include == "huge.txt":
+        (root / include).write_bytes(b"numpy\n" * (sources.size_limit("requirements") // 6 + 10))
+    (root / "requirements.txt").write_text(f"torch-xla==2.1.0\n-r {include}\n", encoding="utf-8")
+    pin = cli("pin", "--diff", "requirements.txt", cwd=root)  # the helper's timeout: a blocked read fails the test
+    assert pin.returncode == 1, pin.stderr
+    assert "-torch-xla==2.1.0" in pin.stdout and "Traceback" not in pin.stderr
+    check = cli("check", "--no-cache", ".", cwd=root)
+    assert "Traceback" not in check.stderr and "MemoryError" not in check.stderr
+    if include == "huge.txt":  # found as an included requirements file, and too large to read
+        assert check.returncode == 2 and "huge.txt: error: file is 4 MB, larger than the 4 MB limit" in check.stderr
+    else:
+        assert check.returncode in (0, 1), check.stderr
+
+
+def test_every_kind_has_a_size_limit(tmp_path):
+    big = tmp_path / "requirements.txt"
+    big.write_bytes(b"torch-xla==2.1.0\n" + b"numpy\n" * (sources.size_limit("requirements") // 6 + 10))
+    proc = cli("pin", "--diff", str(big))
+    assert proc.returncode == 2
+    assert "error: file is 4 MB, larger than the 4 MB limit for requirements files (generated, or not what its name " \
+           "says?); it was left alone" in proc.stderr
+    assert sources.size_limit("python") == sources.MAX_BYTES
+    assert all(sources.size_limit(kind) <= 64 * 1024 * 1024 for kind in ("notebook", "lockfile", "shell", None))
+
+
+def test_reading_a_fifo_or_a_device_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        with pytest.raises(sources.SourceError, match="not a regular file"):
+            sources.read_bytes(path)
+
+
+# -- 7: no state leaks from one file to the next -------------------------------------------------------------
+
+def test_a_deep_file_leaves_the_recursion_limit_as_it_was(tmp_path):
+    import sys
+
+    deep = tmp_path / "deep.py"
+    deep.write_text("import torch_xla.core.xla_model as xm\nx = (" + " ".join(['"s"'] * 3000) + ")\n"
+                    "xm.mark_step()\n", encoding="utf-8")
+    before = sys.getrecursionlimit()
+    result = run([str(deep)], Settings(), rewrite=True, jobs=1)
+    assert result.results[0].changed, result.results[0].error
+    assert sys.getrecursionlimit() == before
+
+
+# -- 9: smaller -------------------------------------------------------------------------------------------------
+
+def test_ctrl_c_after_the_last_write_says_what_was_written(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from neuron_migrate.cli import commands, main
+
+    for i in range(2):
+        (tmp_path / f"train{i}.py").write_bytes(LEGACY)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(commands, "_report_errors", interrupted)  # while the summary is printed
+    result = CliRunner().invoke(main, ["rewrite", "--no-cache", "-j", "1", str(tmp_path)])
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines()[-1] == "Interrupted: 2 files written, the others left as they were."
+    assert [(tmp_path / f"train{i}.py").read_bytes() for i in range(2)] == [MIGRATED] * 2
+
+
+def _fixture_sources() -> list:
+    from tests.helpers import FIXTURES
+
+    return sorted(p for p in FIXTURES.glob("NM2*/*.py") if not p.name.endswith(".expected.py"))
+
+
+@pytest.mark.parametrize("path", _fixture_sources(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_crlf_file_is_migrated_as_its_lf_twin(path):
+    """An import the file already has is seen on a CRLF line too (the regex's `$` stops before `\\n`, not `\\r`):
+    `import torch.utils.checkpoint` was added a second time to the CRLF copy only."""
+    data = path.read_bytes()
+    if b"\r" in data:
+        pytest.skip("the fixture has its own carriage returns")
+    lf = rewrite_bytes(data, path.name)
+    crlf = rewrite_bytes(data.replace(b"\n", b"\r\n"), path.name)
+    assert (crlf or b"").replace(b"\r\n", b"\n") == (lf or b"")
+
+
+def test_a_newline_in_a_file_name_does_not_split_the_diff_header(tmp_path):
+    (tmp_path / "new\nline.py").write_bytes(LEGACY)
+    proc = cli("rewrite", "--diff", "--no-cache", ".", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ['--- "a/new\\nline.py"', '+++ "b/new\\nline.py"']
+    assert all(line[:1] in ("-", "+", " ", "@", "\\") for line in lines)
