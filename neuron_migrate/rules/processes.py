@@ -114,9 +114,16 @@ def env_int(ctx, variable: str, default: str) -> str:
     expression default becomes `str(...)`, which `int` turns back into the same integer."""
     quote = fstring_quote(ctx, ctx.current.node) if ctx.current is not None else None
     quote = quote or ctx.quote
-    if VARIABLES.get(variable) == default and ctx.facts.rank_names:
+    if VARIABLES.get(variable) == default and ctx.facts.rank_names and _os_at_top(ctx):
         os_ = ctx.module_ref("os", scope=ctx.analysis.module_scope)
         ctx.define(f"{variable} = int({os_}.environ.get({ctx.string(variable)}, {ctx.string(default)}))")
         return variable
     text = f"{quote}{default}{quote}" if default.lstrip("-").isdigit() else f"str({default})"
     return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {text}))"
+
+
+def _os_at_top(ctx) -> bool:
+    """The names after the imports can read `os`: the module binds it nowhere, or only unconditionally (not an
+    `import os` inside `if __name__ == "__main__":`, which runs after them)."""
+    bindings = ctx.analysis.module_scope.bindings.get("os", [])
+    return all(b.kind == "import" and not b.conditional for b in bindings)
