@@ -14,8 +14,11 @@ from __future__ import annotations
 import os
 import re
 
+import libcst as cst
+
 from neuron_migrate.engine.cache import digest
 from neuron_migrate.engine.facts import fact, fstring_quote
+from neuron_migrate.engine.imports import is_docstring
 from neuron_migrate.engine.sources import SourceError, decode, read_bytes
 
 # Words of a program that may run as several processes (in its own text or a local module it imports): a
@@ -126,4 +129,15 @@ def _os_at_top(ctx) -> bool:
     """The names after the imports can read `os`: the module binds it nowhere, or only unconditionally (not an
     `import os` inside `if __name__ == "__main__":`, which runs after them)."""
     bindings = ctx.analysis.module_scope.bindings.get("os", [])
-    return all(b.kind == "import" and not b.conditional for b in bindings)
+    if not all(b.kind == "import" and not b.conditional for b in bindings):
+        return False
+    body = list(ctx.module.body)
+    leading = next((i for i, statement in enumerate(body) if not (_import_line(statement) or (
+        i == 0 and is_docstring(statement)))), len(body))
+    tops = {id(statement) for statement in body[:leading]}
+    return all(id(ctx._top_statement(b.node)) in tops for b in bindings)  # not `import os` below other code
+
+
+def _import_line(statement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
