@@ -33,11 +33,9 @@ N = 500
 SLOW_RATIO = 9.0
 HUNG = 5.0  # seconds for one input: a pattern backtracking without end
 FLOOR = 0.002  # seconds for 4n characters: below this, nothing a user would notice
-UNITS = ["#", " ", "\t", "\r", "\n", "\r\n", "'", '"', "\\", "\\\n", "(", ")", "=", ",", ".", "a", "0", "_", "-",
-         "# ", " #", "( ", "=#", "'''", '"""', "x.", "a ", "%", "!", "$", "{", "[", "]", ":", ";", "/", "*",
-         "\\ ", " \\", "#\n", "\r#", "a=", "-r", "= ", ". ", "0.", "a\n", "NM", "e"]
-PREFIXES = ["", "(", "=", "import ", "from ", "#", "-r ", "export A=", "ENV A ", "x.", "torch", "%env ", "a = ",
-            "pip install ", "# noqa:", "==", "[", "- ", "a:", "\\"]
+UNITS = ["#", " ", "\t", "\r", "\n", "\r\n", "'", '"', "\\", "\\\n", "(", "=", ",", ".", "a", "0", "-",
+         "# ", "( ", "=#", "'''", "x.", "a ", "%", "$", ":", "/", "\\ ", "a=", "-r", "NM"]
+PREFIXES = ["", "(", "=", "import ", "#", "-r ", "export A=", "x.", "%env ", "pip install ", "# noqa:", "=="]
 
 
 def _modules():
@@ -147,6 +145,25 @@ def _compiled_at_run_time() -> list[re.Pattern]:
     return [p for p in re._cache.values() if isinstance(p, re.Pattern)]  # type: ignore[attr-defined]
 
 
+def _held_elsewhere() -> set:
+    """The patterns, and the pattern texts, held by modules that are not the package's (tokenize, LibCST, ...)."""
+    out: set = set()
+    for name, module in list(sys.modules.items()):
+        if name.startswith("neuron_migrate") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, re.Pattern):
+                out.add((type(value.pattern), value.pattern, value.flags))
+            elif isinstance(value, str) and len(value) > 8:
+                out.add(value)
+    return out
+
+
+def _fnmatch_shaped(p: re.Pattern) -> bool:
+    """A pattern `fnmatch` translated from a glob (the file kinds' names; fnmatch's own business)."""
+    return isinstance(p.pattern, str) and p.pattern.startswith("(?s:") and p.pattern.endswith(")\\Z")
+
+
 def patterns() -> list[tuple[re.Pattern, str]]:
     """(pattern, how the package uses it): "match" when it only ever matches at a position it is given (`match`,
     `fullmatch`), "search" otherwise (search, finditer, sub, split, or not known)."""
@@ -162,9 +179,14 @@ def patterns() -> list[tuple[re.Pattern, str]]:
     for p, name in _held(_modules()):
         add(p, _uses(name, source))
     for p, method in _in_source():
+        if method == "compile" and (type(p.pattern), p.pattern, p.flags) in unique:
+            continue  # held by a module: its uses are known
         add(p, set() if method == "compile" else {method})
-    for p in _compiled_at_run_time():
-        add(p, set())
+    foreign = _held_elsewhere()
+    for p in _compiled_at_run_time():  # the ones built from tables; not the standard library's nor LibCST's
+        key = (type(p.pattern), p.pattern, p.flags)
+        if key not in unique and key not in foreign and p.pattern not in foreign and not _fnmatch_shaped(p):
+            add(p, set())
     anchored = {"match", "fullmatch"}
     return [(p, "match" if how[key] <= anchored else "search") for key, p in unique.items()]
 

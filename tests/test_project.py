@@ -175,11 +175,14 @@ def test_a_trn1_training_program_moves_and_a_trn1_inference_one_is_set_aside(tmp
     (tmp_path / "README.md").write_text("Launch on a trn1.32xlarge.\n")
     (tmp_path / "train.py").write_text("import torch_xla.core.xla_model as xm\n\nif __name__ == '__main__':\n"
                                        "    loss = xm.xla_device()\n    loss.backward()\n")
-    (tmp_path / "infer.py").write_text("import torch_neuronx\n\nif __name__ == '__main__':\n    pass\n")
+    (tmp_path / "infer.py").write_text("import torch_neuronx\n\nif __name__ == '__main__':\n"
+                                       "    traced = torch_neuronx.trace(model, example)\n")
+    (tmp_path / "setup_env.py").write_text("import torch_neuronx\n\nif __name__ == '__main__':\n    pass\n")
     targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
     project = Project([str(tmp_path)], targets, Settings())
     assert project.of(str(tmp_path / "train.py"), "python").target is None
     assert project.of(str(tmp_path / "infer.py"), "python").target == "trn1"
+    assert project.of(str(tmp_path / "setup_env.py"), "python").target is None  # neither training nor inference
 
 
 def test_the_model_reads_json_of_a_broken_notebook_and_bad_python_without_failing(tmp_path):

@@ -56,7 +56,7 @@ def test_the_device_position_filter_is_linear(unit):
     tries = []
     with deadline(60):  # the old pattern: minutes for 30 `#` after `(`
         for _ in range(3):  # a loaded machine makes one pair noisy; super-linear time is slow every time
-            small, big = timed(20_000), timed(80_000)
+            small, big = timed(4_000), timed(16_000)  # in the caches: past ~100 KB, memory costs a step
             tries.append((small, big))
             if big < 9 * small + 0.002:
                 break
@@ -85,5 +85,5 @@ def test_every_pattern_of_the_package_is_linear_on_adversarial_inputs():
         pytest.fail(f"a pattern took more than the whole budget (backtracking without end): {last}")
     assert proc.returncode == 0, err
     report = json.loads(out.splitlines()[-1])
-    assert report["patterns"] > 100 and report["inputs"] > 100_000
+    assert report["patterns"] > 100 and report["inputs"] > 30_000
     assert report["slow"] == []

@@ -102,7 +102,7 @@ def remove_noqa(stale: list[tuple[str, int, str]], read) -> int:
             m = NOQA.search(body)
             if m is None:
                 continue
-            present = re.findall(r"[A-Z]+\d+", m.group(0)[m.group(0).index(":") + 1:], re.I)
+            present = re.findall(r"\b[A-Z]+\d+", m.group(0)[m.group(0).index(":") + 1:], re.I)
             kept = [c for c in present if c.upper() not in codes]
             removed += len(present) - len(kept)
             comment = "# noqa: " + ", ".join(kept) if kept else ""
@@ -129,7 +129,7 @@ def _with_comments(text: str, kind: str | None, findings: list[Finding]) -> tupl
         newline = line[len(body):]
         m = NOQA.search(body)
         if m:
-            present = {c.upper() for c in re.findall(r"[A-Z]+\d+", m.group(0), re.I)}
+            present = {c.upper() for c in re.findall(r"\b[A-Z]+\d+", m.group(0), re.I)}
             codes = [c for c in codes if c not in present]
             if not codes:
                 continue

@@ -58,9 +58,9 @@ _LAUNCHER = re.compile(r"(?:^|[\s;&|(!])(?:python3?(?:\.\d+)?|torchrun|neuron_pa
                        r"deepspeed|%run)\b[^\n;&|]*?([\w./-]+\.py)\b")
 _RUN_MAGIC = re.compile(r"^\s*%run\s+(?:-\S+\s+)*([\w./-]+?)(?:\.py)?\s*$")
 # requirements: the products they install
-_REQ_INF1 = re.compile(r"^\s*(?:torch-neuron|torch_neuron|neuron-cc|neuron_cc)\s*(?:[=<>~!;\[#]|$)", re.I | re.M)
+_REQ_INF1 = re.compile(r"^[ \t\f]*(?:torch-neuron|torch_neuron|neuron-cc|neuron_cc)\s*(?:[=<>~!;\[#]|$)", re.I | re.M)
 _REQ_TPU = re.compile(r"torch[-_]xla\s*\[\s*tpu\s*\]|libtpu", re.I)
-_REQ_NEURON = re.compile(r"^\s*(?:torch-neuronx|torch_neuronx|neuronx-cc|neuronx_cc|neuronx-distributed)\b", re.I | re.M)
+_REQ_NEURON = re.compile(r"^[ \t\f]*(?:torch-neuronx|torch_neuronx|neuronx-cc|neuronx_cc|neuronx-distributed)\b", re.I | re.M)
 # Python statements read from lines (engine/project.py reads every file: it must cost little)
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))",
                      re.M)
@@ -68,8 +68,11 @@ _MAIN = re.compile(r"""^if[ \t]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__
                    re.M)
 _TRAINS = re.compile(r"\.backward\(|Trainer\b|Optimizer\b|\btorch\.optim\b|\boptimizer\.step\(|\btrain_step\b|\brun_train\b")
 _INSTALLS_NEURON = re.compile(r"\btorch[-_]neuronx\b")  # a Dockerfile's or pyproject's install of it
+_TRAINING_NAME = re.compile(r"train|fine[-_ ]?tun", re.I)
+_INFERS = re.compile(r"torch_neuronx\b[^\n]*\btrace\b|\btransformers_neuronx\b|\bneuronx_distributed_inference\b|"
+                     r"\bparallel_model_trace\b|\bNeuronModelFor\w+|\bModelBuilder\b")
 # Dockerfile base images
-_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
+_FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
 _README = re.compile(r"^readme(\.\w+)?$", re.I)
 _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
@@ -96,6 +99,7 @@ class Module:
     entry: bool = False  # a `__main__` block, a notebook, or run by a launch script / estimator / notebook
     legacy: bool = False  # imports torch_xla or torch_neuronx (any scope)
     trains: bool = False  # calls `.backward()` or builds a trainer: a training program's file
+    infers: bool = False  # uses an XLA inference API (`torch_neuronx.trace`, transformers-neuronx, NxD inference)
     imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) as written
     runs: list[str] = field(default_factory=list)  # programs it runs (`!python x.py`, `%run x`)
     estimators: list[tuple[str, str]] = field(default_factory=list)  # (entry_point, instance type)
@@ -169,6 +173,7 @@ class Project:
     def _read_module(self, module: Module, kind: str) -> None:
         text = self._text(module.full)
         shown = module.path
+        module.trains = _TRAINING_NAME.search(os.path.basename(module.full)) is not None  # `llama3-8b-fine-tuning`
         if kind == "notebook":
             code, prose = _notebook_text(text, module)
             module.entry = True
@@ -316,9 +321,11 @@ class Project:
             files = self._reach(module)
             evidence = self._evidence(module)
             target, strongest, conflict = _decide(evidence)
-            if target in (INF2, TRN1) and any(f.trains for f in files):
+            if target in (INF2, TRN1) and (any(f.trains for f in files)
+                                           or (target == TRN1 and not any(f.infers for f in files))):
                 # a training program on the XLA-based torch-neuronx is what the tool moves (to Trn2 / Trn3; NM520
-                # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path
+                # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path,
+                # and Trn1 (a training instance above all) is taken for an inference target only with its APIs
                 target = None
             moving = target not in SET_ASIDE and any(f.legacy for f in files)
             program = Program(module, files, target, strongest, conflict, moving)
@@ -413,10 +420,11 @@ class Project:
                 evidence = [e.text() for p in programs for e in p.evidence]
         if target in SET_ASIDE and moving is not None and not conflict:
             moving = None
-        neuron = next((e.text() for e in self._folder_evidence(module) if e.target == NEURON), None)
-        return FileProject(target, tuple(dict.fromkeys(evidence)), tuple(dict.fromkeys(conflict)), moving,
-                           module.importers[0] if module.importers else None, tuple(module.modules), neuron,
-                           module.legacy)
+        held = target in SET_ASIDE or bool(conflict)
+        # only what the file's decisions read: a cache key changes with these facts and no others
+        return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
+                           tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
+                           tuple(module.modules), None, module.legacy and held)
 
     # -- what the run asks -------------------------------------------------------------------------------------
     def of(self, path: str, kind: str) -> FileProject | None:
@@ -447,8 +455,9 @@ class Project:
 
 
 def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[Evidence]]:
-    """The target the strongest level of evidence names; two targets on that level are a conflict (GPU evidence
-    never decides against Neuron's: a GPU project that names Trn1 in its docs has no legacy code to move)."""
+    """The target the strongest level of evidence names; two targets named by a configuration, a path or a launch
+    are a conflict (prose or folder files naming several tell none: the next level decides). GPU evidence never
+    decides against Neuron's: a GPU project that names Trn1 in its docs has no legacy code to move."""
     for level in range(FOLDER + 1):
         here = [e for e in evidence if e.level == level and e.target != GPU]
         if not here:
@@ -457,6 +466,8 @@ def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[
         if len(targets) == 1 or targets <= {INF2, TRN1}:  # Inf2 and Trn1 both keep the maintained XLA path
             target = INF2 if INF2 in targets else targets.pop()
             return target, [e for e in here], []
+        if level in (TEXT, FOLDER):
+            continue  # prose that names several targets ("runs on Inf2 and Trn2") tells none of them
         return None, [], here
     return None, [], []
 
@@ -484,6 +495,8 @@ def _read_code(module: Module, code: str) -> None:
         module.entry = True
     if not module.trains and _TRAINS.search(code):
         module.trains = True
+    if not module.infers and _INFERS.search(code):
+        module.infers = True
 
 
 def _names(text: str) -> list[str]:

@@ -111,7 +111,7 @@ def _python(text: str, tree: bool) -> ast.Module | None:
         raise SourceError(f"line 1: syntax error (for Python {PYTHON}): {exc}") from None
 
 
-_PY2 = re.compile(r"^\s*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
+_PY2 = re.compile(r"^[ \t\f]*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
 
 
 def _looks_like_python2(text: str) -> bool:

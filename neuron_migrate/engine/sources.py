@@ -52,6 +52,10 @@ def decode(data: bytes) -> Source:
         raise SourceError(f"file is {len(data) // (1024 * 1024)} MB, larger than the {MAX_BYTES // (1024 * 1024)} MB "
                           "limit for source files (generated code?); it was left alone")
     if b"\0" in data:
+        wide = _wide_encoding(data)
+        if wide:
+            raise SourceError(f"file is {wide} encoded, and Python reads source files as UTF-8; convert it "
+                              f"(`iconv -f {wide} -t UTF-8`) to migrate it; it was left alone")
         raise SourceError("file contains NUL bytes: not a Python source file; it was left alone")
     bom = data.startswith(codecs.BOM_UTF8)
     codec = _declared_encoding(data, bom)
@@ -64,6 +68,18 @@ def decode(data: bytes) -> Source:
                           "add a coding cookie such as `# -*- coding: latin-1 -*-` or convert the file to UTF-8"
                           ) from None
     return Source(text=text, encoding=codec, bom=bom)
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """UTF-16 or UTF-32 (by the byte order mark, or by ASCII text with a zero byte beside every character)."""
+    for bom, name in ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+                      (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16")):
+        if data.startswith(bom):
+            return name
+    head = data[:400]
+    if len(head) >= 8 and (head[1::2].count(0) == len(head) // 2 or head[0::2].count(0) == (len(head) + 1) // 2):
+        return "UTF-16"
+    return None
 
 
 def _declared_encoding(data: bytes, bom: bool) -> str:
@@ -93,14 +109,19 @@ def size_limit(kind: str | None) -> int:
 
 
 def _megabytes(n: int) -> str:
-    return f"{n / (1024 * 1024):.0f} MB" if n >= 1024 * 1024 else f"{n // 1024} KB"
+    return f"{n // (1024 * 1024)} MB" if n >= 1024 * 1024 else f"{n // 1024} KB"
+
+
+def _open_readonly(path: str) -> int:
+    """Without blocking: opening a FIFO for reading waits for a writer otherwise."""
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
 
 
 def read_bytes(path: str, limit: int = MAX_BYTES, kind: str | None = None) -> bytes:
     """The bytes of the regular file `path`, at most `limit` of them (SourceError past it, and for anything that
     is not a regular file: a FIFO would block the run, `/dev/zero` never ends)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_readonly(path)
     except FileNotFoundError:
         raise SourceError("no such file") from None
     except PermissionError:
@@ -116,13 +137,14 @@ def read_bytes(path: str, limit: int = MAX_BYTES, kind: str | None = None) -> by
                 raise SourceError("is a directory")
             if not stat.S_ISREG(st.st_mode):
                 raise SourceError("not a regular file (a pipe, a device or a socket); it was left alone")
-            data = fh.read(limit + 1)
+            data = fh.read(limit + 1) if st.st_size <= limit else b""
         except OSError as exc:
             raise SourceError(f"cannot read: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        what = f"{kind} files" if kind else "files"
-        raise SourceError(f"file is larger than the {_megabytes(limit)} limit for {what} (generated, or not what its "
-                          "name says?); it was left alone")
+    if st.st_size > limit or len(data) > limit:
+        what, hint = ("source files", "generated code?") if kind in (None, "python") else \
+            (f"{kind} files", "generated, or not what its name says?")
+        raise SourceError(f"file is {_megabytes(max(st.st_size, len(data)))}, larger than the {_megabytes(limit)} "
+                          f"limit for {what} ({hint}); it was left alone")
     return data
 
 

@@ -30,8 +30,8 @@ from neuron_migrate.suppress import LineSuppressions, line_suppressions
 
 # `python train.py`, `python3 -u train.py`, `${PYTHON} train.py`, after a line start, `;`, `&&`, `|` or env vars.
 LAUNCH = re.compile(
-    r"(?P<head>^\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*|[;&|(]\s*|\bexec\s+)"
-    r"(?P<python>(?:\S*/)?python(?:3(?:\.\d+)?)?|\$\{?PYTHON\}?)(?P<flags>(?:\s+-u)*)\s+"
+    r"(?P<head>^[ \t\f]*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*|[;&|(]\s*|\bexec\s+)"
+    r"(?P<python>(?:[^\s;&|()]*/)?python(?:3(?:\.\d+)?)?|\$\{?PYTHON\}?)(?P<flags>(?:\s+-u)*)\s+"
     r"(?P<script>[^\s;&|]+\.py)\b"
 )
 NUM_CORES = re.compile(r"\bNEURON_RT_NUM_CORES=[\"']?(\d+)")

@@ -26,11 +26,12 @@ from neuron_migrate.engine.sources import SourceError, decode, read_bytes, size_
 
 _COMMENT = re.compile(r"(^|\s)#.*$")
 _OPTION_START = re.compile(r"(^|\s)-")
-_INCLUDE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=?\s*|\s+)(\S+)")
-_INCLUDE_OR_CONSTRAINT = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s*=?\s*|\s+)(\S+)")
+# `\s*=?\s*` (two blank runs that may meet) backtracked quadratically over a line of blanks; the same lines match.
+_INCLUDE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=\s*|\s*)(\S+)")
+_INCLUDE_OR_CONSTRAINT = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s*=\s*|\s*)(\S+)")
 _INDEX = re.compile(r"^\s*(?:-i|--index-url|--extra-index-url)(?:\s*=\s*|\s+)(\S+)")
 MAX_INCLUDE_DEPTH = 8
-_FIND_LINKS_TPU = re.compile(r"^\s*(?:-f|--find-links)(?:\s*=\s*|\s+)\S*(?:libtpu|/tpuvm/)", re.M | re.I)
+_FIND_LINKS_TPU = re.compile(r"^[ \t\f]*(?:-f|--find-links)(?:\s*=\s*|\s+)\S*(?:libtpu|/tpuvm/)", re.M | re.I)
 
 
 def logical_lines(text: str) -> list[tuple[int, int, str]]:

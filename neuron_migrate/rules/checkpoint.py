@@ -1,5 +1,5 @@
 """NM220 / NM221 / NM222: torch_xla checkpoint writers and readers become torch.save / torch.load; NM243: the CPU copy
-they made, asked for directly (`xm._maybe_convert_to_cpu`)."""
+they made, asked for directly (`xm._maybe_convert_to_cpu`); NM235 marks NxD's readers of per-rank shards."""
 
 from __future__ import annotations
 
@@ -138,3 +138,29 @@ class CpuCopy(Rule):
 
         if ctx.report("NM243", node, call=short(node), fixed=code(build(node))):
             ctx.replace(node, build)
+
+
+NXD_LOAD = frozenset({"neuronx_distributed.trainer.load_checkpoint",
+                      "neuronx_distributed.trainer.checkpoint.load_checkpoint",
+                      "neuronx_distributed.parallel_layers.load",
+                      "neuronx_distributed.parallel_layers.checkpointing.load"})
+
+
+class NxdLoad(Rule):
+    """NM235: NxD's readers of per-rank TP/PP shards; the marker names the command that converts them."""
+
+    codes = ("NM235",)
+    triggers = (b"load",)
+    context = (b"neuronx_distributed",)
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(NXD_LOAD)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualname(node.func) not in NXD_LOAD:
+            return
+        sharded, xser = arg(node, None, "sharded"), arg(node, None, "load_xser")
+        if sharded is not None and code(sharded.value) == "False" and (xser is None or code(xser.value) == "False"):
+            return  # `parallel_layers.load(file, sharded=False)`: one plain torch.save file, which torch.load reads
+        self.ctx.report("NM235", node, call=short(node))

@@ -86,7 +86,6 @@ def _programs(script: Path, options: Options, workdir: Path, root: Path) -> tupl
                      script.resolve(), "plain", 1, options.target_env),
              target("plain migration", "plain", 1, options.target_env)] if options.no_neuron else []
     if options.reference_python:
-        check_reference_python(options.reference_python, options.reference_env)
         programs = [Program("reference", f"original {script.name}", options.reference_python, script.resolve(),
                             "xla", 1, options.reference_env),
                     target("cpu", "cpu", 1, options.target_env), target("target", device, 1, options.target_env)]
@@ -222,7 +221,9 @@ def verify_script(script: Path, options: Options, workdir: Path, cwd: Path | Non
     cwd = cwd or Path.cwd()
     root = project_root(script, Path(options.root) if options.root else None)
     programs, migration, plain = _programs(script, options, workdir, root)
-    program_files = _migrated_closure(script, options, migration, root, cwd)
+    program_files = _migrated_closure(script, options, migration, root, cwd)  # before anything starts
+    if options.reference_python:
+        check_reference_python(options.reference_python, options.reference_env)
     runs, plain_runs = [], []
     for program in programs + plain:
         (plain_runs if any(program is p for p in plain) else runs).append(
