@@ -759,8 +759,10 @@ def acts_on(code: str) -> str:
 
 # Data put on CUDA unconditionally (`device="cuda"`, `.cuda()`, `.to("cuda")`), and the XLA device asked for (or,
 # after a rewrite, the neuron device: a second run must decide as the first did).
-_CUDA_DATA = re.compile(r"""\bdevice\s*=\s*["']cuda|\.cuda\(|\.to\(\s*["']cuda""")
-_XLA_DEVICE = re.compile(r"""\bxla_device\(|\btorch_xla\.device\(|\bdevice\(\s*["']neuron|current_accelerator\(""")
+# (Code, not comments: a line's text before any `#`.)
+_CUDA_DATA = re.compile(r"""^[^#\n]*?(?:\bdevice\s*=\s*["']cuda|\.cuda\(|\.to\(\s*["']cuda)""", re.M)
+_XLA_DEVICE = re.compile(r"""^[^#\n]*?(?:\bxla_device\(|\btorch_xla\.device\(|\bdevice\(\s*["']neuron"""
+                         r"""|current_accelerator\()""", re.M)
 
 
 def _two_devices(text: str) -> bool:
