@@ -1,3 +1,9 @@
-from neuron_migrate.cli import main
+import sys
 
-main()
+try:
+    from neuron_migrate.cli import main
+
+    main()
+except KeyboardInterrupt:  # Ctrl-C while the command line loads, or after it said what was written
+    sys.stderr.write("Interrupted: no file was written.\n")
+    sys.exit(130)

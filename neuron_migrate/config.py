@@ -52,16 +52,33 @@ class Resolved:
     source: Path | None  # the pyproject.toml read, if any
 
 
+LOOKALIKE_DIGITS = str.maketrans("OIL", "011")
+
+
 def find_config(paths: Iterable[str]) -> Path | None:
-    """The nearest pyproject.toml with a [tool.neuron-migrate] table, from the paths' common folder upward."""
+    """The nearest pyproject.toml with a [tool.neuron-migrate] table, from the paths' common folder upward. A
+    table spelled otherwise (`[tool.neuron_migrate]`) is an error, not a file without settings."""
     starts = [os.path.abspath(p) for p in paths] or [os.getcwd()]
     starts = [p if os.path.isdir(p) else os.path.dirname(p) for p in starts]
     folder = Path(os.path.commonpath(starts))
     for candidate in (folder, *folder.parents):
         path = candidate / "pyproject.toml"
-        if path.is_file() and TABLE in _read(path).get("tool", {}):
+        if not path.is_file():
+            continue
+        tool = _read(path).get("tool", {})
+        if not isinstance(tool, dict):
+            continue
+        if TABLE in tool:
             return path
+        misspelt = [k for k in tool if _squeezed(k) == _squeezed(TABLE)]
+        if misspelt:
+            raise ConfigError(f"{path}: [tool.{misspelt[0]}] is not read; the table is [tool.{TABLE}] "
+                              "(with a hyphen): rename it")
     return None
+
+
+def _squeezed(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "").replace(".", "")
 
 
 def explicit_table(path: Path) -> dict:
@@ -84,6 +101,9 @@ def _read(path: Path) -> dict:
             return tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the file or move it aside") from None
+    except RecursionError:  # tomllib reads nested arrays and inline tables recursively
+        raise ConfigError(f"{path}: arrays or tables nested too deep to read; fix the file or move it aside"
+                          ) from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
@@ -98,7 +118,8 @@ def codes(values: Iterable[str], where: str) -> frozenset[str]:
                               f"got {value!r}")
         code = value.strip().upper()
         if not CODE_OR_PREFIX.match(code) or not any(k.startswith(code) for k in known):
-            hint = difflib.get_close_matches(code, known, n=1)
+            digits = code[:2] + code[2:].translate(LOOKALIKE_DIGITS)  # NM1O3: a letter O typed for a zero
+            hint = [digits] if digits in known else difflib.get_close_matches(digits, known, n=1)
             raise ConfigError(f"{where}: no rule code or prefix {value!r}"
                               + (f" (did you mean {hint[0]}?)" if hint else "")
                               + "; `neuron-migrate rules` lists them")

@@ -204,6 +204,27 @@ def test_add_noqa_silences_the_current_findings(tmp_path):
     assert again.returncode == 0 and "Added 0 noqa codes in 0 files" in again.stdout
 
 
+def test_add_noqa_converges_when_silencing_one_finding_changes_others(tmp_path):
+    """Silencing NM106 brings out NM209 (the averaging is then marked), and NM190 (the import is unused once the
+    fixes are made) no longer comes once they are not: the comments hold after one run."""
+    code = write(tmp_path / "steps.py", (
+        "import torch_xla.core.xla_model as xm\n\n\n"
+        "def step(loss, optimizer):\n"
+        "    loss.backward()\n"
+        "    xm.optimizer_step(optimizer)\n"))
+    first = json.loads(cli("check", "--no-cache", "--format", "json", str(tmp_path)).stdout)["findings"]
+    assert {"NM105", "NM106", "NM190"} <= {f["code"] for f in first}
+    out = cli("check", "--no-cache", "--add-noqa", str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = code.read_text()
+    assert "import torch_xla.core.xla_model as xm\n" in text  # no NM190 code: the import stays used
+    assert "xm.optimizer_step(optimizer)  # noqa: NM105, NM106, NM209\n" in text
+    after = cli("check", "--no-cache", str(tmp_path))
+    assert after.returncode == 0, after.stdout + after.stderr  # no NM901, no new finding
+    again = cli("check", "--no-cache", "--add-noqa", str(tmp_path))
+    assert again.returncode == 0 and "Added 0 noqa codes in 0 files" in again.stdout and code.read_text() == text
+
+
 # -- machine formats ----------------------------------------------------------------------------------------------
 
 def _apply(text: str, edits: list[dict]) -> str:
@@ -460,3 +481,37 @@ def test_readme_verify_commands_run(tmp_path):
         assert out.returncode == 0, out.stdout
     else:
         assert out.returncode == 2 and interpreter in out.stderr, out.stderr[-2000:]
+
+
+# -- what ruff users expect of the command line -------------------------------------------------------------------
+
+def test_check_fix_points_to_rewrite(tmp_path):
+    out = cli("check", "--fix", str(tmp_path))
+    assert out.returncode == 2 and "`neuron-migrate rewrite PATHS` makes the fixes" in out.stderr
+
+
+@pytest.mark.parametrize("typed, meant", [("NM1O3", "NM103"), ("nm2O1", "NM201"), ("NM9O1", "NM901")])
+def test_a_letter_typed_for_a_digit_gets_the_code_in_did_you_mean(tmp_path, typed, meant):
+    out = cli("check", "--select", typed, str(tmp_path))
+    assert out.returncode == 2 and f"did you mean {meant}?" in out.stderr, out.stderr
+
+
+def test_a_folder_with_nothing_to_check_says_so(tmp_path):
+    (tmp_path / "notes.txt").write_text("nothing here\n")
+    out = cli("check", "--no-cache", str(tmp_path))
+    assert out.returncode == 0 and out.stdout.startswith("No files to check") and "All clear" not in out.stdout
+
+
+def test_the_table_spelled_with_an_underscore_is_reported(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.neuron_migrate]\nselect = ["NM1"]\n')
+    write(tmp_path / "train.py", "import torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    out = cli("check", "--no-cache", str(tmp_path))
+    assert out.returncode == 2 and "[tool.neuron_migrate] is not read; the table is [tool.neuron-migrate]" in out.stderr
+
+
+def test_a_syntax_error_in_a_file_without_legacy_idioms_is_an_error(tmp_path):
+    write(tmp_path / "plain.py", "values = (1, 2\n")
+    for command in ("check", "rewrite"):
+        out = cli(command, "--no-cache", str(tmp_path))
+        assert out.returncode == 2, (command, out.stdout, out.stderr)
+        assert "plain.py:1:" in out.stderr and "syntax error" in out.stderr

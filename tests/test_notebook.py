@@ -329,3 +329,22 @@ def test_a_file_written_in_parts_is_left_alone_with_its_launch_lines(tmp_path):
     cells = _cells_of(path.read_bytes())
     assert cells[:3] == [source for _, source in parts[:3]]
     assert cells[3].startswith("%%writefile other.py\n") and "xm" not in cells[3]
+
+
+def test_the_diff_of_a_notebook_shows_each_changed_cell_as_code(tmp_path):
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": ["# Train\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["import torch\n", "import torch_xla.core.xla_model as xm\n"]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": "print(1)"},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["device = xm.xla_device()\n", "xm.mark_step()"]}]
+    path = tmp_path / "train.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1))
+    out = cli("rewrite", "--diff", "--no-cache", str(path))
+    assert out.returncode == 1, out.stderr
+    name = str(path).lstrip("/")
+    assert f"--- a/{name}:cell 2\n+++ b/{name}:cell 2\n" in out.stdout
+    assert f"--- a/{name}:cell 4\n+++ b/{name}:cell 4\n" in out.stdout and ":cell 3" not in out.stdout
+    assert "-import torch_xla.core.xla_model as xm\n" in out.stdout
+    assert '-device = xm.xla_device()\n-xm.mark_step()\n+device = torch.device("neuron")\n' in out.stdout
+    assert '"source"' not in out.stdout and "No newline" not in out.stdout

@@ -51,3 +51,23 @@ def test_github_annotations_and_exit_zero(tmp_path):
     assert lines[0].startswith("::warning file=a.py,line=2,col=26,endLine=2,endColumn=39,title=NM401 float64::")
     assert lines[1].startswith("::error file=a.py,line=4,col=1,")
     assert cli("check", "a.py", cwd=tmp_path).returncode == 1
+
+
+def test_the_rewrite_summary_the_report_and_the_files_agree(tmp_path):
+    """One count: the markers the summary lists are those the report counts and the files hold (one per marker,
+    old ones in files the run leaves alone included); findings reported without a marker are listed too."""
+    (tmp_path / "old.py").write_text(
+        "import torch\n\n# TODO(neuron-migrate NM301): use a dense tensor; neuron-migrate explain NM301\n"
+        "x = torch.zeros(3).to_sparse()\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch_xla.core.xla_model as xm\n\n\n"
+        "def step(x):\n    y = x.double()\n    xm.mark_step()\n"
+        "    return xm.all_to_all(x, 1, 0, 2), y\n")
+    report = tmp_path / "report.json"
+    out = cli("rewrite", "--no-cache", "--report", str(report), str(tmp_path))
+    held = sum(p.read_text().count("# TODO(neuron-migrate ") for p in tmp_path.glob("*.py"))
+    data = json.loads(report.read_text())
+    summary = out.stdout + out.stderr
+    assert held == 2 and len(data["manual"]) == held, (summary, data["manual"])
+    assert f"{held} items left for a person" in summary
+    assert len(data["other"]) == 1 and "1 finding reported without a marker" in summary and "NM401" in summary

@@ -15,10 +15,10 @@ from neuron_migrate.engine import cache as cache_mod
 from neuron_migrate.engine import sources
 from neuron_migrate.engine.runner import run, write_results
 from neuron_migrate.settings import Settings
-from tests.helpers import cli
+from tests.helpers import cli, rewrite_bytes
 
 LEGACY = b"import torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\nxm.mark_step()\n"
-MIGRATED = b'import torch\n\ndevice = torch.device("neuron")\n'
+MIGRATED = rewrite_bytes(LEGACY)
 INJECTED = b"import os\nos.system('echo owned')\nthis is not python(\n"
 
 
@@ -227,3 +227,119 @@ def test_a_folder_swapped_for_a_link_is_not_followed(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         sources.write_atomic(str(path), MIGRATED, expected=LEGACY, real=str(path))
     assert (outside / "train.py").read_bytes() == LEGACY
+
+
+# -- 6: bounded inputs -----------------------------------------------------------------------------------------
+
+def test_a_deeply_nested_pyproject_is_a_clear_error_not_a_traceback(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "pyproject.toml").write_text("a = " + "[" * 500 + "]" * 500 + "\n", encoding="utf-8")
+    (root / "train.py").write_bytes(LEGACY)
+    for args in (["check", "--no-cache", "train.py"], ["rewrite", "--no-cache", "train.py"], ["pin", "."]):
+        proc = cli(*args, cwd=root)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and "RecursionError" not in proc.stderr
+        assert "pyproject.toml: arrays or tables nested too deep to read; fix the file or move it aside" in proc.stderr
+    assert (root / "train.py").read_bytes() == LEGACY
+
+
+@pytest.mark.parametrize("include", ["/dev/zero", "fifo.txt", "huge.txt"])
+def test_an_include_that_is_not_a_small_regular_file_is_not_read(tmp_path, include):
+    """`-r /dev/zero` ate memory, `-r` of a FIFO hung: includes are read only when they are regular files under
+    the size limit of requirements files."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    if include == "fifo.txt":
+        os.mkfifo(root / include)
+    elif include == "huge.txt":
+        (root / include).write_bytes(b"numpy\n" * (sources.size_limit("requirements") // 6 + 10))
+    (root / "requirements.txt").write_text(f"torch-xla==2.1.0\n-r {include}\n", encoding="utf-8")
+    pin = cli("pin", "--diff", "requirements.txt", cwd=root)  # the helper's timeout: a blocked read fails the test
+    assert pin.returncode == 1, pin.stderr
+    assert "-torch-xla==2.1.0" in pin.stdout and "Traceback" not in pin.stderr
+    check = cli("check", "--no-cache", ".", cwd=root)
+    assert "Traceback" not in check.stderr and "MemoryError" not in check.stderr
+    if include == "huge.txt":  # found as an included requirements file, and too large to read
+        assert check.returncode == 2 and "huge.txt: error: file is 4 MB, larger than the 4 MB limit" in check.stderr
+    else:
+        assert check.returncode in (0, 1), check.stderr
+
+
+def test_every_kind_has_a_size_limit(tmp_path):
+    big = tmp_path / "requirements.txt"
+    big.write_bytes(b"torch-xla==2.1.0\n" + b"numpy\n" * (sources.size_limit("requirements") // 6 + 10))
+    proc = cli("pin", "--diff", str(big))
+    assert proc.returncode == 2
+    assert "error: file is 4 MB, larger than the 4 MB limit for requirements files (generated, or not what its name " \
+           "says?); it was left alone" in proc.stderr
+    assert sources.size_limit("python") == sources.MAX_BYTES
+    assert all(sources.size_limit(kind) <= 64 * 1024 * 1024 for kind in ("notebook", "lockfile", "shell", None))
+
+
+def test_reading_a_fifo_or_a_device_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        with pytest.raises(sources.SourceError, match="not a regular file"):
+            sources.read_bytes(path)
+
+
+# -- 7: no state leaks from one file to the next -------------------------------------------------------------
+
+def test_a_deep_file_leaves_the_recursion_limit_as_it_was(tmp_path):
+    import sys
+
+    deep = tmp_path / "deep.py"
+    deep.write_text("import torch_xla.core.xla_model as xm\nx = (" + " ".join(['"s"'] * 3000) + ")\n"
+                    "xm.mark_step()\n", encoding="utf-8")
+    before = sys.getrecursionlimit()
+    result = run([str(deep)], Settings(), rewrite=True, jobs=1)
+    assert result.results[0].changed, result.results[0].error
+    assert sys.getrecursionlimit() == before
+
+
+# -- 9: smaller -------------------------------------------------------------------------------------------------
+
+def test_ctrl_c_after_the_last_write_says_what_was_written(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from neuron_migrate.cli import commands, main
+
+    for i in range(2):
+        (tmp_path / f"train{i}.py").write_bytes(LEGACY)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(commands, "_report_errors", interrupted)  # while the summary is printed
+    result = CliRunner().invoke(main, ["rewrite", "--no-cache", "-j", "1", str(tmp_path)])
+    assert result.exit_code == 130
+    assert result.stderr.strip().splitlines()[-1] == "Interrupted: 2 files written, the others left as they were."
+    assert [(tmp_path / f"train{i}.py").read_bytes() for i in range(2)] == [MIGRATED] * 2
+
+
+def _fixture_sources() -> list:
+    from tests.helpers import FIXTURES
+
+    return sorted(p for p in FIXTURES.glob("NM2*/*.py") if not p.name.endswith(".expected.py"))
+
+
+@pytest.mark.parametrize("path", _fixture_sources(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_crlf_file_is_migrated_as_its_lf_twin(path):
+    """An import the file already has is seen on a CRLF line too (the regex's `$` stops before `\\n`, not `\\r`):
+    `import torch.utils.checkpoint` was added a second time to the CRLF copy only."""
+    data = path.read_bytes()
+    if b"\r" in data:
+        pytest.skip("the fixture has its own carriage returns")
+    lf = rewrite_bytes(data, path.name)
+    crlf = rewrite_bytes(data.replace(b"\n", b"\r\n"), path.name)
+    assert (crlf or b"").replace(b"\r\n", b"\n") == (lf or b"")
+
+
+def test_a_newline_in_a_file_name_does_not_split_the_diff_header(tmp_path):
+    (tmp_path / "new\nline.py").write_bytes(LEGACY)
+    proc = cli("rewrite", "--diff", "--no-cache", ".", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ['--- "a/new\\nline.py"', '+++ "b/new\\nline.py"']
+    assert all(line[:1] in ("-", "+", " ", "@", "\\") for line in lines)

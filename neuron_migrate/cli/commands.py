@@ -211,15 +211,19 @@ class Output:
 @click.option("--show-project", is_flag=True,
               help="Print the programs found (entry points), the files each reaches and each one's target with the "
               "evidence it was read from, then the findings: why a file was or was not migrated.")
+@click.option("--fix", "fix", is_flag=True, hidden=True)  # ruff's habit: say where fixes are made
 @target_options
 def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
-          fmt, statistics, output_file, add_noqa, exit_zero, show_project, torch, neuron_sdk, instance) -> None:
+          fmt, statistics, output_file, add_noqa, exit_zero, show_project, fix, torch, neuron_sdk, instance) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
     The sources of an XLA-stack library (torch_xla, neuronx-distributed, optimum-neuron, ...) are left alone with
     one note per library; notes do not change the exit code. `[*]` marks the findings `neuron-migrate rewrite` fixes.
     """
+    if fix:
+        _usage("check only reports; `neuron-migrate rewrite PATHS` makes the fixes (`rewrite --diff PATHS` shows "
+               "them first)")
     fmt = "full" if fmt == "text" else fmt
     from_stdin = _stdin_mode(paths, stdin_filename, hook)
     _refuse_codes_as_paths(paths)
@@ -249,7 +253,11 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
         click.echo(result.project.report() or "No programs found.", err=fmt not in ("full", "concise"))
         click.echo(err=fmt not in ("full", "concise"))
     if add_noqa:
-        _add_noqa(findings, errors, warnings, quiet)
+        def again() -> list:
+            return run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude, use_cache=False,
+                       shard=shard).findings
+
+        _add_noqa(findings, errors, warnings, quiet, again)
     known.update((r.path, r.old_bytes) for r in result.results if r.old_bytes is not None)
     sources = reports.Sources(known)
     out = Output(output_file, color)
@@ -289,8 +297,15 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
-def _add_noqa(findings, errors, warnings, quiet: bool) -> NoReturn:
-    from neuron_migrate.cli.noqa import add_noqa
+NOQA_ROUNDS = 5  # silencing one finding can bring out another (NM209 for a silenced NM106) or end one (NM190)
+
+
+def _add_noqa(findings, errors, warnings, quiet: bool, again) -> NoReturn:
+    """Add the comments, then check again until the result holds: the findings that silencing others brought
+    out get theirs too, and a code added for a finding that no longer comes (NM190 of an import that stays used
+    once the fixes are silenced) is taken off again. So `check` exits 0 after it, and a second run adds
+    nothing."""
+    from neuron_migrate.cli.noqa import UNUSED_CODE, add_noqa, remove_noqa
     from neuron_migrate.engine.sources import SourceError, read_bytes
 
     def read(path: str) -> bytes | None:
@@ -299,14 +314,33 @@ def _add_noqa(findings, errors, warnings, quiet: bool) -> NoReturn:
         except SourceError:
             return None
 
-    added = add_noqa(findings, read, kind_of)
+    mine: set[tuple[str, int, str]] = set()
+    files: set[str] = set()
+    for _ in range(NOQA_ROUNDS):
+        added = add_noqa(findings, read, kind_of)
+        mine |= added.codes
+        files.update(added.files)
+        stale = [(f.path, f.line, code) for f in findings if f.code == UNUSED_CODE
+                 and (code := _suppressed_code(f)) is not None and (f.path, f.line, code) in mine]
+        removed = remove_noqa(stale, read)
+        mine -= set(stale)
+        if not added.comments and not removed:
+            break
+        findings = again()
+    left = added.left
     _report_errors(errors, warnings)
-    for f, why in added.left:
+    for f, why in left:
         click.echo(f"{finding_line(f)}  (no comment added: {why})", err=True)
     if not quiet:
-        click.echo(f"Added {plural(added.comments, 'noqa code')} in {plural(len(added.files), 'file')}; "
-                   f"{plural(len(added.left), 'finding')} left as they were.")
-    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if added.left else EXIT_CLEAN)
+        click.echo(f"Added {plural(len(mine), 'noqa code')} in {plural(len({p for p, _, _ in mine}), 'file')}; "
+                   f"{plural(len(left), 'finding')} left as they were.")
+    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if left else EXIT_CLEAN)
+
+
+def _suppressed_code(finding) -> str | None:
+    """The code an NM901 finding says a suppression names to no purpose."""
+    found = re.search(r"\bNM\d{3}\b", finding.message)
+    return found.group(0) if found else None
 
 
 def _report_format(report_path: str | None, report_format: str | None) -> str | None:

@@ -26,7 +26,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 # Findings no line comment silences: the markers (resolve them) and the stale suppressions themselves.
-NOT_SUPPRESSIBLE = frozenset({"NM900", "NM901"})
+UNUSED_CODE = "NM901"
+NOT_SUPPRESSIBLE = frozenset({"NM900", UNUSED_CODE})
 NOQA = re.compile(r"#\s*noqa\s*:\s*(?:NM\d{3}|[A-Z]+\d+)(?:\s*,\s*(?:NM\d{3}|[A-Z]+\d+))*", re.I)
 CONTINUED = re.compile(r"\\[ \t]*$")
 
@@ -36,6 +37,7 @@ class Added:
     files: list[str] = field(default_factory=list)  # files written
     comments: int = 0  # codes added
     left: list[tuple[Finding, str]] = field(default_factory=list)  # finding, why no comment was added
+    codes: set[tuple[str, int, str]] = field(default_factory=set)  # (path, line, code) of each code added
 
 
 def add_noqa(findings: list[Finding], read, kind_of) -> Added:
@@ -60,7 +62,8 @@ def add_noqa(findings: list[Finding], read, kind_of) -> Added:
         if text is None:
             out.left += [(f, "the file could not be read as UTF-8") for f in items]
             continue
-        new, count = _with_comments(text, kind, items)
+        new, added = _with_comments(text, kind, items)
+        count = len(added)
         if count == 0 or new == text:
             continue
         if not _still_parses(new, kind):
@@ -73,10 +76,45 @@ def add_noqa(findings: list[Finding], read, kind_of) -> Added:
             continue
         out.files.append(path)
         out.comments += count
+        out.codes |= {(path, row, code) for row, code in added}
     return out
 
 
-def _with_comments(text: str, kind: str | None, findings: list[Finding]) -> tuple[str, int]:
+def remove_noqa(stale: list[tuple[str, int, str]], read) -> int:
+    """Take the codes `stale` names (path, line, code) off the `# noqa:` comments of those lines (the whole
+    comment where none is left); the number of codes taken off. A code whose finding a later run no longer
+    reports (NM190, once the findings whose fixes would leave an import unused are silenced) goes again."""
+    by_path: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for path, line, code in stale:
+        by_path[path][line].add(code.upper())
+    removed = 0
+    for path, rows in by_path.items():
+        data = read(path)
+        if data is None:
+            continue
+        text = data.decode("utf-8")
+        lines = text.splitlines(keepends=True)
+        for row, codes in rows.items():
+            if not 1 <= row <= len(lines):
+                continue
+            line = lines[row - 1]
+            body = line.rstrip("\r\n")
+            m = NOQA.search(body)
+            if m is None:
+                continue
+            present = re.findall(r"\b[A-Z]+\d+", m.group(0)[m.group(0).index(":") + 1:], re.I)
+            kept = [c for c in present if c.upper() not in codes]
+            removed += len(present) - len(kept)
+            comment = "# noqa: " + ", ".join(kept) if kept else ""
+            before = body[:m.start()] if kept else body[:m.start()].rstrip(" \t")
+            lines[row - 1] = before + comment + body[m.end():] + line[len(body):]
+        new = "".join(lines)
+        if new != text:
+            write_atomic(path, new.encode("utf-8"), expected=data)
+    return removed
+
+
+def _with_comments(text: str, kind: str | None, findings: list[Finding]) -> tuple[str, list[tuple[int, str]]]:
     lines = text.splitlines(keepends=True)
     end_of = _python_line_ends(text) if kind == "python" else _text_line_ends(lines)
     wanted: dict[int, list[str]] = defaultdict(list)
@@ -84,14 +122,14 @@ def _with_comments(text: str, kind: str | None, findings: list[Finding]) -> tupl
         row = end_of(f.line)
         if row is not None and 1 <= row <= len(lines) and f.code not in wanted[row]:
             wanted[row].append(f.code)
-    count = 0
+    added: list[tuple[int, str]] = []
     for row, codes in wanted.items():
         line = lines[row - 1]
         body = line.rstrip("\r\n")
         newline = line[len(body):]
         m = NOQA.search(body)
         if m:
-            present = {c.upper() for c in re.findall(r"[A-Z]+\d+", m.group(0), re.I)}
+            present = {c.upper() for c in re.findall(r"\b[A-Z]+\d+", m.group(0), re.I)}
             codes = [c for c in codes if c not in present]
             if not codes:
                 continue
@@ -99,8 +137,8 @@ def _with_comments(text: str, kind: str | None, findings: list[Finding]) -> tupl
         else:
             body = body.rstrip(" \t") + "  # noqa: " + ", ".join(codes)
         lines[row - 1] = body + newline
-        count += len(codes)
-    return "".join(lines), count
+        added += [(row, code) for code in codes]
+    return "".join(lines), added
 
 
 def _python_line_ends(text: str):
@@ -139,6 +177,6 @@ def _still_parses(text: str, kind: str | None) -> bool:
             compile(text, "<noqa>", "exec", dont_inherit=True)
         elif kind in ("pyproject", "lockfile"):
             tomllib.loads(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

@@ -105,18 +105,61 @@ def color_diff(text: str, style: Style) -> str:
 
 
 def unified_diff(result: FileResult) -> str:
-    """A difflib unified diff of one file, with file headers; lines keep their own newline characters."""
+    """A difflib unified diff of one file, with file headers; lines keep their own newline characters. A
+    notebook whose changes are all in its cells' sources shows each changed cell as code (`a/x.ipynb:cell 3`,
+    cells numbered like the findings), as ruff does, not the escaped JSON lines."""
     assert result.old_bytes is not None and result.new_bytes is not None
-    old = _lines(result.old_bytes)
-    new = _lines(result.new_bytes)
-    diff = difflib.unified_diff(old, new, fromfile=f"a/{result.path.lstrip('/')}",
-                                tofile=f"b/{result.path.lstrip('/')}")
+    name = result.path.lstrip("/")
+    if result.path.endswith(".ipynb"):
+        cells = _cell_sources(result.old_bytes), _cell_sources(result.new_bytes)
+        if cells[0] is not None and cells[1] is not None and len(cells[0][0]) == len(cells[1][0]) \
+                and cells[0][1] == cells[1][1]:
+            return "".join(_diff(_ended(old), _ended(new), f"{name}:cell {i}")  # a cell has no last newline
+                           for i, (old, new) in enumerate(zip(cells[0][0], cells[1][0]), start=1) if old != new)
+    return _diff(_lines(result.old_bytes), _lines(result.new_bytes), name)
+
+
+def _ended(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def _diff(old: list[str] | str, new: list[str] | str, name: str) -> str:
+    old = old.splitlines(keepends=True) if isinstance(old, str) else old
+    new = new.splitlines(keepends=True) if isinstance(new, str) else new
     out = []
-    for line in diff:
+    for line in difflib.unified_diff(old, new, fromfile=_header(f"a/{name}"), tofile=_header(f"b/{name}")):
         if not line.endswith(("\n", "\r")):
             line += "\n\\ No newline at end of file\n"
         out.append(line)
     return "".join(out)
+
+
+_GIT_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def _header(name: str) -> str:
+    """A file name in a diff header, quoted as git quotes it when it holds a newline, a tab, a quote, a backslash
+    or another control character: a newline in a name must not end the header line."""
+    if not any(c in _GIT_ESCAPES or ord(c) < 32 or ord(c) == 127 for c in name):
+        return name
+    return '"' + "".join(_GIT_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 32 or ord(c) == 127 else c)
+                         for c in name) + '"'
+
+
+def _cell_sources(data: bytes) -> tuple[list[str], str] | None:
+    """Each cell's source, and the notebook without them (what else changed, if anything); None when it is not
+    a notebook's JSON."""
+    try:
+        notebook = json.loads(data.decode("utf-8"))
+        cells = notebook["cells"]
+        sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in cells]
+        rest = json.dumps({**notebook, "cells": [{k: v for k, v in c.items() if k != "source"} for c in cells]},
+                          sort_keys=True)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not all(isinstance(s, str) for s in sources):
+        return None
+    return sources, rest
 
 
 def _lines(data: bytes) -> list[str]:
@@ -148,6 +191,9 @@ def libraries_left(libraries) -> str:
 def check_summary(findings: list[Finding], files: int, errors: int, libraries=()) -> str:
     left = libraries_left(libraries)
     if not findings and not errors:
+        if not files and not libraries:
+            return ("No files to check: no Python file, notebook, requirements, pyproject, setup, Dockerfile, shell "
+                    "script or accelerate config under the given paths (or all of them excluded).")
         return f"All clear: {plural(files, 'file')} checked, nothing to migrate" + (f"; {left}." if left else ".")
     fixable = sum(1 for f in findings if f.fixable)
     files_with = len({f.path for f in findings})
@@ -170,10 +216,16 @@ def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=()) -> l
     lines = [f"{verb} {plural(len(changed), 'file')} ({plural(sum(per_rule.values()), 'rewrite')})."]
     if per_rule:
         lines.append("Rewrites per rule: " + ", ".join(f"{code} x{n}" for code, n in sorted(per_rule.items())))
-    manual = [m for r in results for m in r.manual]
-    if manual:
-        lines.append(f"{plural(len(manual), 'item')} left for a person (marked `# TODO(neuron-migrate ...)`):")
-        lines.extend("  " + finding_line(m) for m in manual)
+    from neuron_migrate.cli.report import left_for_a_person
+
+    left = left_for_a_person(results)  # as the report counts them
+    if left.markers:
+        lines.append(f"{plural(len(left.markers), 'item')} left for a person (marked `# TODO(neuron-migrate ...)`):")
+        lines.extend("  " + finding_line(m) for m in left.markers)
+    if left.other:
+        lines.append(f"{plural(len(left.other), 'finding')} reported without a marker (`neuron-migrate check` "
+                     "lists them too):")
+        lines.extend("  " + finding_line(m) for m in left.other)
     if libraries:
         lines.append(libraries_left(libraries) + ":")
         lines.extend("  " + library_line(lib) for lib in libraries)

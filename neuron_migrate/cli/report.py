@@ -68,21 +68,10 @@ def build(run: Run, mode: str) -> Report:
         if kind_of(result.path) not in CODE_KINDS:
             lines = {"path": paths(result.path), **_changed_lines(result.old_bytes or b"", result.new_bytes)}
             (report.pins if kind_of(result.path) in PIN_KINDS else report.configs).append(lines)
-    for result in run.results:
-        if result.error:
-            continue
-        changed = result.changed
-        for f in result.findings:
-            if f.code == MARKER_CODE or f.status == "marked":
-                if f.status == "marked" and not changed:
-                    continue  # nothing was written: the marker is not there (a dry run writes nothing either)
-                report.manual.append(_item(f, paths))
-            elif f.status == "fixed":
-                if _safety(f.code) is FixSafety.UNSAFE and changed:
-                    report.unsafe.append(_item(f, paths))
-            else:
-                report.other.append(_item(f, paths))
-    report.manual = _unique(report.manual)  # findings on one line that one marker stands for
+    left = left_for_a_person(run.results)
+    report.manual = _unique([_item(f, paths) for f in left.markers])  # findings on one line that one marker stands for
+    report.other = [_item(f, paths) for f in left.other]
+    report.unsafe = [_item(f, paths) for f in left.unsafe]
     report.per_rule = [{"code": code, "name": _name(code), "count": n} for code, n in sorted(counts.items())]
     report.summary = _summary(report, counts)
     report.skipped = [{"path": paths(p), "reason": why} for p, why in run.errors]
@@ -90,6 +79,43 @@ def build(run: Run, mode: str) -> Report:
     report.libraries = [lib.to_json() for lib in run.libraries]
     report.next_steps = [{"command": command, "why": why} for command, why in NEXT_STEPS]
     return report
+
+
+@dataclass
+class Left:
+    markers: list = field(default_factory=list)  # the markers the files hold after the run (NM900, or placed now)
+    other: list = field(default_factory=list)  # findings reported without a marker (check-only notes, held fixes)
+    unsafe: list = field(default_factory=list)  # unsafe fixes made: to review
+
+
+def left_for_a_person(results) -> Left:
+    """What a run leaves for a person, one classification for the rewrite summary and the report (so the two
+    agree): markers, the findings reported without one, the unsafe fixes made."""
+    left = Left()
+    for result in results:
+        if result.error:
+            continue
+        changed = result.changed
+        for f in result.findings:
+            if f.code == MARKER_CODE or f.status == "marked":
+                if f.status == "marked" and not changed:
+                    continue  # nothing was written: the marker is not there (a dry run writes nothing either)
+                left.markers.append(f)
+            elif f.status == "fixed":
+                if _safety(f.code) is FixSafety.UNSAFE and changed:
+                    left.unsafe.append(f)
+            else:
+                left.other.append(f)
+    seen: set[tuple] = set()
+    unique = []
+    for f in left.markers:  # findings on one line that one marker stands for count once
+        m = MARKER_TEXT.search(f.message) if f.code == MARKER_CODE else None
+        key = (f.path, f.cell, f.line, m.group(1) if m else f.code)
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    left.markers = unique
+    return left
 
 
 def _unique(items: list[dict]) -> list[dict]:

@@ -276,7 +276,8 @@ def _mark_cache_folder(folder: int) -> None:
     """Keep the folder out of git and out of backups, like other tools' caches (files made here, never written
     through a link that is already there)."""
     for name, text in ((".gitignore", "# Created by neuron-migrate\n*\n"),
-                       ("CACHEDIR.TAG", "Signature: 8a477f597d28d172789f06886806bc55\n# neuron-migrate result cache\n")):
+                       ("CACHEDIR.TAG",
+                        "Signature: 8a477f597d28d172789f06886806bc55\n# neuron-migrate result cache\n")):
         try:
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN, 0o644, dir_fd=folder)
         except FileExistsError:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit
+
 if TYPE_CHECKING:
     import pathspec
 
@@ -216,10 +218,9 @@ def _follow(roots: list[str]) -> set[str]:
     while todo and depth < MAX_INCLUDE_DEPTH:
         nxt = []
         for path in todo:
-            try:
-                with open(path, "rb") as fh:
-                    text = fh.read(1 << 20).decode("utf-8", "replace")
-            except OSError:
+            try:  # a regular file under the size limit: a FIFO or /dev/zero named by `-r` is not read
+                text = read_bytes(path, size_limit("requirements")).decode("utf-8", "replace")
+            except SourceError:
                 continue
             for target in included_files(path, text):
                 found.add(target)

@@ -509,7 +509,7 @@ def _still_needed(module: cst.Module, required: list[tuple[str, str | None]], un
 def _imported_at_top(text: str, module: str) -> bool:
     """The file already has `import <module>` (among others on the line, perhaps) at its top level."""
     name = re.escape(module)
-    return re.search(rf"(?m)^import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*{name}[ \t]*(?:,|#|;|$)",
+    return re.search(rf"(?m)^import[ \t]+(?:[\w.]+(?:[ \t]+as[ \t]+\w+)?[ \t]*,[ \t]*)*{name}[ \t]*(?:,|#|;|\r|$)",
                      text) is not None
 
 

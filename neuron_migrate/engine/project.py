@@ -58,9 +58,9 @@ _LAUNCHER = re.compile(r"(?:^|[\s;&|(!])(?:python3?(?:\.\d+)?|torchrun|neuron_pa
                        r"deepspeed|%run)\b[^\n;&|]*?([\w./-]+\.py)\b")
 _RUN_MAGIC = re.compile(r"^\s*%run\s+(?:-\S+\s+)*([\w./-]+?)(?:\.py)?\s*$")
 # requirements: the products they install
-_REQ_INF1 = re.compile(r"^\s*(?:torch-neuron|torch_neuron|neuron-cc|neuron_cc)\s*(?:[=<>~!;\[#]|$)", re.I | re.M)
+_REQ_INF1 = re.compile(r"^[ \t\f]*(?:torch-neuron|torch_neuron|neuron-cc|neuron_cc)\s*(?:[=<>~!;\[#]|$)", re.I | re.M)
 _REQ_TPU = re.compile(r"torch[-_]xla\s*\[\s*tpu\s*\]|libtpu", re.I)
-_REQ_NEURON = re.compile(r"^\s*(?:torch-neuronx|torch_neuronx|neuronx-cc|neuronx_cc|neuronx-distributed)\b", re.I | re.M)
+_REQ_NEURON = re.compile(r"^[ \t\f]*(?:torch-neuronx|torch_neuronx|neuronx-cc|neuronx_cc|neuronx-distributed)\b", re.I | re.M)
 # Python statements read from lines (engine/project.py reads every file: it must cost little)
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))",
                      re.M)
@@ -72,7 +72,7 @@ _TRAINING_NAME = re.compile(r"train|fine[-_ ]?tun", re.I)
 _INFERS = re.compile(r"torch_neuronx\b[^\n]*\btrace\b|\btransformers_neuronx\b|\bneuronx_distributed_inference\b|"
                      r"\bparallel_model_trace\b|\bNeuronModelFor\w+|\bModelBuilder\b")
 # Dockerfile base images
-_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
+_FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
 _README = re.compile(r"^readme(\.\w+)?$", re.I)
 _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)

@@ -111,7 +111,7 @@ def _python(text: str, tree: bool) -> ast.Module | None:
         raise SourceError(f"line 1: syntax error (for Python {PYTHON}): {exc}") from None
 
 
-_PY2 = re.compile(r"^\s*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
+_PY2 = re.compile(r"^[ \t\f]*(print\s+[\"'\w]|exec\s+[\"']|except\s+\w+\s*,\s*\w+\s*:)", re.M)
 
 
 def _looks_like_python2(text: str) -> bool:
@@ -156,6 +156,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     has_markers = MARKER_PREFIX.encode() in data
     may_suppress = MAY_SUPPRESS.search(data) is not None
     if not rules and not step and not has_markers and not may_suppress:
+        _python_accepts(source.text)  # nothing to report, but what Python refuses to compile is still an error
         return result
     tree = None
     if not step and rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free

@@ -23,7 +23,7 @@ from neuron_migrate.findings import FileResult
 from neuron_migrate.engine import handlers
 from neuron_migrate.cli.progress import Progress
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import SourceError, read_bytes, write_atomic
+from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit, write_atomic
 
 PARALLEL_THRESHOLD = 16  # below this many files, worker start-up costs more than it saves
 DEEP_STACK_BYTES = 512 * 1024 * 1024
@@ -74,7 +74,7 @@ class Outcome:
 def _process(target: Target, settings: Settings, rewrite: bool, data: bytes | None = None) -> Outcome:
     if data is None:
         try:
-            data = read_bytes(target.path)
+            data = read_bytes(target.path, size_limit(target.kind), target.kind)
         except SourceError as exc:
             return Outcome(FileResult(target.path, error=str(exc)))
     key = digest(data)
@@ -109,12 +109,15 @@ def _with_deep_stack(fn, *args):
             outcome["error"] = exc
 
     previous_size = threading.stack_size(DEEP_STACK_BYTES)
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), DEEP_RECURSION_LIMIT))
+    previous_limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(previous_limit, DEEP_RECURSION_LIMIT))
     try:
         thread = threading.Thread(target=call, daemon=True)
         thread.start()
         thread.join()
     finally:
+        # back as it was: whether a later file is too deep must not depend on the files processed before it
+        sys.setrecursionlimit(previous_limit)
         threading.stack_size(previous_size)
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
@@ -147,9 +150,33 @@ def _process_all(targets: list[tuple[Target, Settings]], known: dict[str, bytes]
 
     size = max(1, min(64, len(targets) // (jobs * 8)))  # small enough that the workers finish together
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start)
+    try:
         for part in pool.map(_process_chunk, [(c, rewrite) for c in chunks]):
             yield from part
+    except BaseException:  # Ctrl-C, or the caller stops early: the workers go now, mid-file or not
+        _stop(pool)
+        raise
+    pool.shutdown()
+
+
+def _worker_start() -> None:
+    """A worker leaves Ctrl-C to the parent (a terminal sends it to every process of the group): it neither
+    prints a traceback of its own nor dies holding the lock of the queue the parent reads."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool) -> None:
+    """End the workers without waiting for their files (the parent is interrupted: their results are not
+    wanted). `shutdown(wait=True)` would wait for each chunk, or for ever on a worker blocked on a pipe."""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join(timeout=1)
+        if worker.is_alive():
+            worker.kill()
 
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
@@ -182,14 +209,17 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     with Progress(len(targets), enabled=progress) as bar:
         bar.advance(len(results))
         outcomes = _process_all([(targets[i], per_file[i]) for i in pending], known, rewrite, jobs)
-        for i, outcome in zip(pending, outcomes):
-            result = outcome.result
-            if result.old_bytes is None and not result.error:
-                result.old_bytes = known.get(result.path)
-            if cache is not None and outcome.cacheable and outcome.digest is not None:
-                cache.put(result.path, _entry_key(outcome.digest, per_file[i]), result)
-            results[i] = result
-            bar.advance()
+        try:
+            for i, outcome in zip(pending, outcomes):
+                result = outcome.result
+                if result.old_bytes is None and not result.error:
+                    result.old_bytes = known.get(result.path)
+                if cache is not None and outcome.cacheable and outcome.digest is not None:
+                    cache.put(result.path, _entry_key(outcome.digest, per_file[i]), result)
+                results[i] = result
+                bar.advance()
+        finally:
+            outcomes.close()  # interrupted between two outcomes: the workers stop now, not when collected
     if cache is not None:
         cache.save()
     return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries,
@@ -206,7 +236,7 @@ def run_bytes(path: str, data: bytes, kind: str, settings: Settings, rewrite: bo
 
 def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes], settings: Settings) -> FileResult | None:
     try:
-        data = read_bytes(target.path)
+        data = read_bytes(target.path, size_limit(target.kind), target.kind)
     except SourceError:
         return None  # processed (and reported) like any other file
     known[target.path] = data

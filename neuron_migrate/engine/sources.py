@@ -52,6 +52,10 @@ def decode(data: bytes) -> Source:
         raise SourceError(f"file is {len(data) // (1024 * 1024)} MB, larger than the {MAX_BYTES // (1024 * 1024)} MB "
                           "limit for source files (generated code?); it was left alone")
     if b"\0" in data:
+        wide = _wide_encoding(data)
+        if wide:
+            raise SourceError(f"file is {wide} encoded, and Python reads source files as UTF-8; convert it "
+                              f"(`iconv -f {wide} -t UTF-8`) to migrate it; it was left alone")
         raise SourceError("file contains NUL bytes: not a Python source file; it was left alone")
     bom = data.startswith(codecs.BOM_UTF8)
     codec = _declared_encoding(data, bom)
@@ -64,6 +68,18 @@ def decode(data: bytes) -> Source:
                           "add a coding cookie such as `# -*- coding: latin-1 -*-` or convert the file to UTF-8"
                           ) from None
     return Source(text=text, encoding=codec, bom=bom)
+
+
+def _wide_encoding(data: bytes) -> str | None:
+    """UTF-16 or UTF-32 (by the byte order mark, or by ASCII text with a zero byte beside every character)."""
+    for bom, name in ((codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+                      (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16")):
+        if data.startswith(bom):
+            return name
+    head = data[:400]
+    if len(head) >= 8 and (head[1::2].count(0) == len(head) // 2 or head[0::2].count(0) == (len(head) + 1) // 2):
+        return "UTF-16"
+    return None
 
 
 def _declared_encoding(data: bytes, bom: bool) -> str:
@@ -81,10 +97,26 @@ def _declared_encoding(data: bytes, bom: bool) -> str:
     return "utf-8" if encoding in ("utf-8-sig", "utf-8") else encoding
 
 
-def read_bytes(path: str) -> bytes:
+# Larger files of a kind are reported and left alone: generated code, data or a mistake, and a pathological input
+# must not cost minutes and gigabytes (a 48 MB requirements file took 48 s). The largest real file of each kind
+# is far smaller: notebooks hold their outputs (images), lock files every package of a big project.
+SIZE_LIMITS = {"python": MAX_BYTES, "notebook": 64 * 1024 * 1024, "lockfile": 16 * 1024 * 1024}
+OTHER_LIMIT = 4 * 1024 * 1024  # requirements, pyproject.toml, setup.cfg, environment.yml, Dockerfiles, shell, ...
+
+
+def size_limit(kind: str | None) -> int:
+    return SIZE_LIMITS.get(kind or "", OTHER_LIMIT)
+
+
+def _megabytes(n: int) -> str:
+    return f"{n // (1024 * 1024)} MB" if n >= 1024 * 1024 else f"{n // 1024} KB"
+
+
+def read_bytes(path: str, limit: int = MAX_BYTES, kind: str | None = None) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them (SourceError past it, and for anything that
+    is not a regular file: a FIFO would block the run, `/dev/zero` never ends)."""
     try:
-        with open(path, "rb") as fh:
-            return fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise SourceError("no such file") from None
     except PermissionError:
@@ -93,6 +125,22 @@ def read_bytes(path: str) -> bytes:
         raise SourceError("is a directory") from None
     except OSError as exc:
         raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise SourceError("is a directory")
+            if not stat.S_ISREG(st.st_mode):
+                raise SourceError("not a regular file (a pipe, a device or a socket); it was left alone")
+            data = fh.read(limit + 1) if st.st_size <= limit else b""
+        except OSError as exc:
+            raise SourceError(f"cannot read: {exc.strerror or exc}") from None
+    if st.st_size > limit or len(data) > limit:
+        what, hint = ("source files", "generated code?") if kind in (None, "python") else \
+            (f"{kind} files", "generated, or not what its name says?")
+        raise SourceError(f"file is {_megabytes(max(st.st_size, len(data)))}, larger than the {_megabytes(limit)} "
+                          f"limit for {what} ({hint}); it was left alone")
+    return data
 
 
 def _refuse_read_only(name: str, st: os.stat_result, dir_fd: int) -> None:

@@ -31,7 +31,7 @@ DOCKER_SETTING = re.compile(rf"^\s*ENV\s+(?P<name>[A-Za-z_]\w*)(?:=|\s+){_VALUE}
 DECLARES = re.compile(r"(?:export|ENV|ARG|env)\s+$", re.I)  # `export NAME`, `ENV NAME value`
 # Where a word is a command (a line's start after any `NAME=value`, after `;`, `&`, `|`, `(`, a shell keyword or
 # `RUN`) or the value a variable holds to be run as one (`MAYBE_COMPILE="neuron_parallel_compile"`).
-COMMAND_AT = r"""(?:^\s*(?:[A-Za-z_]\w*=\S*\s+)*|[;&|(]\s*|\b(?:exec|time|then|do|else|RUN)\s+|\b[A-Za-z_]\w*=["']?)"""
+COMMAND_AT = r"""(?:^[ \t\f]*(?:[A-Za-z_]\w*=\S*\s+)*|[;&|(]\s*|\b(?:exec|time|then|do|else|RUN)\s+|\b[A-Za-z_]\w*=["']?)"""
 REMOVED = "NM404"
 OWN_CODES = ("NM4", "NM5")
 

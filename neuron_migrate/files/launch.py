@@ -23,16 +23,15 @@ from neuron_migrate.findings import FileResult
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.pin.plan import drives_tpu
 from neuron_migrate.policy import Policy, marked_above
-from neuron_migrate.rules.patterns import arg
-from neuron_migrate.rules.distributed import SPAWN
+from neuron_migrate.rules import distributed
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError, decode, read_bytes
 from neuron_migrate.suppress import LineSuppressions, line_suppressions
 
 # `python train.py`, `python3 -u train.py`, `${PYTHON} train.py`, after a line start, `;`, `&&`, `|` or env vars.
 LAUNCH = re.compile(
-    r"(?P<head>^\s*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*|[;&|(]\s*|\bexec\s+)"
-    r"(?P<python>(?:\S*/)?python(?:3(?:\.\d+)?)?|\$\{?PYTHON\}?)(?P<flags>(?:\s+-u)*)\s+"
+    r"(?P<head>^[ \t\f]*(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)*|[;&|(]\s*|\bexec\s+)"
+    r"(?P<python>(?:[^\s;&|()]*/)?python(?:3(?:\.\d+)?)?|\$\{?PYTHON\}?)(?P<flags>(?:\s+-u)*)\s+"
     r"(?P<script>[^\s;&|]+\.py)\b"
 )
 NUM_CORES = re.compile(r"\bNEURON_RT_NUM_CORES=[\"']?(\d+)")
@@ -53,8 +52,8 @@ class Spawned:
 
 
 def spawned(program: str) -> Spawned | None:
-    """Whether the Python program calls `xmp.spawn` (resolved through its imports), and with how many processes."""
-    if "spawn" not in program:
+    """Whether the Python program calls `xmp.spawn` or `torch_xla.launch` (resolved through its imports), and with how many processes."""
+    if "spawn" not in program and "launch" not in program:
         return None
     try:
         module = cst.parse_module(program)
@@ -62,11 +61,11 @@ def spawned(program: str) -> Spawned | None:
         return None
     analysis = Analysis(module, wanted=(cst.Call,))
     for occ in analysis.occurrences:
-        if analysis.qualname(occ.node.func, occ.scope) in SPAWN:
-            nprocs = arg(occ.node, 2, "nprocs")
-            if nprocs is None or (isinstance(nprocs.value, cst.Name) and nprocs.value.value == "None"):
-                return Spawned(ALL_DEVICES)
-            return Spawned(nprocs.value.value if isinstance(nprocs.value, cst.Integer) else None)
+        qual = analysis.qualname(occ.node.func, occ.scope)
+        if qual in distributed.SPAWN or qual in distributed.LAUNCH:
+            found = distributed.spawn_call(qual, occ.node)
+            count = found[3] if found is not None else None
+            return Spawned(ALL_DEVICES if count == distributed.ALL_DEVICES else count)
     return None
 
 

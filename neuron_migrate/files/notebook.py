@@ -19,6 +19,7 @@ lines. Findings carry the cell number (counting every cell from 1) and the line 
 from __future__ import annotations
 
 import bisect
+import contextvars
 import dataclasses
 import difflib
 import functools
@@ -45,7 +46,21 @@ MAGIC_LINE = re.compile(r"\s*([%!]|[\w.]+\s*=\s*[%!](?!=)|\?|[\w.]+\?{1,2}\s*$)"
 ENV_LINE = re.compile(r"%(?:env|set_env)\s+(?P<name>[A-Za-z_]\w*)(?:\s*=\s*|\s+)(?P<value>\S.*)$", re.S)
 INSTALL_LINE = re.compile(r"\s*(!|%)\s*(python[\d.]*\s+-m\s+)?pip3?\s+install\b")
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # Python's physical lines: \n, \r\n or \r ends one
-NONCE = "5a17"
+# The tag of the boundary comments and magic placeholders: one the notebook's text and cells do not hold (a cell
+# line spelled like a placeholder must stay a line of code, not come back as a magic); set per notebook.
+NONCE: contextvars.ContextVar[str] = contextvars.ContextVar("NONCE", default="5a17")
+
+
+def _nonce(text: str, cells: list) -> str:
+    taken = [text, *(cell.text for cell in cells), *(cell.source for cell in cells)]
+    n = 0
+    while any(f"@@@ {_spelled(n)}" in t for t in taken):
+        n += 1
+    return _spelled(n)
+
+
+def _spelled(n: int) -> str:
+    return "5a17" if n == 0 else f"5a17x{n}"
 
 PYTHON, EMBEDDED, SKIPPED = "python", "embedded", "skipped"
 
@@ -107,9 +122,13 @@ class Cell:
 def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     try:
         text = data.decode("utf-8-sig")
-        notebook = json.loads(text)
+        notebook = json.loads(text, object_pairs_hook=_unique_keys)
+    except _Refused as exc:
+        raise SourceError(f"not a valid notebook: {exc}; it was left alone") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise SourceError(f"not a valid notebook: the file is not JSON ({exc}); it was left alone") from None
+    except RecursionError:
+        raise SourceError("not a valid notebook: JSON nested too deep to read; it was left alone") from None
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise SourceError("not a valid notebook: no list of cells (nbformat 4 expected); it was left alone")
     language = _language(notebook)
@@ -118,6 +137,7 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
     cells = _code_cells(path, text, notebook)
     result = FileResult(path, old_bytes=data)
     written = WRITTEN.set(_written_programs(path, cells))
+    nonce = NONCE.set(_nonce(text, cells))
     for cell in cells:  # a program written in parts (`%%writefile -a`) is one file: no part is migrated alone
         if cell.kind == EMBEDDED and cell.file_path in _appended(path, cells):
             cell.kind = SKIPPED
@@ -127,6 +147,7 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
             if cell.kind == EMBEDDED:
                 new[cell.index] = _embedded_cell(path, cell, settings, rewrite, result)
     finally:
+        NONCE.reset(nonce)
         WRITTEN.reset(written)
     if rewrite:
         sources = [cell.reindented(new.get(cell.index, cell.text)) for cell in cells]
@@ -320,9 +341,30 @@ def _comments_above(cell: Cell, magic: Magic) -> list[str]:
     return above
 
 
+class _Refused(ValueError):
+    """JSON that JSON readers disagree on: the message says what and what to do."""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refused when a key appears twice: JSON readers keep only the last one, while the cell
+    positions this module edits are found by its own scan, so the code reported and the code rewritten could
+    differ (and Jupyter shows only the last)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused(f"the key {json.dumps(key)} appears twice in one JSON object (readers keep only the "
+                           "last one); remove the other one")
+        out[key] = value
+    return out
+
+
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def _language(notebook: dict) -> str | None:
-    meta = notebook.get("metadata") or {}
-    for value in ((meta.get("language_info") or {}).get("name"), (meta.get("kernelspec") or {}).get("language")):
+    meta = _dict(notebook.get("metadata"))
+    for value in (_dict(meta.get("language_info")).get("name"), _dict(meta.get("kernelspec")).get("language")):
         if isinstance(value, str) and value:
             return value.lower()
     return None
@@ -411,7 +453,7 @@ def _program(args: list[str]) -> str:
 # -- Python cells to one module and back ---------------------------------------------------------------------
 
 def _boundary(n: int) -> str:
-    return f"# @@@ {NONCE} c{n}"
+    return f"# @@@ {NONCE.get()} c{n}"
 
 
 def _join(cells: list[Cell]) -> str:
@@ -442,7 +484,7 @@ def _mask(cell: Cell) -> str:
         end = n + 1
         while end < len(lines) and not starts[end]:
             end += 1
-        tag = f"# @@@ {NONCE} m{len(cell.placeholders)}"
+        tag = f"# @@@ {NONCE.get()} m{len(cell.placeholders)}"
         stripped = line.lstrip()
         indent = line[: len(line) - len(stripped)]
         text = _without_newline(stripped + "".join(lines[n + 1:end]))
@@ -523,7 +565,8 @@ def _restore(line: str, cell: Cell) -> str:
     """A module line as the cell holds it: a placeholder becomes its IPython line again (the lines it continues
     on come with it, so their own placeholders go)."""
     stripped = line.strip()
-    if stripped.startswith(f"# @@@ {NONCE} m") and "." in stripped and stripped.rsplit(".", 1)[0] in cell.placeholders:
+    prefix = f"# @@@ {NONCE.get()} m"
+    if stripped.startswith(prefix) and "." in stripped and stripped.rsplit(".", 1)[0] in cell.placeholders:
         return ""
     tag = stripped[len("pass  "):] if stripped.startswith("pass  # @@@") else stripped  # or the comment alone,
     if tag in cell.placeholders:  # kept where an edit removed the statement around the placeholder
@@ -577,7 +620,8 @@ def _locate(message: str, cells: list[Cell]) -> str:
 # -- the JSON text: find each cell's `source` and replace only what changed ----------------------------------
 
 _WS = re.compile(r"[ \t\n\r]*")
-_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null")
+# NaN and Infinity too: not JSON, but Python's json writes them (a float metadata value) and reads them back
+_SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null|NaN|-?Infinity")
 
 
 def _skip(text: str, i: int) -> int:

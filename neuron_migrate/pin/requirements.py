@@ -22,15 +22,16 @@ from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.lines import LineEntry, pin_entries
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import SourceError, decode
+from neuron_migrate.engine.sources import SourceError, decode, read_bytes, size_limit
 
 _COMMENT = re.compile(r"(^|\s)#.*$")
 _OPTION_START = re.compile(r"(^|\s)-")
-_INCLUDE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=?\s*|\s+)(\S+)")
-_INCLUDE_OR_CONSTRAINT = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s*=?\s*|\s+)(\S+)")
+# `\s*=?\s*` (two blank runs that may meet) backtracked quadratically over a line of blanks; the same lines match.
+_INCLUDE = re.compile(r"^\s*(?:-r|--requirement)(?:\s*=\s*|\s*)(\S+)")
+_INCLUDE_OR_CONSTRAINT = re.compile(r"^\s*(?:-r|--requirement|-c|--constraint)(?:\s*=\s*|\s*)(\S+)")
 _INDEX = re.compile(r"^\s*(?:-i|--index-url|--extra-index-url)(?:\s*=\s*|\s+)(\S+)")
 MAX_INCLUDE_DEPTH = 8
-_FIND_LINKS_TPU = re.compile(r"^\s*(?:-f|--find-links)(?:\s*=\s*|\s+)\S*(?:libtpu|/tpuvm/)", re.M | re.I)
+_FIND_LINKS_TPU = re.compile(r"^[ \t\f]*(?:-f|--find-links)(?:\s*=\s*|\s+)\S*(?:libtpu|/tpuvm/)", re.M | re.I)
 
 
 def logical_lines(text: str) -> list[tuple[int, int, str]]:
@@ -98,8 +99,7 @@ def _included(path: str, includes: list[str], files_read: dict[str, str | None],
         seen.add(target)
         files_read[target] = None
         try:
-            with open(target, "rb") as fh:
-                data = fh.read()
+            data = read_bytes(target, size_limit("requirements"), "requirements")  # a regular file: not a FIFO
             files_read[target] = digest(data)
             text = decode(data).text
         except (OSError, SourceError):
@@ -144,8 +144,7 @@ def _includers(path: str, files_read: dict[str, str | None]) -> set[str]:
             if os.path.realpath(candidate) == real:
                 continue
             try:
-                with open(candidate, "rb") as fh:
-                    data = fh.read()
+                data = read_bytes(candidate, size_limit("requirements"), "requirements")
                 text = decode(data).text
             except (OSError, SourceError):
                 continue

@@ -13,7 +13,7 @@ from neuron_migrate.settings import Settings
 
 _SECTION = re.compile(r"^\[([^\]]+)\]\s*$")
 _KEY = re.compile(r"^([A-Za-z0-9_.-]+)\s*[=:]\s*(.*?)\s*$")
-_COMMENT = re.compile(r"\s+[#;].*$")
+_COMMENT = re.compile(r"(?<!\s)\s+[#;].*$")  # from the start of the blanks: linear
 
 
 def _value_entry(doc: TextDocument, line_start: int, line_end: int, value_start: int) -> LineEntry | None:

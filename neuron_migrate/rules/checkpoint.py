@@ -1,4 +1,5 @@
-"""NM220 / NM221 / NM222: torch_xla checkpoint writers and readers become torch.save / torch.load."""
+"""NM220 / NM221 / NM222: torch_xla checkpoint writers and readers become torch.save / torch.load; NM243: the CPU copy
+they made, asked for directly (`xm._maybe_convert_to_cpu`); NM235 marks NxD's readers of per-rank shards."""
 
 from __future__ import annotations
 
@@ -6,12 +7,13 @@ import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.rewrites import guard_statement, is_statement, local_rank, only_args, rank
+from neuron_migrate.rules.rewrites import LOOSE_PARENTS, guard_statement, is_statement, local_rank, only_args, paren, rank
 from neuron_migrate.syntax.parse import expression
 
 XSER = "torch_xla.utils.serialization"
 SAVE = frozenset({f"{XM}.save", f"{XSER}.save"})
 LOAD = frozenset({f"{XSER}.load"})
+TO_CPU = frozenset({f"{XM}._maybe_convert_to_cpu"})
 
 
 def cpu_copy(ctx, value: str) -> str:
@@ -104,3 +106,61 @@ class Load(Rule):
         ctx.report("NM222", node, call=short(node))
         if ctx.report("NM221", node, call=short(node), fixed=f"{fixed}(...)"):
             ctx.replace(node.func, expression(fixed))
+
+
+class CpuCopy(Rule):
+    """NM243: `xm._maybe_convert_to_cpu(data, convert=True)`: the CPU copy of every tensor in `data` (the one
+    `xm.save` writes); `convert=False` only waited for the device, which eager execution needs not."""
+
+    codes = ("NM243",)
+    triggers = (b"_maybe_convert_to_cpu",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) not in TO_CPU:
+            return
+        data, convert = arg(node, 0, "data"), arg(node, 1, "convert")
+        if data is None or not only_args(node, data, convert):
+            return
+        flag = code(convert.value) if convert is not None else "True"
+        loose = isinstance(ctx.current.parent, LOOSE_PARENTS)
+        template = cpu_copy(ctx, "{value}")
+
+        def build(call: cst.Call) -> cst.BaseExpression:
+            value = code(arg(call, 0, "data").value)
+            if flag == "False":
+                return expression(paren(value))
+            copy = template.format(value=value)
+            if flag == "True":
+                return expression(copy)
+            text = f"{copy} if {code(arg(call, 1, 'convert').value)} else {value}"
+            return expression(text if loose else f"({text})")
+
+        if ctx.report("NM243", node, call=short(node), fixed=code(build(node))):
+            ctx.replace(node, build)
+
+
+NXD_LOAD = frozenset({"neuronx_distributed.trainer.load_checkpoint",
+                      "neuronx_distributed.trainer.checkpoint.load_checkpoint",
+                      "neuronx_distributed.parallel_layers.load",
+                      "neuronx_distributed.parallel_layers.checkpointing.load"})
+
+
+class NxdLoad(Rule):
+    """NM235: NxD's readers of per-rank TP/PP shards; the marker names the command that converts them."""
+
+    codes = ("NM235",)
+    triggers = (b"load",)
+    context = (b"neuronx_distributed",)
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(NXD_LOAD)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.ctx.qualname(node.func) not in NXD_LOAD:
+            return
+        sharded, xser = arg(node, None, "sharded"), arg(node, None, "load_xser")
+        if sharded is not None and code(sharded.value) == "False" and (xser is None or code(xser.value) == "False"):
+            return  # `parallel_layers.load(file, sharded=False)`: one plain torch.save file, which torch.load reads
+        self.ctx.report("NM235", node, call=short(node))

@@ -163,6 +163,8 @@ class DeviceLoaders(Rule):
                 continue
             if node in self.loops:
                 loops.append(self.loops[node])
+            elif isinstance(occ.parent, cst.Arg) and self._length(occ, occ.parent):
+                continue  # `len(device_loader)`: the loader itself has the same length
             elif depth and isinstance(occ.parent, cst.Arg) and occ.parent.keyword is None:
                 inner = self._through_call(occ, node, depth)
                 if inner is None:
@@ -194,6 +196,13 @@ class DeviceLoaders(Rule):
         param = params[position].name.value
         body_scope = next((s for s in ctx.analysis.scopes if s.node is function), None)
         return self._reads_as_loops(param, body_scope, depth - 1)
+
+    def _length(self, occ: Occurrence, argument: cst.Arg) -> bool:
+        """`argument` is the one argument of the built-in `len` (not a function of the file's own of that name)."""
+        call = next(self._calls_with_arg(argument), None)
+        return call is not None and isinstance(call.func, cst.Name) and call.func.value == "len" \
+            and len(call.args) == 1 and argument.keyword is None and not argument.star \
+            and self.ctx.analysis.lookup("len", occ.scope) is None
 
     def _calls_with_arg(self, argument: cst.Arg):
         for occ, node in self.reads:

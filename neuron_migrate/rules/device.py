@@ -24,7 +24,39 @@ DEVICE_NAME = re.compile(r"(^|_)device(_type)?$|^dev$", re.I)
 # where an argument or a value starts, after `(` or `=` (`.to("xla")`, `torch.device('xla:0')`, `device="xla"`,
 # `dev = f"xla:{i}"`, `x.device.type == "xla"`), with blanks, comments and line continuations between.
 # `choices=("cpu", "cuda", "xla")` alone has no device position.
-XLA_IN_DEVICE_POSITION = re.compile(rb"torch_xla|[(=](?:\s|\\|#[^\n]*)*[rRuUfFbB]{0,2}[\"']{1,3}xla\b")
+class _XlaInDevicePosition:
+    """`search(data)`: whether the bytes hold `torch_xla`, or an "xla" string after `(` or `=` with blanks, backslash
+    continuations and comments between (`torch.device(  # note\n  "xla")`).
+
+    In linear time. One regex with comments inside a repeated group (`(?:\\s|\\\\|#[^\\n]*)*`) backtracks
+    exponentially on a line of `#` after `(`, and any regex that lets a comment run to its line's end scans that
+    line again from every `(` inside the comment. So: the string on the line of its `(` / `=` is one regex that scans
+    blanks only; a string that starts its line is followed up through blank and comment lines to the line that
+    opens it, and those walks never overlap (each stops at the line of the string before)."""
+
+    _TORCH_XLA = re.compile(rb"torch_xla")
+    _SAME_LINE = re.compile(rb"[(=][ \t\r\f\v\\]*[rRuUfFbB]{0,2}[\"']{1,3}xla\b")
+    _LINE_START = re.compile(rb"^[ \t\r\f\v\\]*[rRuUfFbB]{0,2}[\"']{1,3}xla\b", re.M)
+    _SKIPPED_LINE = re.compile(rb"[ \t\r\f\v\\]*(?:#|$)")  # blank, a backslash, or a comment only
+    _OPENS = re.compile(rb"[(=][ \t\r\f\v\\]*(?:#|$)")  # ends with `(` / `=`, maybe a comment after
+
+    def search(self, data: bytes) -> bool | None:
+        if self._TORCH_XLA.search(data) or self._SAME_LINE.search(data):
+            return True
+        for m in self._LINE_START.finditer(data):
+            end = m.start() - 1  # the newline before the string's line (-1: the first line)
+            while end >= 0:
+                start = data.rfind(b"\n", 0, end) + 1
+                line = data[start:end]
+                if self._OPENS.search(line):
+                    return True
+                if not self._SKIPPED_LINE.match(line):
+                    break
+                end = start - 1
+        return None
+
+
+XLA_IN_DEVICE_POSITION = _XlaInDevicePosition()
 
 
 class XlaDeviceCall(Rule):

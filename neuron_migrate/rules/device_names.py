@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import libcst as cst
 
 from neuron_migrate.engine.names import Occurrence, Scope
-from neuron_migrate.rules.patterns import arg, is_device_string, string_value
+from neuron_migrate.rules.patterns import INIT_PROCESS_GROUP, arg, is_device_string, string_value
 
 XLA, CUDA, NEURON = "xla", "cuda", "neuron"  # NEURON: a name already migrated (a second run sees it)
 CUDA_NAME = re.compile(r"^cuda(:\d+)?$")
@@ -299,6 +299,9 @@ class DeviceNames:
         if first is not None and ((isinstance(func, cst.Attribute) and func.attr.value == "to")
                                   or qual in ("torch.device", "torch.autocast", "torch.amp.autocast")):
             self._device_use(first.value)
+        backend = arg(node, 0, "backend") if qual in INIT_PROCESS_GROUP else None
+        if backend is not None:  # `BACKEND = "xla"`: its value changes with the device's (NM201 reads it there)
+            self._device_use(backend.value)
 
     def _device_use(self, value: cst.BaseExpression) -> None:
         for holder in self.holders(value):
@@ -355,21 +358,7 @@ class DeviceNames:
                     self._site(literal, holders[0], TEST)
 
     def bound_value(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """The value a name is bound to, when the file binds it once, by a plain assignment."""
-        ctx = self.ctx
-        if not isinstance(expr, cst.Name):
-            return None
-        owner = ctx.analysis.lookup(expr.value, ctx.scope)
-        bindings = owner.bindings[expr.value] if owner is not None else []
-        if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].node is None:
-            return None
-        parent = ctx.analysis.parents.get(bindings[0].node)
-        if isinstance(parent, cst.AssignTarget):
-            assign = ctx.analysis.parents.get(parent)
-            return assign.value if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
-        if isinstance(parent, cst.AnnAssign) and parent.target is bindings[0].node:
-            return parent.value
-        return None
+        return bound_value(self.ctx, expr)
 
     def choices(self, value: cst.BaseExpression) -> list[cst.BaseExpression]:
         """The literals of `("xla", "cuda")`, `["cpu", "xla"]`, `{"xla"}`, a dictionary's keys, one literal, or of
@@ -478,6 +467,23 @@ class DeviceNames:
         for group in groups.values():
             group.sources.sort(key=lambda s: order[id(s[0])])
         return [g for g in groups.values() if g.sites]
+
+
+def bound_value(ctx, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The value a name is bound to, when the file binds it once, by a plain assignment."""
+    if not isinstance(expr, cst.Name):
+        return None
+    owner = ctx.analysis.lookup(expr.value, ctx.scope)
+    bindings = owner.bindings[expr.value] if owner is not None else []
+    if len(bindings) != 1 or bindings[0].kind != "assign" or bindings[0].node is None:
+        return None
+    parent = ctx.analysis.parents.get(bindings[0].node)
+    if isinstance(parent, cst.AssignTarget):
+        assign = ctx.analysis.parents.get(parent)
+        return assign.value if isinstance(assign, cst.Assign) and len(assign.targets) == 1 else None
+    if isinstance(parent, cst.AnnAssign) and parent.target is bindings[0].node:
+        return parent.value
+    return None
 
 
 def _argv_text(expr: cst.Subscript) -> str:

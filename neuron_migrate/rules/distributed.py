@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.engine.facts import fact
 from neuron_migrate.engine.names import dotted
-from neuron_migrate.rules.patterns import XM, arg, code, has_star, short, string_value
+from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, has_star, respell_device, short,
+                                          string_value)
 from neuron_migrate.rules.checkpoint import cpu_copy
+from neuron_migrate.rules.device_names import bound_value
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
-                                     is_statement, keep_parens, local_rank, only_args, paren, rank, replace_statement,
-                                     several_processes, world_size)
+                                     is_statement, keep_parens, local_rank, loose, one_line_body, only_args, paren,
+                                     rank, replace_statement, several_processes, sole_body_if, world_size)
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -36,8 +39,6 @@ RANK_CALLS = {
 }
 IS_MASTER = frozenset({f"{XM}.is_master_ordinal"})
 SPAWN = frozenset({f"{XMP}.spawn"})
-INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group",
-                                "torch.distributed.distributed_c10d.init_process_group"})
 
 NATIVE = "torch.distributed."
 REDUCE_OPS = {"sum": "SUM", "mul": "PRODUCT", "and": "BAND", "or": "BOR", "min": "MIN", "max": "MAX"}
@@ -100,21 +101,64 @@ class ProcessGroup(Rule):
     triggers = (b"xla",)
     context = (b"init_process_group",)  # the last component of every name in INIT_PROCESS_GROUP
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.held: list[tuple] = []  # (occurrence, call, name, its "xla" literal): decided in finish
+
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         if ctx.qualname(node.func) not in INIT_PROCESS_GROUP:
             return
         backend = arg(node, 0, "backend")
+        if backend is not None and string_value(backend.value) is None:
+            # `device = "xla"; dist.init_process_group(device)`: decided once NM102 has decided on the literal
+            literal = bound_value(ctx, backend.value)
+            if string_value(literal) == "xla":
+                self.held.append((ctx.current, node, backend.value, literal))
+                return
+        self._rewrite(node)
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for occ, node, name, literal in self.held:
+            ctx.current = occ
+            self._rewrite(node, name, literal)
+        ctx.current = None
+
+    def _rewrite(self, node: cst.Call, held: cst.Name | None = None, literal: cst.CSTNode | None = None) -> None:
+        ctx = self.ctx
+        backend = arg(node, 0, "backend")
         method = arg(node, 1, "init_method")
         wrong = [a.value for a in (backend, method)
                  if a is not None and string_value(a.value) in XLA_GROUP_STRINGS]
-        if not wrong:
+        if not wrong and held is None:
             return
         env = ctx.string("env://")
-        fixed = {"xla": target(ctx).process_group_backend(), "xla://": env, "pjrt://": env}
-        text = ", ".join(code(w) for w in wrong)
-        after = ", ".join(fixed[string_value(w)] for w in wrong)
-        bind = backend is not None and backend.value in wrong and _placeable(ctx, node)
+        group = target(ctx)
+        fixed = {"xla": group.process_group_backend(), "xla://": env, "pjrt://": env}
+        text = ", ".join([*(f"{code(held)} = {code(literal)}" for _ in [held] if held is not None),
+                          *(code(w) for w in wrong)])
+        # a held name: its value is respelled where it is set, by NM102 where the name is a device name (the
+        # portable style then asks torch for the device's backend), else here; where NM117 keeps the names the
+        # file was given from outside, it stays as it is
+        respelled = held is not None and any(d.node is literal for d in ctx.decisions)
+        kept = held is not None and any(d.code == "NM117" for d in ctx.decisions)
+        own = held is not None and not respelled and not kept
+        backend_of = f"{dist(ctx)}.get_default_backend_for_device({code(held)})" \
+            if respelled and group.portable else None
+        if held is None:
+            name_fix = []
+        elif backend_of is not None:
+            name_fix = [backend_of]
+        elif respelled:
+            name_fix = [f"{code(held)} = {code(respell_device(literal))}"]
+        else:
+            name_fix = [f"{code(held)} = {fixed['xla']}" + (" (NM117 says where it comes from)" if kept else "")]
+        after = ", ".join([*name_fix, *(fixed[string_value(w)] for w in wrong)])
+        pinned = pinned_cores(ctx)
+        bind = backend is not None and (backend.value in wrong or held is not None) and _placeable(ctx, node)
+        # each process sees only the cores the program gave it, from index 0: no binding to the local rank
+        note = f" (no set_device: the program sets {pinned} itself)" if bind and pinned else ""
         # torch_xla's rendezvous worked in a plain `python train.py` too; env:// needs torchrun's variables, so
         # one process started without them gets a group of its own (an in-memory store, rank 0 of 1)
         alone = method is not None and method.value in wrong and is_statement(ctx, node) \
@@ -133,19 +177,18 @@ class ProcessGroup(Rule):
                                     f"store={d}.HashStore()", "rank=0", "world_size=1"])
                 return [f"if {started}:\n    {code(call)}\nelse:\n    {code(call.func)}({single})"]
 
-        if ctx.report("NM201", node, text=text, fixed=after):
+        if ctx.report("NM201", node, text=text, fixed=after, note=note):
             for w in wrong:
                 ctx.replace(w, expression(fixed[string_value(w)]))
-            binding = target(ctx).select_device_statement(local_rank(ctx)) if bind else ""
+            if backend_of is not None:
+                ctx.replace(held, expression(backend_of))
+            if own:
+                ctx.replace(literal, expression(fixed["xla"]))
+            binding = group.select_device_statement(local_rank(ctx)) if bind and not pinned else ""
             start = _block_start(ctx.current)
             at_exit = ""
             if bind and is_statement(ctx, node):
-                # torch_xla's group went with its runtime. A rank that leaves while its peer still finishes the
-                # last collective aborts it (gloo: "terminate called without an active exception"), so at exit
-                # the ranks meet, then the group is destroyed (torchrun stops the others if one rank fails)
-                d = dist(ctx)
-                at_exit = (f"{ctx.module_ref('atexit')}.register(lambda: ({d}.barrier(), "
-                           f"{d}.destroy_process_group()) if {d}.is_initialized() else None)")
+                at_exit = destroy_at_exit(ctx)
             if alone:
                 first = binding if start is ctx.current.statement else ""
                 replace_statement(ctx, ctx.current.statement, lambda call: [*filter(None, [first.rstrip()]),
@@ -158,6 +201,49 @@ class ProcessGroup(Rule):
 
 
 XLA_GROUP_STRINGS = ("xla", "xla://", "pjrt://")
+# What a program sets to choose the NeuronCores its process sees (`os.environ["NEURON_RT_VISIBLE_CORES"] =
+# os.environ["LOCAL_RANK"]`): each process then sees its own cores from index 0, and binding it to its local rank
+# would ask every rank above 0 for a device it does not see
+VISIBILITY = ("NEURON_RT_VISIBLE_CORES", "NEURON_RT_NUM_CORES")
+ENVIRON_WRITES = ("setdefault", "update", "__setitem__")
+
+
+@fact
+def pinned_cores(ctx) -> str | None:
+    """The runtime variable of VISIBILITY the program itself sets (`os.environ[...] = ...`,
+    `os.environ.setdefault(...)` / `.update(...)`, `os.putenv(...)`), or None."""
+    if not any(name in ctx.source.text for name in VISIBILITY):
+        return None
+    for node in _walk(ctx.module):
+        keys: list[cst.BaseExpression] = []
+        if type(node) in (cst.Assign, cst.AugAssign, cst.AnnAssign):
+            targets = [t.target for t in node.targets] if type(node) is cst.Assign else [node.target]
+            keys = [t.slice[0].slice.value for t in targets if type(t) is cst.Subscript and len(t.slice) == 1
+                    and type(t.slice[0].slice) is cst.Index and (dotted(t.value) or [""])[-1] == "environ"]
+        elif type(node) is cst.Call:
+            parts = dotted(node.func) or []
+            if parts[-2:-1] == ["environ"] and parts[-1] in ENVIRON_WRITES or parts[-1:] == ["putenv"]:
+                keys = [a.value for a in node.args[:1] if a.keyword is None]
+                first = node.args[0].value if node.args else None
+                if type(first) is cst.Dict:
+                    keys = [e.key for e in first.elements if type(e) is cst.DictElement]
+                keys += [cst.SimpleString(repr(a.keyword.value)) for a in node.args if a.keyword is not None]
+        for key in keys:
+            if string_value(key) in VISIBILITY:
+                return string_value(key)
+    return None
+
+
+def destroy_at_exit(ctx) -> str:
+    """The group destroyed when the program ends normally (torch_xla's went with its runtime; a process that
+    leaves a live gloo group aborts: "terminate called without an active exception").
+
+    No barrier: the handler also runs after an uncaught exception, and a barrier there would hold the failed rank
+    until the process-group timeout (30 min) while the others wait for it in a collective. An uncaught exception
+    sets `sys.last_value` before the handlers run, so the failed rank leaves at once and torchrun stops the rest."""
+    d = dist(ctx)
+    return (f"{ctx.module_ref('atexit')}.register(lambda: {d}.is_initialized() and not hasattr("
+            f"{ctx.module_ref('sys')}, {ctx.string('last_value')}) and {d}.destroy_process_group())")
 
 
 
@@ -186,24 +272,54 @@ def _placeable(ctx, node: cst.Call) -> bool:
         and getattr(occ.small, "value", None) is node
 
 
+LAUNCH = frozenset({"torch_xla.launch", "torch_xla.torch_xla.launch"})  # spawn's successor (torch_xla 2.5)
+ALL_DEVICES = "all"
+
+
+def spawn_call(qual: str | None, node: cst.Call) -> tuple[cst.Arg, cst.Arg | None, cst.Arg | None, str | None] | None:
+    """`xmp.spawn(fn, args, nprocs, start_method)` or `torch_xla.launch(fn, args, start_method,
+    debug_single_process)`, both of which call `fn(index, *args)` in each process: the function, its arguments, the
+    start method and the process count (ALL_DEVICES: one per device, a literal count, or None where the program
+    computes it); None for another call, or one with arguments not known here."""
+    if qual in SPAWN:
+        given = [arg(node, i, name) for i, name in enumerate(("fn", "args", "nprocs", "start_method"))]
+        fn, args, nprocs, method = given
+        value = nprocs.value if nprocs is not None else cst.Name("None")
+        count = ALL_DEVICES if type(value) is cst.Name and value.value == "None" else \
+            value.value if type(value) is cst.Integer else None
+    elif qual in LAUNCH:
+        given = [arg(node, i, name) for i, name in enumerate(("fn", "args", "start_method", "debug_single_process"))]
+        fn, args, method, single = given
+        flag = code(single.value) if single is not None else "False"
+        count = ALL_DEVICES if flag == "False" else "1" if flag == "True" else None
+    else:
+        return None
+    if fn is None or not only_args(node, *given):
+        return None
+    return fn, args, method, count
+
+
+def _count_text(node: cst.Call) -> str:
+    """The expression that computes a spawn's process count (`flags.num_cores`, `debug_single_process=flag`)."""
+    given = arg(node, 2, "nprocs") or arg(node, 3, "debug_single_process")
+    return code(given.value) if given.keyword is None or given.keyword.value == "nprocs" else \
+        f"debug_single_process={code(given.value)}"
+
+
 class Spawn(Rule):
     """NM202: `xmp.spawn(fn, args=(...), nprocs=N)` -> `fn(local rank, ...)`, launched by torchrun; NM242: a spawn
     that starts a function it was given (a launcher in a library), computes its process count or picks a start
     method is marked with the torchrun command that replaces it."""
 
     codes = ("NM202", "NM242")
-    triggers = (b"xla_multiprocessing",)
+    triggers = (b"torch_xla",)  # xmp.spawn and torch_xla.launch are imported from torch_xla
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        if ctx.qualname(node.func) not in SPAWN:
+        found = spawn_call(ctx.qualname(node.func), node)
+        if found is None:
             return
-        fn = arg(node, 0, "fn")
-        args = arg(node, 1, "args")
-        nprocs = arg(node, 2, "nprocs")
-        method = arg(node, 3, "start_method")
-        if fn is None or not only_args(node, fn, args, nprocs, method):
-            return
+        fn, args, method, count = found
         index = local_rank(ctx)
 
         def direct(call: cst.Call) -> str:
@@ -217,16 +333,16 @@ class Spawn(Rule):
                 rest = [f"*{code(spawned.value)}"]
             return f"{code(arg(call, 0, 'fn').value)}({', '.join([index, *rest])})"
 
-        every = nprocs is None or (isinstance(nprocs.value, cst.Name) and nprocs.value.value == "None")
-        literal = nprocs is not None and isinstance(nprocs.value, cst.Integer)
-        procs = code(nprocs.value) if literal else "<NeuronCores>"
+        procs = count if count not in (None, ALL_DEVICES) else "<NeuronCores>"
         defined = self._defined_here(fn.value)
         reasons = []
         if not defined:
             reasons.append(f"starts `{code(fn.value)}`, a function it was given (a launcher that a library offers)")
-        if not (every or literal):
-            reasons.append(f"computes its process count (`{code(nprocs.value)}`)")
-            procs = f"<the value of {code(nprocs.value)}>"
+        if count is None:
+            reasons.append(f"computes its process count (`{_count_text(node)}`)")
+            single = arg(node, 3, "debug_single_process") if ctx.qualname(node.func) in LAUNCH else None
+            procs = f"<1 if {code(single.value)} else NeuronCores>" if single is not None \
+                else f"<the value of {_count_text(node)}>"
         if method is not None:
             reasons.append(f"picks a start method (`{code(method.value)}`): torchrun starts every process afresh, so "
                            f"the code before this call runs in each of them")
@@ -241,17 +357,16 @@ class Spawn(Rule):
             if made == "xla":
                 return  # the spawned function makes its group, and NM201 binds the device there
             d, group = dist(ctx), target(ctx)
-            setup = group.select_device_statement(index)
+            setup = "" if pinned_cores(ctx) else group.select_device_statement(index)
             if made is None:
                 others = "init_process_group" in ctx.source.text  # another path may have made it already
                 test = several_processes(ctx) + (f" and not {d}.is_initialized()" if others else "")
                 setup += (f"if {test}:\n"
                           f"    {d}.init_process_group(backend={group.process_group_backend()}, "
                           f"init_method={ctx.string('env://')})\n")
-                # the group this rewrite makes is destroyed when the function returns, once every rank is there:
-                # a rank that leaves while its peer finishes the last collective aborts it (see NM201)
-                ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.barrier()\n"
-                                                        f"    {d}.destroy_process_group()\n")
+                # the group this rewrite makes is destroyed when the function returns (not when it raises: see
+                # destroy_at_exit), without a barrier, which would hold every rank until the slowest or a failed one
+                ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.destroy_process_group()\n")
             ctx.insert_before(ctx.current.statement, setup)
 
     def _defs(self, name: str, scope) -> list[cst.FunctionDef]:
@@ -284,17 +399,21 @@ class Spawn(Rule):
         return None
 
 
-def _calls(node: cst.CSTNode) -> list[cst.Call]:
-    """Every call under `node`, in LibCST's visiting order (the fast field walk: a LibCST visitor over every
-    function of the file cost a tenth of a rewrite)."""
-    found: list[cst.Call] = []
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """Every node under `node` but whitespace and punctuation (the fast field walk)."""
+    found: list[cst.CSTNode] = []
     stack = [node]
     while stack:
         current = stack.pop()
-        if type(current) is cst.Call:
-            found.append(current)
-        stack.extend(reversed(children(current, tokens=False)))  # no call is held in whitespace or punctuation
+        found.append(current)
+        stack.extend(reversed(children(current, tokens=False)))
     return found
+
+
+def _calls(node: cst.CSTNode) -> list[cst.Call]:
+    """Every call under `node`, in LibCST's visiting order (the fast field walk: a LibCST visitor over every
+    function of the file cost a tenth of a rewrite)."""
+    return [n for n in _walk(node) if type(n) is cst.Call]
 
 
 class Collectives(Rule):
@@ -548,13 +667,29 @@ class Collectives(Rule):
     def _rendezvous(self, node: cst.Call) -> None:
         ctx = self.ctx
         tag = arg(node, 0, "tag")
-        if not only_args(node, tag) or not is_statement(ctx, node) or not alone_on_line(ctx, node):
+        if not only_args(node, tag):
             return  # a payload to exchange: left to NM199 (all_gather_object)
         guard = several_processes(ctx)
         fixed = f"{dist(ctx)}.barrier()"
+        branch = sole_body_if(ctx, node)
+        if branch is not None:  # `if not xm.is_master_ordinal(): xm.rendezvous("download")`: one test
+            if ctx.report("NM205", node, call=short(node), fixed=f"if <its test> and {guard}: {fixed}"):
+                ctx.replace(node, expression(fixed))
+                ctx.replace(branch, lambda new: new.with_changes(test=expression(f"{loose(new.test)} and {guard}")))
+            return
+        suite = one_line_body(ctx, node)
+        if suite is not None:  # `else: xm.rendezvous("x")`: the body becomes a block, to hold the guard
+            if ctx.report("NM205", node, call=short(node), fixed=f"if {guard}: {fixed}"):
+                ctx.replace(suite, lambda new: cst.IndentedBlock(header=new.trailing_whitespace, body=[
+                    cst.If(test=expression(guard), body=cst.IndentedBlock(body=[
+                        cst.SimpleStatementLine(body=[cst.Expr(expression(fixed))])]))]))
+            return
+        if not is_statement(ctx, node) or not alone_on_line(ctx, node):
+            return
         if ctx.report("NM205", node, call=short(node), fixed=f"if {guard}: {fixed}"):
             ctx.replace(node, expression(fixed))
-            guard_statement(ctx, ctx.current.statement, guard)
+            # the guard tests for several processes, not for rank 0: a barrier under a rank-0 test needs it too
+            guard_statement(ctx, ctx.current.statement, guard, rank_zero=False)
 
     def _mesh_reduce(self, node: cst.Call) -> None:
         ctx = self.ctx

@@ -1,4 +1,5 @@
-"""NM223-NM228: logging, step closures, seeds, renamed utilities and metrics (sharding: rules/sharding.py)."""
+"""NM223-NM228: logging, step closures, seeds, renamed utilities and metrics (sharding: rules/sharding.py); NM244:
+torch_xla's test utilities that have a native form."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.target import target
-from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, rank,
+from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
                                            replace_statement, under_rank_zero)
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.syntax.walk import children
@@ -245,3 +246,36 @@ class Metrics(Rule):
     def visit_Call(self, node: cst.Call) -> None:
         if (self.ctx.qualname(node.func) or "").startswith(METRICS):
             self.ctx.report("NM228", node, call=short(node))
+
+
+TEST_UTILS = "torch_xla.test.test_utils"
+NOW = frozenset({f"{TEST_UTILS}.now"})
+SAMPLE_GENERATOR = frozenset({"torch_xla.utils.utils.SampleGenerator"})
+
+
+class TestUtilities(Rule):
+    """NM244: the helpers torch_xla's example scripts are made of, where a native form computes the same:
+    `test_utils.now()` (the wall-clock time, as text) and `xu.SampleGenerator(data, n)` (fake data: `data`, n times,
+    as often as it is iterated, with a length)."""
+
+    codes = ("NM244",)
+    triggers = (b"test_utils", b"SampleGenerator")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual in NOW:
+            fmt = arg(node, 0, "format")
+            if not only_args(node, fmt) or (fmt is not None and "%f" in code(fmt.value)):
+                return  # microseconds: time.strftime has none
+            text = f"{ctx.module_ref('time')}.strftime({code(fmt.value) if fmt else ctx.string('%H:%M:%S')})"
+        elif qual in SAMPLE_GENERATOR:
+            data, count = arg(node, 0, "data"), arg(node, 1, "sample_count")
+            if data is None or count is None or not only_args(node, data, count):
+                return
+            # one list of `count` references to the same batch: iterated again at every epoch, and has a length
+            text = f"[{code(data.value)}] * {paren(code(count.value))}"
+        else:
+            return
+        if ctx.report("NM244", node, call=short(node), fixed=short(expression(text))):
+            ctx.replace(node, expression(text))

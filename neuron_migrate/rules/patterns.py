@@ -9,6 +9,8 @@ import libcst as cst
 from neuron_migrate.syntax.codegen import code as _generated
 
 XM = "torch_xla.core.xla_model"
+INIT_PROCESS_GROUP = frozenset({"torch.distributed.init_process_group",
+                                "torch.distributed.distributed_c10d.init_process_group"})
 
 DEVICE_STRING = re.compile(r"^xla(:\d+)?$")
 DEVICE_PREFIX = re.compile(r"^xla(:|$)")

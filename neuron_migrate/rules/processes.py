@@ -114,9 +114,16 @@ def env_int(ctx, variable: str, default: str) -> str:
     expression default becomes `str(...)`, which `int` turns back into the same integer."""
     quote = fstring_quote(ctx, ctx.current.node) if ctx.current is not None else None
     quote = quote or ctx.quote
-    if VARIABLES.get(variable) == default and ctx.facts.rank_names:
+    if VARIABLES.get(variable) == default and ctx.facts.rank_names and not _os_bound_late(ctx):
         os_ = ctx.module_ref("os", scope=ctx.analysis.module_scope)
         ctx.define(f"{variable} = int({os_}.environ.get({ctx.string(variable)}, {ctx.string(default)}))")
         return variable
     text = f"{quote}{default}{quote}" if default.lstrip("-").isdigit() else f"str({default})"
     return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {text}))"
+
+
+def _os_bound_late(ctx) -> bool:
+    """The module binds `os` only inside a block (`if __name__ == "__main__": import os`): a name defined after the
+    imports at the top could not read it yet."""
+    bindings = ctx.analysis.module_scope.bindings.get("os", [])
+    return bool(bindings) and all(b.conditional for b in bindings)

@@ -116,11 +116,13 @@ def keep_parens(old: cst.CSTNode, text: str) -> cst.BaseExpression:
     return new
 
 
-def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str] = (), local: bool = False) -> None:
+def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str] = (), local: bool = False,
+                    rank_zero: bool = True) -> None:
     """Run `statement` (and `extra` lines after it) only on rank 0 (`local`: on each node's local rank 0), where
-    `condition` says so: `if <condition>:` around it. Inside an existing rank-0 check no guard is added; guards
-    made for statements next to each other in one block become one `if`."""
-    if under_rank_zero(ctx, statement, local):
+    `condition` says so: `if <condition>:` around it. Inside an existing rank-0 check no guard is added (unless
+    `rank_zero` is False: `condition` tests something else, such as several processes); guards made for statements
+    next to each other in one block become one `if`."""
+    if rank_zero and under_rank_zero(ctx, statement, local):
         if extra:
             ctx.insert_after(statement, "".join(f"{x}\n" for x in extra))
         return
@@ -230,6 +232,41 @@ def rank_zero_test(test: cst.BaseExpression) -> str | None:
 
 def _is_zero(node: cst.BaseExpression) -> bool:
     return isinstance(node, cst.Integer) and node.value == "0"
+
+
+def sole_body_if(ctx, node: cst.CSTNode) -> cst.If | None:
+    """The `if` without an `else` whose whole body is `node`'s statement (`if c: f()`, or `f()` alone in its
+    block), so that a condition added to its test runs the statement under both; None elsewhere."""
+    occ = ctx.current
+    small = occ.small
+    if small is None or not (small is node or getattr(small, "value", None) is node):
+        return None
+    branch, body = occ.statement, None
+    if type(branch) is cst.If and type(branch.body) is cst.SimpleStatementSuite:
+        body = branch.body.body  # the one-line form
+    elif type(branch) is cst.SimpleStatementLine and type(occ.block) is cst.IndentedBlock \
+            and len(occ.block.body) == 1:
+        body, branch = branch.body, ctx.analysis.parents.get(occ.block)
+    if type(branch) is not cst.If or branch.orelse is not None or body is None or len(body) != 1:
+        return None
+    return branch
+
+
+def one_line_body(ctx, node: cst.CSTNode) -> cst.SimpleStatementSuite | None:
+    """The one-line body (`else: f()`, `for x in y: f()`) whose only statement is `node`'s, or None."""
+    small = ctx.current.small
+    if small is None or not (small is node or getattr(small, "value", None) is node):
+        return None
+    suite = ctx.analysis.parents.get(small)
+    return suite if type(suite) is cst.SimpleStatementSuite and len(suite.body) == 1 else None
+
+
+def loose(test: cst.BaseExpression) -> str:
+    """`test` as the left operand of `and`: in parentheses where it binds more loosely (`a or b`, `x if c else y`)."""
+    text = _code(test)
+    weaker = (type(test) is cst.BooleanOperation and type(test.operator) is cst.Or) \
+        or type(test) in (cst.IfExp, cst.Lambda, cst.NamedExpr)
+    return f"({text})" if weaker and not test.lpar else text
 
 
 def alone_on_line(ctx, node: cst.CSTNode) -> bool:

@@ -38,6 +38,9 @@ ZERO_HINT = "`torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_
 # What an NM230 marker asks for (its few words; the finding and `explain` say the rest).
 TODO_FSDP = "shard with FSDP2 fully_shard by hand"
 TODO_DCP = "save with torch.distributed.checkpoint"
+TODO_CONVERT = "run neuron-migrate checkpoint convert"  # the shards written before the migration
+CONVERT_HINT = "; the shards written before the migration convert without torch_xla: " \
+               "`neuron-migrate checkpoint convert SHARDS_FOLDER model.pt`"
 TODO_ZERO = "use the native ZeRO-1 optimizer by hand"
 TODO_SPMD = "shard with DeviceMesh / DTensor"
 
@@ -209,7 +212,7 @@ class FullyShard(Rule):
         if qual in FSDP:
             self._fsdp(node)
         elif qual in CONSOLIDATE:
-            ctx.report("NM230", node, call=short(node), fixed=DCP_HINT, todo=TODO_DCP)
+            ctx.report("NM230", node, call=short(node), fixed=DCP_HINT + CONVERT_HINT, todo=TODO_CONVERT)
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "get_shard_metadata" \
                 and isinstance(node.func.value, cst.Name):
             scope = ctx.analysis.lookup(node.func.value.value, ctx.current.scope)

@@ -102,6 +102,14 @@ class Target:
             return f"{torch}.neuron.synchronize()"
         return f"({torch}.accelerator.synchronize() if {torch}.accelerator.is_available() else None)"
 
+    def synchronize_function(self) -> str:
+        """The function that waits for the device, to pass where a function is expected (no-op without an
+        accelerator, in the portable style)."""
+        torch = self._torch()
+        if not self.portable:
+            return f"{torch}.neuron.synchronize"
+        return f"{torch}.accelerator.synchronize if {torch}.accelerator.is_available() else lambda: None"
+
     def synchronize_statement(self) -> str:
         """Wait for the device, as a statement; in the portable style a form that is a no-op without an accelerator."""
         if not self.portable:

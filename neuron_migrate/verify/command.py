@@ -19,7 +19,7 @@ INSTALL_HINT = ('neuron-migrate verify needs PyTorch: pip install "neuron-migrat
 @click.argument("script", type=click.Path(dir_okay=False), required=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--migrated", type=click.Path(dir_okay=False, exists=True),
-              help="The migrated script to check (default: migrate a temporary copy of the script's folder).")
+              help="The migrated script to check (default: migrate a temporary copy of the project).")
 @click.option("--reference-python", metavar="PY",
               help="An interpreter with torch_xla: the reference is then the original script under torch_xla "
                    "on the CPU. Default: the migrated script on the plain CPU.")
@@ -42,10 +42,13 @@ INSTALL_HINT = ('neuron-migrate verify needs PyTorch: pip install "neuron-migrat
 @click.option("--skip-no-neuron", is_flag=True,
               help="Do not run the no-Neuron path (the original without torch_xla and the migration without "
                    "Neuron, on plain CPU PyTorch).")
+@click.option("--root", type=click.Path(file_okay=False, exists=True),
+              help="The project each run copies (default: the nearest folder at or above the script's that holds "
+                   "pyproject.toml, setup.py, setup.cfg or .git, else the script's folder).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
 @click.option("--quickstart", is_flag=True, help="Only the quickstart device check (a matmul on neuron vs CPU).")
 def verify(script, args, migrated, reference_python, target, max_steps, nproc, seed, rtol, atol, strict, timeout,
-           reference_env, target_env, skip_no_neuron, fmt, quickstart) -> None:
+           reference_env, target_env, skip_no_neuron, root, fmt, quickstart) -> None:
     """Run the original and the migrated SCRIPT side by side and compare what they compute.
 
     \b
@@ -73,7 +76,8 @@ def verify(script, args, migrated, reference_python, target, max_steps, nproc, s
     options = Options(args=list(args), migrated=migrated, reference_python=reference_python, target=target,
                       max_steps=max_steps, nproc=nproc, seed=seed, rtol=rtol, atol=atol, strict=strict,
                       timeout=timeout, reference_env=_variables("--reference-env", reference_env),
-                      target_env=_variables("--target-env", target_env), no_neuron=not skip_no_neuron)
+                      target_env=_variables("--target-env", target_env), no_neuron=not skip_no_neuron,
+                      root=root)
     workdir = Path(tempfile.mkdtemp(prefix="neuron-migrate-verify-"))
     previous = {sig: signal.signal(sig, _terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:

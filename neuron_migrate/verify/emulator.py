@@ -480,6 +480,11 @@ def install(strict: bool = False) -> None:
             if choice == "cpp":
                 raise
             _state["build_error"] = str(exc)
+    install_python()
+
+
+def install_python() -> None:
+    """The Python emulated device: CPU kernels on CPU data, behind tensors that report the `neuron` device."""
     from neuron_migrate.verify import autocast
 
     _setup_privateuseone_for_python_backend(NAME, backend_module=Module())

@@ -166,7 +166,7 @@ class Recorder:
             "module_types": sorted({type(sub).__name__ for m in modules for sub in m.modules()}),
             "params_changed": [start != end for start, end in zip(starts, self.final_fingerprints or
                                                                    [_fingerprint(m) for m in modules])],
-            "files": _imported_files([r for r in (self.config.get("script_root"), self.config.get("root")) if r]),
+            "files": _imported_files(self.config.get("project_root") or self.config.get("script_root")),
             "moved_to": sorted(self.moved_to),
             "error": self.error,
             **_safe_device_facts(self.config["device"]),
@@ -208,16 +208,15 @@ def _full(value: torch.Tensor) -> torch.Tensor:
     return value.full_tensor() if hasattr(value, "full_tensor") and hasattr(value, "placements") else value
 
 
-def _imported_files(roots: list[str]) -> list[str]:
-    """The program's own files it imported (under the script's or the run's folder), relative to that folder."""
+def _imported_files(root: str | None) -> list[str]:
+    """The program's own files it imported (under the project's copy), relative to it."""
     files = set()
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
         if not path:
             continue
         path = os.path.abspath(path)
-        root = next((r for r in roots if path.startswith(r + os.sep)), None)
-        if root is not None:
+        if root is not None and path.startswith(root + os.sep):
             files.add(os.path.relpath(path, root))
     return sorted(files)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from neuron_migrate.cli.output import plural
 from neuron_migrate.findings import Finding
+from neuron_migrate.verify.closure import Closure
 from neuron_migrate.verify.compare import Check, Comparison
 from neuron_migrate.verify.fallbacks import DATA_FILE, Fallback
 from neuron_migrate.verify.paths import PathCheck
@@ -58,6 +59,7 @@ class Report:
     fallbacks: list[Fallback] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     no_neuron: PathCheck | None = None  # the no-Neuron path (plain CPU): the original's fallback kept?
+    closure: Closure | None = None  # the migrated program's own files, read before the runs
 
     @property
     def failed_runs(self) -> list[RunResult]:
@@ -81,9 +83,13 @@ class Report:
 
     @property
     def imported(self) -> set[str] | None:
-        """The program's files the target run imported (relative to the script's folder), when recorded."""
+        """The program's files (relative to the project root): those its imports reach, read before the runs,
+        and those the target run imported; None when neither is known."""
         target = next((r for r in self.runs if r.program.role == "target" and r.records), None)
-        return None if target is None else set(target.records[0].get("files", []))
+        ran = None if target is None else set(target.records[0].get("files", []))
+        if self.closure is None or self.migration is None or self.closure.root != self.migration.folder.resolve():
+            return ran  # no closure, or the closure of a migration given with --migrated
+        return self.closure.relative() | (ran or set())
 
     def markers(self) -> tuple[list[Finding], int]:
         """The manual items of the files the program imported (all of them when that is unknown), and how many
@@ -214,8 +220,16 @@ def _check_line(check: Check) -> str:
     return text
 
 
+# The wrapper torch.compile puts around an error raised while it compiles: the real error is on the next line.
+COMPILER_WRAPPER = re.compile(r"^torch\._dynamo\.exc\.\w+: backend=.* raised:$")
+FRAME = re.compile(r'^\s*(?:\[rank\d+\]:\s*)?File "(?P<path>[^"]+)", line (?P<line>\d+), in ')
+
+
 def _failure_tail(result: RunResult) -> list[str]:
-    """The run's first traceback (a second one at exit, torch_xla's, would hide it), else its last lines."""
+    """The run's first traceback (a second one at exit, torch_xla's, would hide it), else its last lines.
+
+    An error torch.compile wraps (BackendCompilerFailed) comes first as itself, at the innermost line of the
+    program's own files, then the traceback with the wrapper."""
     lines = result.stderr.rstrip().splitlines()
     if result.returncode == 0 and not result.records:
         return ["the run ended without writing a record (did it exit with os._exit?)"]
@@ -224,13 +238,34 @@ def _failure_tail(result: RunResult) -> list[str]:
         begin = starts[0]
         end = next((i for i in range(begin + 1, len(lines))
                     if lines[i] and not lines[i].startswith((" ", "\t", "Traceback"))), len(lines) - 1)
+        first = _unwrapped(lines, begin, end, result.folder)
+        if first:
+            end += 1  # the wrapped error's line belongs to the traceback
         block = lines[begin:end + 1]
         if len(block) > TRACEBACK_LINES:
             block = block[:2] + ["  ..."] + block[-(TRACEBACK_LINES - 3):]
         if len(starts) > 1 or end < len(lines) - 1:
             block.append(f"(the first error; {len(lines) - end - 1} more lines of output follow it)")
-        return block
+        return first + block
     return lines[-TRACEBACK_LINES:]
+
+
+def _unwrapped(lines: list[str], begin: int, end: int, folder) -> list[str]:
+    """For an error torch.compile wrapped: the error itself and the innermost line of the program's own files
+    it was raised from (then a line that says the wrapper follows); else nothing."""
+    if not COMPILER_WRAPPER.match(lines[end]) or end + 1 >= len(lines):
+        return []
+    out = [lines[end + 1]]
+    root = str(folder.resolve()) + os.sep if folder is not None else None
+    for i in range(end - 1, begin, -1):
+        match = FRAME.match(lines[i])
+        if match and root and os.path.abspath(match["path"]).startswith(root):
+            code = lines[i + 1].strip() if i + 1 < end and not FRAME.match(lines[i + 1]) else ""
+            where = f"{os.path.relpath(match['path'], root)}:{match['line']}"
+            out.append(f"  at {where}" + (f" `{code}`" if code else ""))
+            break
+    out.append(f"raised while torch.compile compiled the program ({lines[end].split(':', 1)[0]}), traceback:")
+    return out
 
 
 # -- text ----------------------------------------------------------------------------------------------------
@@ -322,11 +357,19 @@ def _migration_lines(report: Report) -> list[str]:
     if m is None:
         return []
     shown, hidden = report.markers()
-    out = [f"  migration: {plural(len(m.changed), 'file')} rewritten ({', '.join(m.changed) or 'none'}), "
+    imported = report.imported
+    own = [c for c in m.changed if not imported or c in imported]
+    others = f"; {len(m.changed) - len(own)} more in files the program does not import" if len(own) < len(m.changed) \
+        else ""
+    out = [f"  migration: {plural(len(m.changed), 'file')} rewritten ({', '.join(own) or 'none'}{others}), "
            f"{plural(len(m.manual), 'manual item')} left as TODO markers"
            + (f" ({hidden} in files the program does not import)" if hidden else "")]
     out += [f"    {f.path}:{f.line}: {f.code} {f.message}" for f in shown]
     out += [f"    {os.path.relpath(path, m.folder)}: error: {message}" for path, message in m.errors]
+    left = report.closure.leftovers if report.closure is not None else []
+    if left:
+        out.append(f"  torch_xla left in the program's files: {plural(len(left), 'line')}")
+        out += [f"    {use}{' (runs at start)' if use.at_start else ''}" for use in left]
     return out
 
 
@@ -384,6 +427,8 @@ def to_json(report: Report) -> dict:
             "changed": report.migration.changed,
             "manual": [f.to_json() for f in report.markers()[0]],
             "manual_in_files_not_imported": report.markers()[1],
+            "torch_xla_left": [{"where": f"{u.path}:{u.line}", "line": u.code, "module": u.module,
+                                "at_start": u.at_start} for u in (report.closure.leftovers if report.closure else [])],
             "errors": [{"path": p, "message": m} for p, m in report.migration.errors],
         },
         "comparison": None if c is None else {

@@ -1,7 +1,11 @@
 """Prepare the programs (migrating a copy when needed) and run each in its own folder and environment.
 
-Each run starts in its own copy of the working folder (small files copied, large ones linked), so no run reads
-what another wrote (checkpoints, logs). Each run's environment is the caller's, plus the run's own variables
+Each run starts in its own copy of the project (small files copied, large ones linked), so no run reads what
+another wrote (checkpoints, logs) and the program reaches what it reaches outside its folder (`sys.path.append
+("..")`, a sibling `common/` package). The project is the folder given with `--root`, else the nearest folder at
+or above the script's that holds pyproject.toml, setup.py, setup.cfg or .git, else the script's folder; the
+working folder is copied instead where it holds the project, and each run starts in the copy of the working
+folder. Each run's environment is the caller's, plus the run's own variables
 (`--reference-env` / `--target-env`); the torch_xla reference does not get the caller's `PYTHONPATH` (it belongs
 to this interpreter) and imports nothing from this tool's environment: the recording harness is a copy of one
 module that needs only the standard library and torch.
@@ -22,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import neuron_migrate
+from neuron_migrate.engine.runner import run as run_engine
+from neuron_migrate.engine.runner import write_results
 from neuron_migrate.findings import Finding
-from neuron_migrate.engine.runner import run as run_engine, write_results
 from neuron_migrate.settings import Settings
 from neuron_migrate.verify import harness as harness_module
 from neuron_migrate.verify.harness import CONFIG_ENV
@@ -32,7 +37,8 @@ PACKAGE_PARENT = str(Path(neuron_migrate.__file__).resolve().parent.parent)
 HARNESS_MODULE = "neuron_migrate_verify_harness"
 SKIP_DIRS = (".git", "__pycache__", ".venv", "venv", ".tox", "node_modules", "*.egg-info", ".mypy_cache")
 COPY_LIMIT = 4 * 1024 * 1024  # files larger than this are linked into a run's folder, not copied
-MAX_ENTRIES = 20000  # a working folder with more entries than this is not copied (run verify from the project)
+MAX_ENTRIES = 20000  # a project with more entries than this is not copied (give --root)
+ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 # Variables torchrun sets for each worker: with --nproc 1 the migrated program gets them as one worker.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                  "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
@@ -76,7 +82,7 @@ class Migration:
 
     folder: Path
     script: Path
-    source: Path  # the folder that was copied
+    source: Path  # the folder that was copied: the project root
     changed: list[str] = field(default_factory=list)
     manual: list[Finding] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
@@ -107,7 +113,8 @@ class RunResult:
     stderr: str
     records: list[dict] = field(default_factory=list)
     stdout: str = ""
-    folder: Path | None = None  # the run's copy of the working folder
+    folder: Path | None = None  # the run's copy of the working folder or of the project holding it
+    root: Path | None = None  # the run's copy of the project root
 
     @property
     def failed(self) -> bool:
@@ -129,14 +136,42 @@ def _copy_small(src: str, dst: str) -> None:
         shutil.copy2(src, dst)
 
 
-def migrate_copy(script: Path, workdir: Path) -> Migration:
-    """Copy the script's folder (Python files copied, everything else linked) and migrate its Python files."""
+def project_root(script: Path, given: Path | None = None) -> Path:
+    """The folder each run copies: the one given, else the nearest at or above the script's folder that holds a
+    project marker (pyproject.toml, setup.py, setup.cfg, .git), else the script's folder."""
+    if given is not None:
+        root = given.resolve()
+        if inside(script, root) is None:
+            raise VerifyError(f"--root {given}: the script is not inside it")
+        return root
+    folder = script.resolve().parent
+    for candidate in (folder, *folder.parents):
+        if any((candidate / marker).exists() for marker in ROOT_MARKERS):
+            return candidate
+    return folder
+
+
+def _check_size(folder: Path) -> None:
+    entries = 0
+    for _root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
+        entries += len(files) + len(dirs)
+        if entries > MAX_ENTRIES:
+            raise VerifyError(f"{folder} has more than {MAX_ENTRIES} files and folders: each run gets its own copy "
+                              "of the project, so name a smaller one with --root (the folder holding what the "
+                              "program imports and reads)")
+
+
+def migrate_copy(script: Path, workdir: Path, root: Path | None = None) -> Migration:
+    """Copy the project (Python files copied, everything else linked) and migrate its Python files."""
+    root = (root or script.parent).resolve()
+    _check_size(root)
     folder = workdir / "migrated"
-    shutil.copytree(script.parent, folder, ignore=shutil.ignore_patterns(*SKIP_DIRS), copy_function=_link_or_copy,
+    shutil.copytree(root, folder, ignore=shutil.ignore_patterns(*SKIP_DIRS), copy_function=_link_or_copy,
                     symlinks=True)
     result = run_engine([str(folder)], Settings(), rewrite=True, kinds=frozenset({"python"}), jobs=1)
     write_results(result)
-    migration = Migration(folder, folder / script.name, script.parent.resolve(), errors=result.errors)
+    migration = Migration(folder, folder / script.resolve().relative_to(root), root, errors=result.errors)
     migration.changed = [os.path.relpath(r.path, folder) for r in result.changed]
     migration.manual = [f for r in result.results for f in r.manual]
     return migration
@@ -174,35 +209,48 @@ def _harness_dir(workdir: Path, own_interpreter: bool) -> Path:
     return folder
 
 
-def _inside(path: Path, folder: Path) -> Path | None:
+def inside(path: Path, folder: Path) -> Path | None:
     try:
         return path.resolve().relative_to(folder.resolve())
     except ValueError:
         return None
 
 
-def stage(program: Program, cwd: Path, workdir: Path) -> tuple[Path, Path]:
-    """The run's own copy of the working folder (the migration laid over it) and the script to run there."""
+@dataclass
+class Staged:
+    """Where a run runs: its copy of the project (or of the working folder holding it)."""
+
+    folder: Path  # the copy
+    cwd: Path  # the copy of the working folder: the run starts there
+    script: Path  # the script to run
+    root: Path | None  # the copy of the project root, when the copy holds it
+
+
+def stage(program: Program, cwd: Path, workdir: Path, root: Path | None = None) -> Staged:
+    """The run's own copy of the project (the migration laid over it), where it starts, and the script to run.
+
+    The project root is copied when the working folder is inside it (the run starts in the copy of the working
+    folder), else the working folder (a project inside it is copied with it)."""
+    cwd = cwd.resolve()
+    root = (root or cwd).resolve()
+    top = root if inside(cwd, root) is not None else cwd
+    _check_size(top)
     folder = workdir / "runs" / program.name.replace(" ", "-")
-    entries = 0
-    for _root, dirs, files in os.walk(cwd):
-        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.endswith(".egg-info")]
-        entries += len(files) + len(dirs)
-        if entries > MAX_ENTRIES:
-            raise VerifyError(f"the working folder {cwd} has more than {MAX_ENTRIES} files and folders: each run "
-                              "gets its own copy of it, so run verify from the project's folder")
-    shutil.copytree(cwd, folder, ignore=shutil.ignore_patterns(*SKIP_DIRS), copy_function=_copy_small,
+    shutil.copytree(top, folder, ignore=shutil.ignore_patterns(*SKIP_DIRS), copy_function=_copy_small,
                     symlinks=True)
+    run_cwd = folder / cwd.relative_to(top)
+    where_root = inside(root, top)
+    root_copy = folder / where_root if where_root is not None else None
     overlay = program.overlay
     if overlay is not None:
-        where = _inside(overlay.source, cwd)
-        if where is None:  # the script's folder is outside the working folder: run the migrated copy there
-            return folder, program.script
+        where = inside(overlay.source, top)
+        if where is None:  # the project is outside the working folder: run the migrated copy there
+            return Staged(folder, run_cwd, program.script, None)
         for changed in overlay.changed:
             shutil.copy2(overlay.folder / changed, folder / where / changed)
-        return folder, folder / where / program.script.name
-    where = _inside(program.script, cwd)
-    return folder, (folder / where if where is not None else program.script)
+        return Staged(folder, run_cwd, folder / where / program.script.relative_to(overlay.folder), root_copy)
+    where = inside(program.script, top)
+    return Staged(folder, run_cwd, folder / where if where is not None else program.script, root_copy)
 
 
 def _free_port() -> int:
@@ -253,18 +301,20 @@ def _number(name: str) -> int:
 
 
 def run_program(program: Program, args: list[str], workdir: Path, cwd: Path, *, max_steps: int | None, seed: int,
-                strict: bool, timeout: float | None) -> RunResult:
-    folder, script = stage(program, cwd, workdir)
+                strict: bool, timeout: float | None, root: Path | None = None) -> RunResult:
+    staged = stage(program, cwd, workdir, root)
+    folder, script = staged.folder, staged.script
     out = workdir / "records" / program.name.replace(" ", "-")
     out.mkdir(parents=True)
     config = {"out": str(out), "device": program.device, "max_steps": max_steps, "seed": seed, "strict": strict,
               "nproc": program.nproc, "root": str(folder.resolve()),
-              "script_root": str(script.resolve().parent)}
+              "script_root": str(script.resolve().parent),
+              "project_root": str((staged.root or script.parent).resolve())}
     own = program.python == sys.executable
     env = environment(program, _harness_dir(workdir, own), config)
     start = time.perf_counter()
     logs = out / "logs"
-    proc = subprocess.Popen(command(program, script, args, logs), env=env, cwd=folder, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command(program, script, args, logs), env=env, cwd=staged.cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, errors="replace", start_new_session=True)
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
@@ -280,7 +330,8 @@ def run_program(program: Program, args: list[str], workdir: Path, cwd: Path, *, 
         raise
     if program.nproc > 1:
         stdout = _rank_output(stdout, logs)
-    result = RunResult(program, returncode, time.perf_counter() - start, stderr, stdout=stdout, folder=folder)
+    result = RunResult(program, returncode, time.perf_counter() - start, stderr, stdout=stdout, folder=folder,
+                       root=staged.root)
     result.records = _load_records(out)
     return result
 

@@ -14,12 +14,31 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from neuron_migrate.verify import fallbacks, paths, unsharded
-from neuron_migrate.verify.compare import (Check, Comparison, compare, compare_parameters, explain_by_cpu,
-                                           printed_lines, ranks_agree)
+from neuron_migrate.cli.output import plural
+from neuron_migrate.verify import closure, fallbacks, paths, unsharded
+from neuron_migrate.verify.compare import (
+    Check,
+    Comparison,
+    compare,
+    compare_parameters,
+    explain_by_cpu,
+    printed_lines,
+    ranks_agree,
+)
 from neuron_migrate.verify.report import EMULATED_TIMING, XLA_TIMING, Report
-from neuron_migrate.verify.runs import (Migration, Program, RunResult, VerifyError, check_reference_python,
-                                        migrate_copy, native_torch_neuronx, run_program, target_device)
+from neuron_migrate.verify.runs import (
+    Migration,
+    Program,
+    RunResult,
+    VerifyError,
+    check_reference_python,
+    inside,
+    migrate_copy,
+    native_torch_neuronx,
+    project_root,
+    run_program,
+    target_device,
+)
 
 
 @dataclass
@@ -38,13 +57,14 @@ class Options:
     reference_env: dict[str, str] = field(default_factory=dict)
     target_env: dict[str, str] = field(default_factory=dict)
     no_neuron: bool = True  # also run the no-Neuron path
+    root: str | None = None  # the project each run copies (default: found from the script, runs.project_root)
 
 
-def _programs(script: Path, options: Options, workdir: Path) -> tuple[list[Program], Migration | None,
-                                                                         list[Program]]:
+def _programs(script: Path, options: Options, workdir: Path, root: Path) -> tuple[list[Program], Migration | None,
+                                                                                    list[Program]]:
     """The runs of the Neuron path, the migration, and the two runs of the no-Neuron path."""
     needs_migration = options.migrated is None or options.reference_python is None
-    migration = migrate_copy(script, workdir) if needs_migration else None
+    migration = migrate_copy(script, workdir, root) if needs_migration else None
     if migration is not None and migration.errors:
         path, message = migration.errors[0]
         raise VerifyError(f"the migration of a copy failed: {os.path.relpath(path, migration.folder)}: {message}")
@@ -66,7 +86,6 @@ def _programs(script: Path, options: Options, workdir: Path) -> tuple[list[Progr
                      script.resolve(), "plain", 1, options.target_env),
              target("plain migration", "plain", 1, options.target_env)] if options.no_neuron else []
     if options.reference_python:
-        check_reference_python(options.reference_python, options.reference_env)
         programs = [Program("reference", f"original {script.name}", options.reference_python, script.resolve(),
                             "xla", 1, options.reference_env),
                     target("cpu", "cpu", 1, options.target_env), target("target", device, 1, options.target_env)]
@@ -174,21 +193,46 @@ def _batch_losses(records: list[dict]) -> tuple[dict, bool]:
     return {**rank0, "losses": [sum(values) / len(values) for values in zip(*curves)]}, True
 
 
+def _migrated_closure(script: Path, options: Options, migration: Migration | None, root: Path,
+                      cwd: Path) -> closure.Closure:
+    """The migrated program's own files and what torch_xla they still use; stops (exit 2) when the program
+    cannot start without torch_xla and this interpreter has none: every run of it would stop at that import."""
+    if options.migrated:
+        given = Path(options.migrated).resolve()
+        found = closure.closure(given, project_root(given), cwd)
+    else:
+        assert migration is not None
+        where = inside(cwd, root)
+        found = closure.closure(migration.script, migration.folder,
+                                None if where is None else migration.folder / where)
+    blocking = found.blocking()
+    if blocking:
+        what = "the given migration" if options.migrated else "the migration"
+        lines = "\n".join(f"  {use}" for use in blocking)
+        raise VerifyError(f"{what} cannot start without torch_xla, which this interpreter does not have: "
+                          f"{plural(len(blocking), 'import')} of the XLA-based stack run when it starts:\n{lines}\n"
+                          "replace them (the TODO(neuron-migrate) marker beside each says how), then verify again")
+    return found
+
+
 def verify_script(script: Path, options: Options, workdir: Path, cwd: Path | None = None) -> Report:
     if not script.is_file():
         raise VerifyError("no such script")
     cwd = cwd or Path.cwd()
-    programs, migration, plain = _programs(script, options, workdir)
+    root = project_root(script, Path(options.root) if options.root else None)
+    programs, migration, plain = _programs(script, options, workdir, root)
+    program_files = _migrated_closure(script, options, migration, root, cwd)  # before anything starts
+    if options.reference_python:
+        check_reference_python(options.reference_python, options.reference_env)
     runs, plain_runs = [], []
     for program in programs + plain:
         (plain_runs if any(program is p for p in plain) else runs).append(
             run_program(program, options.args, workdir, cwd, max_steps=options.max_steps, seed=options.seed,
-                        strict=options.strict, timeout=options.timeout))
+                        strict=options.strict, timeout=options.timeout, root=root))
     if migration is not None:
-        copies = [migration.folder] + [r.folder / os.path.relpath(script.resolve().parent, cwd.resolve())
-                                       for r in runs if r.folder is not None]
-        _show_original_paths(runs, copies, script.resolve().parent)
-    report = Report(str(script), options.args, runs, migration)
+        copies = [migration.folder] + [r.root for r in runs if r.root is not None]
+        _show_original_paths(runs, copies, root)
+    report = Report(str(script), options.args, runs, migration, closure=program_files)
     if plain_runs:
         report.no_neuron = paths.compare_no_neuron(*plain_runs, options.rtol, options.atol)
         report.notes.extend(report.no_neuron.notes)

@@ -1,0 +1,429 @@
+"""`neuron-migrate checkpoint inspect|convert` on the layouts the XLA stack writes (built by tests/checkpoint_layouts.py
+the way torch_xla and neuronx-distributed write them), and on broken ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from neuron_migrate.cli import main  # noqa: E402
+from tests import checkpoint_layouts as layouts  # noqa: E402
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["checkpoint", *map(str, args)], catch_exceptions=False)
+
+
+def converted(src, dst, *options):
+    result = run("convert", src, dst, *options)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def equal_states(a: dict, b: dict) -> None:
+    assert list(a) == list(b)
+    for k in a:
+        assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, k
+        assert torch.equal(a[k], b[k]), k
+
+
+def trained_net(seed=0):
+    torch.manual_seed(seed)
+    net = layouts.Net()
+    net.train()
+    net(torch.randn(6, 8))  # the BatchNorm's running stats move
+    return net
+
+
+# ---------------------------------------------------------------------------------------------------- plain, xser
+
+def test_plain_file_with_xla_tensors_pickled_without_cpu(tmp_path):
+    """A state dict saved from XLA tensors pickles `_rebuild_device_tensor_from_cpu_tensor(cpu, dtype, device, rg)`
+    (what makes torch.load without torch_xla fail): the CPU copy is read, the XLA device forgotten."""
+    weight = torch.randn(4, 3)
+
+    class FromXla:  # reduces like an XLA tensor does in torch 2.x
+        def __reduce_ex__(self, protocol):
+            return torch._utils._rebuild_device_tensor_from_cpu_tensor, (weight, weight.dtype, "xla:0", False)
+
+    torch.save({"w": FromXla(), "step": 3}, tmp_path / "x.pt")
+    converted(tmp_path / "x.pt", tmp_path / "out.pt")
+    out = torch.load(tmp_path / "out.pt", weights_only=True)
+    assert out["step"] == 3 and torch.equal(out["w"], weight)
+
+
+def test_xser_checkpoint_converts_to_one_file(tmp_path):
+    net = trained_net()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=0.1)
+    net(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    data = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 2}
+    layouts.xser_save(data, tmp_path / "model.ckpt")
+    with pytest.raises(pickle.UnpicklingError, match="TensorReference"):
+        torch.load(tmp_path / "model.ckpt", weights_only=True)  # what plain torch cannot read
+
+    inspect = run("inspect", tmp_path / "model.ckpt", "--format", "json")
+    assert inspect.exit_code == 0, inspect.output
+    report = json.loads(inspect.output)
+    assert report["kind"] == "xser"
+    assert {t["key"] for t in report["tensors"]} >= {"model.fc1.weight", "optimizer.state.0.exp_avg"}
+
+    converted(tmp_path / "model.ckpt", tmp_path / "model.pt")
+    out = torch.load(tmp_path / "model.pt", weights_only=True)
+    equal_states(out["model"], net.state_dict())
+    assert out["epoch"] == 2
+    fresh = torch.optim.AdamW(layouts.Net().parameters(), lr=0.1)
+    fresh.load_state_dict(out["optimizer"])
+    assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"])
+
+
+def test_safetensors_of_the_model_only(tmp_path):
+    safetensors = pytest.importorskip("safetensors.torch")
+    net = trained_net()
+    layouts.xser_save({"model": net.state_dict(), "epoch": 1}, tmp_path / "m.ckpt")
+    refused = run("convert", tmp_path / "m.ckpt", tmp_path / "m.safetensors")
+    assert refused.exit_code == 2 and "--only" in refused.output
+    assert not (tmp_path / "m.safetensors").exists()
+    converted(tmp_path / "m.ckpt", tmp_path / "m.safetensors", "--only", "model")
+    equal_states(dict(sorted(safetensors.load_file(tmp_path / "m.safetensors").items())),
+                 dict(sorted(net.state_dict().items())))
+
+
+# ---------------------------------------------------------------------------------------------------- XLA FSDP, ZeRO-1
+
+@pytest.mark.parametrize("flatten", [True, False], ids=["flat-params", "per-param"])
+def test_xla_fsdp_shards_consolidate_like_torch_xla(tmp_path, flatten):
+    net = trained_net()
+    paths = layouts.fsdp_shards(net, 2, tmp_path, flatten=flatten)
+    report = json.loads(run("inspect", paths[1], "--format", "json").output)
+    assert report["kind"] == "xla-fsdp" and len(report["files"]) == 2
+    assert sorted(t["key"] for t in report["tensors"]) == sorted(f"model.{k}" for k in net.state_dict())
+
+    converted(tmp_path, tmp_path / "full.pt")  # the folder of shards
+    out = torch.load(tmp_path / "full.pt", weights_only=True)
+    assert "shard_metadata" not in out and out["epoch"] == 4
+    equal_states(dict(sorted(out["model"].items())), dict(sorted(net.state_dict().items())))
+    fresh = layouts.Net()
+    fresh.load_state_dict(out["model"])
+    fresh.eval(), net.eval()
+    x = torch.randn(5, 8)
+    assert torch.equal(fresh(x), net(x))
+
+
+def test_zero1_optimizer_shards_become_the_base_optimizer_state(tmp_path):
+    net = trained_net()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=0.01)
+    for _ in range(2):
+        net(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+    layouts.zero1_shards(net, optimizer, 3, tmp_path)  # 3 ranks: fc1's 17 rows are padded to 18
+    report = json.loads(run("inspect", tmp_path / "zero1_rank-2-of-3.pt", "--format", "json").output)
+    assert report["kind"] == "zero1"
+    converted(tmp_path / "zero1_rank-0-of-3.pt", tmp_path / "resume.pt")
+    out = torch.load(tmp_path / "resume.pt", weights_only=True)
+    assert out["step"] == 7
+    fresh_net = layouts.Net()
+    fresh_net.load_state_dict(out["model"])
+    fresh = torch.optim.AdamW(fresh_net.parameters(), lr=0.01)
+    fresh.load_state_dict(out["optimizer"])
+    want = optimizer.state_dict()["state"]
+    got = fresh.state_dict()["state"]
+    assert set(got) == set(want)
+    for i in want:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(got[i][k], want[i][k]), (i, k)
+
+
+# ---------------------------------------------------------------------------------------------------- NxD
+
+def block_state(seed=0):
+    torch.manual_seed(seed)
+    block = layouts.Block()
+    return block, block.state_dict()
+
+
+@pytest.mark.parametrize("xser", [False, True], ids=["torch-save", "xser"])
+def test_nxd_tp2_shards_join_on_each_layers_partition_dim(tmp_path, xser):
+    _, state = block_state()
+    layouts.nxd_save(state, tmp_path / "ckpt", tp=2, xser=xser, extra={"epoch": 5})
+    report = json.loads(run("inspect", tmp_path / "ckpt", "--format", "json").output)
+    assert report["kind"] == ("nxd+xser" if xser else "nxd") and report["sharding"] == "TP=2 PP=1"
+    shapes = {t["key"]: t["shape"] for t in report["tensors"]}
+    assert shapes["model.o_proj.weight"] == [8, 16] and shapes["model.embed_tokens.weight"] == [16, 8]
+    converted(tmp_path / "ckpt", tmp_path / "full.pt")
+    out = torch.load(tmp_path / "full.pt", weights_only=True)
+    equal_states(out["model"], state)
+    assert out["epoch"] == 5
+
+
+def test_nxd_trainer_checkpoint_takes_the_newest_tag(tmp_path):
+    _, state = block_state()
+    layouts.nxd_trainer_save(block_state(1)[1], tmp_path, "step_10", tp=2)
+    layouts.nxd_trainer_save(state, tmp_path, "step_20", tp=2)
+    result = run("inspect", tmp_path)
+    assert result.exit_code == 0 and "tag step_20" in result.output
+    converted(tmp_path, tmp_path.parent / "trainer.pt")
+    out = torch.load(tmp_path.parent / "trainer.pt", weights_only=True)
+    equal_states(out["model"], state)
+    assert out["scheduler"] == {"last_epoch": 3, "_step_count": 4}
+
+
+def test_nxd_unknown_split_asks_for_partition(tmp_path):
+    state = {"mixer.weight": torch.randn(8, 4), "mixer.bias": torch.zeros(8)}
+    for rank in range(2):
+        (tmp_path / f"tp_rank_{rank:02d}_pp_rank_00").mkdir()
+        torch.save({"mixer.weight": state["mixer.weight"].chunk(2, 1)[rank].clone(), "mixer.bias": state["mixer.bias"]},
+                   tmp_path / f"tp_rank_{rank:02d}_pp_rank_00" / "checkpoint.pt")
+    refused = run("convert", tmp_path, tmp_path / "out.pt")
+    assert refused.exit_code == 2
+    assert "mixer.weight differs between the tensor-parallel ranks" in refused.output
+    assert "--partition 'mixer.weight=DIM'" in refused.output and not (tmp_path / "out.pt").exists()
+    converted(tmp_path, tmp_path / "out.pt", "--partition", "mixer.weight=1")
+    equal_states(torch.load(tmp_path / "out.pt", weights_only=True), state)
+
+
+# ---------------------------------------------------------------------------------------------------- DCP
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_dcp_output_loads_into_a_plain_module(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    block, state = block_state()
+    layouts.nxd_save(state, tmp_path / "ckpt", tp=2)
+    converted(tmp_path / "ckpt", tmp_path / "dcp", "--to", "dcp")
+    fresh = layouts.Block()
+    target = {"model": fresh.state_dict()}
+    dcp.load(target, checkpoint_id=str(tmp_path / "dcp"), no_dist=True)
+    fresh.load_state_dict(target["model"])
+    ids = torch.randint(0, 16, (2, 5))
+    assert torch.equal(fresh(ids), block(ids))
+    report = json.loads(run("inspect", tmp_path / "dcp", "--format", "json").output)
+    assert report["kind"] == "dcp" and report["targets"] == ["torch"]
+
+
+FULLY_SHARD = r"""
+import os, sys
+import torch, torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+sys.path.insert(0, sys.argv[3])
+from tests.checkpoint_layouts import Block
+
+dist.init_process_group("gloo")
+torch.manual_seed(123)  # other values than the checkpoint's
+model = Block()
+fully_shard(model)
+state = {"model": get_model_state_dict(model)}
+assert any(isinstance(v, DTensor) for v in state["model"].values())
+dcp.load(state, checkpoint_id=sys.argv[1])
+set_model_state_dict(model, state["model"])
+torch.manual_seed(7)
+ids = torch.randint(0, 16, (2, 5))
+out = model(ids).detach()
+if dist.get_rank() == 0:
+    torch.save(out, sys.argv[2])
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_dcp_output_loads_into_fully_shard_at_two_processes(tmp_path):
+    block, state = block_state()
+    layouts.nxd_save(state, tmp_path / "ckpt", tp=2)
+    converted(tmp_path / "ckpt", tmp_path / "dcp", "--to", "dcp")
+    script = tmp_path / "load.py"
+    script.write_text(FULLY_SHARD)
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path / "dcp"), str(tmp_path / "out.pt"), str(root)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    torch.manual_seed(7)
+    ids = torch.randint(0, 16, (2, 5))
+    assert torch.equal(torch.load(tmp_path / "out.pt"), block(ids).detach())
+
+
+# ---------------------------------------------------------------------------------------------------- bad inputs
+
+def _refused(result, *words):
+    assert result.exit_code == 2, result.output
+    for w in words:
+        assert w in result.output, result.output
+
+
+def test_truncated_file_is_refused_and_dst_untouched(tmp_path):
+    net = trained_net()
+    torch.save(net.state_dict(), tmp_path / "m.pt")
+    data = (tmp_path / "m.pt").read_bytes()
+    (tmp_path / "m.pt").write_bytes(data[: len(data) // 2])
+    (tmp_path / "out.pt").write_bytes(b"previous")
+    _refused(run("convert", tmp_path / "m.pt", tmp_path / "out.pt", "--force"), str(tmp_path / "m.pt"),
+             "truncated", "nothing was written")
+    assert (tmp_path / "out.pt").read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt", "out.pt"]  # no temporary folder left
+
+
+def test_damaged_tensor_data_fails_midway_and_leaves_nothing(tmp_path):
+    """The last tensor's bytes are cut out of the archive: the first tensors were already streamed out when the
+    conversion fails, and still nothing reaches DST."""
+    layouts.xser_save({"a": torch.randn(3), "b": torch.randn(4)}, tmp_path / "x.ckpt")
+    last = tmp_path / "x.ckpt.tensors" / "tensor_1.pt"
+    with zipfile.ZipFile(last) as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    with zipfile.ZipFile(last, "w") as z:
+        for n, b in entries.items():
+            z.writestr(n, b[:-4] if "/data/" in n else b)
+    _refused(run("convert", tmp_path / "x.ckpt", tmp_path / "out.pt"), str(last), "damaged")
+    assert not (tmp_path / "out.pt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.ckpt", "x.ckpt.tensors"]
+
+
+def test_missing_shards_are_named(tmp_path):
+    net = trained_net()
+    paths = layouts.fsdp_shards(net, 3, tmp_path, flatten=True)
+    paths[1].unlink()
+    _refused(run("convert", tmp_path, tmp_path / "out.pt"), "2 shard files", "3 ranks", "missing rank 1")
+    _, state = block_state()
+    layouts.nxd_save(state, tmp_path / "nxd", tp=2, xser=True)
+    (tmp_path / "nxd" / "tp_rank_00_pp_rank_00.tensors" / "tensor_2.pt").unlink()
+    _refused(run("inspect", tmp_path / "nxd"), "tensor_2.pt: missing", "incomplete")
+    assert not (tmp_path / "out.pt").exists()
+
+
+def test_mismatched_shard_metadata_is_refused(tmp_path):
+    net = trained_net()
+    paths = layouts.fsdp_shards(net, 2, tmp_path, flatten=False)
+    ckpt = torch.load(paths[0], weights_only=False)
+    info = ckpt["shard_metadata"]["shard_info"][""]
+    first = next(iter(info))
+    info[first]["_orig_size"] = torch.Size([99, 8])
+    torch.save(ckpt, paths[0])
+    _refused(run("convert", tmp_path, tmp_path / "out.pt"), "a shard is missing or the metadata does not match")
+
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED",))
+
+
+def test_unknown_global_is_refused_without_running_it(tmp_path):
+    torch.save({"w": torch.ones(2), "evil": Payload()}, tmp_path / "evil.pt")
+    for command in (("inspect", tmp_path / "evil.pt"), ("convert", tmp_path / "evil.pt", tmp_path / "o.pt")):
+        result = CliRunner().invoke(main, ["checkpoint", *map(str, command)], catch_exceptions=False)
+        _refused(result, str(tmp_path / "evil.pt"), "`posix.system`" if os.name == "posix" else "system")
+    assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+    assert not (tmp_path / "o.pt").exists()
+
+
+def test_existing_dst_needs_force(tmp_path):
+    torch.save({"a": torch.ones(1)}, tmp_path / "a.pt")
+    (tmp_path / "out.pt").write_bytes(b"keep")
+    _refused(run("convert", tmp_path / "a.pt", tmp_path / "out.pt"), "exists", "--force")
+    assert (tmp_path / "out.pt").read_bytes() == b"keep"
+    converted(tmp_path / "a.pt", tmp_path / "out.pt", "--force")
+    assert torch.equal(torch.load(tmp_path / "out.pt", weights_only=True)["a"], torch.ones(1))
+
+
+def test_not_a_checkpoint(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    _refused(run("inspect", tmp_path / "notes.txt"), "not a complete torch.save archive")
+    _refused(run("inspect", tmp_path / "nothing"), "no such file")
+    (tmp_path / "empty").mkdir()
+    _refused(run("inspect", tmp_path / "empty"), "no checkpoint found")
+
+
+# ---------------------------------------------------------------------------------------------------- memory
+
+CONVERT_RSS = r"""
+import resource, sys
+from neuron_migrate.cli import main
+try:
+    main(["checkpoint", "convert", *sys.argv[1:]])
+except SystemExit as exc:
+    code = exc.code
+print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code)
+"""
+
+
+def peak_rss_kb(src: Path, dst: Path, *options: str) -> int:
+    proc = subprocess.run([sys.executable, "-c", CONVERT_RSS, str(src), str(dst), *options], capture_output=True,
+                          text=True, timeout=1200)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("PEAK_KB")][-1].split()
+    assert line[2] == "0", proc.stdout + proc.stderr
+    return int(line[1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["torch", "dcp"])
+def test_conversion_streams_one_tensor_at_a_time(tmp_path, target):
+    """A checkpoint of 16 tensors of 32 MB (512 MB): the peak memory of the conversion stays near one tensor plus
+    the interpreter and torch (measured against converting a single such tensor), not the checkpoint's size."""
+    mb = 1 << 20
+    small = {"t": torch.zeros(8 * mb, dtype=torch.float32)}
+    torch.save(small, tmp_path / "one.pt")
+    baseline = peak_rss_kb(tmp_path / "one.pt", tmp_path / "one.out", "--to", target)
+    big = {f"layer{i}.weight": torch.full((8 * mb,), float(i)) for i in range(16)}
+    layouts.xser_save(big, tmp_path / "big.ckpt")
+    del big
+    peak = peak_rss_kb(tmp_path / "big.ckpt", tmp_path / "big.out", "--to", target)
+    assert peak - baseline < 3 * 32 * 1024, (peak, baseline)  # under 3 tensors' worth above the baseline
+
+
+def test_the_command_is_listed_and_loads_torch_only_when_it_runs():
+    code = ("import sys\n"
+            "from click.testing import CliRunner\n"
+            "from neuron_migrate.cli import main\n"
+            "import neuron_migrate.checkpoint.command\n"
+            "out = CliRunner().invoke(main, ['--help']).output\n"
+            "assert 'checkpoint' in out, out\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+REAL_XLA = r"""
+import sys
+import torch
+import torch_xla
+import torch_xla.utils.serialization as xser
+
+out = sys.argv[1]
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 17), torch.nn.ReLU(), torch.nn.Linear(17, 3)).to(torch_xla.device())
+half = torch.randn(5, device=torch_xla.device()).to(torch.bfloat16)
+xser.save({"model": model.state_dict(), "half": half, "epoch": 2}, f"{out}/xser.ckpt")
+torch.save({"model": model.state_dict()}, f"{out}/raw_xla.pt")  # XLA tensors pickled without .cpu()
+torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "half": half.cpu()}, f"{out}/reference.pt")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("NEURON_MIGRATE_XLA_PYTHON"),
+                    reason="NEURON_MIGRATE_XLA_PYTHON (a python with torch_xla 2.9) is not set")
+def test_real_torch_xla_checkpoints_convert_bit_identical(tmp_path):
+    """Files written by torch_xla itself (xser.save, torch.save of XLA tensors) convert to the exact tensors."""
+    proc = subprocess.run([os.environ["NEURON_MIGRATE_XLA_PYTHON"], "-c", REAL_XLA, str(tmp_path)], capture_output=True,
+                          text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reference = torch.load(tmp_path / "reference.pt", weights_only=True)
+    converted(tmp_path / "xser.ckpt", tmp_path / "xser.pt")
+    converted(tmp_path / "raw_xla.pt", tmp_path / "raw.pt")
+    xser_out = torch.load(tmp_path / "xser.pt", weights_only=True)
+    raw_out = torch.load(tmp_path / "raw.pt", weights_only=True)
+    assert xser_out["epoch"] == 2 and torch.equal(xser_out["half"], reference["half"])
+    equal_states(xser_out["model"], reference["model"])
+    equal_states(raw_out["model"], reference["model"])
