@@ -145,15 +145,17 @@ def _compiled_at_run_time() -> list[re.Pattern]:
     return [p for p in re._cache.values() if isinstance(p, re.Pattern)]  # type: ignore[attr-defined]
 
 
-def _held_elsewhere() -> set[tuple]:
-    """The patterns held by modules that are not the package's (tokenize, LibCST, ...)."""
-    out = set()
+def _held_elsewhere() -> set:
+    """The patterns, and the pattern texts, held by modules that are not the package's (tokenize, LibCST, ...)."""
+    out: set = set()
     for name, module in list(sys.modules.items()):
         if name.startswith("neuron_migrate") or module is None:
             continue
         for value in list(vars(module).values()):
             if isinstance(value, re.Pattern):
                 out.add((type(value.pattern), value.pattern, value.flags))
+            elif isinstance(value, str) and len(value) > 8:
+                out.add(value)
     return out
 
 
@@ -177,11 +179,13 @@ def patterns() -> list[tuple[re.Pattern, str]]:
     for p, name in _held(_modules()):
         add(p, _uses(name, source))
     for p, method in _in_source():
+        if method == "compile" and (type(p.pattern), p.pattern, p.flags) in unique:
+            continue  # held by a module: its uses are known
         add(p, set() if method == "compile" else {method})
     foreign = _held_elsewhere()
     for p in _compiled_at_run_time():  # the ones built from tables; not the standard library's nor LibCST's
         key = (type(p.pattern), p.pattern, p.flags)
-        if key not in unique and key not in foreign and not _fnmatch_shaped(p):
+        if key not in unique and key not in foreign and p.pattern not in foreign and not _fnmatch_shaped(p):
             add(p, set())
     anchored = {"match", "fullmatch"}
     return [(p, "match" if how[key] <= anchored else "search") for key, p in unique.items()]

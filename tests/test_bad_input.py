@@ -139,13 +139,13 @@ def test_unreadable_file_is_reported_and_the_rest_goes_on(tmp_path, monkeypatch)
     other.write_bytes(LEGACY)
     secret.chmod(0)
     if os.geteuid() == 0:  # root reads anything: refuse the open the way the kernel does for others
-        real_open = open
+        real_open = sources._open_readonly
 
-        def guarded_open(path, *args, **kwargs):
+        def guarded_open(path):
             if os.fspath(path) == str(secret):
                 raise PermissionError(13, "Permission denied", str(path))
-            return real_open(path, *args, **kwargs)
-        monkeypatch.setattr(sources, "open", guarded_open, raising=False)
+            return real_open(path)
+        monkeypatch.setattr(sources, "_open_readonly", guarded_open)
     result = CliRunner().invoke(main, ["rewrite", "-j", "1", str(tmp_path)], catch_exceptions=False)
     secret.chmod(0o644)
     assert result.exit_code == 2

@@ -334,3 +334,12 @@ def test_a_crlf_file_is_migrated_as_its_lf_twin(path):
     lf = rewrite_bytes(data, path.name)
     crlf = rewrite_bytes(data.replace(b"\n", b"\r\n"), path.name)
     assert (crlf or b"").replace(b"\r\n", b"\n") == (lf or b"")
+
+
+def test_a_newline_in_a_file_name_does_not_split_the_diff_header(tmp_path):
+    (tmp_path / "new\nline.py").write_bytes(LEGACY)
+    proc = cli("rewrite", "--diff", "--no-cache", ".", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == ['--- "a/new\\nline.py"', '+++ "b/new\\nline.py"']
+    assert all(line[:1] in ("-", "+", " ", "@", "\\") for line in lines)

@@ -55,7 +55,7 @@ def test_the_harness_takes_away_only_what_it_added_to_sys_path(tmp_path, monkeyp
     probe = ("import json, sys\ntry:\n    import probe_thirdparty; found = probe_thirdparty.VALUE\n"
              "except ImportError:\n    found = None\nprint(json.dumps([found, sys.path]))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=300)
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr
     found, path = json.loads(proc.stdout)
     assert str(harness) not in path  # the harness's own folder is not the program's

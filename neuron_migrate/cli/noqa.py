@@ -102,7 +102,7 @@ def remove_noqa(stale: list[tuple[str, int, str]], read) -> int:
             m = NOQA.search(body)
             if m is None:
                 continue
-            present = re.findall(r"[A-Z]+\d+", m.group(0)[m.group(0).index(":") + 1:], re.I)
+            present = re.findall(r"\b[A-Z]+\d+", m.group(0)[m.group(0).index(":") + 1:], re.I)
             kept = [c for c in present if c.upper() not in codes]
             removed += len(present) - len(kept)
             comment = "# noqa: " + ", ".join(kept) if kept else ""

@@ -127,11 +127,23 @@ def _diff(old: list[str] | str, new: list[str] | str, name: str) -> str:
     old = old.splitlines(keepends=True) if isinstance(old, str) else old
     new = new.splitlines(keepends=True) if isinstance(new, str) else new
     out = []
-    for line in difflib.unified_diff(old, new, fromfile=f"a/{name}", tofile=f"b/{name}"):
+    for line in difflib.unified_diff(old, new, fromfile=_header(f"a/{name}"), tofile=_header(f"b/{name}")):
         if not line.endswith(("\n", "\r")):
             line += "\n\\ No newline at end of file\n"
         out.append(line)
     return "".join(out)
+
+
+_GIT_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+
+
+def _header(name: str) -> str:
+    """A file name in a diff header, quoted as git quotes it when it holds a newline, a tab, a quote, a backslash
+    or another control character: a newline in a name must not end the header line."""
+    if not any(c in _GIT_ESCAPES or ord(c) < 32 or ord(c) == 127 for c in name):
+        return name
+    return '"' + "".join(_GIT_ESCAPES.get(c) or (f"\\{ord(c):03o}" if ord(c) < 32 or ord(c) == 127 else c)
+                         for c in name) + '"'
 
 
 def _cell_sources(data: bytes) -> tuple[list[str], str] | None:

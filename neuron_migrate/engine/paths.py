@@ -153,6 +153,7 @@ class Paths:
         self._walk_block(analysis.module.body, COMMON, None, analysis.module_scope, toplevel=True)
         self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds or self.conditional
                                                     or self._imports_xla_in_functions())
+        self.two_devices = _two_devices(ctx.source.text)
         others = self.kinds & BACKENDS
         self.multi_backend = self.xla_optional and (
             TPU in self.kinds or len(others) >= 2 or self.own_switch or bool(_TPU_TEXT.search(ctx.source.text)))
@@ -197,7 +198,7 @@ class Paths:
         """Whether a finding of a family that acts on `acts_on` may act at `node` (report it, fix or mark it)."""
         path = self.path_of(node)
         if acts_on == CUDA_LEFTOVER:
-            if self.multi_backend or path in OTHER_PATHS:
+            if self.multi_backend or path in OTHER_PATHS or self.two_devices:
                 return False
             return path == XLA or not self.xla_optional
         return path not in OTHER_PATHS
@@ -697,3 +698,17 @@ def _families() -> dict[str, str]:
 def acts_on(code: str) -> str:
     """Which paths `code`'s family acts on (`Rule.acts_on` of the rule that reports it; NM199: XLA rewrites)."""
     return _families().get(code, XLA_REWRITE)
+
+
+# Data put on CUDA unconditionally (`device="cuda"`, `.cuda()`, `.to("cuda")`), and the XLA device asked for (or,
+# after a rewrite, the neuron device: a second run must decide as the first did).
+# (Code, not comments: a line's text before any `#`.)
+_CUDA_DATA = re.compile(r"""^[^#\n]*?(?:\bdevice\s*=\s*["']cuda|\.cuda\(|\.to\(\s*["']cuda)""", re.M)
+_XLA_DEVICE = re.compile(r"""^[^#\n]*?(?:\bxla_device\(|\btorch_xla\.device\(|\bdevice\(\s*["']neuron"""
+                         r"""|current_accelerator\()""", re.M)
+
+
+def _two_devices(text: str) -> bool:
+    """The program uses the XLA device and CUDA side by side on purpose (a benchmark comparing them): it could only
+    run where both were, so its CUDA code is a CUDA path, not a leftover of a GPU version, and stays as written."""
+    return _CUDA_DATA.search(text) is not None and _XLA_DEVICE.search(text) is not None

@@ -58,9 +58,9 @@ _LAUNCHER = re.compile(r"(?:^|[\s;&|(!])(?:python3?(?:\.\d+)?|torchrun|neuron_pa
                        r"deepspeed|%run)\b[^\n;&|]*?([\w./-]+\.py)\b")
 _RUN_MAGIC = re.compile(r"^\s*%run\s+(?:-\S+\s+)*([\w./-]+?)(?:\.py)?\s*$")
 # requirements: the products they install
-_REQ_INF1 = re.compile(r"^\s*(?:torch-neuron|torch_neuron|neuron-cc|neuron_cc)\s*(?:[=<>~!;\[#]|$)", re.I | re.M)
+_REQ_INF1 = re.compile(r"^[ \t\f]*(?:torch-neuron|torch_neuron|neuron-cc|neuron_cc)\s*(?:[=<>~!;\[#]|$)", re.I | re.M)
 _REQ_TPU = re.compile(r"torch[-_]xla\s*\[\s*tpu\s*\]|libtpu", re.I)
-_REQ_NEURON = re.compile(r"^\s*(?:torch-neuronx|torch_neuronx|neuronx-cc|neuronx_cc|neuronx-distributed)\b", re.I | re.M)
+_REQ_NEURON = re.compile(r"^[ \t\f]*(?:torch-neuronx|torch_neuronx|neuronx-cc|neuronx_cc|neuronx-distributed)\b", re.I | re.M)
 # Python statements read from lines (engine/project.py reads every file: it must cost little)
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))",
                      re.M)
@@ -72,7 +72,7 @@ _TRAINING_NAME = re.compile(r"train|fine[-_ ]?tun", re.I)
 _INFERS = re.compile(r"torch_neuronx\b[^\n]*\btrace\b|\btransformers_neuronx\b|\bneuronx_distributed_inference\b|"
                      r"\bparallel_model_trace\b|\bNeuronModelFor\w+|\bModelBuilder\b")
 # Dockerfile base images
-_FROM = re.compile(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
+_FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
 _README = re.compile(r"^readme(\.\w+)?$", re.I)
 _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
@@ -126,6 +126,9 @@ class Project:
     def __init__(self, paths: Iterable[str], targets: Iterable, settings) -> None:
         self.tops = [os.path.abspath(p) for p in paths]
         self.config_targets = tuple(getattr(settings, "targets", ()) or ())
+        # `--instance trn2` / `trn3` (or `instance` in the configuration) says where the code goes: Inf2 and Trn1
+        # evidence then tells where it ran, and those programs move
+        self.native_instance = getattr(settings, "instance", None) in ("trn2", "trn3")
         self.files = list(targets)
         self.modules: dict[str, Module] = {}
         self.others: dict[str, list[str]] = {}  # kind -> absolute paths (shell, dockerfile, requirements, readme)
@@ -321,7 +324,7 @@ class Project:
             files = self._reach(module)
             evidence = self._evidence(module)
             target, strongest, conflict = _decide(evidence)
-            if target in (INF2, TRN1) and (any(f.trains for f in files)
+            if target in (INF2, TRN1) and (self.native_instance or any(f.trains for f in files)
                                            or (target == TRN1 and not any(f.infers for f in files))):
                 # a training program on the XLA-based torch-neuronx is what the tool moves (to Trn2 / Trn3; NM520
                 # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path,

@@ -112,11 +112,16 @@ def _megabytes(n: int) -> str:
     return f"{n // (1024 * 1024)} MB" if n >= 1024 * 1024 else f"{n // 1024} KB"
 
 
+def _open_readonly(path: str) -> int:
+    """Without blocking: opening a FIFO for reading waits for a writer otherwise."""
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+
+
 def read_bytes(path: str, limit: int = MAX_BYTES, kind: str | None = None) -> bytes:
     """The bytes of the regular file `path`, at most `limit` of them (SourceError past it, and for anything that
     is not a regular file: a FIFO would block the run, `/dev/zero` never ends)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = _open_readonly(path)
     except FileNotFoundError:
         raise SourceError("no such file") from None
     except PermissionError:

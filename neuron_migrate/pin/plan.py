@@ -88,7 +88,7 @@ def _without_local(specifiers: SpecifierSet) -> SpecifierSet:
 
 
 def _local_label(spec: str) -> str:
-    m = re.search(r"==\s*[^,+=]+(\+[A-Za-z0-9.]+)", spec)
+    m = re.search(r"==[^,+=]+(\+[A-Za-z0-9.]+)", spec)
     return m.group(1) if m else ""
 
 

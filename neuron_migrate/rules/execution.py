@@ -1,4 +1,5 @@
-"""NM103 / NM104 / NM109: lazy-graph execution control goes; real waits become synchronize()."""
+"""NM103 / NM104 / NM109: lazy-graph execution control goes; real waits become synchronize(); NM113: a graph cut
+in a model's forward stays a graph cut."""
 
 from __future__ import annotations
 
@@ -29,8 +30,26 @@ def wait_for_device(ctx, node: cst.Call, code: str, **fields) -> None:
             ctx.replace(node, expression(fixed))
 
 
+def _in_forward(ctx, scope) -> bool:
+    """The code runs in a model's forward: a method `forward`, or any method of a class derived from a module
+    class (a block its forward calls). A graph cut there was put in on purpose (to keep each part under the
+    compiler's limits, or to compile the parts apart)."""
+    while scope is not None and scope.kind != "function":
+        scope = scope.parent
+    while scope is not None and scope.parent is not None and scope.parent.kind == "function":
+        scope = scope.parent  # a function nested in the method
+    if scope is None or scope.parent is None or scope.parent.kind != "class":
+        return False
+    if getattr(scope.node.name, "value", None) == "forward":
+        return True
+    from neuron_migrate.rules.compile import MODULE_BASES, _nn_class
+
+    return any((q := ctx.qualname(base.value, scope.parent.parent)) in MODULE_BASES or _nn_class(q or "")
+               for base in scope.parent.node.bases)
+
+
 class MarkStep(Rule):
-    codes = ("NM103", "NM104", "NM109")
+    codes = ("NM103", "NM104", "NM109", "NM113")
     triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -76,6 +95,10 @@ class MarkStep(Rule):
         is_statement = isinstance(occ.small, cst.Expr) and occ.small.value is node
         if waits:
             wait_for_device(ctx, node, "NM104", call=short(node))
+        elif is_statement and _in_forward(ctx, occ.scope):
+            fixed = f"{ctx.module_ref('torch')}._dynamo.graph_break()"
+            if ctx.report("NM113", node, call=short(node), fixed=fixed):
+                ctx.replace(node, expression(fixed))
         elif is_statement:
             if ctx.report("NM103", node, call=short(node)):
                 ctx.remove(occ.small)

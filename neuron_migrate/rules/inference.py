@@ -11,7 +11,7 @@ import libcst as cst
 
 from neuron_migrate.catalogue import load_data, rule as catalogue_rule
 from neuron_migrate.files.envfiles import TRN1
-from neuron_migrate.engine.edits import marker_text
+from neuron_migrate.engine.edits import marker_room, marker_text
 from neuron_migrate.engine.names import Occurrence, Scope, dotted_str
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.engine.facts import fact, inf1_names
@@ -237,10 +237,14 @@ class NeuronxTrace(Rule):
         if not ctx.report("NM501", traced.node, call=short(traced.node), fixed=fixed,
                           status=release.xla_inference_status(ctx.settings)):
             return False
+        if self._for_its_compile(traced):
+            self._compile_now(traced, fixed, device)
+            return True
         ctx.replace(traced.node, expression(fixed))
         warm_up = self._warm_up(traced, device)
         if warm_up is not None:
             ctx.insert_after(traced.occ.statement, warm_up)
+        self._mark_saves(traced)
         calls = self._calls(traced)
         if calls is None:
             subject = f"`{traced.name}`'s" if traced.name else "the model's"
@@ -254,6 +258,78 @@ class NeuronxTrace(Rule):
                 if moved is not None:
                     ctx.replace(argument.value, expression(moved))
         return True
+
+    def _for_its_compile(self, traced: Traced) -> bool:
+        """The trace runs for its compile alone (a benchmark timing it, a step reporting compile time): its result
+        is dropped, or bound to a name nothing reads."""
+        occ = traced.occ
+        if isinstance(occ.small, cst.Expr) and occ.small.value is traced.node:
+            return True
+        if traced.name is None or traced.scope is None or len(traced.scope.bindings.get(traced.name, [])) != 1:
+            return False
+        return not any(node.value == traced.name and not _not_a_read(node, o.parent)
+                       and self.ctx.analysis.lookup(traced.name, o.scope) is traced.scope for o, node in self.reads)
+
+    def _compile_now(self, traced: Traced, fixed: str, device: str) -> None:
+        """`torch.compile` is lazy: the model compiles at its first call. So the statement calls the compiled model
+        once on the example inputs (on the device), then waits for the device, and whatever times it still times
+        the compile; where the inputs' shape is not plain to see (a tensor or a tuple of them), a marker."""
+        ctx = self.ctx
+        statement = traced.occ.statement
+        inputs = self._example_inputs(traced, device)
+        if inputs is None or len(statement.body) != 1:
+            ctx.replace(traced.node, expression(fixed))
+            example = code(arg(traced.node, 1, "example_inputs").value)
+            what = f"run it once on `{example}` to compile"
+            if len(what) > marker_room("NM501"):
+                what = "run it once on its example to compile"
+            ctx.mark(statement, marker_text("NM501", what, catalogue_rule("NM501").link))
+            return
+        if traced.name is None:
+            ctx.replace(traced.node, expression(f"{fixed}({inputs})"))
+            ctx.insert_after(statement, target(ctx).synchronize_statement())
+        else:
+            ctx.replace(traced.node, expression(fixed))
+            ctx.insert_after(statement, f"{traced.name}({inputs})  # compiles here, as the trace did\n"
+                             + target(ctx).synchronize_statement())
+
+    def _example_inputs(self, traced: Traced, device: str) -> str | None:
+        """The example inputs as call arguments, on the device: a tuple of them, or one tensor torch makes."""
+        example = arg(traced.node, 1, "example_inputs")
+        value = example.value if example is not None else None
+        if isinstance(value, cst.Tuple):
+            inputs = [e.value for e in value.elements if not isinstance(e, cst.StarredElement)]
+            if len(inputs) != len(value.elements):
+                return None
+        elif isinstance(value, cst.Name) and self._made_tensor(value, traced.occ.scope):
+            inputs = [value]
+        else:
+            return None
+        return ", ".join(self._moved(cst.Arg(value=i), device) or code(i) for i in inputs)
+
+    def _mark_saves(self, traced: Traced) -> None:
+        """`traced.save(path)`: a TorchScript method the compiled model does not have (AttributeError): marked
+        like `torch.jit.save(traced, path)`."""
+        ctx = self.ctx
+        for occ, node in self.reads:
+            if node.value != traced.name or ctx.analysis.lookup(traced.name, occ.scope) is not traced.scope:
+                continue
+            if self._method_save(occ, node):
+                ctx.current = occ
+                self._report_save(ctx.analysis.parents.get(occ.parent), self._traced_source(traced))
+        ctx.current = traced.occ
+
+    def _method_save(self, occ: Occurrence, node: cst.Name) -> bool:
+        """The read is `<it>.save(...)`."""
+        parent = occ.parent
+        if not (isinstance(parent, cst.Attribute) and parent.value is node and parent.attr.value == "save"):
+            return False
+        call = self.ctx.analysis.parents.get(parent)
+        return isinstance(call, cst.Call) and call.func is parent
+
+    @staticmethod
+    def _traced_source(traced: Traced) -> str | None:
+        return code(traced.model) if isinstance(traced.model, (cst.Name, cst.Attribute)) else None
 
     def _warm_up(self, traced: Traced, device: str) -> str | None:
         """`traced(<example on the device>)` after the compiled model is bound: the trace compiled the model on
@@ -307,7 +383,7 @@ class NeuronxTrace(Rule):
             parent = occ.parent
             if isinstance(parent, cst.Call) and parent.func is node:
                 calls.append(parent)
-            elif _not_a_read(node, parent) or self._saved(occ, parent):
+            elif _not_a_read(node, parent) or self._saved(occ, parent) or self._method_save(occ, node):
                 continue
             else:
                 return None
@@ -352,19 +428,21 @@ class NeuronxTrace(Rule):
         ctx = self.ctx
         if qual == JIT_SAVE:
             saved = arg(node, 0, "m")
-            model = self._traced_model(saved.value) if saved is not None else None
-            weights = f"{model}.state_dict()" if model else "model.state_dict()"
-            ctx.report("NM502", node, call=short(node), what="saves a traced Neuron model",
-                       todo=f"save the weights instead (`torch.save({weights}, path)`) and, where they are loaded, "
-                            "build the model, load them and compile it with `torch.compile(model, backend=\"neuron\", "
-                            "fullgraph=True, dynamic=False)` (its compiled graphs are cached on disk)",
-                       short=f"save {weights} instead")
+            self._report_save(node, self._traced_model(saved.value) if saved is not None else None)
         else:
             ctx.report("NM502", node, call=short(node), what="loads a traced Neuron model",
                        todo="build the model, load its weights (`model.load_state_dict(torch.load(path))`), move it to "
                             "the `neuron` device and compile it with `torch.compile(model, backend=\"neuron\", "
                             "fullgraph=True, dynamic=False)`",
                        short="load weights into the model, compile it")
+
+    def _report_save(self, node: cst.Call, model: str | None) -> None:
+        weights = f"{model}.state_dict()" if model else "model.state_dict()"
+        self.ctx.report("NM502", node, call=short(node), what="saves a traced Neuron model",
+                        todo=f"save the weights instead (`torch.save({weights}, path)`) and, where they are loaded, "
+                             "build the model, load them and compile it with `torch.compile(model, backend=\"neuron\", "
+                             "fullgraph=True, dynamic=False)` (its compiled graphs are cached on disk)",
+                        short=f"save {weights} instead")
 
     def _traced_model(self, saved: cst.BaseExpression) -> str | None:
         """The model a saved name was traced from, when the name is bound once, by a trace of this file."""

@@ -268,14 +268,21 @@ class TestUtilities(Rule):
             fmt = arg(node, 0, "format")
             if not only_args(node, fmt) or (fmt is not None and "%f" in code(fmt.value)):
                 return  # microseconds: time.strftime has none
-            text = f"{ctx.module_ref('time')}.strftime({code(fmt.value) if fmt else ctx.string('%H:%M:%S')})"
+            clock, default = ctx.module_ref("time"), ctx.string("%H:%M:%S")
+
+            def build(call: cst.Call) -> cst.BaseExpression:
+                given = arg(call, 0, "format")
+                return expression(f"{clock}.strftime({code(given.value) if given else default})")
         elif qual in SAMPLE_GENERATOR:
             data, count = arg(node, 0, "data"), arg(node, 1, "sample_count")
             if data is None or count is None or not only_args(node, data, count):
                 return
-            # one list of `count` references to the same batch: iterated again at every epoch, and has a length
-            text = f"[{code(data.value)}] * {paren(code(count.value))}"
+
+            def build(call: cst.Call) -> cst.BaseExpression:
+                # one list of `count` references to the same batch: iterated again at every epoch, with a length
+                batch, times = arg(call, 0, "data").value, arg(call, 1, "sample_count").value
+                return expression(f"[{code(batch)}] * {paren(code(times))}")
         else:
             return
-        if ctx.report("NM244", node, call=short(node), fixed=short(expression(text))):
-            ctx.replace(node, expression(text))
+        if ctx.report("NM244", node, call=short(node), fixed=short(build(node))):
+            ctx.replace(node, build)  # from the call as the other rules left it (`xr.world_size()` inside)

@@ -14,8 +14,11 @@ from __future__ import annotations
 import os
 import re
 
+import libcst as cst
+
 from neuron_migrate.engine.cache import digest
 from neuron_migrate.engine.facts import fact, fstring_quote
+from neuron_migrate.engine.imports import is_docstring
 from neuron_migrate.engine.sources import SourceError, decode, read_bytes
 
 # Words of a program that may run as several processes (in its own text or a local module it imports): a
@@ -114,7 +117,7 @@ def env_int(ctx, variable: str, default: str) -> str:
     expression default becomes `str(...)`, which `int` turns back into the same integer."""
     quote = fstring_quote(ctx, ctx.current.node) if ctx.current is not None else None
     quote = quote or ctx.quote
-    if VARIABLES.get(variable) == default and ctx.facts.rank_names and not _os_bound_late(ctx):
+    if VARIABLES.get(variable) == default and ctx.facts.rank_names and _os_at_top(ctx):
         os_ = ctx.module_ref("os", scope=ctx.analysis.module_scope)
         ctx.define(f"{variable} = int({os_}.environ.get({ctx.string(variable)}, {ctx.string(default)}))")
         return variable
@@ -122,8 +125,19 @@ def env_int(ctx, variable: str, default: str) -> str:
     return f"int({ctx.module_ref('os')}.environ.get({quote}{variable}{quote}, {text}))"
 
 
-def _os_bound_late(ctx) -> bool:
-    """The module binds `os` only inside a block (`if __name__ == "__main__": import os`): a name defined after the
-    imports at the top could not read it yet."""
+def _os_at_top(ctx) -> bool:
+    """The names after the imports can read `os`: the module binds it nowhere, or only unconditionally (not an
+    `import os` inside `if __name__ == "__main__":`, which runs after them)."""
     bindings = ctx.analysis.module_scope.bindings.get("os", [])
-    return bool(bindings) and all(b.conditional for b in bindings)
+    if not all(b.kind == "import" and not b.conditional for b in bindings):
+        return False
+    body = list(ctx.module.body)
+    leading = next((i for i, statement in enumerate(body) if not (_import_line(statement) or (
+        i == 0 and is_docstring(statement)))), len(body))
+    tops = {id(statement) for statement in body[:leading]}
+    return all(id(ctx._top_statement(b.node)) in tops for b in bindings)  # not `import os` below other code
+
+
+def _import_line(statement) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body)
