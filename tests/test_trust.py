@@ -343,3 +343,68 @@ def test_a_newline_in_a_file_name_does_not_split_the_diff_header(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[:2] == ['--- "a/new\\nline.py"', '+++ "b/new\\nline.py"']
     assert all(line[:1] in ("-", "+", " ", "@", "\\") for line in lines)
+
+
+# -- 8: notebooks as JSON loaders read them --------------------------------------------------------------------
+
+def _notebook(cells: str, metadata: str = "{}") -> bytes:
+    return ('{"cells": [' + cells + '], "metadata": ' + metadata + ', "nbformat": 4, "nbformat_minor": 5}\n').encode()
+
+
+def _code_cell(source: str) -> str:
+    return json.dumps({"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                       "source": source.splitlines(keepends=True)})
+
+
+@pytest.mark.parametrize("twice", ["source", "cells"])
+def test_a_notebook_with_a_key_twice_is_refused_and_left_as_it_is(tmp_path, twice):
+    """Every JSON loader keeps the last of two equal keys; the rewrite edits positions of its own scan: refused."""
+    first, second = _code_cell("import torch\n"), _code_cell("import torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    if twice == "source":
+        cells = first[:-1] + ', "source": ' + json.dumps(json.loads(second)["source"]) + "}"
+        data = _notebook(cells)
+    else:
+        data = ('{"cells": [' + first + '], "cells": [' + second + '], "metadata": {}, "nbformat": 4, '
+                '"nbformat_minor": 5}\n').encode()
+    path = tmp_path / "twice.ipynb"
+    path.write_bytes(data)
+    for command in ("check", "rewrite"):
+        out = cli(command, "--no-cache", str(path))
+        assert out.returncode == 2, out.stdout + out.stderr
+        assert "twice.ipynb" in out.stdout + out.stderr and f'"{twice}"' in out.stdout + out.stderr
+    assert path.read_bytes() == data
+
+
+def test_nan_in_a_notebooks_metadata_is_read_like_jupyter_reads_it(tmp_path):
+    path = tmp_path / "nan.ipynb"
+    path.write_bytes(_notebook(_code_cell("import torch_xla.core.xla_model as xm\nxm.mark_step()\n"),
+                               '{"scores": [NaN, Infinity]}'))
+    out = cli("rewrite", "--no-cache", str(path))
+    assert out.returncode in (0, 1) and "Traceback" not in out.stderr, out.stderr
+    text = path.read_text(encoding="utf-8")
+    assert "torch_xla" not in text and "NaN" in text and "Infinity" in text
+
+
+def test_a_cell_line_spelled_like_a_placeholder_stays_code(tmp_path):
+    """The tag of the magic placeholders is chosen per notebook, so a line of code that looks like one is kept."""
+    spelled = "pass  # @@@ 5a17 m0"
+    path = tmp_path / "tag.ipynb"
+    path.write_bytes(_notebook(_code_cell(f"import torch_xla.core.xla_model as xm\n{spelled}\nxm.mark_step()\n")
+                               + ", " + _code_cell("!pip list\n")))
+    out = cli("rewrite", "--no-cache", str(path))
+    assert "Traceback" not in out.stderr, out.stderr
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    assert "".join(cells[0]["source"]).splitlines() == [spelled]
+    assert "".join(cells[1]["source"]) == "!pip list\n"
+
+
+# -- 9: encodings are named --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_a_utf16_file_is_named_as_such_not_as_nul_bytes(tmp_path, encoding):
+    path = tmp_path / "wide.py"
+    path.write_bytes("import torch_xla.core.xla_model as xm\n".encode(encoding))
+    out = cli("check", "--no-cache", str(path))
+    assert out.returncode == 2
+    said = (out.stdout + out.stderr).lower()
+    assert encoding.replace("-", "") in said.replace("-", "") and "nul" not in said
