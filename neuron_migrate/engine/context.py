@@ -40,6 +40,7 @@ class Decision:
     fixable: bool  # the policy allows the fix (safe, or unsafe without --safe-only)
     statement: cst.CSTNode | None
     status: str = LEFT  # FIXED: its edits are made; MARKED: a marker stands above its statement; LEFT: neither
+    offset: tuple[int, int] | None = None  # the span of the node's source the finding is on (in a long string)
 
 
 def add_edit(edits: EditSet, kind: str, node: cst.CSTNode, value: object) -> None:
@@ -241,7 +242,7 @@ class FileContext:
         return self.settings.enabled(code, self.path)
 
     def report(self, code: str, node: cst.CSTNode, statement: cst.CSTNode | None = None, marker: bool = True,
-               acts_on: str | None = None, **fields) -> bool:
+               acts_on: str | None = None, offset: tuple[int, int] | None = None, **fields) -> bool:
         """Record a finding. Returns True when the rule should now make its edits for it.
 
         The answer is the same for `check` and `rewrite`: True when the code is enabled, not suppressed on its
@@ -250,6 +251,8 @@ class FileContext:
         True is returned and the caller places one marker for several findings. Check-only rules get no marker.
         A finding on a statement that already carries this code's marker is not repeated: the marker (NM900)
         stands for it. Every reported node counts as handled, enabled or not, so NM199 never reports it.
+        `offset`: (start, end) of the text in the node's source the finding is on, when not all of it (a line of
+        a long string).
 
         The code paths gate every finding first (engine/paths.py): a finding is reported only where its family
         (`Rule.acts_on`, or `acts_on` for a rule that reports one code for two families) acts; in a multi-backend
@@ -276,7 +279,7 @@ class FileContext:
             migrating=lambda: self.moving_to_neuron)
         if policy is None:
             return False
-        decision = Decision(code, node, policy.message, policy.fixable, statement)
+        decision = Decision(code, node, policy.message, policy.fixable, statement, offset=offset)
         self.decisions.append(decision)
         if policy.mark and statement is not None:
             decision.status = MARKED
