@@ -15,7 +15,7 @@ from tests.helpers import FIXTURES, check_codes
 MINE = ("NM3", "NM4", "NM5", "NM9")
 
 # Which codes each fixture case triggers: `<case>.findings.txt` snapshots beside the cases (tests/test_idioms.py).
-LOOKALIKES = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("NM[3-5]*/lookalikes.py"))
+LOOKALIKES = sorted(str(p.relative_to(FIXTURES)) for p in FIXTURES.glob("NM[3-5]*/lookalikes*.py"))
 
 
 def _codes(relative: str, prefixes=MINE) -> Counter:
@@ -151,3 +151,35 @@ def test_neuron_parallel_compile_is_reported_where_it_runs_not_where_it_is_menti
     assert [(f.line, f.col, f.code) for f in docker.findings] == [(2, 5, "NM405")]
     tpu = b"export PJRT_DEVICE=TPU\nneuron_parallel_compile python train.py\n"  # another product's script
     assert process_shell("run.sh", tpu, Settings(), False).findings == []
+
+
+# NM520: a program that asks for a trn1 instance is a finding, on the line of the text; a mention is not.
+_LAUNCH = '''\
+"""Launch the job (it used to run on a trn1.32xlarge)."""
+import sagemaker
+
+PRICES = {"trn1.2xlarge": 1.34}
+ESTIMATOR = sagemaker.estimator.Estimator(image_uri="x", instance_type="ml.trn1.32xlarge")
+NOTE = "trn1.2xlarge is retired"
+SCRIPT = """
+set -e
+aws ec2 run-instances \\\\
+  --instance-type trn1.2xlarge --count 1
+"""
+'''
+
+
+def _nm520(path: str, text: str) -> list[tuple[int, int, int, int]]:
+    result = process_python(path, text.encode(), Settings(), False)
+    return [(f.line, f.col, f.end_line, f.end_col) for f in result.findings if f.code == "NM520"]
+
+
+def test_trn1_instance_requests_are_found_on_the_line_of_the_text():
+    # the estimator's value; in the shell script, the line with the flag (not the string's first line, 7);
+    # not the docstring, the price table's key or the sentence
+    assert _nm520("launch.py", _LAUNCH) == [(5, 72, 5, 90), (10, 19, 10, 31)]
+
+
+@pytest.mark.parametrize("path", ["tests/launch.py", "test_launch.py", "src/launch_test.py", "conftest.py"])
+def test_trn1_instance_types_in_tests_are_data(path):
+    assert _nm520(path, _LAUNCH) == []

@@ -109,3 +109,67 @@ def test_ruff_finds_nothing_new_in_the_examples_the_cli_migrated(migrated_exampl
     out, found = migrated_examples
     added = found[str(out / name)] - found[str(ROOT / "examples" / name)]
     assert not added, f"ruff reports on the migrated {name} what it did not on the original: {dict(added)}"
+
+
+# Imports a fix adds inside a function whose module imports torch only there (a lazy-import module): each lands
+# in isort's block for it (standard library, then third party), the blocks set off by one blank line, none inside
+# a block; the function's own lines keep their place.
+_FUNCTION_IMPORTS = {
+    "only_third_party": """\
+def init(cfg):
+    import torch.distributed as dist
+    import torch_xla.distributed.xla_backend  # noqa: F401
+
+    dist.init_process_group(backend="xla")
+""",
+    "stdlib_then_third_party": """\
+def init(cfg):
+    import logging
+
+    import torch.distributed as dist
+    import torch_xla.distributed.xla_backend  # noqa: F401
+
+    logging.info("start")
+    dist.init_process_group(backend="xla")
+""",
+    "stdlib_after_the_new_ones": """\
+def init(cfg):
+    import time
+
+    import torch.distributed as dist
+    import torch_xla.distributed.xla_backend  # noqa: F401
+
+    start = time.time()
+    dist.init_process_group(backend="xla")
+    return start
+""",
+    "stdlib_only": """\
+def seed(value):
+    import random
+
+    random.seed(value)
+    try:
+        import torch_xla.core.xla_model as xm
+    except ImportError:
+        return
+    xm.set_rng_state(seed=value)
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FUNCTION_IMPORTS))
+def test_imports_added_in_a_function_are_in_isorts_blocks(tmp_path, name):
+    from tests.helpers import rewrite_bytes
+
+    source = _FUNCTION_IMPORTS[name]
+    out = rewrite_bytes(source.encode())
+    assert out is not None, "the case has a fix"
+    text = out.decode()
+    assert rewrite_bytes(out) is None, "a second run changes nothing"
+    body = text.split("\n")
+    imports = [line for line in body if line.startswith("    import ")]
+    assert imports, text
+    assert not any(line != line.rstrip() for line in body), f"no trailing blanks:\n{text}"
+    path = tmp_path / "case.py"
+    path.write_text(text)
+    assert _diagnostics([path])[str(path)] == Counter(), f"ruff on\n{text}"

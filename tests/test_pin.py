@@ -199,17 +199,23 @@ def test_a_library_built_on_torch_xla_is_marked_not_removed(entry, library):
     assert new_text(out) == out
 
 
-def test_a_list_that_installs_neuron_only_through_such_a_library_gets_the_native_packages():
-    text = "torch==2.1.2\noptimum-neuron[neuronx]==0.0.24\ndatasets\n"
+@pytest.mark.parametrize("library", ["optimum-neuron[neuronx]==0.0.24", "optimum-neuron[vllm]==0.3.0",
+                                     "neuronx_distributed"])
+def test_a_list_that_keeps_such_a_library_is_marked_and_its_versions_left(library):
+    # the library requires torch-xla or an older torch: native pins beside it could not be installed together
+    text = f"torch-neuronx==2.1.2\n{library}\ndatasets\n"
     result = pin_text(text, rewrite=False)
-    assert sorted(f.code for f in result.findings) == ["NM602", "NM603", "NM603", "NM603", "NM604", "NM613"]
+    assert sorted(f.code for f in result.findings) == ["NM604", "NM613"]
     out = new_text(text)
     assert out.splitlines() == [
-        INDEX, "torch==2.14.0",
+        INDEX, "torch-neuronx==2.1.2",
         "# TODO(neuron-migrate NM613): replace this torch_xla-based library; neuron-migrate explain NM613",
-        "optimum-neuron[neuronx]==0.0.24", "torch-neuronx==2.14.*", "neuronx-cc==2.*", "nki", "datasets"]
+        library, "datasets"]
     assert new_text(out) == out  # the index is not left for a second run
     assert {f.code for f in pin_text(out, rewrite=False).findings} == {"NM900"}  # the marker stays until resolved
+    # once the library is gone (the marker resolved with it), the list is pinned
+    gone = "".join(line + "\n" for line in out.splitlines() if "NM613" not in line and line != library)
+    assert {f.code for f in pin_text(gone, rewrite=False).findings} >= {"NM602", "NM603"}
 
 
 def test_a_library_in_a_dockerfile_install_is_marked_and_the_command_completed():

@@ -15,9 +15,9 @@ import libcst as cst
 
 from neuron_migrate import catalogue
 from neuron_migrate.engine import paths
-from neuron_migrate.engine.edits import EditSet, has_marker, marker_text
+from neuron_migrate.engine.edits import EditSet, has_marker, import_key, marker_text
 from neuron_migrate.engine.facts import Facts
-from neuron_migrate.engine.imports import FIRST_PARTY, is_docstring, section
+from neuron_migrate.engine.imports import is_docstring, section
 from neuron_migrate.engine.names import Analysis, Occurrence, Scope, import_target
 from neuron_migrate.engine.sources import Source, SourceError
 from neuron_migrate.policy import Policy
@@ -40,6 +40,7 @@ class Decision:
     fixable: bool  # the policy allows the fix (safe, or unsafe without --safe-only)
     statement: cst.CSTNode | None
     status: str = LEFT  # FIXED: its edits are made; MARKED: a marker stands above its statement; LEFT: neither
+    offset: tuple[int, int] | None = None  # the span of the node's source the finding is on (in a long string)
 
 
 def add_edit(edits: EditSet, kind: str, node: cst.CSTNode, value: object) -> None:
@@ -203,13 +204,14 @@ class FileContext:
             run.append((found, statement))
         new = cstparse.statements(f"import {module}\n")
         mine = (section(module), False, module.split(" ")[0].lower())
-        later = next((statement for found, statement in run if found > mine), None)
-        if later is not None:
-            edit = ("before", later, new)
-        elif run:
-            if run[-1][0][0] != mine[0]:  # another block (the standard library's) ends here: a blank line first
-                new = [line.with_changes(leading_lines=[cst.EmptyLine()]) for line in new]
-            edit = ("after", run[-1][1], new)
+        # in its block, after the lines it follows, else before the block that follows it (the applier sets the
+        # blocks off by isort's blank lines, see `edits._isort_gaps`)
+        later = next(((found, statement) for found, statement in run if found > mine), None)
+        earlier = [statement for found, statement in run if found < mine]
+        if later is not None and (later[0][0] == mine[0] or not earlier):
+            edit = ("before", later[1], new)
+        elif earlier:
+            edit = ("after", earlier[-1], new)
         elif start:
             edit = ("after", statements[0], new)
         else:
@@ -240,7 +242,7 @@ class FileContext:
         return self.settings.enabled(code, self.path)
 
     def report(self, code: str, node: cst.CSTNode, statement: cst.CSTNode | None = None, marker: bool = True,
-               acts_on: str | None = None, **fields) -> bool:
+               acts_on: str | None = None, offset: tuple[int, int] | None = None, **fields) -> bool:
         """Record a finding. Returns True when the rule should now make its edits for it.
 
         The answer is the same for `check` and `rewrite`: True when the code is enabled, not suppressed on its
@@ -249,6 +251,8 @@ class FileContext:
         True is returned and the caller places one marker for several findings. Check-only rules get no marker.
         A finding on a statement that already carries this code's marker is not repeated: the marker (NM900)
         stands for it. Every reported node counts as handled, enabled or not, so NM199 never reports it.
+        `offset`: (start, end) of the text in the node's source the finding is on, when not all of it (a line of
+        a long string).
 
         The code paths gate every finding first (engine/paths.py): a finding is reported only where its family
         (`Rule.acts_on`, or `acts_on` for a rule that reports one code for two families) acts; in a multi-backend
@@ -275,7 +279,7 @@ class FileContext:
             migrating=lambda: self.moving_to_neuron)
         if policy is None:
             return False
-        decision = Decision(code, node, policy.message, policy.fixable, statement)
+        decision = Decision(code, node, policy.message, policy.fixable, statement, offset=offset)
         self.decisions.append(decision)
         if policy.mark and statement is not None:
             decision.status = MARKED
@@ -335,7 +339,7 @@ class FileContext:
         made = [edit for function, edit in self._top_imports.values()
                 if any(d >= 0 and self.decisions[d].status == FIXED and self._inside(node, function)
                        for d, node in kept)]
-        for edit in sorted(made, key=lambda e: _import_name(e[2])):  # two at one place: in name order
+        for edit in sorted(made, key=lambda e: import_key(e[2][0]) or ()):  # two at one place: in isort's order
             add_edit(edits, *edit)
         for decision, kind, node, value in self.journal:
             if decision not in dropped:
@@ -385,24 +389,3 @@ def _imports_torch(scope: Scope) -> bool:
     """The scope imports torch, torch_xla or torch_neuronx (guarded or not)."""
     return any(b.kind == "import" and (b.qualname or "").split(".")[0] in LAZY_ROOTS
                for bindings in scope.bindings.values() for b in bindings)
-
-
-def _import_name(statements) -> str:
-    first = statements[0].body[0] if statements and isinstance(statements[0], cst.SimpleStatementLine) else None
-    return cst.Module(body=[]).code_for_node(first.names[0].name).lower() if isinstance(first, cst.Import) else ""
-
-
-def import_key(statement: cst.CSTNode) -> tuple[int, bool, str] | None:
-    """(block, is a `from` import, module) of an import line, as isort orders them; None for other statements."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return None
-    small = statement.body[0]
-    if isinstance(small, cst.Import):
-        name = cst.Module(body=[]).code_for_node(small.names[0].name)
-        return section(name), False, name.lower()
-    if isinstance(small, cst.ImportFrom):
-        if small.relative or small.module is None:
-            return FIRST_PARTY, True, ""
-        name = cst.Module(body=[]).code_for_node(small.module)
-        return section(name), True, name.lower()
-    return None

@@ -14,6 +14,7 @@ right below an import (a marker, a kept comment) is set off from it by a blank l
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -189,7 +190,7 @@ class Applier:
                 return updated
             replacement[0] = replacement[0].with_changes(
                 leading_lines=[*updated.leading_lines, *markers, *replacement[0].leading_lines])
-            return cst.FlattenSentinel(replacement)
+            return cst.FlattenSentinel(_isort_gaps(replacement))
         if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
             body = list(updated.body.body)
             header = self._made(_comment_lines([updated.body.header.comment]))
@@ -204,7 +205,7 @@ class Applier:
         if markers:
             updated = updated.with_changes(leading_lines=[*updated.leading_lines, *markers])
         if before or after:
-            return cst.FlattenSentinel([*before, updated, *after])
+            return cst.FlattenSentinel(_isort_gaps([*before, updated, *after]))
         return updated
 
     def _suite(self, original, updated):
@@ -301,6 +302,47 @@ def _set_off(body: list, footer: list, module: bool, made: set[cst.EmptyLine]) -
 def is_import_line(stmt: cst.CSTNode) -> bool:
     return isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, (cst.Import, cst.ImportFrom))
                                                              for s in stmt.body)
+
+
+FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY = range(4)  # the blocks of a module's imports, in their order
+
+
+def section(module: str) -> int:
+    root = module.split(".")[0]
+    if root == "__future__":
+        return FUTURE
+    return STDLIB if root in sys.stdlib_module_names else THIRD_PARTY
+
+
+def import_key(statement: cst.CSTNode) -> tuple[int, bool, str] | None:
+    """(block, is a `from` import, module) of an import line, as isort orders them; None for other statements."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    small = statement.body[0]
+    if isinstance(small, cst.Import):
+        name = cst.Module(body=[]).code_for_node(small.names[0].name)
+        return section(name), False, name.lower()
+    if isinstance(small, cst.ImportFrom):
+        if small.relative or small.module is None:
+            return FIRST_PARTY, True, ""
+        name = cst.Module(body=[]).code_for_node(small.module)
+        return section(name), True, name.lower()
+    return None
+
+
+def _isort_gaps(statements: list) -> list:
+    """`statements` (what is inserted around a statement, with it) with isort's blank lines between two
+    neighbouring import lines: one where the block (standard library, third party, ...) changes, none inside a
+    block. Only blank lines are touched: a line with a comment above keeps its own lines."""
+    out = list(statements)
+    for i in range(1, len(out)):
+        a, b = import_key(out[i - 1]), import_key(out[i])
+        if a is None or b is None or any(line.comment is not None for line in out[i].leading_lines):
+            continue
+        gap = [cst.EmptyLine(indent=False)] if a[0] != b[0] else []
+        if len(out[i].leading_lines) != len(gap):
+            out[i] = out[i].with_changes(leading_lines=gap)
+    return out
 
 
 # Comments about the line itself, for tools: they go with the statement they were on.

@@ -15,13 +15,13 @@ whose name is still read only as an availability flag (`xm is not None`, `if xm:
 from __future__ import annotations
 
 import re
-import sys
 from collections import ChainMap
 from typing import Callable, Mapping, Sequence
 
 import libcst as cst
 
-from neuron_migrate.engine.edits import EditSet, apply, is_import_line, marker_code, set_off
+from neuron_migrate.engine.edits import (FIRST_PARTY, STDLIB, THIRD_PARTY, EditSet, apply, is_import_line,
+                                         marker_code, section, set_off)
 from neuron_migrate.engine.names import Analysis, Binding, dotted, dotted_str
 from neuron_migrate.engine.paths import PACKAGE_PROBES, guards_imports
 from neuron_migrate.syntax.walk import children
@@ -621,16 +621,6 @@ def _after_earlier_blocks(module: cst.Module, new: cst.SimpleStatementLine) -> c
         # the code after the imports stays set off from them by a blank line (isort's and ruff's I001)
         body[following] = body[following].with_changes(leading_lines=[cst.EmptyLine()])
     return module.with_changes(body=body)
-
-
-FUTURE, STDLIB, THIRD_PARTY, FIRST_PARTY = range(4)  # the blocks of a module's imports, in their order
-
-
-def section(module: str) -> int:
-    root = module.split(".")[0]
-    if root == "__future__":
-        return FUTURE
-    return STDLIB if root in sys.stdlib_module_names else THIRD_PARTY
 
 
 def _line_section(stmt: cst.BaseStatement) -> tuple[int, str, bool] | None:

@@ -401,9 +401,21 @@ def _place(module: cst.Module, decisions: list[Decision], path: str, rewrite: bo
         pos = found.get(d.node)
         line, col = (pos.start.line, pos.start.column + 1) if pos else (1, 1)
         end = (pos.end.line, pos.end.column + 1) if pos else (None, None)
+        if pos and d.offset:  # on the text inside the node (a line of a multi-line string)
+            line, col, end = _within(module.code_for_node(d.node), line, col, d.offset)
         out.append(Finding(path, line, col, d.code, d.message, d.fixable, end_line=end[0], end_col=end[1],
                            status=d.status if rewrite else None))
     return out
+
+
+def _within(code: str, line: int, col: int, span: tuple[int, int]) -> tuple[int, int, tuple[int, int]]:
+    """The line, column and end of `span` (offsets into `code`, a node's source starting at `line`, `col`)."""
+    def at(offset: int) -> tuple[int, int]:
+        before = code[:offset]
+        newlines = before.count("\n")
+        return line + newlines, col + offset if not newlines else offset - before.rfind("\n")
+    start = at(span[0])
+    return start[0], start[1], at(span[1])
 
 
 def marker_findings(text: str, path: str, settings: Settings, others: tuple[str, ...] = ()) -> list[Finding]:

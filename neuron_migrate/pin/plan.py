@@ -220,6 +220,8 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
         _inferentia1(texts, mx, result)
     if other is not None:
         return result  # another product's install: left as written
+    if _xla_library_kept(texts, mx, result):
+        return result
     anchor = None
     for index, text in enumerate(texts):
         req = parse(text) if text is not None else None
@@ -238,10 +240,6 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
             _floor(req, index, mx.huggingface[req.name], result)
         elif req.name == LITE and release.libtorch_lite_last:
             result.issues.append(Issue(index, "NM611", {"requirement": text.strip(), "sdk": release.sdk}))
-        elif req.name in xla_libraries():
-            library = xla_libraries()[req.name]
-            result.issues.append(Issue(index, "NM613", {"requirement": text.strip(), "library": library.name,
-                                                        "instead": library.instead}))
     missing = [n for n in mx.required_packages if n not in present]
     companions = [n for n in mx.companion_packages if n not in present] if anchor is not None and (
         missing or "torch-neuronx" in present) else []
@@ -260,6 +258,21 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
     if not may_empty:
         _keep_last_entry(texts, result)
     return result
+
+
+def _xla_library_kept(texts: list[str | None], mx: Matrix, result: Plan) -> bool:
+    """NM613 on each library built on torch_xla the list installs (neuronx-distributed, optimum-neuron[vllm]):
+    while one stays, the list cannot hold the native packages (the library requires torch-xla or an older
+    torch), so nothing else is changed or added: the versions stay as written until the library is gone."""
+    found = False
+    for index, text in enumerate(texts):
+        req = parse(text) if text is not None else None
+        if req is not None and applies_to_target(req.marker, mx) and req.name in xla_libraries():
+            library = xla_libraries()[req.name]
+            result.issues.append(Issue(index, "NM613", {"requirement": text.strip(), "library": library.name,
+                                                        "instead": library.instead}))
+            found = True
+    return found
 
 
 def _inferentia1(texts: list[str | None], mx: Matrix, result: Plan) -> None:

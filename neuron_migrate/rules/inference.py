@@ -673,11 +673,48 @@ class Inferentia1(Rule):
             self._report(node, f"from {module} import ...", IMPORT_VERB)
 
 
+# What names an instance type as a setting inside a longer string (the text before it, without the separators):
+# `--instance-type trn1.2xlarge`, `InstanceType=ml.trn1.32xlarge`, `"instance_type": "trn1n.32xlarge"`
+_INSTANCE_SETTING = re.compile(r"instance[-_ ]?type$", re.I)
+
+
 class InstanceType(Rule):
+    """NM520 where a program asks for a trn1 instance: a string that is the instance type (an estimator's
+    `instance_type=`, a config value) or sets it in a command (`--instance-type trn1.2xlarge`). A mention is not a
+    finding: a docstring or other bare string, a sentence that names trn1, a key of a table of instances (prices,
+    core counts), anything in a test file. The finding is on the line of the text, inside a multi-line string."""
+
     codes = ("NM520",)
     triggers = (b"trn1",)
 
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._test_file = _test_file(ctx.path)
+
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        match = TRN1.search(string_value(node) or "")
-        if match is not None:
-            self.ctx.report("NM520", node, text=match.group(0))
+        value = string_value(node)
+        match = TRN1.search(value or "")
+        if match is None or self._test_file or not _requests(value, match):
+            return
+        parent = self.ctx.analysis.parents.get(node)
+        if isinstance(parent, cst.Expr) or (isinstance(parent, cst.DictElement) and parent.key is node):
+            return  # a docstring or a bare string; a table's key
+        # below a multi-line string's first line: on the text (found in the source: the value has its escapes
+        # resolved); else the whole string, as for any finding on a node
+        raw = TRN1.search(node.value)
+        below = raw is not None and "\n" in node.value[:raw.start()]
+        self.ctx.report("NM520", node, offset=raw.span() if below else None, text=match.group(0))
+
+
+def _requests(value: str, match: re.Match) -> bool:
+    """The string is the instance type, or sets it (`--instance-type trn1.2xlarge`), rather than mentions it."""
+    return value.strip() == match.group(0) or \
+        _INSTANCE_SETTING.search(value[:match.start()].rstrip(" \t\r\n\"'=:")) is not None
+
+
+def _test_file(path: str) -> bool:
+    """A test (test_*.py, *_test.py, conftest.py, or under a tests/ folder): its instance types are data."""
+    parts = path.replace("\\", "/").split("/")
+    name = parts[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py" \
+        or any(part in ("tests", "test") for part in parts[:-1])
