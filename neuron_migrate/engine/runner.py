@@ -170,6 +170,7 @@ def _stop(pool) -> None:
     """End the workers without waiting for their files (the parent is interrupted: their results are not
     wanted). `shutdown(wait=True)` would wait for each chunk, or for ever on a worker blocked on a pipe."""
     workers = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown forgets it
     pool.shutdown(wait=False, cancel_futures=True)
     for worker in workers:
         worker.terminate()
@@ -177,6 +178,12 @@ def _stop(pool) -> None:
         worker.join(timeout=1)
         if worker.is_alive():
             worker.kill()
+    if manager is not None:
+        manager.join(timeout=1)
+        if not manager.is_alive():  # gone with its pipe: concurrent.futures' exit hook must not wake it (on 3.11
+            from concurrent.futures import process  # it can write to the pipe as it closes: a traceback at exit)
+
+            getattr(process, "_threads_wakeups", {}).pop(manager, None)
 
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
