@@ -235,3 +235,18 @@ def test_a_lock_file_of_another_product_is_not_judged(tmp_path):
     assert process_lockfile("uv.lock", inf1, Settings(), False).findings == []
     assert process_lockfile("uv.lock", tpu, Settings(), False).findings == []
     assert {f.code for f in process_lockfile("uv.lock", neuron, Settings(), False).findings} == {"NM609"}
+
+
+def test_a_fork_cloned_under_another_name_is_told_by_its_git_remote(tmp_path):
+    repo = tmp_path / "workspace"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".git" / "config").write_text('[remote "origin"]\n\turl = https://github.com/aws-neuron/'
+                                          'neuronx-nemo-megatron.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n')
+    (repo / "nemo" / "collections").mkdir(parents=True)
+    (repo / "nemo" / "collections" / "train.py").write_text("import torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    kept, libraries = set_aside(_targets(repo, "nemo/collections/train.py"))
+    assert kept == [] and [lib.evidence for lib in libraries] == [
+        "the git remote `https://github.com/aws-neuron/neuronx-nemo-megatron.git`"]
+    (repo / ".git" / "config").write_text('[remote "origin"]\n\turl = git@github.com:me/my-nemo-experiments.git\n')
+    kept, libraries = set_aside(_targets(repo, "nemo/collections/train.py"))
+    assert len(kept) == 1 and libraries == []

@@ -126,6 +126,9 @@ class Project:
     def __init__(self, paths: Iterable[str], targets: Iterable, settings) -> None:
         self.tops = [os.path.abspath(p) for p in paths]
         self.config_targets = tuple(getattr(settings, "targets", ()) or ())
+        # `--instance trn2` / `trn3` (or `instance` in the configuration) says where the code goes: Inf2 and Trn1
+        # evidence then tells where it ran, and those programs move
+        self.native_instance = getattr(settings, "instance", None) in ("trn2", "trn3")
         self.files = list(targets)
         self.modules: dict[str, Module] = {}
         self.others: dict[str, list[str]] = {}  # kind -> absolute paths (shell, dockerfile, requirements, readme)
@@ -321,7 +324,7 @@ class Project:
             files = self._reach(module)
             evidence = self._evidence(module)
             target, strongest, conflict = _decide(evidence)
-            if target in (INF2, TRN1) and (any(f.trains for f in files)
+            if target in (INF2, TRN1) and (self.native_instance or any(f.trains for f in files)
                                            or (target == TRN1 and not any(f.infers for f in files))):
                 # a training program on the XLA-based torch-neuronx is what the tool moves (to Trn2 / Trn3; NM520
                 # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path,

@@ -12,7 +12,8 @@ A file belongs to a library (the table is `rules/libraries.toml`) when
 - or its own top-level package is one: the folders above the file that hold an `__init__.py`, walked up from the
   file's folder (`.../torch_xla/core/xla_model.py` is in package `torch_xla` without any project file, as in a
   wheel's sources; `optimum/neuron/...` is in `optimum.neuron`, `optimum` being a namespace folder);
-- or it lies in the repository folder of a Neuron fork that kept the upstream names (`neuronx-nemo-megatron`).
+- or it lies in the repository folder of a Neuron fork that kept the upstream names (`neuronx-nemo-megatron`),
+  or in a git clone of one under another folder name (the remote URL in its `.git/config` names the fork).
 
 Code that imports such a library from outside (a training script, another project) is not affected.
 """
@@ -23,6 +24,7 @@ import ast
 import configparser
 import functools
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from typing import Iterable
@@ -93,12 +95,14 @@ class Finder:
     """Which library a file belongs to; every folder is looked at once per run."""
 
     def __init__(self) -> None:
+        self._remotes: dict[str, Found | None] = {}  # repository folder -> the fork its git remote names
         self._projects: dict[str, tuple[str, str, str | None] | None] = {}  # folder -> (root, file, name)
         self._inits: dict[str, bool] = {}
 
     def library_of(self, path: str) -> Found | None:
         folder = os.path.dirname(os.path.abspath(path))
-        return self._by_project(folder) or self._by_package(folder) or self._by_folder(folder)
+        return self._by_project(folder) or self._by_package(folder) or self._by_folder(folder) \
+            or self._by_remote(folder)
 
     # -- the project declared above the file ---------------------------------------------------------------
     def _by_project(self, folder: str) -> Found | None:
@@ -153,6 +157,29 @@ class Finder:
         return None
 
     # -- the repository of a Neuron fork -------------------------------------------------------------------
+    def _by_remote(self, folder: str) -> Found | None:
+        """A clone of a Neuron fork under another folder name: its git remote names the fork's repository."""
+        if folder in self._remotes:
+            return self._remotes[folder]
+        top = folder
+        while not os.path.isdir(os.path.join(top, ".git")):
+            parent = os.path.dirname(top)
+            if parent == top:
+                self._remotes[folder] = None
+                return None
+            top = parent
+        if top not in self._remotes:
+            found = None
+            for url in _remote_urls(top):
+                name = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
+                spec = next((s for s in specs() if name in s.folders), None)
+                if spec is not None:
+                    found = Found(spec, top, f"the git remote `{url}`")
+                    break
+            self._remotes[top] = found
+        self._remotes[folder] = self._remotes[top]
+        return self._remotes[top]
+
     @staticmethod
     def _by_folder(folder: str) -> Found | None:
         parts = folder.split(os.sep)
@@ -161,6 +188,18 @@ class Finder:
                 if parts[i] in spec.folders:
                     return Found(spec, os.sep.join(parts[:i + 1]), f"the repository `{parts[i]}`")
         return None
+
+
+_REMOTE_URL = re.compile(r"^\s*url\s*=\s*(\S+)", re.M)
+
+
+def _remote_urls(repository: str) -> list[str]:
+    """The remote URLs in a repository's `.git/config` (none when it cannot be read)."""
+    try:
+        with open(os.path.join(repository, ".git", "config"), encoding="utf-8", errors="replace") as fh:
+            return _REMOTE_URL.findall(fh.read(1 << 16))
+    except OSError:
+        return []
 
 
 def _declared(folder: str) -> tuple[str, str, str | None] | None:
