@@ -368,7 +368,9 @@ def peak_rss_kb(src: Path, dst: Path, *options: str) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["torch", "dcp"])
+@pytest.mark.parametrize("target", ["torch", pytest.param("dcp", marks=pytest.mark.xfail(
+    strict=True, reason="dcp.save's FileSystemWriter keeps every tensor the planner resolves until the file is "
+    "written: --to dcp peaks at the checkpoint's size (docs/checkpoints.md)"))])
 def test_conversion_streams_one_tensor_at_a_time(tmp_path, target):
     """A checkpoint of 16 tensors of 32 MB (512 MB): the peak memory of the conversion stays near one tensor plus
     the interpreter and torch (measured against converting a single such tensor), not the checkpoint's size."""
@@ -376,9 +378,12 @@ def test_conversion_streams_one_tensor_at_a_time(tmp_path, target):
     small = {"t": torch.zeros(8 * mb, dtype=torch.float32)}
     torch.save(small, tmp_path / "one.pt")
     baseline = peak_rss_kb(tmp_path / "one.pt", tmp_path / "one.out", "--to", target)
-    big = {f"layer{i}.weight": torch.full((8 * mb,), float(i)) for i in range(16)}
-    layouts.xser_save(big, tmp_path / "big.ckpt")
-    del big
+    # written by another process: this one stays small (a forked child starts from its parent's peak memory)
+    make = (f"import sys, torch; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+            "from tests.checkpoint_layouts import xser_save\n"
+            f"xser_save({{f'layer{{i}}.weight': torch.full(({8 * mb},), float(i)) for i in range(16)}}, "
+            f"__import__('pathlib').Path({str(tmp_path / 'big.ckpt')!r}))\n")
+    subprocess.run([sys.executable, "-c", make], check=True, timeout=600)
     peak = peak_rss_kb(tmp_path / "big.ckpt", tmp_path / "big.out", "--to", target)
     assert peak - baseline < 3 * 32 * 1024, (peak, baseline)  # under 3 tensors' worth above the baseline
 

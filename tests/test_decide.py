@@ -42,12 +42,17 @@ def test_check_and_rewrite_report_the_same_findings(path):
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_status_follows_the_policy(path):
-    for f in _both(path)[1].findings:
+    rewritten = _both(path)[1]
+    text = (rewritten.new_bytes or b"").decode(errors="replace")
+    for f in rewritten.findings:
         info = catalogue.rule(f.code)
         if f.status == FIXED:
             assert f.fixable and info.fix is not FixSafety.MANUAL
+        elif f.status == MARKED and info.fix is not FixSafety.MANUAL:
+            # a fix the engine had to drop (it did not compile, or would call itself): its marker says why
+            assert f"TODO(neuron-migrate {f.code}): not rewritten (" in text, f
         elif f.status == MARKED:
-            assert info.fix is FixSafety.MANUAL and not info.check_only
+            assert not info.check_only
         elif info.fix is not FixSafety.MANUAL and f.code != "NM900":
             assert not f.fixable, f  # a fixable finding is fixed
 

@@ -3,9 +3,10 @@
 Rules never transform trees themselves: they say "replace this node", "remove this statement", "insert
 these statements after that one", "put this marker above that statement". The Applier carries them out
 bottom-up, so an outer replacement sees the inner ones already made, and keeps what nobody asked to change:
-comments above a removed statement move to the next statement, the comments on and inside it go with it (they
-described it) unless code replaces it there, above which they stay as lines of their own at its indentation
-(`removed_comments`), a block left empty gets `pass`. A comment line the edits put
+comments above a removed statement move to the next statement (unless they stood right above it and a blank
+line parts it from the next one: they headed what is gone), the comments on and inside it go with it where
+nothing takes its place and stay as lines of their own above what does (`removed_comments`), a block left empty
+gets `pass`. A comment line the edits put
 right below an import (a marker, a kept comment) is set off from it by a blank line where isort and ruff want one
 (`_set_off`).
 """
@@ -52,6 +53,9 @@ def shorten(text: str, room: int) -> str:
         cut = cut[:cut.rindex("`")].rstrip(".;:,( ")
     if cut.count("(") > cut.count(")"):  # nor half a parenthesis
         cut = cut[:cut.rindex("(")].rstrip(".;:,( ")
+    clause = max(cut.rfind(": "), cut.rfind("; "), cut.rfind(", "))
+    if clause > 0 and len(cut[clause + 2:].split()) < 2:
+        cut = cut[:clause]  # nor a clause of one word (`is ignored: use...`): the clauses before it, whole
     return cut + "..."
 
 
@@ -173,7 +177,8 @@ class Applier:
             markers = []
         if dropped:
             replacement = [*before, *after]
-            # the comments on a statement that goes without a replacement described it: they go with it
+            # the comments on a statement removed without a replacement described it: they go with it; where
+            # statements take its place, they stay as lines above them
             kept = self._made(removed_comments(original)) if replacement else []
             if kept and hasattr(updated, "leading_lines"):
                 updated = updated.with_changes(leading_lines=[*updated.leading_lines, *kept])
@@ -223,15 +228,22 @@ class Applier:
         out: list[cst.BaseStatement] = []
         carried: list[cst.EmptyLine] = []
         dropped_before = False
+        segments: list[list[cst.EmptyLine]] = []  # the lines above each removed statement of the run
         for stmt in body:
             if stmt in self._dropped:
+                segments.append(list(stmt.leading_lines))
                 carried.extend(stmt.leading_lines)
                 dropped_before = True
                 continue
             if dropped_before:
+                if stmt.leading_lines and stmt.leading_lines[0].comment is None:
+                    carried = [line for segment in segments for line in _without_header(segment)]
                 stmt = stmt.with_changes(leading_lines=_merge_lines(carried, stmt.leading_lines, at_start=not out))
+                segments = []
                 carried, dropped_before = [], False
             out.append(stmt)
+        if dropped_before:  # the block ends with removed statements: the comments that headed them go too
+            carried = [line for segment in segments for line in _without_header(segment)]
         footer = list(updated.footer)
         if any(line.comment is not None for line in carried):
             footer = [*carried, *footer]  # comments of the last statements removed stay, at the block's end
@@ -338,6 +350,17 @@ def _own_comments(statement: cst.CSTNode) -> list[cst.Comment]:
 def _comment_lines(comments) -> list[cst.EmptyLine]:
     return [cst.EmptyLine(indent=True, comment=cst.Comment(c.value)) for c in comments
             if c is not None and not PRAGMA.match(c.value)]
+
+
+def _without_header(lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """The lines above a removed statement less the comments right above it (`# XLA imports` over imports that
+    went), where a blank line parts the removed statements from the next one: those comments headed what is gone
+    and now describe nothing. Markers stay (a person must still see them), and so do comments a blank line sets
+    off from the removed statement."""
+    cut = len(lines)
+    while cut and lines[cut - 1].comment is not None and not marker_code(lines[cut - 1].comment.value):
+        cut -= 1
+    return lines[:cut]
 
 
 def _merge_lines(carried: list[cst.EmptyLine], own: list, at_start: bool) -> list:

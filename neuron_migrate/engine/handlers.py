@@ -134,11 +134,18 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
                 return result
             combined.findings.extend(f for f in result.findings if f.code in notes)
     text = data.decode("utf-8", "replace")
-    suppressions = line_suppressions(text, kind) if kind == "python" else None
+    cell = None  # a notebook's finding goes to its first Python cell, whose first line can silence it
+    if kind == "notebook":
+        from neuron_migrate.files.notebook import first_python_cell
+
+        cell = first_python_cell(path, data)
+    suppressions = line_suppressions(cell.text if cell is not None else text, "python") \
+        if kind == "python" or cell is not None else None
     told = project.legacy  # a file without legacy code is held silently: nothing of it would change
     decision = policy.decide(code, 1 if suppressions is not None else None, suppressions, fields) if told else None
     if decision is not None:
-        combined.findings.append(decision.finding(policy, 1, 1))
+        line, col = cell.position(1, 1) if cell is not None else (1, 1)
+        combined.findings.append(decision.finding(policy, line, col or 1, cell=cell.index if cell else None))
         if decision.mark and kind == "python" and f"TODO(neuron-migrate {code})" not in text[:4000]:
             newline = "\r\n" if "\r\n" in text[:2000] else "\n"
             at = _header_end(text)

@@ -9,7 +9,7 @@ import functools
 import libcst as cst
 
 from neuron_migrate.catalogue import load_data, rule
-from neuron_migrate.engine.edits import marker_room, marker_text
+from neuron_migrate.engine.edits import marker_room, marker_text, shorten
 from neuron_migrate.engine.imports import is_legacy
 from neuron_migrate.engine.names import dotted_str
 
@@ -88,6 +88,7 @@ def report_leftovers(ctx) -> None:
         if qual is None or ctx.facts.paths.kept_detection(node, occ.scope):
             continue  # `xm is not None`, `if xm:`: an availability test, which the import tidy keeps working
         name = dotted_str(node) or qual
+        qual, name = _up_to_dunder(qual, name)
         hint = MODULE_HINT if isinstance(node, cst.Name) and _is_module(qual) else hint_for(qual)
         if ctx.report(CODE, node, marker=False, name=name, qualname=qual, hint=f"; {hint}" if hint else ""):
             items = by_statement.setdefault(occ.statement, {})
@@ -98,11 +99,31 @@ def report_leftovers(ctx) -> None:
         ctx.mark(statement, marker_text(CODE, _marker_what(items), info.link))
 
 
+def _up_to_dunder(qual: str, name: str) -> tuple[str, str]:
+    """`torch_xla.__version__.split` is the module's `__version__` (a string whose method is no torch_xla API):
+    the reference ends at the first module attribute such as `__version__` or `__file__`."""
+    parts = qual.split(".")
+    for i, part in enumerate(parts[1:], 1):
+        if part.startswith("__") and part.endswith("__") and i + 1 < len(parts):
+            extra = len(parts) - i - 1
+            spelled = name.split(".")
+            return ".".join(parts[:i + 1]), ".".join(spelled[:-extra]) if len(spelled) > extra else name
+    return qual, name
+
+
 def _marker_what(items: dict[str, str | None]) -> str:
-    """`xm.foo`, `xm.bar` without an automatic rewrite; with the hint where one name has one and it fits."""
+    """`xm.foo`, `xm.bar` without an automatic rewrite; with the hint where one name has one and it fits. The
+    words come first, so a marker cut to its room still says what is wrong (never `no...`)."""
     names = ", ".join(f"`{name}`" for name in items)
     if len(items) == 1:
         (name, hint), = items.items()
         if hint and len(with_hint := f"`{name}` has no automatic rewrite: {hint}") <= marker_room(CODE):
             return with_hint
-    return f"{names}: no automatic rewrite"
+    room = marker_room(CODE)
+    for what in (f"no automatic rewrite for {names}", f"no rewrite for {names}"):
+        if len(what) <= room:  # the names as written
+            return what
+    what = f"no rewrite for {names}"
+    if not shorten(what, room).endswith("..."):
+        return what  # the names shortened to their last part
+    return f"{names}: by hand"  # a long name: the name is what the marker must keep

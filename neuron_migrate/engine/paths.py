@@ -32,7 +32,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.engine.facts import fact
+from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact
 from neuron_migrate.engine.names import Scope, dotted, dotted_str, import_target
 from neuron_migrate.syntax.walk import children
 
@@ -152,7 +152,7 @@ class Paths:
         self._continued: set[cst.If] = set()  # `if not HAS_XLA: return`: the code after it is the XLA branch
         self._walk_block(analysis.module.body, COMMON, None, analysis.module_scope, toplevel=True)
         self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds or self.conditional
-                                                    or self._imports_xla_in_functions())
+                                                    or self._imports_xla_in_functions() or self._neuron_switch())
         self.two_devices = _two_devices(ctx.source.text)
         others = self.kinds & BACKENDS
         self.multi_backend = self.xla_optional and (
@@ -198,7 +198,7 @@ class Paths:
         """Whether a finding of a family that acts on `acts_on` may act at `node` (report it, fix or mark it)."""
         path = self.path_of(node)
         if acts_on == CUDA_LEFTOVER:
-            if self.multi_backend or path in OTHER_PATHS or self.two_devices:
+            if self.multi_backend or path in OTHER_PATHS or self.two_devices or self.neuron_library:
                 return False
             return path == XLA or not self.xla_optional
         return path not in OTHER_PATHS
@@ -629,10 +629,67 @@ class Paths:
                     return found[0]
         return None
 
+    @functools.cached_property
+    def neuron_library(self) -> bool:
+        """A module of functions, none of it run at module level (no `__main__` block, no call or loop there), that
+        uses the neuron device only inside its functions and imports torch_xla nowhere. That is what a library
+        importing torch_xla inside one function's XLA path (XLA optional: its CUDA code stays) looks like after
+        the rewrite, so its CUDA code stays too: a second run must not take what the first one left."""
+        if not NEURON_DEVICE_USE.search(self.ctx.source.text) or "torch_xla" in self.ctx.source.text:
+            return False
+        module = self.ctx.analysis.module
+        for stmt in module.body:
+            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
+                continue
+            if isinstance(stmt, (cst.For, cst.While, cst.With)) or (
+                    isinstance(stmt, (cst.If, cst.Try)) and not _defines_only(stmt)):
+                return False  # the `__main__` block, a script's loop: a program
+            if isinstance(stmt, cst.SimpleStatementLine) and any(
+                    isinstance(s, cst.Expr) and isinstance(s.value, cst.Call) for s in stmt.body):
+                return False  # `main()` at module level
+            if NEURON_DEVICE_USE.search(module.code_for_node(stmt)):
+                return False
+        return True
+
+    def _neuron_switch(self) -> bool:
+        """The file imports torch_xla nowhere and picks the neuron device in one branch of an `if` and not in
+        another: the form a torch_xla import inside one branch (XLA optional) takes after the rewrite, so that a
+        second run sees the same paths as the first and leaves the other branches' CUDA code alone."""
+        text = self.ctx.source.text
+        if "torch_xla" in text or not NEURON_DEVICE_USE.search(text):
+            return False
+        module = self.ctx.analysis.module
+        for node in self.ctx.analysis.parents:
+            if isinstance(node, cst.If) and node.orelse is not None and not isinstance(self.ctx.analysis.parents.get(
+                    node), cst.If):
+                arms, branch = [node.body], node.orelse
+                while branch is not None:
+                    arms.append(branch.body)
+                    branch = branch.orelse if isinstance(branch, cst.If) else None
+                found = [bool(NEURON_DEVICE_USE.search(module.code_for_node(arm))) for arm in arms]
+                if any(found) and not all(found):
+                    return True
+        return False
+
     def _imports_xla_in_functions(self) -> bool:
         return any(b.kind == "import" and (b.qualname or "").split(".")[0] in XLA_PACKAGES
                    for s in self.ctx.analysis.scopes if s.kind == "function"
                    for bindings in s.bindings.values() for b in bindings)
+
+
+def _defines_only(stmt: cst.If | cst.Try) -> bool:
+    """An `if` or `try` whose blocks only import, assign or define (a version switch, an import guard)."""
+    if isinstance(stmt, cst.Try):
+        blocks = [stmt.body, *(h.body for h in stmt.handlers)]
+    else:
+        blocks, branch = [stmt.body], stmt.orelse
+        while branch is not None:
+            blocks.append(branch.body)
+            branch = branch.orelse if isinstance(branch, cst.If) else None
+    return all(isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
+        isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom, cst.Assign,
+                                                                      cst.AnnAssign, cst.Pass)) for x in s.body))
+        for block in blocks for s in block.body)
 
 
 def _short(node: cst.CSTNode) -> str:

@@ -158,6 +158,19 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
     return result
 
 
+def first_python_cell(path: str, data: bytes) -> Cell | None:
+    """The notebook's first Python code cell, where a finding about the whole notebook is placed; None for a
+    notebook that has none or cannot be read (its own handler says why)."""
+    try:
+        text = data.decode("utf-8-sig")
+        notebook = json.loads(text, object_pairs_hook=_unique_keys)
+        cells = _code_cells(path, text, notebook) if isinstance(notebook, dict) \
+            and isinstance(notebook.get("cells"), list) else []
+    except (_Refused, ValueError, RecursionError):
+        return None
+    return next((c for c in cells if c.kind == PYTHON), None)
+
+
 def _python_cells(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult
                   ) -> dict[int, str]:
     """The Python cells checked (and rewritten) as one module; their new dedented texts by cell index."""

@@ -265,6 +265,13 @@ def _moves_batch(body: cst.IndentedBlock, batch: cst.BaseExpression) -> bool:
     return False
 
 
+def _moves(call: cst.Call) -> bool:
+    """The call is one of MOVERS, by its function's or method's name."""
+    func = call.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name in MOVERS
+
+
 class _BatchReads(cst.CSTVisitor):
     """Reads of the batch names in a statement, and whether one of them is inside a call that moves tensors."""
 
@@ -273,23 +280,59 @@ class _BatchReads(cst.CSTVisitor):
         self.reads = 0
         self.movers = 0  # calls that move tensors, open around the current node
         self.moved = False
+        self.moving: set[cst.CSTNode] = set()  # comprehensions whose element moves tensors
 
     def visit_Call(self, node: cst.Call) -> None:
-        func = node.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-        if name in MOVERS:
+        if _moves(node):
             self.movers += 1
 
     def leave_Call(self, node: cst.Call) -> None:
-        func = node.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
-        if name in MOVERS:
+        if _moves(node):
             self.movers -= 1
+
+    def visit_DictComp(self, node: cst.DictComp) -> None:
+        self._comprehension(node, node.value, +1)
+
+    def leave_DictComp(self, node: cst.DictComp) -> None:
+        self._comprehension(node, node.value, -1)
+
+    def visit_ListComp(self, node: cst.ListComp) -> None:
+        self._comprehension(node, node.elt, +1)
+
+    def leave_ListComp(self, node: cst.ListComp) -> None:
+        self._comprehension(node, node.elt, -1)
+
+    def visit_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self._comprehension(node, node.elt, +1)
+
+    def leave_GeneratorExp(self, node: cst.GeneratorExp) -> None:
+        self._comprehension(node, node.elt, -1)
+
+    def _comprehension(self, node: cst.CSTNode, element: cst.CSTNode, step: int) -> None:
+        """`{k: v.to(device) for k, v in batch.items()}`: the batch is moved element by element, so the whole
+        comprehension counts as a call that moves it."""
+        if node not in self.moving:
+            found = _Movers()
+            walk(element, found, tokens=False)
+            if not found.any:
+                return
+            self.moving.add(node)
+        self.movers += step
 
     def visit_Name(self, node: cst.Name) -> None:
         if node.value in self.names:
             self.reads += 1
             self.moved = self.moved or self.movers > 0
+
+
+class _Movers(cst.CSTVisitor):
+    """Whether a subtree calls a function that moves tensors."""
+
+    def __init__(self) -> None:
+        self.any = False
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.any = self.any or _moves(node)
 
 
 def _loader_of(call: cst.Call) -> cst.BaseExpression:

@@ -432,7 +432,9 @@ def _with_dtype(call: cst.Call, dtype: str) -> cst.Call:
     args = list(call.args)
     last = args[-1].comma
     if isinstance(last, cst.Comma):  # one argument a line: the new one on its own line, the same layout
-        separator = args[-2].comma if len(args) > 1 else cst.Comma(whitespace_after=call.whitespace_before_args)
+        # copies: a node the tree holds twice would be mistaken for one place by the engine's maps
+        separator = args[-2].comma.deep_clone() if len(args) > 1 \
+            else cst.Comma(whitespace_after=call.whitespace_before_args.deep_clone())
     else:
         separator, last = cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), cst.MaybeSentinel.DEFAULT
     args[-1] = args[-1].with_changes(comma=separator)
