@@ -3,6 +3,8 @@ torch_xla's test utilities that have a native form."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import libcst as cst
 
 from neuron_migrate.engine.names import dotted_str
@@ -137,6 +139,8 @@ class StepClosure(Rule):
             call_args = [_as_arg(e, last=i == len(args.value.elements) - 1) for i, e in enumerate(args.value.elements)]
         else:
             call_args = [cst.Arg(value=args.value, star="*")]
+        if closure_update(ctx, node) is not None:
+            return  # a torch_xla progress line: NM244 writes the print itself
         target = fn.value
         if not isinstance(target, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not target.lpar:
             target = target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
@@ -251,15 +255,27 @@ class Metrics(Rule):
 TEST_UTILS = "torch_xla.test.test_utils"
 NOW = frozenset({f"{TEST_UTILS}.now"})
 SAMPLE_GENERATOR = frozenset({"torch_xla.utils.utils.SampleGenerator"})
+# The progress lines of torch_xla's example scripts: (label, [(parameter, format, omitted when a literal None)]).
+# torch_xla prints "| <label> Device=... <field>=<value>... Time=<now()>" (fields given as None are left out).
+TRAINING_UPDATE = ("Training", [("device", "Device={}", False), ("step", "Step={}", False),
+                                ("loss", "Loss={:.5f}", False), ("rate", "Rate={:.2f}", False),
+                                ("global_rate", "GlobalRate={:.2f}", False), ("epoch", "Epoch={}", True)])
+TEST_UPDATE = ("Test", [("device", "Device={}", False), ("accuracy", "Accuracy={:.2f}", True),
+                        ("epoch", "Epoch={}", True), ("step", "Step={}", True)])
+UPDATES = {f"{TEST_UTILS}.print_training_update": TRAINING_UPDATE, f"{TEST_UTILS}.print_test_update": TEST_UPDATE}
+# The order torch_xla prints the fields in (the parameters' order differs).
+PRINT_ORDER = {"Training": ("device", "epoch", "step", "loss", "rate", "global_rate"),
+               "Test": ("device", "step", "epoch", "accuracy")}
 
 
 class TestUtilities(Rule):
     """NM244: the helpers torch_xla's example scripts are made of, where a native form computes the same:
-    `test_utils.now()` (the wall-clock time, as text) and `xu.SampleGenerator(data, n)` (fake data: `data`, n times,
-    as often as it is iterated, with a length)."""
+    `test_utils.now()` (the wall-clock time, as text), `xu.SampleGenerator(data, n)` (fake data: `data`, n times,
+    as often as it is iterated, with a length) and `print_training_update` / `print_test_update` without a summary
+    writer (one `print` of the same fields; the device without torch_xla's ordinal suffix)."""
 
     codes = ("NM244",)
-    triggers = (b"test_utils", b"SampleGenerator")
+    triggers = (b"test_utils", b"SampleGenerator", b"print_training_update", b"print_test_update")
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -282,7 +298,53 @@ class TestUtilities(Rule):
                 # one list of `count` references to the same batch: iterated again at every epoch, with a length
                 batch, times = arg(call, 0, "data").value, arg(call, 1, "sample_count").value
                 return expression(f"[{code(batch)}] * {paren(code(times))}")
+        elif qual in UPDATES:
+            build = update_print(ctx, node, qual)
+            if build is None:
+                return
+        elif qual in STEP_CLOSURE and (closure := closure_update(ctx, node)) is not None:
+            direct, build_direct = closure
+            ctx.handled.add(direct.func)  # the helper passed as the closure goes with the call (no NM199)
+            if ctx.report("NM244", node, call=short(node), fixed=short(build_direct(direct))):
+                ctx.replace(node, build_direct(direct))  # the arguments are names and literals: nothing to keep
+            return
         else:
             return
         if ctx.report("NM244", node, call=short(node), fixed=short(build(node))):
             ctx.replace(node, build)  # from the call as the other rules left it (`xr.world_size()` inside)
+
+
+def update_print(ctx, node: cst.Call, qual: str) -> Callable[[cst.Call], cst.BaseExpression] | None:
+    """`print("| <label> Device={} ... Time={}".format(...), flush=True)`, as torch_xla's helper prints it."""
+    label, params = UPDATES[qual]
+    given = {name: arg(node, i, name) for i, (name, _, _) in enumerate(params)}
+    if not only_args(node, *given.values()) or any(given[name] is None for name, _, omit in params if not omit):
+        return None  # a summary writer (it also writes scalars), a star, or a required field missing
+    formats, optional = {name: fmt for name, fmt, _ in params}, {name for name, _, omit in params if omit}
+    fields = [name for name in PRINT_ORDER[label] if given[name] is not None and not (
+        name in optional and isinstance(given[name].value, cst.Name) and given[name].value.value == "None")]
+    template = ctx.string(" ".join(["|", label, *(formats[name] for name in fields), "Time={}"]))
+    clock = f"{ctx.module_ref('time')}.strftime({ctx.string('%H:%M:%S')})"
+    positions = {name: i for i, (name, _, _) in enumerate(params)}
+
+    def build(call: cst.Call) -> cst.BaseExpression:
+        values = [code(arg(call, positions[name], name).value) for name in fields]
+        return expression(f"print({template}.format({', '.join([*values, clock])}), flush=True)")
+    return build
+
+
+def closure_update(ctx, node: cst.Call) -> tuple[cst.Call, Callable[[cst.Call], cst.BaseExpression]] | None:
+    """`xm.add_step_closure(test_utils.print_test_update, args=(device, None, epoch))` alone on its line, the
+    arguments names and literals: the direct call and the print that replaces it."""
+    if ctx.qualname(node.func) not in STEP_CLOSURE or not is_statement(ctx, node):
+        return None
+    fn, args = arg(node, 0, "closure"), arg(node, 1, "args")
+    qual = ctx.qualname(fn.value) if fn is not None else None
+    if qual not in UPDATES or args is None or not only_args(node, fn, args) or not isinstance(args.value, cst.Tuple):
+        return None
+    simple = (cst.Name, cst.Integer, cst.Float, cst.SimpleString)
+    if not all(isinstance(e, cst.Element) and isinstance(e.value, simple) for e in args.value.elements):
+        return None
+    direct = cst.Call(func=fn.value, args=[cst.Arg(value=e.value) for e in args.value.elements])
+    build = update_print(ctx, direct, qual)
+    return None if build is None else (direct, build)
