@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -57,3 +59,18 @@ def assert_other_lines_kept(data: bytes, is_idiom: list[bool], out: bytes) -> No
     assert not missing, f"lines without an idiom changed: {missing}"
     remaining = iter(out_lines)
     assert all(any(line == o for o in remaining) for line in kept), "lines without an idiom changed order"
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, what: str = ""):
+    """TimeoutError after `seconds` (the regex engine and the rewrite check for signals): a pattern that backtracks
+    without end, or a file that takes too long, fails its test instead of hanging the run."""
+    def expire(signum, frame):
+        raise TimeoutError(f"{what + ': ' if what else ''}more than {seconds} s")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

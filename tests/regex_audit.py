@@ -17,17 +17,16 @@ characters take more than SLOW_RATIO times what n take (linear: 4x; quadratic: 1
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
 import json
 import pkgutil
 import re
-import signal
 import sys
 import time
 from pathlib import Path
 
 import neuron_migrate
+from tests.helpers import deadline
 
 N = 500
 SLOW_RATIO = 9.0
@@ -211,18 +210,6 @@ def _inputs(pattern: re.Pattern, n: int):
             yield (prefix, unit), (text.encode("latin-1") if isinstance(pattern.pattern, bytes) else text)
 
 
-@contextlib.contextmanager
-def _deadline(seconds: float):
-    """TimeoutError after `seconds` (the regex engine checks for signals while it backtracks)."""
-    def expire(signum, frame):
-        raise TimeoutError
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def audit() -> None:
@@ -235,7 +222,7 @@ def audit() -> None:
         for key, big in _inputs(pattern, 4 * N):
             count += 1
             try:
-                with _deadline(HUNG):
+                with deadline(HUNG):
                     if _time(pattern, how, big) < FLOOR:
                         continue
             except TimeoutError:

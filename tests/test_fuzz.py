@@ -10,11 +10,9 @@ changes nothing. The counts go to the end of the test run's output.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import json
 import os
 import random
-import signal
 import time
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import pytest
 from neuron_migrate.engine.runner import run, write_results
 from neuron_migrate.engine.sources import decode
 from neuron_migrate.settings import Settings
-from tests.helpers import FIXTURES, ROOT, SWEEP_REPORT
+from tests.helpers import FIXTURES, ROOT, SWEEP_REPORT, deadline
 
 try:
     import tomllib
@@ -93,17 +91,6 @@ MUTATIONS = {"truncated": _truncated, "flipped": _flipped, "utf-16": _recoded("u
              "nested": _nested}
 
 
-@contextlib.contextmanager
-def _deadline(seconds: float, what: str):
-    def expire(signum, frame):
-        raise TimeoutError(f"{what}: more than {seconds} s")
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _parses(path: Path, data: bytes) -> bool:
@@ -119,7 +106,7 @@ def _parses(path: Path, data: bytes) -> bool:
 def _second_run_changes(tree: Path, name: str, data: bytes) -> list[str]:
     tree.mkdir()
     (tree / name).write_bytes(data)
-    with _deadline(PER_FILE, name):
+    with deadline(PER_FILE, name):
         write_results(run([str(tree)], Settings(), rewrite=True, jobs=1))
         return [r.path for r in run([str(tree)], Settings(), rewrite=True, jobs=1).changed]
 
@@ -156,7 +143,7 @@ def test_fuzzed_files_never_cost_a_traceback_a_hang_or_a_damaged_file(tmp_path, 
                 what = f"{original} ({mutation})"
                 start = time.perf_counter()
                 try:
-                    with _deadline(PER_FILE, what):
+                    with deadline(PER_FILE, what):
                         first = run([str(tree)], Settings(), rewrite=True, jobs=1)
                         failures = write_results(first)
                         second = run([str(tree)], Settings(), rewrite=True, jobs=1)

@@ -3,9 +3,7 @@ found and timed), and the 5-line file that made `check` hang is checked at once.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +11,7 @@ import time
 import pytest
 
 from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
-from tests.helpers import ROOT, check_codes
+from tests.helpers import ROOT, check_codes, deadline
 
 HANG = """CONFIG = dict(
     ############### model ###############
@@ -23,19 +21,6 @@ HANG = """CONFIG = dict(
 """
 
 
-@contextlib.contextmanager
-def deadline(seconds: float):
-    """TimeoutError after `seconds`: the regex engine checks for signals, so a pattern backtracking without end
-    fails the test instead of hanging the run."""
-    def expire(signum, frame):
-        raise TimeoutError(f"more than {seconds} s")
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def test_the_file_that_hung_check_is_checked_at_once():

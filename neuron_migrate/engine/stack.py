@@ -190,7 +190,7 @@ class Finder:
         return None
 
 
-_REMOTE_URL = re.compile(r"^\s*url\s*=\s*(\S+)", re.M)
+_REMOTE_URL = re.compile(r"^[ \t]*url[ \t]*=[ \t]*(\S+)", re.M)  # blanks of one line: linear (tests/regex_audit.py)
 
 
 def _remote_urls(repository: str) -> list[str]:

@@ -13,7 +13,7 @@ from neuron_migrate.engine.facts import fact
 from neuron_migrate.engine.names import dotted
 from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, has_star, respell_device, short,
                                           string_value)
-from neuron_migrate.rules.checkpoint import cpu_copy
+from neuron_migrate.rules.checkpoint import cpu_copy, plain_value
 from neuron_migrate.rules.device_names import bound_value
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
                                      is_statement, keep_parens, local_rank, loose, one_line_body, only_args, paren,
@@ -708,7 +708,7 @@ class Collectives(Rule):
         d = dist(ctx)
         guard = several_processes(ctx)
         # torch_xla gathered (and reduced) CPU copies of the tensors in `data` (the names are resolved now)
-        before, _, after = ("", "", "") if _plain_value(data.value) else cpu_copy(ctx, "\0").partition("\0")
+        before, _, after = ("", "", "") if plain_value(data.value) else cpu_copy(ctx, "\0").partition("\0")
 
         def copy(value: str) -> str:
             return f"{before}{value}{after}"
@@ -725,21 +725,6 @@ class Collectives(Rule):
 
         if ctx.report("NM206", node, call=short(node), fixed=_one_line(gather(node))):
             replace_statement(ctx, ctx.current.statement, gather)
-
-
-# Values that hold no tensor: numbers, and what `.item()`, `float()`, `int()`, ... return.
-PLAIN_CALLS = frozenset({"item", "tolist", "float", "int", "bool", "str", "len", "round"})
-
-
-def _plain_value(value: cst.BaseExpression) -> bool:
-    if isinstance(value, (cst.Integer, cst.Float, cst.SimpleString)):
-        return True
-    if isinstance(value, cst.Call):
-        func = value.func
-        if isinstance(func, cst.Attribute):
-            return func.attr.value in ("item", "tolist") and not value.args
-        return isinstance(func, cst.Name) and func.value in PLAIN_CALLS - {"item", "tolist"}
-    return False
 
 
 def _returned(ctx, node: cst.CSTNode) -> bool:
