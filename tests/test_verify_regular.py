@@ -174,7 +174,7 @@ def test_an_fsdp2_program_on_a_mesh_group_verifies_against_its_unsharded_referen
     proc, report = _verify("train.py", "--nproc", "2", "--skip-no-neuron", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert report["verdict"] == "equivalent"
-    assert report["runs"][0]["label"].endswith("unsharded")
+    assert report["runs"][0]["program"].endswith("unsharded")
 
 
 def test_a_group_made_without_a_backend_serves_the_cpu_collectives(tmp_path):
