@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from neuron_migrate.engine.discover import discover
 from neuron_migrate.engine import handlers
-from neuron_migrate.engine.project import Project
+from neuron_migrate.engine import project as project_module
+from neuron_migrate.engine.discover import discover
+from neuron_migrate.engine.project import Module, Project
 from neuron_migrate.engine.runner import run, write_results
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, cli
@@ -35,6 +36,9 @@ FINDINGS = {
     "device_crossing": {"train.py": {"NM103", "NM117", "NM190"}, "utils.py": {"NM101", "NM190"}},
     "lazy_helper": {"train.py": {"NM101", "NM103", "NM107", "NM190"}, "model_utils.py": {"NM301", "NM314", "NM401"},
                     "gpu_utils.py": {"NM301", "NM401"}},
+    # a library whose functions import torch_xla on their XLA branch is not an XLA program: a GPU script that
+    # imports it keeps its CUDA calls (the library's own XLA calls are marked where they stand)
+    "xla_branch_library": {"kernels/interop.py": {"NM199"}},
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
 }
 
@@ -202,3 +206,20 @@ def test_the_model_costs_little_beside_the_run(tmp_path):
     project = Project([str(tmp_path)], targets, Settings())
     assert time.perf_counter() - start < 2.0
     assert len(project.modules["" + str(tmp_path / "mod0.py")].edges) == 1
+
+
+@pytest.mark.parametrize(("code", "top"), [
+    ("import torch_xla.core.xla_model as xm\n", True),
+    ("try:\n    import torch_xla\nexcept ImportError:\n    torch_xla = None\n", True),
+    ("if USE_XLA:\n    from torch_xla.core import xla_model as xm\n", True),
+    ("def device():\n    import torch_xla.core.xla_model as xm\n    return xm.xla_device()\n", False),
+    ("async def device():\n    if True:\n        import torch_neuronx\n", False),
+    ("class Exporter:\n    def export(self, t):\n        from torch_xla.utils.dlpack import to_dlpack\n", False),
+    ("@cache\ndef device():\n    import torch_xla\n", False),
+    ("def to_hlo(\n    graph,\n) -> None:\n    from torch_xla.stablehlo import save_torch_model_as_stablehlo\n", False),
+    ("default = 1\nif default:\n    import torch_xla\n", True),
+])
+def test_an_xla_import_counts_for_importers_only_outside_functions(code, top):
+    module = Module("m.py", "/p/m.py", "/p")
+    project_module._read_code(module, code)
+    assert module.legacy and module.legacy_top == top

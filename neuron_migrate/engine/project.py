@@ -25,6 +25,7 @@ whose device-name parameters callers pass as data.
 from __future__ import annotations
 
 import ast
+import bisect
 import functools
 import json
 import os
@@ -98,6 +99,9 @@ class Module:
     root: str
     entry: bool = False  # a `__main__` block, a notebook, or run by a launch script / estimator / notebook
     legacy: bool = False  # imports torch_xla or torch_neuronx (any scope)
+    # ... outside any function or class: the file runs on XLA whoever imports it (an import inside a function is
+    # an XLA code path of a multi-backend library, as in PyTorch's own `torch/_tensor.py`)
+    legacy_top: bool = False
     trains: bool = False  # calls `.backward()` or builds a trainer: a training program's file
     infers: bool = False  # uses an XLA inference API (`torch_neuronx.trace`, transformers-neuronx, NxD inference)
     imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) as written
@@ -330,7 +334,9 @@ class Project:
                 # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path,
                 # and Trn1 (a training instance above all) is taken for an inference target only with its APIs
                 target = None
-            moving = target not in SET_ASIDE and any(f.legacy for f in files)
+            # a script's own torch_xla import makes its program XLA, whatever its scope (`_mp_fn` imports it
+            # inside); a module it imports does when it imports torch_xla outside any function
+            moving = target not in SET_ASIDE and any(f.legacy_top or (f.legacy and f.entry) for f in files)
             program = Program(module, files, target, strongest, conflict, moving)
             self.programs.append(program)
             for f in files:
@@ -479,18 +485,25 @@ def _read_code(module: Module, code: str) -> None:
     """The imports, `__main__` block, legacy imports and training calls of some Python code, from its lines: a
     statement-level reading that costs a fraction of a parse (the model reads every file of the project before any
     is processed; `bench/` measures it)."""
+    headers: tuple[list[int], list[bool]] | None = None
     for m in _IMPORT.finditer(code):
         if m.group(3) is not None:
-            for name in _names(m.group(3)):
-                module.imports.append((name, 0))
-                if name.split(".")[0] in LEGACY_ROOTS:
-                    module.legacy = True
-            continue
-        spec = m.group(1)
-        name = spec.lstrip(".")
-        level = len(spec) - len(name)
-        if level == 0 and name.split(".")[0] in LEGACY_ROOTS:
+            names, level = _names(m.group(3)), 0
+        else:
+            spec = m.group(1)
+            names, level = [spec.lstrip(".")], len(spec) - len(spec.lstrip("."))
+        if level == 0 and any(name.split(".")[0] in LEGACY_ROOTS for name in names):
             module.legacy = True
+            if not module.legacy_top:
+                if code[m.start()] not in " \t":
+                    module.legacy_top = True
+                else:
+                    headers = headers or _headers(code)
+                    module.legacy_top = not _in_definition(headers, m.start())
+        if m.group(3) is not None:
+            module.imports += [(name, 0) for name in names]
+            continue
+        name = names[0]
         module.imports.append((name, level))
         for alias in _names(m.group(2)):  # `from pkg import mod`: a submodule, where one exists
             module.imports.append((f"{name}.{alias}" if name else alias, level))
@@ -500,6 +513,27 @@ def _read_code(module: Module, code: str) -> None:
         module.trains = True
     if not module.infers and _INFERS.search(code):
         module.infers = True
+
+
+_HEADER = re.compile(r"^(?:((?:async[ \t]+)?def[ \t]|class[ \t]|@)|[^\s#)\]}])", re.M)
+
+
+def _headers(code: str) -> tuple[list[int], list[bool]]:
+    """The offsets of the statements that start at column 0 (not comments, nor the closing bracket of a signature
+    written over several lines), and whether each opens a function or class."""
+    offsets, definitions = [], []
+    for m in _HEADER.finditer(code):
+        offsets.append(m.start())
+        definitions.append(m.group(1) is not None)
+    return offsets, definitions
+
+
+def _in_definition(headers: tuple[list[int], list[bool]], position: int) -> bool:
+    """Whether the indented line at `position` is in a function or class body: the last column-0 statement before
+    it opens one (a column-0 line of a multi-line string inside a function reads as module level)."""
+    offsets, definitions = headers
+    i = bisect.bisect_right(offsets, position) - 1
+    return i >= 0 and definitions[i]
 
 
 def _names(text: str) -> list[str]:
