@@ -193,8 +193,8 @@ def explain(info: RuleInfo) -> str:
     out += ["## Fix safety", ""]
     safety = {
         FixSafety.SAFE: "Safe: `neuron-migrate rewrite` applies this fix; the program computes the same thing.",
-        FixSafety.UNSAFE: "Unsafe: `neuron-migrate rewrite` applies this fix (not with `--safe-only`), "
-        "and the report lists it for review.",
+        FixSafety.UNSAFE: "Unsafe: `neuron-migrate rewrite --unsafe-fixes` applies this fix (plain `rewrite` holds "
+        "it back and `check` shows it with `[~]`), and the report lists it for review.",
         FixSafety.MANUAL: "Manual: no automatic fix. `neuron-migrate rewrite` leaves a "
         f"`# TODO(neuron-migrate {info.code})` marker that `check` keeps reporting until a person resolves it.",
     }[info.fix]

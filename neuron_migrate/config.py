@@ -10,6 +10,7 @@
     instance = "trn2"                     # target instance: "trn2" (default), "trn3", "inf2" or "trn1"
     targets = { "tpu/" = "tpu" }          # what a folder or file runs on, where the project does not say it
     compile = true                        # insert model.compile(backend="neuron") after placement
+    unsafe-fixes = false                  # true: `rewrite` also makes the fixes marked unsafe (--unsafe-fixes)
     device-style = "neuron"               # or "accelerator" (torch.accelerator spellings)
 
 The nearest pyproject.toml above the common folder of the paths that has the table wins; a pyproject.toml
@@ -186,15 +187,15 @@ def parse_table(table: dict, path: Path) -> dict:
                 raise ConfigError(f"{at}: expected a table of path = target, got {value!r}")
             out["targets"] = tuple((_anchor_path(p, path.parent), _choice(t, TARGETS, f"{at} {p!r}"))
                                    for p, t in value.items())
-        elif key == "compile":
+        elif key in ("compile", "unsafe-fixes"):
             if not isinstance(value, bool):
                 raise ConfigError(f"{at}: expected true or false, got {value!r}")
-            out["compile"] = value
+            out[key.replace("-", "_")] = value
         elif key == "device-style":
             out["device_style"] = _choice(value, DEVICE_STYLES, at)
         else:
             known = ("select", "ignore", "per-file-ignores", "exclude", "torch", "neuron-sdk", "instance", "compile",
-                     "device-style", "targets")
+                     "unsafe-fixes", "device-style", "targets")
             hint = difflib.get_close_matches(key, known, n=1)
             raise ConfigError(f"{where}: unknown key {key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
                               + f"; the keys are {', '.join(known)}")
@@ -207,7 +208,8 @@ def resolve(paths: Iterable[str], **flags) -> Resolved:
     A flag replaces the file's value, except `ignore` and `exclude`, which add to it.
 
     Flags: select, ignore (frozensets), exclude (tuple), compile (bool), torch, device_style (str),
-    safe_only (bool); config_file (a path): this file instead of the pyproject.toml found from the paths.
+    unsafe_fixes (bool: --unsafe-fixes / --no-unsafe-fixes); config_file (a path): this file instead of the
+    pyproject.toml found from the paths.
     """
     paths = list(paths)
     config_file = flags.pop("config_file", None)

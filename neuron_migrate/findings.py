@@ -11,7 +11,8 @@ class FixSafety(str, Enum):
     """How far a rule's fix can be trusted.
 
     safe: behaviour-preserving, applied by `rewrite`.
-    unsafe: applied by `rewrite` (not with --safe-only) but the result deserves a look; listed for review.
+    unsafe: applied by `rewrite --unsafe-fixes` (or `unsafe-fixes = true`), as ruff applies its unsafe fixes; the
+        result deserves a look and is listed for review. Without it the fix is held back and the finding stays.
     manual: no automatic fix; `rewrite` leaves a TODO marker for a person.
     """
 
@@ -36,6 +37,8 @@ class Finding:
     end_col: int | None = None
     # What `rewrite` did about it: "fixed", "marked" (a TODO marker stands above it) or "left"; None from `check`.
     status: str | None = None
+    # True: the rule has an unsafe fix this run holds back (`--unsafe-fixes` applies it); None otherwise.
+    held_back: bool | None = None
 
     def sort_key(self) -> tuple:
         return (self.path, self.cell or 0, self.line, self.col, self.code, self.message)

@@ -9,7 +9,7 @@ this order:
     marked?      the line already carries this code's `# TODO(neuron-migrate CODE)` marker: its NM900 stands
                  for the finding, which is not repeated
     then         the finding is reported, with the catalogue's message; under `rewrite` the handler makes the
-                 fix (safe codes; unsafe codes unless `--safe-only`), leaves a marker (manual codes, except
+                 fix (safe codes; unsafe codes with `--unsafe-fixes`), leaves a marker (manual codes, except
                  check-only ones, and except files not moving to neuron for codes marked only there), or
                  does nothing more.
 
@@ -49,6 +49,7 @@ class Decision:
     fix: bool  # rewrite: make the rule's edit now (and count it as applied)
     mark: bool  # rewrite: leave a TODO marker above the line
     what: str = ""  # what the marker says (the catalogue's short form)
+    held_back: bool = False  # an unsafe fix this run does not make (`--unsafe-fixes` would)
 
     @property
     def status(self) -> str:
@@ -58,7 +59,7 @@ class Decision:
     def finding(self, policy: "Policy", line: int, col: int, **where) -> Finding:
         """The finding of this decision at `line`:`col` of the policy's file, with its status under rewrite."""
         return Finding(policy.path, line, col, self.code, self.message, self.fixable,
-                       status=self.status if policy.rewrite else None, **where)
+                       status=self.status if policy.rewrite else None, held_back=self.held_back or None, **where)
 
     @property
     def marker(self) -> str:
@@ -98,7 +99,8 @@ class Policy:
         if marked():
             return None
         info = catalogue.rule(code)
-        fixable = info.fix is FixSafety.SAFE or (info.fix is FixSafety.UNSAFE and not self.settings.safe_only)
+        held_back = info.fix is FixSafety.UNSAFE and not self.settings.unsafe_fixes
+        fixable = info.fix is FixSafety.SAFE or (info.fix is FixSafety.UNSAFE and not held_back)
         fix = mark = False
         if self.rewrite:
             if info.fix is FixSafety.MANUAL:
@@ -106,7 +108,7 @@ class Policy:
             else:
                 fix = fixable
         return Decision(code, info.format(**fields), info.link, fixable, fix, mark,
-                        info.format_marker(**fields) if mark else "")
+                        info.format_marker(**fields) if mark else "", held_back)
 
     def unused_suppression(self, code: str) -> str | None:
         """The NM901 message for a suppression of `code` ("*": a bare `# neuron-migrate: ignore`) that silenced

@@ -12,7 +12,7 @@ class Settings:
     select: frozenset[str] = frozenset()  # rule codes or prefixes ("NM1"); empty: all
     ignore: frozenset[str] = frozenset()
     compile: bool = True  # insert model.compile(backend="neuron", dynamic=False) where a model is placed
-    safe_only: bool = False  # apply only fixes marked safe
+    unsafe_fixes: bool = False  # also apply the fixes marked unsafe (`--unsafe-fixes`); default: safe ones only
     torch: str | None = None  # target family for pins ("2.13", "2.14"); None: the default in rules/versions.toml
     neuron_sdk: str | None = None  # target Neuron release ("2.34", "2.33.1"); None: the newest with that torch
     instance: str | None = None  # target instance ("trn2", "trn3", "inf2", "trn1"); None: the matrix's default
@@ -46,5 +46,5 @@ class Settings:
 
     def key(self) -> str:
         """A stable text of everything that changes results (part of the cache key)."""
-        return repr((sorted(self.select), sorted(self.ignore), self.compile, self.safe_only, self.torch,
+        return repr((sorted(self.select), sorted(self.ignore), self.compile, self.unsafe_fixes, self.torch,
                      self.device_style, self.per_file_ignores, self.neuron_sdk, self.instance, self.targets))

@@ -19,7 +19,9 @@ FIXTURES = ROOT / "fixtures"
 
 
 def rewrite_bytes(data: bytes, path: str = "case.py", **settings) -> bytes | None:
-    """The rewritten bytes, or None when the file would not change."""
+    """The rewritten bytes, or None when the file would not change: as `rewrite --unsafe-fixes` writes them
+    (every rule's edit); `unsafe_fixes=False` gives plain `rewrite`'s output."""
+    settings.setdefault("unsafe_fixes", True)
     result = process_python(path, data, Settings(**settings), True)
     return result.new_bytes if result.changed else None
 

@@ -38,7 +38,8 @@ def test_every_code_a_rule_reports_is_catalogued():
 def _run(info, text: str, rewrite: bool, **settings):
     kind = kind_of(info.example_file)
     assert kind is not None, f"{info.code}: no file kind for {info.example_file}"
-    result = process(info.example_file, text.encode(), kind, Settings(**{**info.example_settings, **settings}), rewrite)
+    settings = {"unsafe_fixes": True, **info.example_settings, **settings}  # the example shows every fix
+    result = process(info.example_file, text.encode(), kind, Settings(**settings), rewrite)
     assert result is not None and result.error is None, (info.code, result and result.error)
     return result
 

@@ -43,7 +43,9 @@ def test_check_reports_path_line_col_code_and_exits_1(tmp_path):
     assert any(line.startswith(f"{f}:4:1: NM103 [*] ") for line in lines)
     # the import the two fixes leave unused is the third finding, as `rewrite` removes it
     assert any(line.startswith(f"{f}:1:8: NM190 [*] ") and "once the other fixes are made" in line for line in lines)
-    assert "Found 3 findings in 1 file (1 checked); 3 fixable with `neuron-migrate rewrite`." in out.stderr
+    # the summary comes last on standard output, as ruff's `Found N errors.`
+    assert lines[-1] == "Found 3 findings in 1 file (1 checked); [*] 3 fixable with `neuron-migrate rewrite`."
+    assert out.stderr == ""
 
 
 def test_check_json(tmp_path):
@@ -159,7 +161,16 @@ def test_check_does_not_import_torch(tmp_path):
 def test_bundled_example_migrates_to_a_program_without_torch_xla(tmp_path):
     example = tmp_path / "xla_mnist"
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)
-    out = cli("rewrite", str(example))
+    out = cli("rewrite", str(example))  # safe fixes only: the code moves, compiling and unpinning torch-xla wait
+    assert out.returncode == 0, out.stderr
+    assert "[~] 3 unsafe fixes held back: `neuron-migrate rewrite --unsafe-fixes` makes them when run on the " \
+           "files as they were" in out.stdout
+    train = (example / "train.py").read_text()
+    assert "torch_xla" not in train and 'device = torch.device("neuron")' in train and ".compile(" not in train
+    assert "torch-xla" in (example / "requirements.txt").read_text()
+    shutil.rmtree(example)
+    shutil.copytree(ROOT / "examples" / "xla_mnist", example)
+    out = cli("rewrite", "--unsafe-fixes", str(example))  # the README's command
     assert out.returncode == 0, out.stderr
     for py in example.glob("*.py"):
         text = py.read_text()
@@ -169,4 +180,5 @@ def test_bundled_example_migrates_to_a_program_without_torch_xla(tmp_path):
     assert 'device = torch.device("neuron")' in train
     assert 'model.compile(backend="neuron", dynamic=False)' in train
     assert "optimizer.step()" in train
-    assert cli("rewrite", "--diff", str(example)).stdout == ""
+    assert "torch-xla" not in (example / "requirements.txt").read_text()
+    assert cli("rewrite", "--diff", "--unsafe-fixes", str(example)).stdout == ""

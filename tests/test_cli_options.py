@@ -35,12 +35,20 @@ def concise(*args, **kw):
     return cli("check", "--no-cache", "--output-format", "concise", *args, **kw)
 
 
+def listed(out) -> list[str]:
+    """The lines of `check`'s standard output above its summary, which comes last (where ruff prints
+    `Found N errors.`)."""
+    lines = out.stdout.splitlines()
+    assert lines and lines[-1].startswith(("Found ", "All clear")), out.stdout
+    return lines[:-1]
+
+
 # -- standard input -------------------------------------------------------------------------------------------
 
 def test_check_reads_standard_input(tmp_path):
     out = concise("-", input=LEGACY, cwd=tmp_path)
     assert out.returncode == 1, out.stderr
-    assert [line.split(": ")[0] for line in out.stdout.splitlines()] == ["-:1:8", "-:3:10", "-:4:1"]
+    assert [line.split(": ")[0] for line in listed(out)] == ["-:1:8", "-:3:10", "-:4:1"]
     named = concise("--stdin-filename", "src/train.py", input=LEGACY, cwd=tmp_path)
     assert named.stdout.replace("src/train.py:", "-:") == out.stdout
     # the name gives the kind: a requirements file goes to the pin rules
@@ -76,7 +84,8 @@ def test_quiet_prints_findings_only(tmp_path):
     f = write(tmp_path / "train.py", LEGACY)
     loud, quiet = concise(str(f)), concise("-q", str(f))
     assert quiet.returncode == loud.returncode == 1
-    assert quiet.stdout == loud.stdout and "Found 3 findings" in loud.stderr and quiet.stderr == ""
+    assert quiet.stdout.splitlines() == listed(loud) and quiet.stderr == loud.stderr == ""
+    assert loud.stdout.splitlines()[-1].startswith("Found 3 findings in 1 file")
     rewrite = cli("rewrite", "--no-cache", "-q", str(f))
     assert rewrite.returncode == 0 and rewrite.stdout == rewrite.stderr == ""
     assert f.read_text() == MIGRATED
@@ -88,7 +97,7 @@ def test_statistics_counts_findings_by_code(tmp_path):
     findings = json.loads(cli("check", "--no-cache", "--format", "json", str(tmp_path)).stdout)["findings"]
     out = cli("check", "--no-cache", "--statistics", str(tmp_path))
     assert out.returncode == 1
-    rows = [line.split() for line in out.stdout.splitlines()]
+    rows = [line.split() for line in listed(out)]
     counts = {row[1]: int(row[0]) for row in rows}
     assert counts == {code: sum(1 for f in findings if f["code"] == code) for code in {f["code"] for f in findings}}
     assert [int(row[0]) for row in rows] == sorted(counts.values(), reverse=True)
@@ -108,6 +117,7 @@ def test_output_file_takes_what_stdout_would_show(tmp_path):
     text = tmp_path / "findings.txt"
     out = cli("check", "--no-cache", "--color", "always", "-o", str(text), str(f))
     assert out.stdout == "" and not ANSI.search(text.read_text()) and "^^^" in text.read_text()
+    assert text.read_text().splitlines()[-1].startswith("Found 3 findings")  # the summary too, as ruff writes it
 
 
 # -- --config, --select, -j, refused combinations, --report ---------------------------------------------------
@@ -129,7 +139,7 @@ def test_config_file_given_on_the_command_line(tmp_path):
 
 def test_select_takes_comma_lists_and_repeats_and_refuses_codes_as_paths(tmp_path):
     f = write(tmp_path / "train.py", LEGACY)
-    codes = lambda out: sorted(line.split()[1] for line in out.stdout.splitlines())  # noqa: E731
+    codes = lambda out: sorted(line.split()[1] for line in listed(out))  # noqa: E731
     assert codes(concise("--select", "NM101,NM103", str(f))) == ["NM101", "NM103"]
     assert codes(concise("--select", "NM101", "--select", "nm103", str(f))) == ["NM101", "NM103"]
     out = concise("--select", "NM101", "NM103", str(f))
@@ -171,7 +181,7 @@ def test_a_folder_loop_is_a_warning_not_a_failure(tmp_path):
     out = concise(str(tmp_path / "pkg"))
     assert out.returncode == 1, out.stderr  # the findings, not an error
     assert "warning: symbolic link back to a folder" in out.stderr and "error" not in out.stderr
-    assert len(out.stdout.splitlines()) == 3
+    assert len(listed(out)) == 3
     clean = tmp_path / "clean"
     write(clean / "ok.py", "x = 1\n")
     (clean / "loop").symlink_to(".")
@@ -333,7 +343,7 @@ def test_code_frame_and_fixable_mark(tmp_path):
     full = cli("check", "--no-cache", str(f)).stdout
     short = concise(str(f)).stdout
     assert "3 | device = xm.xla_device()\n  |          ^^^^^^^^^^^^^^^ NM101\n" in full
-    lines = short.splitlines()
+    lines = short.splitlines()[:-1]  # above the summary
     assert len(lines) == len(json.loads(cli("check", "--no-cache", "--format", "json", str(f)).stdout)["findings"])
     assert all(line in full.splitlines() for line in lines)
     assert any(" NM101 [*] " in line for line in lines)

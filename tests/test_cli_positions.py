@@ -83,7 +83,7 @@ def project(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def findings(project) -> list[dict]:
-    proc = cli("check", "--format", "json", "--no-cache", ".", cwd=project)
+    proc = cli("check", "--format", "json", "--no-cache", "--unsafe-fixes", ".", cwd=project)
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert not report["errors"]
@@ -123,7 +123,7 @@ def test_the_region_is_the_text_the_finding_is_about(project, findings, path, co
 def test_json_reports_what_check_prints(project, findings):
     """JSON takes its findings from a rewrite pass: a handler that runs after one that inserted a marker still
     places its findings in the file as it is, and the marker just written is not an NM900."""
-    proc = cli("check", "--output-format", "concise", "--no-cache", ".", cwd=project)
+    proc = cli("check", "--output-format", "concise", "--no-cache", "--unsafe-fixes", ".", cwd=project)
     printed = sorted((m["path"], int(m["cell"] or 0), int(m["line"]), int(m["col"]), m["code"])
                      for m in map(CONCISE.match, proc.stdout.splitlines()) if m)
     carried = sorted((f["path"], f.get("cell", 0), f["line"], f["col"], f["code"]) for f in findings)
@@ -158,7 +158,7 @@ def test_every_kind_carries_severity_link_and_the_fix_rewrite_makes(project, fin
     from neuron_migrate import catalogue
     from neuron_migrate.cli.formats import level
 
-    out = cli("rewrite", "--no-cache", "--output-dir", str(tmp_path / "copy"), ".", cwd=project)
+    out = cli("rewrite", "--no-cache", "--unsafe-fixes", "--output-dir", str(tmp_path / "copy"), ".", cwd=project)
     assert out.returncode in (0, 1), out.stderr
     checked = set()
     for item in findings:

@@ -47,12 +47,34 @@ def test_flags_override_the_config(tmp_path):
 
 
 def test_compile_and_device_style_from_config(tmp_path):
-    src = _project(tmp_path, 'compile = false\ndevice-style = "accelerator"\ntorch = "2.13"')
+    src = _project(tmp_path, 'compile = false\ndevice-style = "accelerator"\ntorch = "2.13"\nunsafe-fixes = true')
     resolved = resolve([str(src)])
     assert (resolved.settings.compile, resolved.settings.device_style, resolved.settings.torch) == (
         False, "accelerator", "2.13")
     cli("rewrite", str(src / "train.py"))
-    assert "y = w.to(DEVICE)" in (src / "train.py").read_text()
+    assert "y = w.to(DEVICE)" in (src / "train.py").read_text()  # NM320, an unsafe fix the table turned on
+
+
+def test_unsafe_fixes_from_the_config_and_the_flags_that_override_it(tmp_path):
+    """Safe fixes only by default; `unsafe-fixes = true` adds the unsafe ones (NM320 here), `--no-unsafe-fixes`
+    takes them off again, and `check` marks a held-back fix `[~]`, a fix `rewrite` makes `[*]`."""
+    src = _project(tmp_path, "unsafe-fixes = true")
+    assert resolve([str(src)]).settings.unsafe_fixes is True
+    assert resolve([str(src)], unsafe_fixes=False).settings.unsafe_fixes is False
+    (tmp_path / "pyproject.toml").write_text("[tool.neuron-migrate]\nselect = ['NM3']\n")
+    assert resolve([str(src)]).settings.unsafe_fixes is False  # the default
+    for table, flags, applied in (("", (), False), ("", ("--unsafe-fixes",), True), ("unsafe-fixes = true", (), True),
+                                  ("unsafe-fixes = true", ("--no-unsafe-fixes",), False)):
+        (tmp_path / "pyproject.toml").write_text(f"[tool.neuron-migrate]\n{table}\n")
+        (src / "train.py").write_text(LEGACY)
+        check = cli("check", "--no-cache", "--output-format", "concise", *flags, str(src / "train.py"))
+        (line,) = [line for line in check.stdout.splitlines() if ": NM320 " in line]
+        assert (" NM320 [*] " in line, " NM320 [~] " in line) == (applied, not applied), check.stdout
+        assert ("unsafe fix held back" in check.stdout) == (not applied), check.stdout
+        done = cli("rewrite", "--no-cache", *flags, str(src / "train.py"))
+        assert ("y = w.cuda()" in (src / "train.py").read_text()) == (not applied), (table, flags)
+        assert ("1 unsafe fix held back: `neuron-migrate rewrite --unsafe-fixes` makes it" in done.stdout) \
+            == (not applied), done.stdout
 
 
 def test_release_and_instance_keys(tmp_path):
@@ -66,6 +88,7 @@ def test_release_and_instance_keys(tmp_path):
     ('selct = ["NM1"]', ["unknown key 'selct'", "did you mean 'select'"]),
     ('ignore = ["NM999"]', ["no rule code or prefix 'NM999'"]),
     ('torch = "2.12"', ["'2.13', '2.14'"]),
+    ('unsafe-fixes = "yes"', ["unsafe-fixes: expected true or false"]),
     ('neuron-sdk = "2.32"', ["neuron-sdk: expected one of", "'2.34'", "'2.33.1'"]),
     ('instance = "inf1"', ["instance: expected one of", "'trn2', 'trn3', 'inf2', 'trn1'"]),
     ('neuron-sdk = "2.34"\ntorch = "2.13"', ["Neuron 2.34.0 has no torch-neuronx family for torch 2.13",

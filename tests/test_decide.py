@@ -57,19 +57,25 @@ def test_status_follows_the_policy(path):
             assert not f.fixable, f  # a fixable finding is fixed
 
 
-def test_safe_only_leaves_unsafe_fixes_in_both_modes():
+def test_without_unsafe_fixes_unsafe_fixes_are_left_in_both_modes():
     path = FIXTURES / "NM209-gradient-averaging-manual" / "safe_only.py"
-    checked, rewritten = _both(path, Settings(safe_only=True))
+    checked, rewritten = _both(path, Settings(unsafe_fixes=False))
     assert [_key(f) for f in checked.findings] == [_key(f) for f in rewritten.findings]
-    unsafe = [f for f in rewritten.findings if catalogue.rule(f.code).fix is FixSafety.UNSAFE]
-    assert unsafe and all(f.status == LEFT and not f.fixable for f in unsafe)
+    for result in (checked, rewritten):
+        unsafe = [f for f in result.findings if catalogue.rule(f.code).fix is FixSafety.UNSAFE]
+        assert unsafe and all(not f.fixable and f.held_back for f in unsafe)
+        assert [f for f in result.findings if f.held_back] == unsafe  # held back: the unsafe fixes only
+    assert all(f.status == LEFT for f in rewritten.findings if f.held_back)
 
 
 def test_the_bundled_example_counts_the_same_in_check_and_rewrite(tmp_path):
     """`check` used to find 6 things in the example's train.py and `rewrite` to make 7 rewrites: the import the
     other fixes leave unused is a finding too."""
     train = ROOT / "examples" / "xla_mnist" / "train.py"
-    checked, rewritten = _both(train)
+    checked, rewritten = _both(train)  # safe fixes only: the unsafe ones are held back
+    held = [f for f in rewritten.findings if f.held_back]
+    assert held and len(checked.findings) == sum(rewritten.applied.values()) + len(rewritten.manual) + len(held)
+    checked, rewritten = _both(train, Settings(unsafe_fixes=True))
     assert len(checked.findings) == sum(rewritten.applied.values()) + len(rewritten.manual)
     nm190 = [f for f in checked.findings if f.code == "NM190"]
     assert len(nm190) == 1 and "once the other fixes are made" in nm190[0].message

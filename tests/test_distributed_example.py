@@ -28,7 +28,7 @@ RANK = re.compile(r"^rank (\d+) of (\d+): last loss ([\d.]+) accuracy ([\d.]+) c
 def migrated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mnist_dp")
     shutil.copytree(EXAMPLE, folder, dirs_exist_ok=True)
-    done = cli("rewrite", str(folder))
+    done = cli("rewrite", "--unsafe-fixes", str(folder))
     assert done.returncode == 0, done.stderr
     return folder
 

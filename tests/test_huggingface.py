@@ -30,7 +30,7 @@ def test_accelerate_config_files_are_found_by_name(name, kind):
 def test_accelerate_config_fixtures(tmp_path):
     work = tmp_path / "configs"
     shutil.copytree(CONFIGS, work, ignore=shutil.ignore_patterns("expected"))
-    first = run([str(work)], Settings(), rewrite=True, jobs=1)
+    first = run([str(work)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
     assert not first.errors
     write_results(first)
     for source in CASES:
@@ -39,21 +39,21 @@ def test_accelerate_config_fixtures(tmp_path):
             expected.write_text((work / source.name).read_text())  # regenerate the expected copies that exist
         want = (expected if expected.exists() else source).read_text()
         assert (work / source.name).read_text() == want, source.name
-    assert [r.path for r in run([str(work)], Settings(), rewrite=True, jobs=1).changed] == []
+    assert [r.path for r in run([str(work)], Settings(unsafe_fixes=True), rewrite=True, jobs=1).changed] == []
     # after the rewrite only the markers remain, reported as NM900 until a person resolves them
-    after = run([str(work)], Settings(), rewrite=False, jobs=1)
+    after = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
     assert sorted((f.path.rsplit("/", 1)[1], f.code) for f in after.findings) == [
         ("deepspeed_accelerate.yaml", "NM900"), ("fsdp_accelerate.yml", "NM900")]
 
 
 def test_xla_for_neuron_becomes_multi_neuron_and_tpu_configs_stay():
     neuron = b"# trn2 training\ndistributed_type: 'XLA'  # from accelerate config\nnum_processes: 64\n"
-    result = process_accelerate_config("accelerate.yaml", neuron, Settings(), True)
+    result = process_accelerate_config("accelerate.yaml", neuron, Settings(unsafe_fixes=True), True)
     assert result.new_bytes == b"# trn2 training\ndistributed_type: 'MULTI_NEURON'  # from accelerate config\n" \
                                b"num_processes: 64\n"
     assert [(f.line, f.code) for f in result.findings] == [(2, "NM511")]
     assert "accelerate>=1.13.0" in result.findings[0].message
-    assert process_accelerate_config("accelerate.yaml", neuron, Settings(safe_only=True), True).new_bytes is None
+    assert process_accelerate_config("accelerate.yaml", neuron, Settings(), True).new_bytes is None  # unsafe: held
     tpu = b"distributed_type: XLA\nnum_processes: 8\n"
     assert process_accelerate_config("accelerate.yaml", tpu, Settings(), True).findings == []
     not_accelerate = b"# neuron\nservices:\n  web: {}\n"

@@ -38,7 +38,7 @@ def train(model, loader, optimizer):
         xm.optimizer_step(optimizer)
         xm.mark_step()
 '''
-MIGRATED = rewrite_bytes(LEGACY)
+MIGRATED = rewrite_bytes(LEGACY, unsafe_fixes=False)  # what plain `rewrite` writes
 
 
 def temp_files(root: Path) -> list[Path]:

@@ -103,11 +103,11 @@ def test_a_comment_that_describes_the_old_pin_goes_with_it_in_a_setup_py_list_to
     text = ('from setuptools import setup\n\nREQUIRED = [\n    "torch-neuronx==2.1.2.2.0",  # the XLA build\n'
             '    "torch==2.1.2"  # tested with 2.1.2\n    , "neuronx-cc==2.*",  # compiler, keep\n'
             '    "nki", "torchvision==0.16.0",  # our own comment\n]\nsetup(name="x", install_requires=REQUIRED)\n')
-    result = process_setup_py("setup.py", text.encode(), Settings(), True)
+    result = process_setup_py("setup.py", text.encode(), Settings(unsafe_fixes=True), True)
     out = result.new_bytes.decode()
     assert out == text.replace('"torch-neuronx==2.1.2.2.0",  # the XLA build', '"torch-neuronx==2.14.3.1.*",').replace(
         '"torch==2.1.2"  # tested with 2.1.2', '"torch==2.14.0"').replace('0.16.0', '0.29.0')
-    assert process_setup_py("setup.py", out.encode(), Settings(), True).new_bytes is None
+    assert process_setup_py("setup.py", out.encode(), Settings(unsafe_fixes=True), True).new_bytes is None
 
 
 def test_check_and_rewrite_report_the_same_for_a_pyproject_with_project_and_poetry_dependencies():
@@ -122,7 +122,7 @@ def test_check_and_rewrite_report_the_same_for_a_pyproject_with_project_and_poet
             'priority = "supplemental"\n')
 
     def found(rewrite: bool) -> list[tuple[int, str, str]]:
-        result = process_pyproject("pyproject.toml", text.encode(), Settings(), rewrite)
+        result = process_pyproject("pyproject.toml", text.encode(), Settings(unsafe_fixes=True), rewrite)
         return [(f.line, f.code, f.message) for f in result.findings]
 
     assert found(False) == found(True)
@@ -169,7 +169,7 @@ def test_upstream_torchao_becomes_torchao_neuron_on_trn3_with_234():
     assert new_text(both, instance="trn3") == NATIVE + "torchao-neuron==0.18.0+neuron.1\n"
     for settings in ({}, {"instance": "trn2"}, {"instance": "trn3", "neuron_sdk": "2.33"}):
         assert pin_text(text, rewrite=False, **settings).findings == [], settings
-    assert new_text(text, instance="trn3", safe_only=True) == text  # a package swap is an unsafe fix
+    assert new_text(text, instance="trn3", unsafe_fixes=False) == text  # a package swap is an unsafe fix
 
 
 def test_libtorch_neuronx_lite_is_flagged_in_its_last_release():
@@ -223,16 +223,18 @@ def test_a_library_in_a_dockerfile_install_is_marked_and_the_command_completed()
         f'    "torch-neuronx==2.14.*" "neuronx-cc==2.*" nki {INDEX}\n'
     from neuron_migrate.pin.dockerfile import process_dockerfile
 
-    result = process_dockerfile("Dockerfile", text.encode(), Settings(), True)
+    result = process_dockerfile("Dockerfile", text.encode(), Settings(unsafe_fixes=True), True)
     assert [f.code for f in result.findings] == ["NM613"]
     out = result.new_bytes.decode()
     assert out.splitlines()[1] == \
         "# TODO(neuron-migrate NM613): replace this torch_xla-based library; neuron-migrate explain NM613"
     assert out.replace(out.splitlines()[1] + "\n", "") == text
-    assert process_dockerfile("Dockerfile", out.encode(), Settings(), True).changed is False
+    assert process_dockerfile("Dockerfile", out.encode(), Settings(unsafe_fixes=True), True).changed is False
 
 
 def pin_text(text: str, rewrite: bool = True, path: str = "requirements.txt", **settings) -> FileResult:
+    """As `pin --unsafe-fixes` does it (torch-xla removed too); `unsafe_fixes=False`: plain `pin`."""
+    settings.setdefault("unsafe_fixes", True)
     return process_requirements(path, text.encode(), Settings(**settings), rewrite)
 
 
@@ -279,7 +281,7 @@ def test_included_files_count_for_packages_and_index(tmp_path):
     (tmp_path / "requirements.txt").write_text(f"{INDEX}\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n")
     dev = tmp_path / "requirements-dev.txt"
     dev.write_text("-r requirements.txt\npytest\ntorchvision\n")
-    result = process_requirements(str(dev), dev.read_bytes(), Settings(), True)
+    result = process_requirements(str(dev), dev.read_bytes(), Settings(unsafe_fixes=True), True)
     assert result.new_bytes.decode() == "-r requirements.txt\npytest\ntorchvision==0.29.0\n"
 
 
@@ -306,7 +308,7 @@ def test_an_included_file_of_any_name_is_pinned_with_its_includer(tmp_path):
     (tmp_path / "requirements.txt").unlink()
     alone = tmp_path / "requirements-cpu.txt"
     alone.write_text("torch==2.1.2\n")
-    assert process_requirements(str(alone), alone.read_bytes(), Settings(), True).findings == []
+    assert process_requirements(str(alone), alone.read_bytes(), Settings(unsafe_fixes=True), True).findings == []
 
 
 def test_two_findings_of_one_hashed_line_share_one_marker():
@@ -333,7 +335,7 @@ def test_a_file_without_neuron_packages_is_out_of_scope():
 def test_codes_can_be_turned_off_and_unsafe_removal_needs_unsafe_fixes():
     text = f"{INDEX}\ntorch==2.1.0\ntorch-xla==2.1.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n"
     assert new_text(text, ignore=frozenset({"NM602"})) == text.replace("torch-xla==2.1.0\n", "")
-    assert new_text(text, safe_only=True) == text.replace("torch==2.1.0", "torch==2.14.0")
+    assert new_text(text, unsafe_fixes=False) == text.replace("torch==2.1.0", "torch==2.14.0")
 
 
 # -- shell ------------------------------------------------------------------------------------------------
@@ -364,26 +366,26 @@ def test_pip_install_commands(line, requirements):
 
 
 def test_notebook_install_line_is_pinned():
-    pinned = pin_install_command('!pip install "torch-neuronx==2.9.*" torch-xla', Settings())
+    pinned = pin_install_command('!pip install "torch-neuronx==2.9.*" torch-xla', Settings(unsafe_fixes=True))
     assert pinned.text == f'!pip install "torch-neuronx==2.14.*" torch==2.14.0 "neuronx-cc==2.*" nki {INDEX}'
     assert [(f.line, f.col, f.code) for f in pinned.findings] == [
         (1, 1, "NM604"), (1, 14, "NM602"), (1, 14, "NM603"), (1, 37, "NM601"), (1, 37, "NM603"), (1, 37, "NM603")]
     assert pinned.installs >= {"torch-neuronx", "neuronx-cc", "nki"}
-    assert pin_install_command(pinned.text, Settings()).findings == []
+    assert pin_install_command(pinned.text, Settings(unsafe_fixes=True)).findings == []
 
 
 def test_notebook_install_line_knows_earlier_cells():
-    pinned = pin_install_command("%pip install torchvision", Settings(),
+    pinned = pin_install_command("%pip install torchvision", Settings(unsafe_fixes=True),
                                  present=frozenset({"torch-neuronx", "neuronx-cc", "nki"}))
     assert pinned.text == "%pip install torchvision==0.29.0"
-    checked = pin_install_command("%pip install torchvision", Settings(), rewrite=False,
+    checked = pin_install_command("%pip install torchvision", Settings(unsafe_fixes=True), rewrite=False,
                                   present=frozenset({"torch-neuronx"}))
     assert checked.text == "%pip install torchvision" and [f.code for f in checked.findings] == ["NM602"]
 
 
 def test_a_command_installing_only_legacy_packages_is_left_for_a_person():
     text = "pip install torch-neuronx==2.14.* neuronx-cc==2.* nki\npip install libneuronxla\n"
-    result = process_shell("s.sh", text.encode(), Settings(), True)
+    result = process_shell("s.sh", text.encode(), Settings(unsafe_fixes=True), True)
     assert result.new_bytes.decode().splitlines()[1].startswith("# TODO(neuron-migrate NM606): pin this requirement")
     assert "`libneuronxla` is all this command installs" in [f for f in result.findings if f.code == "NM606"][0].message
     assert result.new_bytes.decode().splitlines()[2] == "pip install libneuronxla"
@@ -391,7 +393,7 @@ def test_a_command_installing_only_legacy_packages_is_left_for_a_person():
 
 def test_removing_the_last_continued_argument_keeps_the_command_whole():
     text = "pip install \\\n    torch-neuronx==2.14.* \\\n    torch-xla\necho done\n"
-    result = process_shell("s.sh", text.encode(), Settings(), True)
+    result = process_shell("s.sh", text.encode(), Settings(unsafe_fixes=True), True)
     assert result.new_bytes.decode() == ("pip install \\\n    torch-neuronx==2.14.* \\\n    torch==2.14.0 \\\n"
                                          "    \"neuronx-cc==2.*\" \\\n"
                                          f"    nki \\\n    {INDEX}\necho done\n")
@@ -452,11 +454,11 @@ def test_rewrite_on_the_bundled_example_updates_its_requirements(tmp_path):
 
     example = tmp_path / "xla_mnist"
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)
-    assert cli("rewrite", str(example)).returncode == 0
+    assert cli("rewrite", "--unsafe-fixes", str(example)).returncode == 0
     assert (example / "requirements.txt").read_text() == (
         "# PyTorch/XLA stack for Trainium (Neuron SDK 2.2x)\n"
         f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.3.1.*\nneuronx-cc==2.*\nnki\n")
-    again = cli("pin", "--diff", str(example))
+    again = cli("pin", "--diff", "--unsafe-fixes", str(example))
     assert again.returncode == 0 and again.stdout == ""
 
 
@@ -475,9 +477,9 @@ def test_poetry_legacy_package_from_git_is_removed_and_python_checked():
     text = ('[tool.poetry.dependencies]\npython = "~3.10"\ntorch-neuronx = "2.14.*"\nneuronx-cc = "2.*"\nnki = "*"\n'
             'torch-xla = { git = "https://github.com/pytorch/xla.git", tag = "v2.1.0" }  # legacy\n\n'
             '[[tool.poetry.source]]\nname = "neuron"\nurl = "https://pip.repos.neuron.amazonaws.com"\n')
-    checked = process_pyproject("pyproject.toml", text.encode(), Settings(), False)
+    checked = process_pyproject("pyproject.toml", text.encode(), Settings(unsafe_fixes=True), False)
     assert [(f.line, f.code) for f in checked.findings] == [(2, "NM607"), (3, "NM603"), (6, "NM601")]
-    out = process_pyproject("pyproject.toml", text.encode(), Settings(), True).new_bytes.decode()
+    out = process_pyproject("pyproject.toml", text.encode(), Settings(unsafe_fixes=True), True).new_bytes.decode()
     assert "torch-xla" not in out and 'torch-neuronx = "2.14.*"' in out
     assert out.splitlines()[1].startswith("# TODO(neuron-migrate NM607): widen it to include 3.12")
 
@@ -503,7 +505,7 @@ def test_from_uses_the_default_of_a_global_arg():
 
     text = ("ARG BASE=ubuntu:22.04\nFROM ${BASE} AS build\nARG BASE=ignored\nFROM python:3.12\n"
             "ENV NEURON_RT_LOG_LEVEL=INFO\n")
-    result = process_dockerfile("Dockerfile", text.encode(), Settings(), False)
+    result = process_dockerfile("Dockerfile", text.encode(), Settings(unsafe_fixes=True), False)
     assert [(f.line, f.message.split(";")[0]) for f in result.findings] == [
         (2, "`FROM ${BASE}` (`ubuntu:22.04`) is Ubuntu 22.04")]
 
@@ -514,7 +516,7 @@ def test_versions_from_dockerfile_args_are_pinned_where_the_arg_is_set():
     text = ('ARG NEURONX_VERSION=2.1.2.2.0.0\nARG CC_VERSION="2.12.68.0"\nARG TV=0.16.0\nARG TV=0.17.0\n'
             f'RUN pip install "torch-neuronx==${{NEURONX_VERSION}}" neuronx-cc==$CC_VERSION nki torchvision==$TV \\\n'
             f'    {INDEX}\n')
-    checked = process_dockerfile("Dockerfile", text.encode(), Settings(), False)
+    checked = process_dockerfile("Dockerfile", text.encode(), Settings(unsafe_fixes=True), False)
     assert [f.message.split(";")[0] for f in checked.findings] == [
         "`torch-neuronx==${NEURONX_VERSION}` with `NEURONX_VERSION=2.1.2.2.0.0` is the legacy XLA build "
         "(the native backend starts at 2.13.3)",
@@ -522,15 +524,15 @@ def test_versions_from_dockerfile_args_are_pinned_where_the_arg_is_set():
         "`neuronx-cc==$CC_VERSION` with `CC_VERSION=2.12.68.0` does not admit 2.28.7631.0",
         "`torchvision==$TV` takes its version from a template, so `neuron-migrate` leaves it alone",  # TV is set twice
     ]
-    out = process_dockerfile("Dockerfile", text.encode(), Settings(), True).new_bytes.decode()
+    out = process_dockerfile("Dockerfile", text.encode(), Settings(unsafe_fixes=True), True).new_bytes.decode()
     assert out.startswith('ARG NEURONX_VERSION=2.14.3.1.*\nARG CC_VERSION="2.*"\nARG TV=0.16.0\nARG TV=0.17.0\n# TODO')
-    assert process_dockerfile("Dockerfile", out.encode(), Settings(), True).changed is False
+    assert process_dockerfile("Dockerfile", out.encode(), Settings(unsafe_fixes=True), True).changed is False
 
 
 def test_versions_from_shell_variables_are_pinned_where_the_variable_is_set():
     text = ('export NEURONX_VERSION="2.9.0.2.15.32035"\nTORCH=2.9.0\n'
             f'pip install torch==$TORCH "torch-neuronx==${{NEURONX_VERSION}}" "neuronx-cc==2.*" nki {INDEX}\n')
-    out = process_shell("s.sh", text.encode(), Settings(), True).new_bytes.decode()
+    out = process_shell("s.sh", text.encode(), Settings(unsafe_fixes=True), True).new_bytes.decode()
     assert out == text.replace("2.9.0.2.15.32035", "2.14.3.1.*").replace("TORCH=2.9.0", "TORCH=2.14.0")
 
 
@@ -544,7 +546,7 @@ def test_python_and_images_are_judged_only_for_torch_or_neuron_projects(name, te
     from neuron_migrate.engine.handlers import process
     from neuron_migrate.engine.discover import kind_of
 
-    assert process(name, text.encode(), kind_of(name), Settings(), False).findings == []
+    assert process(name, text.encode(), kind_of(name), Settings(unsafe_fixes=True), False).findings == []
     with_torch = {"pyproject.toml": text.replace('"requests"', '"torch"'),
                   "setup.cfg": text.replace("requests", "torch"),
                   "environment.yml": text.replace("postgresql", "pytorch=2.1.2"),

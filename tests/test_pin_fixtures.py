@@ -32,7 +32,7 @@ def inputs(case):
 def settings_of(case, **overrides) -> Settings:
     path = case / SETTINGS_FILE
     values = tomllib.loads(path.read_text()) if path.exists() else {}
-    return Settings(select=PIN_CODES, **{**values, **overrides})
+    return Settings(select=PIN_CODES, **{"unsafe_fixes": True, **values, **overrides})  # as `pin --unsafe-fixes`
 
 
 def copy_case(case, tmp_path):

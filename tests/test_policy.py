@@ -1,4 +1,4 @@
-"""One report policy for every file kind: the same suppression comments, --safe-only, markers and NM901 everywhere.
+"""One report policy for every file kind: the same suppression comments, --unsafe-fixes, markers and NM901 everywhere.
 
 The generic tests take every catalogue example, in its own file kind and carried over to the other kinds its
 rule applies to (a Python example into a notebook cell; a requirements example into a shell `pip install`,
@@ -180,17 +180,20 @@ def test_a_suppression_on_the_triggering_line_silences_the_rule(info, kind, path
 
 @pytest.mark.parametrize("info, kind, path, text", [c for c in CASES if c[0].fix is not FixSafety.MANUAL],
                          ids=[i for c, i in zip(CASES, IDS) if c[0].fix is not FixSafety.MANUAL])
-def test_safe_only_applies_safe_fixes_and_reports_unsafe_ones_in_every_kind(info, kind, path, text):
-    for safe_only in (False, True):
-        applies = info.fix is FixSafety.SAFE or not safe_only
-        found = run(kind, path, text, **info.example_settings, safe_only=safe_only).findings
-        assert {f.fixable for f in found if f.code == info.code} == {applies}, (safe_only, text)
-        result = run(kind, path, text, **info.example_settings, rewrite=True, safe_only=safe_only)
-        assert (info.code in result.applied) == applies, (safe_only, result.applied)
+def test_unsafe_fixes_are_opt_in_in_every_kind(info, kind, path, text):
+    """Safe fixes by default, the unsafe ones with `unsafe_fixes` (--unsafe-fixes); a held-back fix says so."""
+    for unsafe_fixes in (True, False):
+        applies = info.fix is FixSafety.SAFE or unsafe_fixes
+        found = [f for f in run(kind, path, text, **info.example_settings, unsafe_fixes=unsafe_fixes).findings
+                 if f.code == info.code]
+        assert {f.fixable for f in found} == {applies}, (unsafe_fixes, text)
+        assert {f.held_back for f in found} == {None if applies else True}, (unsafe_fixes, text)
+        result = run(kind, path, text, **info.example_settings, rewrite=True, unsafe_fixes=unsafe_fixes)
+        assert (info.code in result.applied) == applies, (unsafe_fixes, result.applied)
     if info.fix is FixSafety.UNSAFE:
-        result = run(kind, path, text, **info.example_settings, rewrite=True, safe_only=True, ignore=frozenset(
+        result = run(kind, path, text, **info.example_settings, rewrite=True, ignore=frozenset(
             {c for c in catalogue.catalogue() if c != info.code}))
-        assert result.new_bytes is None  # nothing else to do: the unsafe fix alone is left out
+        assert result.new_bytes is None  # nothing else to do: the unsafe fix alone is left out by default
 
 
 # -- the shell-script defects, with look-alikes ---------------------------------------------------------------
@@ -211,6 +214,7 @@ if __name__ == "__main__":
 def shell(tmp_path, script: str, rewrite: bool = False, **settings):
     path = tmp_path / "run.sh"
     path.write_text(script)
+    settings.setdefault("unsafe_fixes", True)  # NM240 and NM601 are unsafe fixes
     result = process(str(path), script.encode(), "shell", Settings(**settings), rewrite)
     assert result.error is None, result.error
     return result

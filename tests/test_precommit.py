@@ -151,6 +151,9 @@ def test_the_hooks_check_and_fix_every_kind_with_the_real_pre_commit(tmp_path):
     import yaml
 
     hooks = [{**{k: h[k] for k in ("id", "name", "entry", "files")}, "language": "system"} for h in _hooks()]
+    for hook in hooks:  # as the hooks' header says: the fix hook makes the unsafe fixes too with this argument
+        if hook["id"] == "neuron-migrate-fix":
+            hook["args"] = ["--unsafe-fixes"]
     repo = tmp_path / "repo"
     _staged_repo(repo, yaml.safe_dump({"repos": [{"repo": "local", "hooks": hooks}]}))
     check = _run(repo, "run", "neuron-migrate-check", "--all-files")

@@ -51,7 +51,7 @@ MODEL = "import torch\n\n\nclass Net(torch.nn.Linear):\n    def __init__(self):\
 def rewrite(folder, name="train.py", text=PROGRAM) -> tuple[str, dict]:
     path = folder / name
     path.write_text(text)
-    result = process_python(str(path), text.encode(), Settings(), True)
+    result = process_python(str(path), text.encode(), Settings(unsafe_fixes=True), True)
     assert result.new_bytes is not None
     return result.new_bytes.decode(), result.files_read
 

@@ -60,7 +60,7 @@ def test_every_case_is_listed():
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_rewrite_gives_expected_files(case, tmp_path):
     work = copy_case(case, tmp_path)
-    first = run([str(work)], Settings(), rewrite=True, jobs=1)
+    first = run([str(work)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
     assert not first.errors
     write_results(first)
     for source in inputs(case):
@@ -74,14 +74,14 @@ def test_rewrite_gives_expected_files(case, tmp_path):
         assert (work / relative).read_bytes().decode() == want.decode(), f"{case.name}/{relative}"
         if relative.suffix == ".py":
             compile((work / relative).read_text(), str(relative), "exec")
-    second = run([str(work)], Settings(), rewrite=True, jobs=1)
+    second = run([str(work)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
     assert [r.path for r in second.changed] == []
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_check_reports_the_codes_of_each_file(case, tmp_path):
     work = copy_case(case, tmp_path)
-    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    result = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
     found: dict[str, set[str]] = {}
     for f in result.findings:
         found.setdefault(os.path.relpath(f.path, work).replace(os.sep, "/"), set()).add(f.code)
@@ -90,17 +90,17 @@ def test_check_reports_the_codes_of_each_file(case, tmp_path):
 
 def test_nm521_names_the_target_and_where_it_was_read(tmp_path):
     work = copy_case(FIXTURES / "projects" / "inf2_project", tmp_path)
-    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    result = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
     note = next(f for f in result.findings if f.code == "NM521" and f.path.endswith("compile.py"))
     assert "Inferentia 2 (Inf2)" in note.message and "hf_vit_inference_on_inf2.ipynb: its path says `inf2`" in note.message
 
 
 def test_nm522_marker_names_both_programs_and_is_placed_once(tmp_path):
     work = copy_case(FIXTURES / "projects" / "shared_helper", tmp_path)
-    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    result = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
     note = next(f for f in result.findings if f.code == "NM522")
     assert "train_tpu.py runs on TPU" in note.message and "train.py moves to neuron" in note.message
-    write_results(run([str(work)], Settings(), rewrite=True, jobs=1))
+    write_results(run([str(work)], Settings(unsafe_fixes=True), rewrite=True, jobs=1))
     text = (work / "common.py").read_text()
     assert text.count("TODO(neuron-migrate NM522)") == 1 and text.endswith((FIXTURES / "projects" / "shared_helper"
                                                                              / "common.py").read_text())
@@ -127,11 +127,11 @@ def test_the_cache_key_holds_the_project_facts(tmp_path, monkeypatch):
     """A file's cached result depends on what the project told it: renaming a sibling notebook changes it."""
     monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "cache"))
     work = copy_case(FIXTURES / "projects" / "inf2_project", tmp_path)
-    first = run([str(work)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    first = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1, use_cache=True)
     assert "NM521" in {f.code for f in first.findings if f.path.endswith("compile.py")}
     os.rename(work / "hf_vit_inference_on_inf2.ipynb", work / "hf_vit_inference.ipynb")
     (work / "README.md").write_text("# ViT\n")
-    second = run([str(work)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    second = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1, use_cache=True)
     codes = {f.code for f in second.findings if f.path.endswith("compile.py")}
     assert "NM521" not in codes and "NM501" in codes or "NM502" in codes
 
@@ -165,7 +165,7 @@ def test_evidence_places(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
-    project = Project([str(tmp_path)], targets, Settings())
+    project = Project([str(tmp_path)], targets, Settings(unsafe_fixes=True))
     got = {os.path.relpath(p.entry.full, tmp_path): (p.target, [e.what for e in p.evidence])
            for p in project.programs}
     assert got["launch/train.py"] == ("tpu", ["sets `PJRT_DEVICE=TPU`"])
@@ -183,7 +183,7 @@ def test_a_trn1_training_program_moves_and_a_trn1_inference_one_is_set_aside(tmp
                                        "    traced = torch_neuronx.trace(model, example)\n")
     (tmp_path / "setup_env.py").write_text("import torch_neuronx\n\nif __name__ == '__main__':\n    pass\n")
     targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
-    project = Project([str(tmp_path)], targets, Settings())
+    project = Project([str(tmp_path)], targets, Settings(unsafe_fixes=True))
     assert project.of(str(tmp_path / "train.py"), "python").target is None
     assert project.of(str(tmp_path / "infer.py"), "python").target == "trn1"
     assert project.of(str(tmp_path / "setup_env.py"), "python").target is None  # neither training nor inference
@@ -193,7 +193,7 @@ def test_the_model_reads_json_of_a_broken_notebook_and_bad_python_without_failin
     (tmp_path / "broken.ipynb").write_text("{not json")
     (tmp_path / "bad.py").write_text("def (:\n  import torch_xla\n")
     targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
-    project = Project([str(tmp_path)], targets, Settings())
+    project = Project([str(tmp_path)], targets, Settings(unsafe_fixes=True))
     assert json.dumps(project.report())
 
 
@@ -203,7 +203,7 @@ def test_the_model_costs_little_beside_the_run(tmp_path):
         (tmp_path / f"mod{i}.py").write_text(f"import mod{(i + 1) % 300}\nimport torch_xla\n" + "x = 1\n" * 200)
     targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
     start = time.perf_counter()
-    project = Project([str(tmp_path)], targets, Settings())
+    project = Project([str(tmp_path)], targets, Settings(unsafe_fixes=True))
     assert time.perf_counter() - start < 2.0
     assert len(project.modules["" + str(tmp_path / "mod0.py")].edges) == 1
 

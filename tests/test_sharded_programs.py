@@ -32,9 +32,9 @@ NUMBER = re.compile(r"-?\d+\.\d+")
 
 def _migrate(name: str, folder: Path) -> str:
     shutil.copytree(PROGRAMS / name, folder / name)
-    done = subprocess.run([sys.executable, "-m", "neuron_migrate", "rewrite", "--device-style", "accelerator",
-                           "--no-compile", str(folder / name / "train.py")], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-m", "neuron_migrate", "rewrite", "--unsafe-fixes", "--device-style",
+                           "accelerator", "--no-compile", str(folder / name / "train.py")], capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

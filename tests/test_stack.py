@@ -62,7 +62,7 @@ UPDATE = os.environ.get("NEURON_MIGRATE_UPDATE_SNAPSHOTS") == "1"  # rewrite the
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_rewrite_gives_expected_files_and_reports_each_library_once(case, tmp_path):
     work = copy_case(case, tmp_path)
-    first = run([str(work)], Settings(), rewrite=True, jobs=1)
+    first = run([str(work)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
     assert not first.errors
     write_results(first)
     for source in inputs(case):
@@ -78,7 +78,7 @@ def test_rewrite_gives_expected_files_and_reports_each_library_once(case, tmp_pa
     assert libraries == LIBRARIES[case.name]
     library_files = {str(work / root) for _, root, _ in LIBRARIES[case.name]}
     assert not [r.path for r in first.results if any(r.path.startswith(f + os.sep) for f in library_files)]
-    second = run([str(work)], Settings(), rewrite=True, jobs=1)
+    second = run([str(work)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
     assert [r.path for r in second.changed] == []
 
 
@@ -92,7 +92,7 @@ def test_pin_leaves_the_pins_of_a_library_alone(case, tmp_path):
 
 def test_check_reports_nothing_in_a_library_and_one_note_per_library(tmp_path):
     work = copy_case(FIXTURES / "stack" / "vendored", tmp_path)
-    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    result = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
     assert {os.path.relpath(f.path, work) for f in result.findings} == {os.path.join("scripts", "train_tp.py")}
     assert [lib.files for lib in result.libraries] == [3, 2, 2]
     assert all("left alone" in lib.message and "XLA-based stack" in lib.message for lib in result.libraries)
@@ -122,7 +122,7 @@ def test_outputs_carry_the_notes_and_keep_the_exit_code(tmp_path):
 
 def test_a_file_named_on_the_command_line_inside_a_library_is_left_alone_too(tmp_path):
     work = copy_case(FIXTURES / "stack" / "torch_xla_wheel", tmp_path)
-    result = run([str(work / "torch_xla" / "core" / "xla_model.py")], Settings(), rewrite=True, jobs=1)
+    result = run([str(work / "torch_xla" / "core" / "xla_model.py")], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
     assert result.results == [] and [(lib.name, lib.files) for lib in result.libraries] == [("torch_xla", 1)]
 
 
@@ -202,14 +202,14 @@ def test_a_tpu_launch_script_keeps_its_launcher(tmp_path):
     neuron = b"export NEURON_RT_NUM_CORES=8\npython train.py\n"
     tpu = b"export PJRT_DEVICE=TPU\npython train.py\n"
     script = str(tmp_path / "run.sh")
-    assert launch_shell(script, neuron, Settings(), True).new_bytes is not None
-    result = launch_shell(script, tpu, Settings(), True)
+    assert launch_shell(script, neuron, Settings(unsafe_fixes=True), True).new_bytes is not None
+    result = launch_shell(script, tpu, Settings(unsafe_fixes=True), True)
     assert result.new_bytes is None and result.findings == []
 
 
 def test_inferentia1_installs_report_nm513_once_per_command(tmp_path):
     work = copy_case(FIXTURES / "products" / "inf1_project", tmp_path)
-    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    result = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
     found = sorted((os.path.basename(f.path), f.cell, f.code) for f in result.findings)
     assert found == [("Dockerfile", None, "NM513"), ("compile.py", None, "NM513"), ("compile.sh", None, "NM513"),
                      ("inf1_resnet50.ipynb", 2, "NM513"), ("inf1_resnet50.ipynb", 3, "NM513"),
@@ -221,7 +221,7 @@ def test_inferentia1_installs_report_nm513_once_per_command(tmp_path):
 def test_tpu_files_get_no_finding_about_neuron(tmp_path):
     work = copy_case(FIXTURES / "products" / "tpu_project", tmp_path)
     (work / "eval.sh").unlink()  # the script that serves both stacks (its Neuron lines are migrated)
-    result = run([str(work)], Settings(), rewrite=False, jobs=1)
+    result = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
     assert result.findings == []
 
 

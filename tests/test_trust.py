@@ -255,7 +255,8 @@ def test_an_include_that_is_not_a_small_regular_file_is_not_read(tmp_path, inclu
     elif include == "huge.txt":
         (root / include).write_bytes(b"numpy\n" * (sources.size_limit("requirements") // 6 + 10))
     (root / "requirements.txt").write_text(f"torch-xla==2.1.0\n-r {include}\n", encoding="utf-8")
-    pin = cli("pin", "--diff", "requirements.txt", cwd=root)  # the helper's timeout: a blocked read fails the test
+    # the helper's timeout: a blocked read fails the test
+    pin = cli("pin", "--diff", "--unsafe-fixes", "requirements.txt", cwd=root)
     assert pin.returncode == 1, pin.stderr
     assert "-torch-xla==2.1.0" in pin.stdout and "Traceback" not in pin.stderr
     check = cli("check", "--no-cache", ".", cwd=root)

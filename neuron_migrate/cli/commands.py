@@ -98,6 +98,15 @@ def target_options(f):
     return f
 
 
+def unsafe_fixes_option(f):
+    """--unsafe-fixes / --no-unsafe-fixes (ruff's options): whether the fixes the catalogue marks unsafe are made
+    (and `check` counts them fixable); unset: `unsafe-fixes` in [tool.neuron-migrate], false by default."""
+    return click.option("--unsafe-fixes/--no-unsafe-fixes", "unsafe_fixes", default=None,
+                        help="Also make the fixes marked unsafe (they change behaviour in ways to review: "
+                        "`neuron-migrate rules` lists them); --no-unsafe-fixes overrides `unsafe-fixes = true` in "
+                        "[tool.neuron-migrate]. Default: safe fixes only.")(f)
+
+
 def _paths(paths: tuple[str, ...], hook: bool, exclude: tuple[str, ...]) -> tuple[str, ...]:
     if hook:
         from neuron_migrate.cli.hook import hook_paths
@@ -212,14 +221,17 @@ class Output:
               help="Print the programs found (entry points), the files each reaches and each one's target with the "
               "evidence it was read from, then the findings: why a file was or was not migrated.")
 @click.option("--fix", "fix", is_flag=True, hidden=True)  # ruff's habit: say where fixes are made
+@unsafe_fixes_option
 @target_options
 def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
-          fmt, statistics, output_file, add_noqa, exit_zero, show_project, fix, torch, neuron_sdk, instance) -> None:
+          fmt, statistics, output_file, add_noqa, exit_zero, show_project, fix, unsafe_fixes, torch, neuron_sdk,
+          instance) -> None:
     """Report legacy idioms and what the native backend does not support; write nothing.
 
     Exit 0 when clean, 1 when there are findings (0 with --exit-zero), 2 when a file could not be processed.
     The sources of an XLA-stack library (torch_xla, neuronx-distributed, optimum-neuron, ...) are left alone with
-    one note per library; notes do not change the exit code. `[*]` marks the findings `neuron-migrate rewrite` fixes.
+    one note per library; notes do not change the exit code. `[*]` marks the findings `neuron-migrate rewrite` fixes,
+    `[~]` those whose fix is unsafe and made only with `rewrite --unsafe-fixes`.
     """
     if fix:
         _usage("check only reports; `neuron-migrate rewrite PATHS` makes the fixes (`rewrite --diff PATHS` shows "
@@ -234,7 +246,7 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     _refuse_shard_of_stdin(shard, from_stdin)
     where = (stdin_filename or ".",) if from_stdin else (paths or (".",))
     resolved = _settings(where, select, ignore, exclude, torch=torch, neuron_sdk=neuron_sdk, instance=instance,
-                         config_file=config_file)
+                         unsafe_fixes=unsafe_fixes, config_file=config_file)
     # One pass gives the findings and, where JSON and SARIF carry them, the fixed files (the findings are the same).
     rewrite = fmt in ("sarif", "json") and not statistics
     known: dict[str, bytes] = {}
@@ -288,12 +300,15 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
                 out.echo()
     for library in libraries if fmt in ("full", "concise") and not statistics else ():
         out.echo(library_line(library))
+    text = fmt in ("full", "concise")
+    summary = check_summary(findings, len(result.results), len(errors), libraries)
+    if text and not quiet:  # after the findings, where ruff prints `Found N errors.` (the --output-file too)
+        out.echo(summary)
     out.close()
-    if fmt in ("full", "concise") or statistics:
+    if text or statistics:
         _report_errors(errors, warnings)
-        if not quiet:
-            click.echo(check_summary(findings, len(result.results), len(errors), libraries),
-                       err=bool(findings or errors) or fmt == "json")
+        if statistics and fmt == "json" and not quiet:
+            click.echo(summary, err=True)
     sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
 
 
@@ -362,7 +377,8 @@ def _report_format(report_path: str | None, report_format: str | None) -> str | 
 @click.option("--diff", "--dry-run", "dry_run", is_flag=True,
               help="Print a unified diff and write nothing (exit 1 when something would change).")
 @click.option("--no-compile", is_flag=True, help="Do not insert model.compile(backend=\"neuron\") after placement.")
-@click.option("--safe-only", is_flag=True, help="Apply only fixes marked safe.")
+@unsafe_fixes_option
+@click.option("--safe-only", is_flag=True, hidden=True)  # deprecated: safe fixes only is the default now
 @click.option("--device-style", type=click.Choice(["neuron", "accelerator"]), default=None,
               help="neuron (default): write the `neuron` device; accelerator: code that runs on Trainium, GPU and "
               "CPU alike.")
@@ -374,8 +390,8 @@ def _report_format(report_path: str | None, report_format: str | None) -> str | 
               help="The --report format when the file name does not end in .md or .json.")
 @target_options
 def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
-            dry_run, no_compile, safe_only, device_style, output_dir, report_path, report_format, torch, neuron_sdk,
-            instance) -> None:
+            dry_run, no_compile, unsafe_fixes, safe_only, device_style, output_dir, report_path, report_format, torch,
+            neuron_sdk, instance) -> None:
     """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir).
 
     With `-` (or --stdin-filename) the source is read from standard input and the migrated source is printed
@@ -394,10 +410,14 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
     if shard is not None and output_dir:
         _usage("--output-dir writes a copy of the whole tree, which one shard does not migrate; give --output-dir "
                "without --shard, or rewrite each shard in place")
+    if safe_only and unsafe_fixes:
+        _usage("--safe-only (the default now, kept for old scripts) and --unsafe-fixes contradict each other; "
+               "give --unsafe-fixes alone")
     fmt = _report_format(report_path, report_format)
     where = (stdin_filename or ".",) if from_stdin else (paths or (".",))
     resolved = _settings(where, select, ignore, exclude, compile=False if no_compile else None,
-                         safe_only=safe_only, device_style=device_style, torch=torch, neuron_sdk=neuron_sdk,
+                         unsafe_fixes=False if safe_only else unsafe_fixes, device_style=device_style, torch=torch,
+                         neuron_sdk=neuron_sdk,
                          instance=instance, config_file=config_file)
     style = style_for(color, sys.stdout)
     if from_stdin:
@@ -436,7 +456,8 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
     exit_after_rewrite(result, dry_run)
 
 
-def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet: bool = False) -> None:
+def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet: bool = False,
+                  command: str = "rewrite") -> None:
     """The diff (dry run) or the writes, then the errors and the summary (shared by rewrite and pin)."""
     if dry_run:
         for r in result.changed:
@@ -451,7 +472,7 @@ def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet
     _report_errors(result.errors, getattr(result, "warnings", ()))
     if quiet:
         return
-    for line in rewrite_summary(result.results, dry_run, getattr(result, "libraries", ())):
+    for line in rewrite_summary(result.results, dry_run, getattr(result, "libraries", ()), command):
         click.echo(line, err=dry_run)
 
 

@@ -14,10 +14,14 @@ FRAME_LINES = 3  # at most this many lines of the finding itself in a code frame
 FRAME_WIDTH = 100  # a frame line longer than this is cut (with an ellipsis)
 
 
+FIXABLE, HELD_BACK = "[*]", "[~]"  # `rewrite` fixes it; an unsafe fix only `rewrite --unsafe-fixes` makes
+
+
 def finding_line(f: Finding, style: Style = PLAIN) -> str:
-    """`path:line:col: CODE [*] message`; `[*]`: `neuron-migrate rewrite` fixes it."""
+    """`path:line:col: CODE [*] message`; `[*]`: `neuron-migrate rewrite` fixes it; `[~]`: its fix is unsafe and
+    held back (`rewrite --unsafe-fixes` makes it)."""
     where = f"{f.path}:cell {f.cell}:{f.line}:{f.col}" if f.cell is not None else f"{f.path}:{f.line}:{f.col}"
-    mark = " " + style.fixable("[*]") if f.fixable else ""
+    mark = " " + style.fixable(FIXABLE) if f.fixable else " " + style.dim(HELD_BACK) if f.held_back else ""
     return f"{style.path(where)}: {style.code(f.code)}{mark} {f.message}"
 
 
@@ -64,15 +68,17 @@ def code_frame(f: Finding, lines: list[str] | None, style: Style = PLAIN) -> lis
 
 
 def statistics(findings: list[Finding], style: Style = PLAIN) -> list[str]:
-    """Counts by code, most frequent first: `count  CODE  [*]  name` (`[*]`: every one of them is fixable)."""
+    """Counts by code, most frequent first: `count  CODE  [*]  name` (`[*]`: every one of them is fixable, `[-]`:
+    some are; `[~]`: their fix is unsafe and held back, `--unsafe-fixes` makes it)."""
     from neuron_migrate import catalogue
 
     counts = Counter(f.code for f in findings)
     fixable = Counter(f.code for f in findings if f.fixable)
+    held = Counter(f.code for f in findings if f.held_back)
     width = max((len(str(n)) for n in counts.values()), default=1)
     out = []
     for code, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        mark = "[*]" if fixable[code] == n else "[-]" if fixable[code] else "   "
+        mark = FIXABLE if fixable[code] == n else "[-]" if fixable[code] else HELD_BACK if held[code] else "   "
         out.append(f"{str(n).rjust(width)}  {style.code(code)}  {style.fixable(mark)}  {catalogue.rule(code).name}")
     return out
 
@@ -199,7 +205,10 @@ def check_summary(findings: list[Finding], files: int, errors: int, libraries=()
     files_with = len({f.path for f in findings})
     text = f"Found {plural(len(findings), 'finding')} in {plural(files_with, 'file')} ({files} checked)"
     if fixable:
-        text += f"; {fixable} fixable with `neuron-migrate rewrite`"
+        text += f"; {FIXABLE} {fixable} fixable with `neuron-migrate rewrite`"
+    held = held_back(findings, "`neuron-migrate rewrite --unsafe-fixes` makes {them} (review the result)")
+    if held:
+        text += f"; {held}"
     if errors:
         text += f"; {plural(errors, 'file')} could not be processed"
     if left:
@@ -207,7 +216,17 @@ def check_summary(findings: list[Finding], files: int, errors: int, libraries=()
     return text + "."
 
 
-def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=()) -> list[str]:
+def held_back(findings, how: str) -> str:
+    """`[~] 3 unsafe fixes held back: <how>` for the findings whose unsafe fix this run did not make ("{them}" in
+    `how`: it or them); "" when there are none."""
+    n = sum(1 for f in findings if f.held_back)
+    if not n:
+        return ""
+    what = f"{n} unsafe {'fix' if n == 1 else 'fixes'}"
+    return f"{HELD_BACK} {what} held back: " + how.format(them="it" if n == 1 else "them")
+
+
+def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=(), command: str = "rewrite") -> list[str]:
     changed = [r for r in results if r.changed and not r.error]
     per_rule: Counter[str] = Counter()
     for r in changed:
@@ -226,6 +245,13 @@ def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=()) -> l
         lines.append(f"{plural(len(left.other), 'finding')} reported without a marker (`neuron-migrate check` "
                      "lists them too):")
         lines.extend("  " + finding_line(m) for m in left.other)
+    if dry_run:
+        held = held_back(left.other, f"`neuron-migrate {command} --unsafe-fixes` makes {{them}} (review the result).")
+    else:  # NM107's compile, NM106's DDP: found beside the legacy idioms this run replaced, not in its output
+        held = held_back(left.other, f"`neuron-migrate {command} --unsafe-fixes` makes {{them}} when run on the "
+                         "files as they were (a run over the files as they are now may not find them all).")
+    if held:
+        lines.append(held)
     if libraries:
         lines.append(libraries_left(libraries) + ":")
         lines.extend("  " + library_line(lib) for lib in libraries)

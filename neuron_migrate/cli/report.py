@@ -2,8 +2,8 @@
 
 The markdown holds, in this order: a summary table (rewrites, markers and other findings per rule, and the files
 each touches), the unsafe fixes to review, the items left for a person grouped by rule with their file:line lists
-(the markers, then the findings `check` still reports without a marker: check-only notes, fixes `--safe-only`
-held back), the dependency pins and the launch scripts and configurations changed, the files skipped, and the next
+(the markers, then the findings `check` still reports without a marker: check-only notes, unsafe fixes held
+back), the dependency pins and the launch scripts and configurations changed, the files skipped, and the next
 steps. Every path is relative. The body stays under BODY_LIMIT characters (a pull-request description holds
 65,536): where the full lists do not fit, they go to a details file next to it (`<report>.details.md`), which the
 body names. More sections (notes on the libraries a project uses, say) go in SECTIONS.
@@ -282,7 +282,8 @@ def _left(report: Report, limits: Limits) -> list[str]:
     if report.other:
         out += ["### Left for a person: other findings", "",
                 "`neuron-migrate check` reports these without a marker: notes on performance and precision, "
-                "fixes held back (`--safe-only`), suppressions that are not needed.", ""]
+                "unsafe fixes held back (`[~]`: `neuron-migrate rewrite --unsafe-fixes` makes them), suppressions that "
+                "are not needed.", ""]
         for code, items in _by_rule(report.other):
             out += _group(code, items, _plural(len(items), "finding"), _summary_of(code), limits)
     return out

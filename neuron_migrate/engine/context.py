@@ -37,10 +37,11 @@ class Decision:
     code: str
     node: cst.CSTNode
     message: str
-    fixable: bool  # the policy allows the fix (safe, or unsafe without --safe-only)
+    fixable: bool  # the policy allows the fix (safe, or unsafe with --unsafe-fixes)
     statement: cst.CSTNode | None
     status: str = LEFT  # FIXED: its edits are made; MARKED: a marker stands above its statement; LEFT: neither
     offset: tuple[int, int] | None = None  # the span of the node's source the finding is on (in a long string)
+    held_back: bool = False  # an unsafe fix this run does not make (`--unsafe-fixes` would)
 
 
 def add_edit(edits: EditSet, kind: str, node: cst.CSTNode, value: object) -> None:
@@ -246,7 +247,7 @@ class FileContext:
         """Record a finding. Returns True when the rule should now make its edits for it.
 
         The answer is the same for `check` and `rewrite`: True when the code is enabled, not suppressed on its
-        line, and its fix allowed (safe, or unsafe without `--safe-only`). For manual rules the marker is placed
+        line, and its fix allowed (safe, or unsafe with `--unsafe-fixes`). For manual rules the marker is placed
         here (above `statement`, by default the current statement) and False is returned; with `marker=False`
         True is returned and the caller places one marker for several findings. Check-only rules get no marker.
         A finding on a statement that already carries this code's marker is not repeated: the marker (NM900)
@@ -279,7 +280,8 @@ class FileContext:
             migrating=lambda: self.moving_to_neuron)
         if policy is None:
             return False
-        decision = Decision(code, node, policy.message, policy.fixable, statement, offset=offset)
+        decision = Decision(code, node, policy.message, policy.fixable, statement, offset=offset,
+                            held_back=policy.held_back)
         self.decisions.append(decision)
         if policy.mark and statement is not None:
             decision.status = MARKED

@@ -193,7 +193,8 @@ def stranded_decisions(ctx, unused: list[Binding], flags: list[Binding]) -> list
             decided = policy.decide(STRANDED_CODE, statement, ctx.suppressions if ctx.may_suppress else None,
                                     {"module": module})
             if decided is not None:  # not silenced on its line
-                out.append(Decision(STRANDED_CODE, b.alias, decided.message, decided.fixable, statement))
+                out.append(Decision(STRANDED_CODE, b.alias, decided.message, decided.fixable, statement,
+                                    held_back=decided.held_back))
     return out
 
 

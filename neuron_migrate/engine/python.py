@@ -404,7 +404,7 @@ def _place(module: cst.Module, decisions: list[Decision], path: str, rewrite: bo
         if pos and d.offset:  # on the text inside the node (a line of a multi-line string)
             line, col, end = _within(module.code_for_node(d.node), line, col, d.offset)
         out.append(Finding(path, line, col, d.code, d.message, d.fixable, end_line=end[0], end_col=end[1],
-                           status=d.status if rewrite else None))
+                           status=d.status if rewrite else None, held_back=d.held_back or None))
     return out
 
 

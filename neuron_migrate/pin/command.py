@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import click
 
-from neuron_migrate.cli.commands import _settings, exit_after_rewrite, shard_option, show_or_write
+from neuron_migrate.cli.commands import _settings, exit_after_rewrite, shard_option, show_or_write, unsafe_fixes_option
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.engine.runner import run
 
@@ -28,16 +28,19 @@ PIN_CODES = frozenset({"NM6", "NM513", "NM900"})
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
               help="Worker processes, 1 or more (default: all cores).")
 @click.option("--exclude", multiple=True, help="Gitignore-style patterns of paths to skip.")
+@unsafe_fixes_option
 @shard_option
-def pin(paths, torch, neuron_sdk, instance, dry_run, jobs, exclude, shard) -> None:
+def pin(paths, torch, neuron_sdk, instance, dry_run, jobs, exclude, unsafe_fixes, shard) -> None:
     """Pin requirements, pyproject.toml, setup.py/setup.cfg, environment.yml, Dockerfiles, shell scripts and
     notebook install cells to one row of the Neuron release matrix: torch, torch-neuronx, neuronx-cc, nki,
-    torchvision and torchaudio (torchao-neuron on trn3), the Neuron package index, no torch-xla. Code is left
-    alone (`rewrite` does both).
+    torchvision and torchaudio (torchao-neuron on trn3), the Neuron package index. Removing torch-xla and
+    swapping torchao for torchao-neuron are unsafe fixes, made with --unsafe-fixes. Code is left alone
+    (`rewrite` does both).
     """
     paths = paths or (".",)
-    resolved = _settings(paths, (), (), exclude, torch=torch, neuron_sdk=neuron_sdk, instance=instance)
+    resolved = _settings(paths, (), (), exclude, torch=torch, neuron_sdk=neuron_sdk, instance=instance,
+                         unsafe_fixes=unsafe_fixes)
     settings = replace(resolved.settings, select=PIN_CODES)
     result = run(paths, settings, rewrite=True, jobs=jobs, exclude=resolved.exclude, shard=shard)
-    show_or_write(result, dry_run)
+    show_or_write(result, dry_run, command="pin")
     exit_after_rewrite(result, dry_run)

@@ -243,7 +243,8 @@ class GradientAveraging(Rule):
         return found[0] if len(found) == 1 else None
 
     def _report(self, step: Step, fixed: str) -> bool:
-        """Report NM106; when its fix is not made (`--safe-only`, ignored), mark the step so it is not lost."""
+        """Report NM106; when its fix is not made (no `--unsafe-fixes`, or ignored), mark the step so it is not
+        lost."""
         ctx = self.ctx
         if ctx.report("NM106", step.node, call=short(step.node), fixed=fixed):
             return True
