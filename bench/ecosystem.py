@@ -5,8 +5,9 @@
     python -m bench.ecosystem --compare main          # what another commit of the tool does differently
 
 The corpus (one folder per repository, `MANIFEST.tsv` naming each one's commit) is copied to a temporary folder
-twice: the original, and the one `neuron-migrate rewrite` migrates (through the installed package, `python -m
-neuron_migrate`, never the source tree's path). Then, per repository:
+twice: the original, and the one `neuron-migrate rewrite --unsafe-fixes` migrates (through the installed package,
+`python -m neuron_migrate`, never the source tree's path): what a user who opts into every fix gets. Then, per
+repository:
 
 - files changed, rewrites (the fixes the run's report counts), markers (the `TODO(neuron-migrate ...)` lines
   added), changed files that still import torch_xla, and lines added per rewrite;
@@ -17,7 +18,9 @@ neuron_migrate`, never the source tree's path). Then, per repository:
   where it has them (`ruff.toml`, `.ruff.toml`, `pyproject.toml` with `[tool.ruff]` at its top), `--select E9,F`
   elsewhere; a finding counts when the migrated file has it more often than the original (by code and message,
   line numbers left out, as lines move);
-- findings: what `check` still reports after the rewrite.
+- findings: what `check` still reports after the rewrite;
+- held back: the unsafe fixes plain `rewrite` (safe fixes only, the default) holds back, as `check` on the
+  original counts them (`[~]`).
 
 The exit code is 1 when a mechanical goal fails (second-run changes, compile errors or lint errors introduced),
 0 otherwise, 2 when the corpus is missing or the tool fails to run.
@@ -56,6 +59,7 @@ COLUMNS = (  # (field, header)
     ("compile_errors", "compile"),
     ("lint_introduced", "lint+"),
     ("findings_after", "check"),
+    ("held_back", "held"),
     ("lines_per_rewrite", "lines/rw"),
 )
 _LINE_NUMBER = re.compile(r"\bline \d+")
@@ -73,6 +77,7 @@ class Repo:
     compile_errors: int = 0
     lint_introduced: int = 0
     findings_after: int = 0
+    held_back: int = 0  # unsafe fixes plain `rewrite` would not make
     lines_added: int = 0
     problems: list[str] = field(default_factory=list)  # "path: what" for every goal a file fails
 
@@ -114,6 +119,22 @@ def _tool(command: list[str], args: list[str], cwd: Path, env: dict[str, str]) -
         print(f"note: `neuron-migrate {args[0]}` exited {proc.returncode}: {proc.stderr.strip()[-500:]}",
               file=sys.stderr)
     return proc
+
+
+UNSAFE_FIXES = "--unsafe-fixes"
+
+
+def _rewrite(command: list[str], args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`rewrite --unsafe-fixes ARGS`; a tool from before the option (`--compare` with an older commit) made the
+    unsafe fixes without it."""
+    proc = _tool(command, ["rewrite", UNSAFE_FIXES, *args], cwd, env)
+    if proc.returncode == 2 and f"No such option: {UNSAFE_FIXES}" in proc.stderr:
+        proc = _tool(command, ["rewrite", *args], cwd, env)
+    return proc
+
+
+def _findings(proc: subprocess.CompletedProcess) -> list[dict]:
+    return json.loads(proc.stdout).get("findings", []) if proc.stdout.strip() else []
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -270,12 +291,16 @@ def run(corpus: Path, command: list[str], env: dict[str, str] | None = None, job
         repos = {name: Repo(name) for name in names}
         before = _files(original)
         report = Path(tmp) / "report.json"
-        _tool(command, ["rewrite", "--no-cache", "-q", *jobs_args, "--report", str(report), "."], migrated, env)
+        held = _tool(command, ["check", "--no-cache", "-q", *jobs_args, "--output-format", "json", "."], original, env)
+        _rewrite(command, ["--no-cache", "-q", *jobs_args, "--report", str(report), "."], migrated, env)
         first = _files(migrated)
-        _tool(command, ["rewrite", "--no-cache", "-q", *jobs_args, "."], migrated, env)
+        _rewrite(command, ["--no-cache", "-q", *jobs_args, "."], migrated, env)
         second = _files(migrated)
         checked = _tool(command, ["check", "--no-cache", "-q", *jobs_args, "--output-format", "json", "."],
                         migrated, env)
+        for finding in _findings(held):
+            if finding.get("held_back") and _repository(finding["path"]) in repos:
+                repos[_repository(finding["path"])].held_back += 1
 
         changed = sorted(p for p, data in first.items() if before.get(p) != data)
         for path in changed:
@@ -298,11 +323,10 @@ def run(corpus: Path, command: list[str], env: dict[str, str] | None = None, job
                 name = _repository(item["path"])
                 if name in repos:
                     repos[name].rewrites += int(item.get("rewrites") or 0)
-        if checked.stdout.strip():
-            for finding in json.loads(checked.stdout).get("findings", []):
-                name = _repository(finding["path"])
-                if name in repos:
-                    repos[name].findings_after += 1
+        for finding in _findings(checked):
+            name = _repository(finding["path"])
+            if name in repos:
+                repos[name].findings_after += 1
 
         # the files of `first`: the second run's output must not be what is linted
         for path in changed:

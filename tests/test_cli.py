@@ -162,7 +162,7 @@ def test_bundled_example_migrates_to_a_program_without_torch_xla(tmp_path):
     example = tmp_path / "xla_mnist"
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)
     out = cli("rewrite", str(example))  # safe fixes only: the code moves, compiling and unpinning torch-xla wait
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # as ruff's --fix while findings remain: the held-back fixes, a note
     assert "[~] 3 unsafe fixes held back: `neuron-migrate rewrite --unsafe-fixes` makes them when run on the " \
            "files as they were" in out.stdout
     train = (example / "train.py").read_text()
@@ -171,7 +171,7 @@ def test_bundled_example_migrates_to_a_program_without_torch_xla(tmp_path):
     shutil.rmtree(example)
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)
     out = cli("rewrite", "--unsafe-fixes", str(example))  # the README's command
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1 and "run.sh" in out.stdout and " NM405 " in out.stdout, out.stderr  # a note is left
     for py in example.glob("*.py"):
         text = py.read_text()
         assert "torch_xla" not in text and "TODO(neuron-migrate" not in text, py.name

@@ -26,7 +26,7 @@ def test_two_rewrites_and_a_check_at_once_leave_every_file_migrated(tmp_path):
     outputs = [p.communicate(timeout=300) for p in procs]
     for proc, (_, err) in zip(procs, outputs):
         assert "error:" not in err and "Traceback" not in err, err  # no run ever read a half-written file
-    assert [p.returncode for p in procs[:2]] == [0, 0]
+    assert [p.returncode for p in procs[:2]] == [1, 1]  # items left for a person (NM209's marker, held-back fixes)
     assert procs[2].returncode in (0, 1)  # findings, or none when the rewrites were faster
     assert all(p.read_bytes() == MIGRATED for p in paths)
     assert temp_files(tmp_path) == []

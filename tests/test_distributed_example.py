@@ -29,7 +29,7 @@ def migrated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mnist_dp")
     shutil.copytree(EXAMPLE, folder, dirs_exist_ok=True)
     done = cli("rewrite", "--unsafe-fixes", str(folder))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1 and "reported without a marker" in done.stdout, done.stderr  # notes (NM401) left
     return folder
 
 

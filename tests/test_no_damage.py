@@ -293,7 +293,7 @@ def test_links_out_of_the_tree_are_not_followed(tmp_path):
     (tree / "folder_link").symlink_to(outside, target_is_directory=True)
     (tree / "own.py").write_bytes(LEGACY)
     proc = cli("rewrite", str(tree))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # 1: NM209's marker and the held-back unsafe fixes are left for a person
     assert (outside / "train.py").read_bytes() == LEGACY
     assert (tree / "own.py").read_bytes() == MIGRATED
     assert "Rewrote 1 file" in proc.stdout
@@ -306,7 +306,7 @@ def test_a_file_reached_twice_is_processed_once_and_links_stay_links(tmp_path):
     (tmp_path / "alias.py").symlink_to(real)
     (tmp_path / "latest").symlink_to(tmp_path / "src", target_is_directory=True)
     proc = cli("rewrite", str(tmp_path), str(real), str(tmp_path / "src"))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # 1: NM209's marker and the held-back unsafe fixes are left for a person
     assert "Rewrote 1 file" in proc.stdout
     assert real.read_bytes() == MIGRATED
     assert (tmp_path / "alias.py").is_symlink() and (tmp_path / "latest").is_symlink()
@@ -316,8 +316,8 @@ def test_folder_loop_is_reported_and_the_rest_is_processed(tmp_path):
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "train.py").write_bytes(LEGACY)
     (tmp_path / "pkg" / "again").symlink_to(tmp_path, target_is_directory=True)
-    proc = cli("rewrite", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr  # told, but not a failure of the run
+    proc = cli("rewrite", "--exit-zero", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr  # told, but not a failure of the run (nor are the items left)
     assert f"{tmp_path / 'pkg' / 'again'}: warning: symbolic link back to a folder that contains it (a loop); " \
            "skipped" in proc.stderr
     assert (tmp_path / "pkg" / "train.py").read_bytes() == MIGRATED

@@ -249,7 +249,7 @@ def test_env_magic_lines_are_checked_as_the_settings_they_are(tmp_path):
     assert found == [f"{path}:cell 1:1:6: NM404", f"{path}:cell 1:2:6: NM405", f"{path}:cell 1:4:6: NM403",
                      f"{path}:cell 2:4:10: NM404", f"{path}:cell 3:3:10: NM404"], proc.stdout
     proc = cli("rewrite", "--no-cache", str(path))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # the NM403 marker and the NM405 note are left for a person
     cells = _cells_of(path.read_bytes())
     assert cells[0] == ("%env NEURON_CC_FLAGS=--model-type=transformer\nimport torch\n"
                         "# TODO(neuron-migrate NM403): `XLA_USE_BF16` is ignored: use autocast; "
@@ -304,7 +304,7 @@ def test_launch_lines_see_the_programs_the_notebook_writes(tmp_path):
     found = [line.split(" `")[0].replace(" [~]", "") for line in proc.stdout.splitlines() if ": NM" in line]
     assert found == [f"{path}:cell 4:2:2: NM240", f"{path}:cell 4:4:6: NM241", f"{path}:cell 5:2:1: NM240"], \
         proc.stdout
-    assert cli("rewrite", "--no-cache", "--unsafe-fixes", str(path)).returncode == 0
+    assert cli("rewrite", "--no-cache", "--unsafe-fixes", str(path)).returncode == 1  # NM241's marker is left
     cells = _cells_of(path.read_bytes())
     assert cells[3] == ("import os\n!torchrun --nproc_per_node=2 train.py --epochs 1\nif os.environ.get('RUN'):\n"
                         "    # TODO(neuron-migrate NM241): launch it with torchrun --nproc_per_node; "

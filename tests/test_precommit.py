@@ -178,7 +178,7 @@ def _readme_block(after: str, language: str) -> str:
 def test_readme_local_hook_snippet_runs(tmp_path):
     import yaml
 
-    snippet = _readme_block("needs no tag", "yaml")
+    snippet = _readme_block("needs no `rev:`", "yaml")
 
     config = yaml.safe_load(snippet)
     assert config["repos"][0]["repo"] == "local"
@@ -189,32 +189,31 @@ def test_readme_local_hook_snippet_runs(tmp_path):
     assert "train.py:3:10: NM101" in out.stdout and "requirements.txt:1:1: NM601" in out.stdout
 
 
-def test_readme_tagged_snippet_names_the_release_tag_scheme():
-    from neuron_migrate import __version__
-
-    snippet = _readme_block("Release tags", "yaml")
-    assert f"rev: v{__version__}" in snippet
+def test_readme_and_hooks_pin_a_commit_while_no_release_is_tagged():
+    """No `rev: v...` that names a tag nobody made: the README and the hooks' header say a commit SHA."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     header = (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
-    assert f"rev: v{__version__}" in header
+    assert not re.search(r"rev: v\d", readme + header)
+    assert "pre-commit try-repo https://github.com/neuron-migrate/neuron-migrate neuron-migrate-check --all-files" \
+        in " ".join(readme.split())
+    assert "rev: <commit SHA>" in header and "autoupdate --bleeding-edge" in header
 
 
 @pytest.mark.slow  # clones the repository and installs the hook environment: CI runs it with the slow part
-def test_readme_tagged_snippet_runs_against_a_clone_tagged_by_the_scheme(tmp_path):
-    """The README's tagged snippet, with only its URL pointing to a clone of this repository that carries the
-    release tag the README documents (`v<version>`): the real pre-commit resolves the tag, installs the hooks
-    and runs them."""
+def test_readme_try_repo_and_a_commit_rev_run_against_a_clone(tmp_path):
+    """The README's remote use, with its URL pointing to a clone of this repository: `pre-commit try-repo` runs
+    the check hook from the newest commit, and a config whose `rev:` is that commit's SHA runs it too."""
     import yaml
-
-    from neuron_migrate import __version__
 
     clone = tmp_path / "neuron-migrate"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, capture_output=True)
-    _git(clone, "tag", f"v{__version__}")
-    config = yaml.safe_load(_readme_block("Release tags", "yaml"))
-    config["repos"][0]["repo"] = str(clone)
-    assert config["repos"][0]["rev"] == f"v{__version__}"
+    sha = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], check=True, capture_output=True,
+                         text=True).stdout.strip()
     repo = tmp_path / "repo"
+    config = {"repos": [{"repo": str(clone), "rev": sha, "hooks": [{"id": "neuron-migrate-check"}]}]}
     _staged_repo(repo, yaml.safe_dump(config))
+    tried = _run(repo, "try-repo", str(clone), "neuron-migrate-check", "--all-files")
+    assert tried.returncode == 1 and "train.py:3:10: NM101" in tried.stdout, tried.stdout + tried.stderr
     out = _run(repo, "run", "--all-files")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "train.py:3:10: NM101" in out.stdout and "requirements.txt:1:1: NM601" in out.stdout

@@ -146,7 +146,7 @@ def _owners(root: Path, count: int, *paths: str) -> dict[str, int]:
     for k in range(1, count + 1):
         result = cli("check", "--no-cache", "--format", "concise", "--shard", f"{k}/{count}", *paths, cwd=root)
         assert result.returncode in (0, 1), result.stderr
-        for line in result.stdout.splitlines():
+        for line in result.stdout.splitlines()[:-1]:  # the summary comes last
             path = Path(line.split(":", 1)[0]).as_posix()
             assert owner.setdefault(path, k) == k, f"{path} reported by shards {owner[path]} and {k}"
     return owner

@@ -388,14 +388,22 @@ def _report_format(report_path: str | None, report_format: str | None) -> str | 
               help="Write the migration report to FILE.md (a pull-request description) or FILE.json.")
 @click.option("--report-format", type=click.Choice(["markdown", "json"]), default=None,
               help="The --report format when the file name does not end in .md or .json.")
+@click.option("--exit-zero", is_flag=True,
+              help="Exit 0 even when items are left for a person (markers, held-back unsafe fixes, notes).")
+@click.option("--exit-non-zero-on-fix", is_flag=True,
+              help="Exit 1 when files were rewritten too, even with nothing left (ruff's option, for CI).")
 @target_options
 def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, stdin_filename, quiet, color, shard,
-            dry_run, no_compile, unsafe_fixes, safe_only, device_style, output_dir, report_path, report_format, torch,
-            neuron_sdk, instance) -> None:
+            dry_run, no_compile, unsafe_fixes, safe_only, device_style, output_dir, report_path, report_format,
+            exit_zero, exit_non_zero_on_fix, torch, neuron_sdk, instance) -> None:
     """Migrate files in place (or show the diff with --diff, or write a copy with --output-dir).
 
     With `-` (or --stdin-filename) the source is read from standard input and the migrated source is printed
     (the diff with --diff).
+
+    Exit 0 when nothing is left for a person, 1 when something is (a marker, an unsafe fix held back, a note
+    `check` reports: as ruff's `--fix` exits 1 while findings remain; 0 with --exit-zero), 2 when a file could
+    not be processed. With --diff: 1 when something would change.
     """
     from neuron_migrate.engine import outdir
     from neuron_migrate.cli import report
@@ -435,9 +443,7 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
                     click.echo(line, err=True)
         if report_path:
             report.write(report_path, report.build(result, "standard input"), fmt)
-        if result.errors:
-            sys.exit(EXIT_ERROR)
-        sys.exit(EXIT_FINDINGS if dry_run and result.changed else EXIT_CLEAN)
+        exit_after_rewrite(result, dry_run, exit_zero, exit_non_zero_on_fix)
     paths = _paths(paths, hook, resolved.exclude)
     tree = None
     if output_dir:
@@ -453,7 +459,7 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
     if report_path:
         mode = "dry run" if dry_run else f"copy in {output_dir}" if tree is not None else "in place"
         report.write(report_path, report.build(result, mode), fmt)
-    exit_after_rewrite(result, dry_run)
+    exit_after_rewrite(result, dry_run, exit_zero, exit_non_zero_on_fix)
 
 
 def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet: bool = False,
@@ -476,10 +482,19 @@ def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet
         click.echo(line, err=dry_run)
 
 
-def exit_after_rewrite(result, dry_run: bool) -> None:
+def exit_after_rewrite(result, dry_run: bool, exit_zero: bool = True, on_fix: bool = False) -> NoReturn:
+    """2 on an error; with --diff, 1 when something would change; else 1 when items are left for a person (the
+    summary's, as ruff's `--fix` exits 1 while findings remain) unless `exit_zero`, or when `on_fix` and files
+    changed."""
     if result.errors:
         sys.exit(EXIT_ERROR)
-    sys.exit(EXIT_FINDINGS if dry_run and result.changed else EXIT_CLEAN)
+    if dry_run:
+        sys.exit(EXIT_FINDINGS if result.changed else EXIT_CLEAN)
+    from neuron_migrate.cli.report import left_for_a_person
+
+    left = left_for_a_person(result.results)
+    remaining = bool(left.markers or left.other) and not exit_zero
+    sys.exit(EXIT_FINDINGS if remaining or (on_fix and result.changed) else EXIT_CLEAN)
 
 
 @click.command(name="rules")
