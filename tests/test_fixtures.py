@@ -5,6 +5,10 @@ stay byte-identical. <case>.accelerator.expected.py, where present, is the outpu
 `--device-style accelerator`; look-alikes must stay byte-identical in that style too. A first line `# fixture-settings: compile=False, device_style="accelerator"` passes
 settings to the engine.
 
+The expected files are what `rewrite --unsafe-fixes` writes (every rule's edit: `rewrite_bytes` turns unsafe
+fixes on unless `unsafe_fixes=False` is among the settings); `test_fixture_with_safe_fixes_only` holds plain
+`rewrite` (the default) to the mechanical promises on the same cases.
+
 After a deliberate change of what the rewrite writes (marker texts, say), regenerate the expected files that
 exist with `NEURON_MIGRATE_UPDATE_SNAPSHOTS=1 python -m pytest -q tests/test_fixtures.py`, and read the diff.
 """
@@ -18,6 +22,10 @@ import re
 import libcst as cst
 import pytest
 
+from neuron_migrate import catalogue
+from neuron_migrate.engine.python import process_python
+from neuron_migrate.findings import FixSafety
+from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, rewrite_bytes
 
 SETTINGS = re.compile(rb"^# fixture-settings: (.*)$", re.M)
@@ -76,6 +84,27 @@ def _check(case, expected, **settings):
     cst.parse_module(out)
     again = rewrite_bytes(out, path=str(expected), **settings)
     assert again is None, f"a second run changed {expected.name} again:\n{again!r}"
+
+
+@pytest.mark.parametrize("case, expected", list(_cases()))
+def test_fixture_with_safe_fixes_only(case, expected):
+    """Plain `rewrite`: no unsafe fix is made (each is reported held back), the output parses and a second run
+    changes nothing; a look-alike stays byte-identical."""
+    data = case.read_bytes()
+    settings = Settings(**{**_settings(data), "unsafe_fixes": False})
+    result = process_python(str(case), data, settings, True)
+    assert result.error is None, result.error
+    unsafe = {code for code in result.applied if catalogue.rule(code).fix is FixSafety.UNSAFE}
+    assert not unsafe, f"{case.name}: unsafe fixes made without --unsafe-fixes: {unsafe}"
+    assert all(f.status != "fixed" for f in result.findings if f.held_back)
+    if expected is None:
+        assert not result.changed, f"{case.name} must stay byte-identical"
+        return
+    if not result.changed:
+        return  # every fix of the case is unsafe
+    ast.parse(result.new_bytes)
+    again = process_python(str(case), result.new_bytes, settings, True)
+    assert not again.changed, f"a second safe-only run changed {case.name} again:\n{again.new_bytes!r}"
 
 
 def test_every_topic_has_an_unchanged_case():
