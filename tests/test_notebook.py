@@ -252,7 +252,7 @@ def test_env_magic_lines_are_checked_as_the_settings_they_are(tmp_path):
     assert proc.returncode == 0, proc.stderr
     cells = _cells_of(path.read_bytes())
     assert cells[0] == ("%env NEURON_CC_FLAGS=--model-type=transformer\nimport torch\n"
-                        "# TODO(neuron-migrate NM403): `XLA_USE_BF16` is ignored: use autocast; "
+                        "# TODO(neuron-migrate NM403): use autocast, not `XLA_USE_BF16`; "
                         "neuron-migrate explain NM403\n%env XLA_USE_BF16 1")
     assert cells[1] == "%env PJRT_DEVICE=TPU\n%env XLA_USE_BF16\nprint('%env is a magic')\n"
     assert cells[2] == "import os\nif os.environ.get('LEGACY'):\n    pass\n"
