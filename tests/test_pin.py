@@ -454,7 +454,7 @@ def test_rewrite_on_the_bundled_example_updates_its_requirements(tmp_path):
 
     example = tmp_path / "xla_mnist"
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)
-    assert cli("rewrite", "--unsafe-fixes", str(example)).returncode == 0
+    assert cli("rewrite", "--unsafe-fixes", str(example)).returncode == 1  # the NM405 note in run.sh is left
     assert (example / "requirements.txt").read_text() == (
         "# PyTorch/XLA stack for Trainium (Neuron SDK 2.2x)\n"
         f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.3.1.*\nneuronx-cc==2.*\nnki\n")
