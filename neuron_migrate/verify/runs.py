@@ -175,7 +175,8 @@ def migrate_copy(script: Path, workdir: Path, root: Path | None = None) -> Migra
 
     own = closure(script, root).files or [script.resolve()]
     paths = [str(folder / p.relative_to(root)) for p in own]
-    result = run_engine(paths, Settings(), rewrite=True, kinds=frozenset({"python"}), jobs=1)
+    # every fix, as `rewrite --unsafe-fixes` makes it: the unsafe ones are those most worth proving
+    result = run_engine(paths, Settings(unsafe_fixes=True), rewrite=True, kinds=frozenset({"python"}), jobs=1)
     write_results(result)
     migration = Migration(folder, folder / script.resolve().relative_to(root), root, errors=result.errors)
     migration.changed = [os.path.relpath(r.path, folder) for r in result.changed]
