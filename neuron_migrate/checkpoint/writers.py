@@ -4,7 +4,8 @@
   soon as it is loaded, the pickle of the tree last.
 - `write_safetensors`: the header first (shapes and dtypes are known before any tensor is read), then the data.
 - `write_dcp`: a `torch.distributed.checkpoint` folder written by `dcp.save` in this one process, whose planner
-  loads each tensor only when the writer asks for it.
+  loads each tensor only when the writer asks for it, one file per tensor (its single-file writer keeps every
+  tensor of a file until the file is written).
 """
 
 from __future__ import annotations
@@ -201,7 +202,9 @@ def write_dcp(tree, dst: Path, advance: Advance) -> None:
     state = swap(tree)
     if not isinstance(state, dict):
         state = {"state": state}
-    writer = dcp.FileSystemWriter(str(dst), single_file_per_rank=True, thread_count=1)
+    # one file per item: FileSystemWriter keeps each tensor it wrote until its file is finished, so one file for
+    # the rank would hold the whole checkpoint in memory
+    writer = dcp.FileSystemWriter(str(dst), single_file_per_rank=False, thread_count=1)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # one process, on purpose
         dcp.save(state, storage_writer=writer, planner=StreamingPlanner(), no_dist=True)
