@@ -451,16 +451,70 @@ def test_the_command_is_listed_and_loads_torch_only_when_it_runs():
 REAL_XLA = r"""
 import sys
 import torch
+import torch.nn.functional as F
 import torch_xla
+import torch_xla.core.xla_model as xm
 import torch_xla.utils.serialization as xser
+from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP, consolidate_sharded_model_checkpoints
+from torch_xla.distributed.zero_redundancy_optimizer import ZeroRedundancyOptimizer
 
 out = sys.argv[1]
+dev = torch_xla.device()
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 17), torch.nn.ReLU(), torch.nn.Linear(17, 3)).to(torch_xla.device())
-half = torch.randn(5, device=torch_xla.device()).to(torch.bfloat16)
+model = torch.nn.Sequential(torch.nn.Linear(8, 17), torch.nn.ReLU(), torch.nn.Linear(17, 3)).to(dev)
+half = torch.randn(5, device=dev).to(torch.bfloat16)
 xser.save({"model": model.state_dict(), "half": half, "epoch": 2}, f"{out}/xser.ckpt")
 torch.save({"model": model.state_dict()}, f"{out}/raw_xla.pt")  # XLA tensors pickled without .cpu()
 torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "half": half.cpu()}, f"{out}/reference.pt")
+
+
+def net():  # 17 rows: odd, so both FSDP and ZeRO-1 pad the shards of 2 ranks
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 17), torch.nn.ReLU(), torch.nn.Linear(17, 3), torch.nn.BatchNorm1d(3))
+
+
+torch.save({k: v.cpu() for k, v in net().state_dict().items()}, f"{out}/fsdp_reference.pt")
+# XLA FSDP at 2 ranks in one process: each rank's wrapper built with its sharding_rank (construction and
+# state_dict() run no collective), saved as torch_xla's examples do, then torch_xla's own consolidation
+for flatten in (True, False):
+    for rank in range(2):
+        wrapped = FSDP(net().to(dev), flatten_parameters=flatten, sharding_groups=[[0, 1]], sharding_rank=rank,
+                       sharding_world_size=2)
+        xm.save({"model": wrapped.state_dict(), "shard_metadata": wrapped.get_shard_metadata(), "epoch": 3},
+                f"{out}/fsdp_{flatten}/ckpt_rank-{rank:08d}-of-00000002.pth", master_only=False)
+    consolidate_sharded_model_checkpoints(f"{out}/fsdp_{flatten}/ckpt", "*.pth",
+                                          save_path=f"{out}/fsdp_{flatten}.pth")
+
+
+def with_grads():
+    m = net().to(dev)
+    torch.manual_seed(1)
+    m(torch.randn(6, 8).to(dev)).square().sum().backward()
+    return m
+
+
+# ZeRO-1 at 2 ranks: each rank's optimizer (its local rank from the sharding group) steps its base optimizer on
+# its gradient shard (the reduce-scatter of a real step); the reference: AdamW on the whole parameters
+full = with_grads()
+adamw = torch.optim.AdamW(full.parameters(), lr=0.01)
+adamw.step()
+torch_xla.sync()
+masters = []
+for rank in range(2):
+    m = with_grads()
+    zero = ZeroRedundancyOptimizer(m.parameters(), torch.optim.AdamW, lr=0.01, save_master_weights=True,
+                                   sharding_groups=[[0, 1] if rank == 0 else [1, 0]])
+    for param, shard in zip(m.parameters(), zero.base_optimizer.param_groups[0]["params"]):
+        g = param.grad.cpu()
+        shard.grad = F.pad(g, [0, 0] * (g.dim() - 1) + [0, -g.size(0) % 2]).chunk(2)[rank].to(dev)
+    zero.base_optimizer.step()
+    torch_xla.sync()
+    state = zero.state_dict()
+    masters.append({i: t.cpu() for i, t in state["sharded_master_weights"].items()})
+    xm.save({"model": m.state_dict(), "optimizer": state, "step": 1}, f"{out}/zero1/zero1_rank-{rank}-of-2.pt",
+            master_only=False)
+torch.save({"state": {i: {k: v.cpu() for k, v in s.items()} for i, s in adamw.state_dict()["state"].items()},
+            "masters": masters}, f"{out}/zero1_reference.pt")
 """
 
 
@@ -468,7 +522,11 @@ torch.save({"model": {k: v.cpu() for k, v in model.state_dict().items()}, "half"
 @pytest.mark.skipif(not os.environ.get("NEURON_MIGRATE_XLA_PYTHON"),
                     reason="NEURON_MIGRATE_XLA_PYTHON (a python with torch_xla 2.9) is not set")
 def test_real_torch_xla_checkpoints_convert_bit_identical(tmp_path):
-    """Files written by torch_xla itself (xser.save, torch.save of XLA tensors) convert to the exact tensors."""
+    """Files written by torch_xla itself convert to the exact tensors: xser.save, torch.save of XLA tensors, XLA FSDP
+    at 2 ranks (flat and per-parameter, the same as torch_xla's consolidate_sharded_model_checkpoints and as the
+    model before wrapping), ZeRO-1 at 2 ranks (the state of AdamW stepping the whole parameters)."""
+    for folder in ("fsdp_True", "fsdp_False", "zero1"):
+        (tmp_path / folder).mkdir()
     proc = subprocess.run([os.environ["NEURON_MIGRATE_XLA_PYTHON"], "-c", REAL_XLA, str(tmp_path)], capture_output=True,
                           text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -480,3 +538,26 @@ def test_real_torch_xla_checkpoints_convert_bit_identical(tmp_path):
     assert xser_out["epoch"] == 2 and torch.equal(xser_out["half"], reference["half"])
     equal_states(xser_out["model"], reference["model"])
     equal_states(raw_out["model"], reference["model"])
+
+    unwrapped = torch.load(tmp_path / "fsdp_reference.pt", weights_only=True)
+    for flatten in (True, False):
+        converted(tmp_path / f"fsdp_{flatten}", tmp_path / f"fsdp_{flatten}_out.pt")
+        out = torch.load(tmp_path / f"fsdp_{flatten}_out.pt", weights_only=True)
+        assert out["epoch"] == 3
+        equal_states(dict(sorted(out["model"].items())), dict(sorted(unwrapped.items())))
+        consolidated = torch.load(tmp_path / f"fsdp_{flatten}.pth", weights_only=True)["model"]
+        equal_states(dict(sorted(out["model"].items())), dict(sorted(consolidated.items())))
+
+    converted(tmp_path / "zero1", tmp_path / "zero1.pt")
+    optimizer = torch.load(tmp_path / "zero1.pt", weights_only=True)["optimizer"]
+    want = torch.load(tmp_path / "zero1_reference.pt", weights_only=True)
+    assert set(optimizer["state"]) == set(want["state"]) == set(range(6))
+    for i, entries in want["state"].items():
+        for k, v in entries.items():
+            got = optimizer["state"][i][k]
+            assert got.dtype == v.dtype and got.shape == v.shape and torch.equal(got, v), (i, k)
+    # the master weights are the shards the optimizer holds (XLA's AdamW update of a 9-row shard and of the whole
+    # 17 rows can differ in the last bit, so the reference is the shards themselves, joined and unpadded)
+    for i, whole in optimizer["master_weights"].items():
+        parts = [m[i] for m in want["masters"]]
+        assert torch.equal(whole, torch.cat(parts)[: whole.shape[0]]) and whole.shape == want["state"][i]["exp_avg"].shape
