@@ -121,6 +121,46 @@ def test_xla_fsdp_shards_consolidate_like_torch_xla(tmp_path, flatten):
     assert torch.equal(fresh(x), net(x))
 
 
+@pytest.mark.parametrize("flatten", [True, False], ids=["flat-params", "per-param"])
+def test_xla_fsdp_optimizer_state_is_unsharded_and_keyed_by_parameter_name(tmp_path, flatten):
+    """The optimizer of the FSDP-wrapped model holds one entry per (flat) sharded parameter: its state tensors are
+    joined and split like the parameter, each module parameter gets its own, named as get_optimizer_state_dict
+    names it; a `step` tensor is copied, not shared (load_state_dict would step a shared one twice)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    net = trained_net()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=0.01)
+    layouts.train(net, optimizer, 2, seed=3)
+    layouts.fsdp_shards(net, 2, tmp_path, flatten=flatten, optimizer=optimizer)
+    converted(tmp_path, tmp_path / "full.pt")
+    out = torch.load(tmp_path / "full.pt", weights_only=True)["optimizer"]
+    want = get_optimizer_state_dict(net, optimizer)
+    assert out["param_groups"] == want["param_groups"]
+    assert list(out["state"]) == list(want["state"])
+    for name, entries in want["state"].items():
+        equal_states(out["state"][name], entries)
+    steps = [out["state"][n]["step"] for n in out["state"]]
+    assert len({t.untyped_storage().data_ptr() for t in steps}) == len(steps)
+    fresh = layouts.Net()
+    fresh_optimizer = torch.optim.AdamW(fresh.parameters(), lr=0.01)
+    set_optimizer_state_dict(fresh, fresh_optimizer, out)
+    equal_states(fresh_optimizer.state_dict()["state"][0], optimizer.state_dict()["state"][0])
+
+
+def test_xla_fsdp_optimizer_of_other_parameters_is_refused(tmp_path):
+    net = trained_net()
+    optimizer = torch.optim.AdamW(net.fc1.parameters(), lr=0.01)
+    net(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    paths = layouts.fsdp_shards(net, 2, tmp_path, flatten=False)
+    for path in paths:  # the optimizer of fc1 alone beside the shards of the whole model
+        ckpt = torch.load(path, weights_only=True)
+        ckpt["optimizer"] = optimizer.state_dict()
+        torch.save(ckpt, path)
+    _refused(run("convert", tmp_path, tmp_path / "out.pt"), "holds the state of 2 parameters, the model 6 sharded")
+    assert not (tmp_path / "out.pt").exists()
+
+
 def test_zero1_optimizer_shards_become_the_base_optimizer_state(tmp_path):
     net = trained_net()
     optimizer = torch.optim.AdamW(net.parameters(), lr=0.01)
@@ -307,6 +347,84 @@ def test_dcp_output_loads_into_fully_shard_at_two_processes(tmp_path):
     assert torch.equal(torch.load(tmp_path / "out.pt"), block(ids).detach())
 
 
+# ---------------------------------------------------------------------------------------------------- resume
+
+RESUME = r"""
+import sys
+import torch
+from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+
+sys.path.insert(0, sys.argv[3])
+from tests.checkpoint_layouts import Block, Net, train
+
+# the migrated program: its model on the neuron device, resumed from the converted checkpoint
+device = torch.device("neuron")
+state = torch.load(sys.argv[1], weights_only=True)
+model = {"Net": Net, "Block": Block}[sys.argv[2]]().to(device)
+model.load_state_dict(state["model"])
+if "optimizer" in state:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])  # keyed by parameter name
+else:
+    optimizer = None  # NxD's optimizer shards are not converted: a fresh one
+print("LOSSES", *train(model, optimizer, 4, seed=9, device=device))
+"""
+EMULATED = ("import sys, runpy, torch\nfrom neuron_migrate.verify import emulator\nemulator.install()\n"
+            "torch.set_num_threads(1)\nsys.argv = sys.argv[1:]\nrunpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def one_thread_train(*args, **kwargs) -> list[float]:
+    """The original run continued on the CPU, with the resumed run's one thread (a reduction split over more
+    threads can round differently)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return layouts.train(*args, **kwargs)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def resumed_losses(tmp_path: Path, checkpoint: Path, model: str) -> list[float]:
+    """The migrated program's losses, run on the emulated neuron device from the converted checkpoint."""
+    script = tmp_path / "resume.py"
+    script.write_text(RESUME)
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", EMULATED, str(script), str(checkpoint), model, str(root)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [float(x) for x in next(ln for ln in proc.stdout.splitlines() if ln.startswith("LOSSES")).split()[1:]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flatten", [True, False], ids=["flat-params", "per-param"])
+def test_converted_xla_fsdp_checkpoint_resumes_training_with_the_same_losses(tmp_path, flatten):
+    """Model and AdamW state of a 2-rank XLA FSDP run, converted, resume in the migrated program on the emulated
+    device with the losses the original run has when it continues on the CPU."""
+    torch.manual_seed(0)
+    net = layouts.Net()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=0.01)
+    layouts.train(net, optimizer, 3, seed=1)
+    layouts.fsdp_shards(net, 2, tmp_path, flatten=flatten, optimizer=optimizer)
+    converted(tmp_path, tmp_path / "resume.pt")
+    out = torch.load(tmp_path / "resume.pt", weights_only=True)
+    names = [n for n, _ in net.named_parameters()]
+    assert sorted(out["optimizer"]["state"]) == sorted(names)
+    assert out["optimizer"]["param_groups"][0]["params"] == names
+    want = one_thread_train(net, optimizer, 4, seed=9)  # the original, continued
+    assert resumed_losses(tmp_path, tmp_path / "resume.pt", "Net") == want
+
+
+@pytest.mark.slow
+def test_converted_nxd_tp2_checkpoint_resumes_training_with_the_same_losses(tmp_path):
+    torch.manual_seed(0)
+    block = layouts.Block()
+    layouts.train(block, None, 3, seed=1)
+    layouts.nxd_save(block.state_dict(), tmp_path / "ckpt", tp=2, extra={"epoch": 1})
+    converted(tmp_path / "ckpt", tmp_path / "resume.pt")
+    want = one_thread_train(block, None, 4, seed=9)
+    assert resumed_losses(tmp_path, tmp_path / "resume.pt", "Block") == want
+
+
 # ---------------------------------------------------------------------------------------------------- bad inputs
 
 def _refused(result, *words):
@@ -473,19 +591,6 @@ def net():  # 17 rows: odd, so both FSDP and ZeRO-1 pad the shards of 2 ranks
     return torch.nn.Sequential(torch.nn.Linear(8, 17), torch.nn.ReLU(), torch.nn.Linear(17, 3), torch.nn.BatchNorm1d(3))
 
 
-torch.save({k: v.cpu() for k, v in net().state_dict().items()}, f"{out}/fsdp_reference.pt")
-# XLA FSDP at 2 ranks in one process: each rank's wrapper built with its sharding_rank (construction and
-# state_dict() run no collective), saved as torch_xla's examples do, then torch_xla's own consolidation
-for flatten in (True, False):
-    for rank in range(2):
-        wrapped = FSDP(net().to(dev), flatten_parameters=flatten, sharding_groups=[[0, 1]], sharding_rank=rank,
-                       sharding_world_size=2)
-        xm.save({"model": wrapped.state_dict(), "shard_metadata": wrapped.get_shard_metadata(), "epoch": 3},
-                f"{out}/fsdp_{flatten}/ckpt_rank-{rank:08d}-of-00000002.pth", master_only=False)
-    consolidate_sharded_model_checkpoints(f"{out}/fsdp_{flatten}/ckpt", "*.pth",
-                                          save_path=f"{out}/fsdp_{flatten}.pth")
-
-
 def with_grads():
     m = net().to(dev)
     torch.manual_seed(1)
@@ -493,12 +598,36 @@ def with_grads():
     return m
 
 
-# ZeRO-1 at 2 ranks: each rank's optimizer (its local rank from the sharding group) steps its base optimizer on
-# its gradient shard (the reduce-scatter of a real step); the reference: AdamW on the whole parameters
 full = with_grads()
 adamw = torch.optim.AdamW(full.parameters(), lr=0.01)
 adamw.step()
 torch_xla.sync()
+names = [n for n, _ in full.named_parameters()]
+torch.save({"model": {k: v.cpu() for k, v in net().state_dict().items()},
+            "optimizer": {names[i]: {k: v.cpu() for k, v in s.items()} for i, s in adamw.state_dict()["state"].items()}},
+           f"{out}/fsdp_reference.pt")
+# XLA FSDP at 2 ranks in one process: each rank's wrapper built with its sharding_rank (construction and
+# state_dict() run no collective); its AdamW steps the rank's gradient shard (what the reduce-scatter of a real
+# step leaves); saved as torch_xla's examples do, then torch_xla's own consolidation
+for flatten in (True, False):
+    for rank in range(2):
+        wrapped = FSDP(net().to(dev), flatten_parameters=flatten, sharding_groups=[[0, 1]], sharding_rank=rank,
+                       sharding_world_size=2)
+        optimizer = torch.optim.AdamW(wrapped.parameters(), lr=0.0)  # the state moves, the weights stay as saved
+        grads = [p.grad.cpu().reshape(-1) for p in with_grads().parameters()]
+        for shard, g in zip(wrapped.parameters(), [torch.cat(grads)] if flatten else grads):
+            shard.grad = F.pad(g, [0, 2 * shard.numel() - g.numel()]).chunk(2)[rank].to(dev)
+        optimizer.step()
+        torch_xla.sync()
+        xm.save({"model": wrapped.state_dict(), "shard_metadata": wrapped.get_shard_metadata(),
+                 "optimizer": optimizer.state_dict(), "epoch": 3},
+                f"{out}/fsdp_{flatten}/ckpt_rank-{rank:08d}-of-00000002.pth", master_only=False)
+    consolidate_sharded_model_checkpoints(f"{out}/fsdp_{flatten}/ckpt", "*.pth",
+                                          save_path=f"{out}/fsdp_{flatten}.pth")
+
+
+# ZeRO-1 at 2 ranks: each rank's optimizer (its local rank from the sharding group) steps its base optimizer on
+# its gradient shard; the reference: AdamW on the whole parameters (above)
 masters = []
 for rank in range(2):
     m = with_grads()
@@ -524,7 +653,8 @@ torch.save({"state": {i: {k: v.cpu() for k, v in s.items()} for i, s in adamw.st
 def test_real_torch_xla_checkpoints_convert_bit_identical(tmp_path):
     """Files written by torch_xla itself convert to the exact tensors: xser.save, torch.save of XLA tensors, XLA FSDP
     at 2 ranks (flat and per-parameter, the same as torch_xla's consolidate_sharded_model_checkpoints and as the
-    model before wrapping), ZeRO-1 at 2 ranks (the state of AdamW stepping the whole parameters)."""
+    model before wrapping; its AdamW state the same as AdamW stepping the whole parameters), ZeRO-1 at 2 ranks
+    (the same)."""
     for folder in ("fsdp_True", "fsdp_False", "zero1"):
         (tmp_path / folder).mkdir()
     proc = subprocess.run([os.environ["NEURON_MIGRATE_XLA_PYTHON"], "-c", REAL_XLA, str(tmp_path)], capture_output=True,
@@ -544,7 +674,10 @@ def test_real_torch_xla_checkpoints_convert_bit_identical(tmp_path):
         converted(tmp_path / f"fsdp_{flatten}", tmp_path / f"fsdp_{flatten}_out.pt")
         out = torch.load(tmp_path / f"fsdp_{flatten}_out.pt", weights_only=True)
         assert out["epoch"] == 3
-        equal_states(dict(sorted(out["model"].items())), dict(sorted(unwrapped.items())))
+        equal_states(dict(sorted(out["model"].items())), dict(sorted(unwrapped["model"].items())))
+        assert list(out["optimizer"]["state"]) == list(unwrapped["optimizer"])  # by name, in the module's order
+        for name, entries in unwrapped["optimizer"].items():
+            equal_states(out["optimizer"]["state"][name], entries)
         consolidated = torch.load(tmp_path / f"fsdp_{flatten}.pth", weights_only=True)["model"]
         equal_states(dict(sorted(out["model"].items())), dict(sorted(consolidated.items())))
 

@@ -189,11 +189,17 @@ def write_dcp(tree, dst: Path, advance: Advance) -> None:
             return tree.__class__(swap(v, (*path, i)) for i, v in enumerate(tree))
         return tree
 
+    kept: list = [None]  # the release of the group of tensors read last (a flat parameter's slices)
+
     class StreamingPlanner(DefaultSavePlanner):
         def resolve_data(self, write_item):
             obj = self.lookup_object(write_item.index)
             if isinstance(obj, torch.Tensor) and id(obj) in placeholders:
                 key, leaf = placeholders[id(obj)]
+                release = getattr(leaf.load, "release", None)
+                if kept[0] is not None and kept[0] is not release:
+                    kept[0]()
+                kept[0] = release
                 tensor = materialize(leaf, key)
                 advance(leaf.nbytes)
                 return self.transform_object(write_item, tensor)
