@@ -425,6 +425,53 @@ def test_converted_nxd_tp2_checkpoint_resumes_training_with_the_same_losses(tmp_
     assert resumed_losses(tmp_path, tmp_path / "resume.pt", "Block") == want
 
 
+FULLY_SHARD_RESUME = r"""
+import sys
+import torch, torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import fully_shard
+sys.path.insert(0, sys.argv[3])
+from tests.checkpoint_layouts import Net, train
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+model = Net()
+fully_shard(model)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+model_state, optimizer_state = get_state_dict(model, optimizer)
+state = {"model": model_state, "optimizer": optimizer_state}
+dcp.load(state, checkpoint_id=sys.argv[1])
+set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+losses = train(model, optimizer, 4, seed=9)  # every rank the same batches: the averaged gradient is the whole one
+if dist.get_rank() == 0:
+    torch.save(losses, sys.argv[2])
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_converted_xla_fsdp_checkpoint_resumes_fully_shard_training_from_dcp(tmp_path):
+    """XLA FSDP model and AdamW shards, converted to DCP, resume an FSDP2 (fully_shard) program at 2 processes
+    through get_state_dict / dcp.load / set_state_dict, with the losses of the original continued."""
+    torch.manual_seed(0)
+    net = layouts.Net()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=0.01)
+    layouts.train(net, optimizer, 3, seed=1)
+    (tmp_path / "ckpt").mkdir()
+    layouts.fsdp_shards(net, 2, tmp_path / "ckpt", flatten=True, optimizer=optimizer)
+    converted(tmp_path / "ckpt", tmp_path / "dcp", "--to", "dcp")
+    script = tmp_path / "resume.py"
+    script.write_text(FULLY_SHARD_RESUME)
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script), str(tmp_path / "dcp"), str(tmp_path / "losses.pt"), str(root)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert torch.load(tmp_path / "losses.pt") == one_thread_train(net, optimizer, 4, seed=9)
+
+
 # ---------------------------------------------------------------------------------------------------- bad inputs
 
 def _refused(result, *words):
