@@ -656,21 +656,39 @@ torch.save({"model": {k: v.cpu() for k, v in net().state_dict().items()},
 # XLA FSDP at 2 ranks in one process: each rank's wrapper built with its sharding_rank (construction and
 # state_dict() run no collective); its AdamW steps the rank's gradient shard (what the reduce-scatter of a real
 # step leaves); saved as torch_xla's examples do, then torch_xla's own consolidation
-for flatten in (True, False):
+def held(key, meta):  # the module tensors a sharded parameter holds, by the metadata (to give it their gradients)
+    parts = key.split(".")
+    i = next(i for i, part in enumerate(parts) if part.startswith("_fsdp_shard"))
+    prefix = ".".join(parts[:i])
+    info = meta["shard_info"][prefix][".".join(parts[i:])]
+    name = f"{prefix}.{info['_orig_name']}" if prefix else info["_orig_name"]
+    names = [name]
+    if "flat_param_" in name:
+        outer = name.rpartition(".")[0]
+        names = [f"{outer}.{n}" if outer else n for n in meta["flatten_info"][name][0]]
+    return [n.replace("_fsdp_wrapped_module.", "").replace("_fpw_module.", "") for n in names]
+
+
+grads = {n: p.grad.cpu().reshape(-1) for n, p in with_grads().named_parameters()}
+for variant in ("flat", "per-param", "nested"):
     for rank in range(2):
-        wrapped = FSDP(net().to(dev), flatten_parameters=flatten, sharding_groups=[[0, 1]], sharding_rank=rank,
-                       sharding_world_size=2)
+        options = {"flatten_parameters": variant != "per-param", "sharding_groups": [[0, 1]],
+                   "sharding_rank": rank, "sharding_world_size": 2}
+        inner = net().to(dev)
+        if variant == "nested":
+            inner[2] = FSDP(inner[2], **options)
+        wrapped = FSDP(inner, **options)
+        meta, state = wrapped.get_shard_metadata(), wrapped.state_dict()
         optimizer = torch.optim.AdamW(wrapped.parameters(), lr=0.0)  # the state moves, the weights stay as saved
-        grads = [p.grad.cpu().reshape(-1) for p in with_grads().parameters()]
-        for shard, g in zip(wrapped.parameters(), [torch.cat(grads)] if flatten else grads):
+        for key, shard in zip([k for k in state if "_fsdp_shard" in k], wrapped.parameters()):
+            g = torch.cat([grads[n] for n in held(key, meta)])
             shard.grad = F.pad(g, [0, 2 * shard.numel() - g.numel()]).chunk(2)[rank].to(dev)
         optimizer.step()
         torch_xla.sync()
-        xm.save({"model": wrapped.state_dict(), "shard_metadata": wrapped.get_shard_metadata(),
-                 "optimizer": optimizer.state_dict(), "epoch": 3},
-                f"{out}/fsdp_{flatten}/ckpt_rank-{rank:08d}-of-00000002.pth", master_only=False)
-    consolidate_sharded_model_checkpoints(f"{out}/fsdp_{flatten}/ckpt", "*.pth",
-                                          save_path=f"{out}/fsdp_{flatten}.pth")
+        xm.save({"model": state, "shard_metadata": meta, "optimizer": optimizer.state_dict(), "epoch": 3},
+                f"{out}/fsdp_{variant}/ckpt_rank-{rank:08d}-of-00000002.pth", master_only=False)
+    consolidate_sharded_model_checkpoints(f"{out}/fsdp_{variant}/ckpt", "*.pth",
+                                          save_path=f"{out}/fsdp_{variant}.pth")
 
 
 # ZeRO-1 at 2 ranks: each rank's optimizer (its local rank from the sharding group) steps its base optimizer on
@@ -699,10 +717,10 @@ torch.save({"state": {i: {k: v.cpu() for k, v in s.items()} for i, s in adamw.st
                     reason="NEURON_MIGRATE_XLA_PYTHON (a python with torch_xla 2.9) is not set")
 def test_real_torch_xla_checkpoints_convert_bit_identical(tmp_path):
     """Files written by torch_xla itself convert to the exact tensors: xser.save, torch.save of XLA tensors, XLA FSDP
-    at 2 ranks (flat and per-parameter, the same as torch_xla's consolidate_sharded_model_checkpoints and as the
-    model before wrapping; its AdamW state the same as AdamW stepping the whole parameters), ZeRO-1 at 2 ranks
-    (the same)."""
-    for folder in ("fsdp_True", "fsdp_False", "zero1"):
+    at 2 ranks (flat, per-parameter and nested wrappers: the same as torch_xla's consolidate_sharded_model_checkpoints
+    and as the model before wrapping; its AdamW state the same as AdamW stepping the whole parameters), ZeRO-1 at 2
+    ranks (the same)."""
+    for folder in ("fsdp_flat", "fsdp_per-param", "fsdp_nested", "zero1"):
         (tmp_path / folder).mkdir()
     proc = subprocess.run([os.environ["NEURON_MIGRATE_XLA_PYTHON"], "-c", REAL_XLA, str(tmp_path)], capture_output=True,
                           text=True, timeout=900, env={**os.environ, "PJRT_DEVICE": "CPU"})
@@ -717,15 +735,16 @@ def test_real_torch_xla_checkpoints_convert_bit_identical(tmp_path):
     equal_states(raw_out["model"], reference["model"])
 
     unwrapped = torch.load(tmp_path / "fsdp_reference.pt", weights_only=True)
-    for flatten in (True, False):
-        converted(tmp_path / f"fsdp_{flatten}", tmp_path / f"fsdp_{flatten}_out.pt")
-        out = torch.load(tmp_path / f"fsdp_{flatten}_out.pt", weights_only=True)
+    for variant in ("flat", "per-param", "nested"):
+        converted(tmp_path / f"fsdp_{variant}", tmp_path / f"fsdp_{variant}_out.pt")
+        out = torch.load(tmp_path / f"fsdp_{variant}_out.pt", weights_only=True)
         assert out["epoch"] == 3
         equal_states(dict(sorted(out["model"].items())), dict(sorted(unwrapped["model"].items())))
-        assert list(out["optimizer"]["state"]) == list(unwrapped["optimizer"])  # by name, in the module's order
+        # by name (nested wrappers list the outer one's parameters first)
+        assert sorted(out["optimizer"]["state"]) == sorted(unwrapped["optimizer"])
         for name, entries in unwrapped["optimizer"].items():
             equal_states(out["optimizer"]["state"][name], entries)
-        consolidated = torch.load(tmp_path / f"fsdp_{flatten}.pth", weights_only=True)["model"]
+        consolidated = torch.load(tmp_path / f"fsdp_{variant}.pth", weights_only=True)["model"]
         equal_states(dict(sorted(out["model"].items())), dict(sorted(consolidated.items())))
 
     converted(tmp_path / "zero1", tmp_path / "zero1.pt")
