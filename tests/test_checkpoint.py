@@ -161,6 +161,21 @@ def test_xla_fsdp_optimizer_of_other_parameters_is_refused(tmp_path):
     assert not (tmp_path / "out.pt").exists()
 
 
+def test_xla_fsdp_optimizer_missing_from_one_rank_is_refused(tmp_path):
+    net = trained_net()
+    optimizer = torch.optim.AdamW(net.parameters(), lr=0.01)
+    layouts.train(net, optimizer, 1, seed=3)
+    paths = layouts.fsdp_shards(net, 2, tmp_path, flatten=True, optimizer=optimizer)
+    ckpt = torch.load(paths[1], weights_only=True)
+    del ckpt["optimizer"]
+    torch.save(ckpt, paths[1])
+    _refused(run("convert", tmp_path, tmp_path / "out.pt"), str(paths[1]), "no optimizer state `optimizer`")
+    ckpt["optimizer"] = {"state": {}, "param_groups": torch.load(paths[0], weights_only=True)["optimizer"]["param_groups"]}
+    torch.save(ckpt, paths[1])
+    _refused(run("convert", tmp_path, tmp_path / "out.pt"), str(paths[1]), "has no state for parameter 0")
+    assert not (tmp_path / "out.pt").exists()
+
+
 def test_zero1_optimizer_shards_become_the_base_optimizer_state(tmp_path):
     net = trained_net()
     optimizer = torch.optim.AdamW(net.parameters(), lr=0.01)

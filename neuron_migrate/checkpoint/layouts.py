@@ -227,6 +227,10 @@ def rank_files(paths: list[Path]) -> Checkpoint:
         del merged["shard_metadata"]
         for key, value in first.items():
             if _is_optimizer_state(value):
+                for p, t in trees:
+                    if not _is_optimizer_state(t.get(key)):
+                        raise CheckpointError(f"{p}: no optimizer state `{key}` (as {trees[0][0].name} has); the "
+                                              "shards do not belong together")
                 merged[key] = _fsdp_optimizer([(p, t[key]) for p, t in trees], layout, key)
         kinds.append("xla-fsdp")
     if zero is not None:
@@ -398,6 +402,10 @@ def _fsdp_optimizer(states: list[tuple[Path, dict]], layout: list[FsdpShard], ke
         entries = first["state"].get(i)
         if not isinstance(entries, dict):
             continue  # a parameter the optimizer has not stepped yet
+        for p, sd in states[1:]:
+            if not isinstance(sd["state"].get(i), dict):
+                raise CheckpointError(f"{p}: `{key}` has no state for parameter {i}, {first_path} has; the shards "
+                                      "do not belong together")
         group = _Group()
         for name in names[i]:
             state[name] = {}
