@@ -80,12 +80,10 @@ class Net(nn.Module):
         return self.fc2(F.relu(self.norm(self.fc1(x))))
 
 
-def train(model: nn.Module, optimizer: torch.optim.Optimizer | None, steps: int, seed: int,
-          device: str = "cpu") -> list[float]:
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, seed: int, device: str = "cpu") -> list[float]:
     """`steps` steps of one training loop on batches drawn from `seed` (the same batches on every device); the
-    losses. A `Block` gets token ids, a `Net` features. Without an optimizer, plain SGD at 0.1."""
+    losses. A `Block` gets token ids, a `Net` features."""
     g = torch.Generator().manual_seed(seed)
-    optimizer = optimizer or torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for _ in range(steps):
         if isinstance(model, Block):
@@ -216,10 +214,15 @@ def tp_split(state: dict, tp: int, rank: int) -> OrderedDict:
     return out
 
 
-def nxd_save(state: dict, folder: Path, tp: int, xser: bool = False, extra: dict | None = None) -> None:
-    """`neuronx_distributed.parallel_layers.checkpointing.save({"model": ...}, folder, save_xser=xser)`."""
+def nxd_save(state: dict, folder: Path, tp: int, xser: bool = False, extra: dict | None = None,
+             optimizer: tuple[nn.Module, torch.optim.Optimizer] | None = None) -> None:
+    """`neuronx_distributed.parallel_layers.checkpointing.save({"model": ...}, folder, save_xser=xser)`; with
+    `optimizer` (a model and its optimizer), also `"optimizer"`: the state_dict() of the optimizer each rank
+    built on its parallel layers' parameters (keyed by position, each state tensor split like its parameter)."""
     for rank in range(tp):
         ckpt = {"model": tp_split(state, tp, rank), **(extra or {})}
+        if optimizer is not None:
+            ckpt["optimizer"] = _tp_split_optimizer(*optimizer, tp, rank)
         name = folder / f"tp_rank_{rank:02d}_pp_rank_00"
         if xser:
             folder.mkdir(parents=True, exist_ok=True)
@@ -227,6 +230,14 @@ def nxd_save(state: dict, folder: Path, tp: int, xser: bool = False, extra: dict
         else:
             name.mkdir(parents=True)
             torch.save(ckpt, name / "checkpoint.pt")
+
+
+def _tp_split_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, tp: int, rank: int) -> dict:
+    full = optimizer.state_dict()
+    names = [n for n, _ in model.named_parameters()]
+    state = {i: {k: tp_split({names[i]: v}, tp, rank)[names[i]] if isinstance(v, torch.Tensor) and v.dim() else v
+                 for k, v in entries.items()} for i, entries in full["state"].items()}
+    return {"state": state, "param_groups": full["param_groups"]}
 
 
 def nxd_trainer_save(state: dict, root: Path, tag: str, tp: int, done: bool = True) -> Path:

@@ -222,6 +222,69 @@ def test_nxd_tp2_shards_join_on_each_layers_partition_dim(tmp_path, xser):
     assert out["epoch"] == 5
 
 
+def nxd_with_optimizer(tmp_path: Path, tp: int):
+    torch.manual_seed(0)
+    block = layouts.Block()
+    optimizer = torch.optim.AdamW(block.parameters(), lr=0.01)
+    layouts.train(block, optimizer, 2, seed=1)
+    layouts.nxd_save(block.state_dict(), tmp_path / "ckpt", tp=tp, optimizer=(block, optimizer))
+    return block, optimizer
+
+
+def test_nxd_optimizer_state_joins_like_its_parameters(tmp_path):
+    """The optimizer state saved beside NxD's TP shards is keyed by position; each state tensor has its parameter's
+    shape on the rank, which at TP=4 names one split (column-parallel shards are 4 rows, row-parallel 4 columns)."""
+    block, optimizer = nxd_with_optimizer(tmp_path, tp=4)
+    converted(tmp_path / "ckpt", tmp_path / "full.pt")
+    out = torch.load(tmp_path / "full.pt", weights_only=True)
+    equal_states(out["model"], block.state_dict())
+    fresh = torch.optim.AdamW(layouts.Block().parameters(), lr=0.01)
+    fresh.load_state_dict(out["optimizer"])
+    want = optimizer.state_dict()["state"]
+    got = fresh.state_dict()["state"]
+    assert set(got) == set(want)
+    for i in want:
+        equal_states(got[i], want[i])
+
+
+def test_nxd_optimizer_state_of_an_ambiguous_shape_asks_for_partition(tmp_path):
+    """At TP=2 the shards of q_proj (column-parallel, 16x8 -> 8x8) and o_proj (row-parallel, 8x16 -> 8x8) have one
+    shape, and q_proj's bias (16 -> 8) that of the whole norm: the states of those shapes are not guessed;
+    --partition gives them, globs on the position."""
+    block, optimizer = nxd_with_optimizer(tmp_path, tp=2)
+    refused = run("convert", tmp_path / "ckpt", tmp_path / "full.pt")
+    _refused(refused, "optimizer.state.0.exp_avg differs between the tensor-parallel ranks", "--partition")
+    assert not (tmp_path / "full.pt").exists()
+    names = [n for n, _ in block.named_parameters()]
+    assert [names[i] for i in (0, 1, 2, 3, 7)] == ["embed_tokens.weight", "q_proj.weight", "q_proj.bias",
+                                                   "o_proj.weight", "lm_head.weight"]
+    converted(tmp_path / "ckpt", tmp_path / "full.pt", "--partition", "optimizer.state.3.*=1",
+              "--partition", "optimizer.state.[0127].*=0")
+    out = torch.load(tmp_path / "full.pt", weights_only=True)
+    for i, entries in optimizer.state_dict()["state"].items():
+        equal_states(out["optimizer"]["state"][i], entries)
+
+
+def test_nxd_optimizer_state_of_pipeline_stages_is_left_out_with_a_note(tmp_path):
+    """Each pipeline stage numbers its optimizer's parameters from 0: joined by key, one stage's state would stand
+    for the other's, so the optimizer is left out, and the note says so."""
+    _, state = block_state()
+    for pp, keys in enumerate((["embed_tokens", "q_proj", "o_proj"], ["norm", "lm_head"])):
+        stage = {k: v for k, v in state.items() if k.split(".")[0] in keys}
+        optimizer = {"state": {i: {"exp_avg": torch.full(v.shape, float(pp))} for i, v in enumerate(stage.values())},
+                     "param_groups": [{"lr": 0.1, "params": list(range(len(stage)))}]}
+        for rank in range(2):
+            folder = tmp_path / "ckpt" / f"tp_rank_{rank:02d}_pp_rank_{pp:02d}"
+            folder.mkdir(parents=True)
+            shard = {k: v for k, v in layouts.tp_split(state, 2, rank).items() if k in stage}
+            torch.save({"model": shard, "optimizer": optimizer}, folder / "checkpoint.pt")
+    result = converted(tmp_path / "ckpt", tmp_path / "full.pt")
+    assert "optimizer state of the 2 pipeline stages is keyed by position" in result.output
+    out = torch.load(tmp_path / "full.pt", weights_only=True)
+    assert "optimizer" not in out
+    equal_states(dict(sorted(out["model"].items())), dict(sorted(state.items())))
+
+
 def test_nxd_trainer_checkpoint_takes_the_newest_tag(tmp_path):
     _, state = block_state()
     layouts.nxd_trainer_save(block_state(1)[1], tmp_path, "step_10", tp=2)
@@ -377,11 +440,11 @@ device = torch.device("neuron")
 state = torch.load(sys.argv[1], weights_only=True)
 model = {"Net": Net, "Block": Block}[sys.argv[2]]().to(device)
 model.load_state_dict(state["model"])
-if "optimizer" in state:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
-    set_optimizer_state_dict(model, optimizer, state["optimizer"])  # keyed by parameter name
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+if all(isinstance(k, str) for k in state["optimizer"]["state"]):
+    set_optimizer_state_dict(model, optimizer, state["optimizer"])  # XLA FSDP's: keyed by parameter name
 else:
-    optimizer = None  # NxD's optimizer shards are not converted: a fresh one
+    optimizer.load_state_dict(state["optimizer"])  # NxD's: keyed by position
 print("LOSSES", *train(model, optimizer, 4, seed=9, device=device))
 """
 EMULATED = ("import sys, runpy, torch\nfrom neuron_migrate.verify import emulator\nemulator.install()\n"
@@ -431,12 +494,11 @@ def test_converted_xla_fsdp_checkpoint_resumes_training_with_the_same_losses(tmp
 
 @pytest.mark.slow
 def test_converted_nxd_tp2_checkpoint_resumes_training_with_the_same_losses(tmp_path):
-    torch.manual_seed(0)
-    block = layouts.Block()
-    layouts.train(block, None, 3, seed=1)
-    layouts.nxd_save(block.state_dict(), tmp_path / "ckpt", tp=2, extra={"epoch": 1})
-    converted(tmp_path / "ckpt", tmp_path / "resume.pt")
-    want = one_thread_train(block, None, 4, seed=9)
+    """Model and AdamW state of NxD TP=2 shards (the optimizer's ambiguous shapes given with --partition)."""
+    block, optimizer = nxd_with_optimizer(tmp_path, tp=2)
+    converted(tmp_path / "ckpt", tmp_path / "resume.pt", "--partition", "optimizer.state.3.*=1",
+              "--partition", "optimizer.state.[0127].*=0")
+    want = one_thread_train(block, optimizer, 4, seed=9)
     assert resumed_losses(tmp_path, tmp_path / "resume.pt", "Block") == want
 
 

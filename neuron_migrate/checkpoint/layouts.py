@@ -607,8 +607,19 @@ def nxd(path: Path, partitions: tuple[Partition, ...]) -> Checkpoint | None:
         trees[key], is_xser = read_tree(file)
         xser = xser or is_xser
     files = [shards[k] for k in sorted(shards)]
+    optimizers = {k for k, v in trees[(0, 0)].items() if _is_optimizer_state(v)} \
+        if isinstance(trees[(0, 0)], dict) else set()
+    if optimizers and len(pps) > 1:  # each stage numbers its parameters from 0: the states cannot be joined
+        for key in optimizers:
+            notes.append(f"{key}: the optimizer state of the {len(pps)} pipeline stages is keyed by position, each "
+                         "stage counting from 0, so it cannot be joined and is left out; resume with a fresh "
+                         "optimizer")
+            for tree in trees.values():
+                tree.pop(key, None)
+        optimizers = set()
     per_tp = [_merge_stages([trees[(tp, pp)] for pp in pps]) for tp in tps]
-    merged = _merge_tp(per_tp, partitions, len(tps))
+    shape_dims = _shape_dims(per_tp[0].get("model"), partitions) if optimizers else {}
+    merged = _merge_tp(per_tp, partitions, len(tps), guess=(optimizers, shape_dims))
     extra = folder.parent if folder.name == "model" else None
     if extra is not None:
         merged = {"model": merged}
@@ -632,7 +643,27 @@ def _merge_stages(trees: list):
     return out
 
 
-def _merge_tp(trees: list, partitions: tuple[Partition, ...], tp: int, path: tuple = ()):
+def _shape_dims(model, partitions: tuple[Partition, ...]) -> dict:
+    """{the shape a tensor has on one TP rank: the dimensions (None: replicated, "unknown") of the model's
+    tensors of that shape}."""
+    out: dict = {}
+    for path, leaf in tensor_leaves(model if isinstance(model, dict) else {}):
+        out.setdefault(tuple(leaf.shape), set()).add(partition_dim(dotted(path), len(leaf.shape), partitions))
+    return out
+
+
+def _optimizer_dim(path: tuple, shape: tuple, guess) -> int | None | str:
+    """An optimizer state tensor's split, from its parameter's: the states are keyed by position (`state.3.
+    exp_avg`), but each has its parameter's shape on the rank, so where every model tensor of that shape is
+    split the same way, that way is the parameter's (else "unknown": --partition tells)."""
+    optimizers, shape_dims = guess
+    if len(path) < 4 or path[0] not in optimizers or path[1] != "state":
+        return "unknown"
+    dims = shape_dims.get(tuple(shape), set())
+    return next(iter(dims)) if len(dims) == 1 else "unknown"
+
+
+def _merge_tp(trees: list, partitions: tuple[Partition, ...], tp: int, path: tuple = (), guess=((), {})):
     first = trees[0]
     if isinstance(first, Leaf):
         others = [t for t in trees[1:] if not isinstance(t, Leaf)]
@@ -640,19 +671,23 @@ def _merge_tp(trees: list, partitions: tuple[Partition, ...], tp: int, path: tup
             return first
         key = dotted(path)
         dim = partition_dim(key.removeprefix("model."), len(first.shape), partitions)
-        if dim == "unknown" or dim is None:
-            return _replicated(trees, key, explicit=dim is None)
+        named = dim != "unknown"
+        if not named:
+            dim = _optimizer_dim(path, first.shape, guess)
+        if dim == "unknown" or dim is None or not first.shape:  # a 0-dim tensor (a `step`) is not split
+            return _replicated(trees, key, explicit=dim is None and named)
         if not -len(first.shape) <= dim < len(first.shape):
             raise CheckpointError(f"{first.files[0]}: {key} has {len(first.shape)} dims, cannot split it on {dim}")
         return _cat_leaf(trees, dim % len(first.shape), key)
     if isinstance(first, dict):
         out = first.__class__()
         for k in first:
-            out[k] = _merge_tp([t.get(k) if isinstance(t, dict) else None for t in trees], partitions, tp, (*path, k))
+            out[k] = _merge_tp([t.get(k) if isinstance(t, dict) else None for t in trees], partitions, tp, (*path, k),
+                               guess)
         return out
     if isinstance(first, list):
         return [_merge_tp([t[i] if isinstance(t, list) and i < len(t) else None for t in trees], partitions, tp,
-                          (*path, i)) for i in range(len(first))]
+                          (*path, i), guess) for i in range(len(first))]
     return first
 
 
