@@ -78,6 +78,36 @@ def test_standard_input_is_not_mixed_with_paths(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+# -- rewrite's exit code and unsafe fixes, as ruff's --fix ------------------------------------------------------
+
+HELD = LEGACY + "model = Net().to(device)\nmodel.train()\n"  # NM107's compile: an unsafe fix
+
+
+def test_rewrite_exits_1_while_items_are_left_and_its_exit_options(tmp_path):
+    f = write(tmp_path / "train.py", HELD)
+    done = cli("rewrite", "--no-cache", str(f))
+    assert done.returncode == 1, done.stderr  # the compile is held back: left for a person
+    assert ".compile(" not in f.read_text() and "[~] 1 unsafe fix held back" in done.stdout
+    write(f, HELD)
+    assert cli("rewrite", "--no-cache", "--exit-zero", str(f)).returncode == 0
+    write(f, HELD)
+    done = cli("rewrite", "--no-cache", "--unsafe-fixes", str(f))
+    assert done.returncode == 0 and ".compile(" in f.read_text(), done.stdout  # nothing left
+    assert cli("rewrite", "--no-cache", "--unsafe-fixes", str(f)).returncode == 0  # nothing to do
+    write(f, HELD)
+    assert cli("rewrite", "--no-cache", "--unsafe-fixes", "--exit-non-zero-on-fix", str(f)).returncode == 1
+    assert cli("rewrite", "--no-cache", "--unsafe-fixes", "--exit-non-zero-on-fix", str(f)).returncode == 0
+
+
+def test_safe_only_is_a_hidden_alias_of_the_default(tmp_path):
+    f = write(tmp_path / "train.py", HELD)
+    assert "--safe-only" not in cli("rewrite", "--help").stdout
+    done = cli("rewrite", "--no-cache", "--safe-only", str(f))
+    assert done.returncode == 1 and ".compile(" not in f.read_text() and "torch_xla" not in f.read_text()
+    both = cli("rewrite", "--safe-only", "--unsafe-fixes", str(f))
+    assert both.returncode == 2 and "contradict" in both.stderr
+
+
 # -- -q, --statistics, --output-file ---------------------------------------------------------------------------
 
 def test_quiet_prints_findings_only(tmp_path):
