@@ -27,6 +27,10 @@ class FileProject:
     modules: tuple[str, ...] = ()  # the project's own modules this file imports (dotted, as imported)
     neuron_project: str | None = None  # where the project installs Neuron's packages ("requirements.txt: ...")
     legacy: bool = False  # the file imports torch_xla or torch_neuronx (it is told why it is left alone)
+    # a program moving to neuron whose launch environment this file sets up (a DLAMI venv a launch script
+    # activates, an estimator's container): the programs it launches, else those of its project root (named from
+    # the file's folder)
+    launches_moving: str | None = None
 
     @property
     def set_aside(self) -> bool:

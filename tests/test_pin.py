@@ -181,7 +181,8 @@ def test_upstream_torchao_without_torchao_neuron_is_marked_not_changed(settings,
     assert [(f.line, f.code, f.fixable) for f in found] == [(6, "NM614", False)]
     assert where in found[0].message and "torchao-neuron" in found[0].message and "--instance trn3" in found[0].message
     out = new_text(text, **settings)
-    assert out.splitlines()[5].startswith("# TODO(neuron-migrate NM614): TorchAO is not supported on ")
+    marker = f"# TODO(neuron-migrate NM614): no TorchAO on {settings.get('instance', 'trn2')}: target trn3"
+    assert out.splitlines()[5] == marker + "; neuron-migrate explain NM614"
     assert out.splitlines()[6] == "torchao==0.9.0  # quantization" and new_text(out, **settings) == out
 
 

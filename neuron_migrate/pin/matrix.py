@@ -178,6 +178,11 @@ class Matrix:
     def python_supported(self, version: str) -> bool:
         return ".".join(version.split(".")[:2]) in self.python
 
+    @property
+    def native_torch(self) -> frozenset[str]:
+        """The PyTorch versions of the TorchNeuron families (`2.13`, `2.14`)."""
+        return frozenset(f.torch for f in self.families)
+
     def torchao_where(self) -> str:
         """`trn3 with Neuron 2.34.0`: where TorchAO Neuron is supported (the newest release that has it)."""
         for r in self.releases:
