@@ -44,6 +44,12 @@ FINDINGS = {
     "launch_environment": {"run_train.sh": {"NM616"}, "launch_sagemaker.py": {"NM617"}, "ray_launch.py": {"NM523"},
                            "Dockerfile": {"NM608"}, "train.py": {"NM101", "NM103", "NM107", "NM190"},
                            "serve/serve_inf2.py": {"NM510", "NM521"}},
+    # relative imports and a `sys.path.insert` from `__file__`: the device name crosses into the package's and the
+    # common folder's modules, kept on both sides (a GPU script's own `sys.path` addition and its "cuda" stay)
+    "package_paths": {"trainer/train.py": {"NM103", "NM117", "NM190"},
+                      "trainer/devices.py": {"NM101", "NM117", "NM190"},
+                      "scripts/evaluate.py": {"NM103", "NM117", "NM190"},
+                      "common/placement.py": {"NM101", "NM117", "NM190"}},
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
 }
 
@@ -276,3 +282,19 @@ def test_a_sagemaker_estimator_of_a_moving_program_names_its_container(tmp_path,
         assert reported in found[0].message and "`train.py` needs TorchNeuron" in found[0].message
     (tmp_path / "train.py").write_text(GPU_TRAIN)  # the program it runs stays on the GPU: not reported
     assert "NM617" not in _codes(tmp_path).get("launch.py", set())
+
+
+@pytest.mark.parametrize("line, folder", [
+    ('sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "common"))', "proj/common"),
+    ("sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))", "proj"),
+    ('sys.path.append(str(Path(__file__).resolve().parent.parent / "lib"))', "proj/lib"),
+    ('sys.path.insert(0, "../shared")  # run from scripts/', "proj/shared"),
+    ('site.addsitedir(os.path.join(os.path.dirname(__file__), "vendor"))', "proj/scripts/vendor"),
+    ("sys.path.append(os.getcwd())", None),  # the working folder: not known
+    ("sys.path.append(LIB_DIR)", None),
+    ('sys.path.insert(0, os.path.join(ROOT, "common"))', None),
+], ids=["join dirname", "two dirnames", "pathlib", "literal", "addsitedir", "cwd", "variable", "unknown root"])
+def test_sys_path_additions_are_read_from_literals_and_file(line, folder):
+    full = os.path.join(os.sep, "proj", "scripts", "run.py")
+    found = project_module._sys_path_additions(f"import os\nimport sys\n\n{line}\n", full)
+    assert found == ([os.path.join(os.sep, *folder.split("/"))] if folder else [])

@@ -111,6 +111,7 @@ class Module:
     infers: bool = False  # uses an XLA inference API (`torch_neuronx.trace`, transformers-neuronx, NxD inference)
     sets_environment: bool = False  # names an estimator's container (`framework_version=`, `image_uri=`) or Ray's XLA
     imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) as written
+    paths: list[str] = field(default_factory=list)  # folders its `sys.path.insert(0, ...)` / `append` add (absolute)
     runs: list[str] = field(default_factory=list)  # programs it runs (`!python x.py`, `%run x`)
     estimators: list[tuple[str, str]] = field(default_factory=list)  # (entry_point, instance type or "")
     evidence: list[Evidence] = field(default_factory=list)
@@ -195,6 +196,8 @@ class Project:
             code, prose = [text], _comments(text)
         for part in code:
             _read_code(module, part)
+            if "sys.path" in part:
+                module.paths += [p for p in _sys_path_additions(part, module.full) if p not in module.paths]
             if "entry_point" in part:  # an estimator: its keywords are read from Python's tree
                 try:
                     tree = ast.parse(part)
@@ -258,7 +261,7 @@ class Project:
                 else:
                     if name.split(".")[0] in LEGACY_ROOTS:
                         continue
-                    found = self._find(name, self._search_path(folder, module.root))
+                    found = self._find(name, self._search_path(folder, module.root) + tuple(module.paths))
                 if found is not None and found != module.full:
                     if found not in module.edges:
                         module.edges.add(found)
@@ -506,6 +509,58 @@ def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[
             continue  # prose that names several targets ("runs on Inf2 and Trn2") tells none of them
         return None, [], here
     return None, [], []
+
+
+# `sys.path.insert(0, ...)`, `sys.path.append(...)`, `site.addsitedir(...)`: one statement of one line
+_SYS_PATH = re.compile(r"^[ \t]*(?:sys\.path\.(?:insert|append)|site\.addsitedir)\([^\n]*\)[ \t]*(?:#[^\n]*)?$", re.M)
+
+
+def _sys_path_additions(code: str, full: str) -> list[str]:
+    """The folders a file adds to `sys.path` by a literal (relative to the file's folder: scripts are run from
+    there) or from `__file__` (`os.path.join(os.path.dirname(__file__), "..")`, `Path(__file__).parent.parent`)."""
+    out = []
+    for m in _SYS_PATH.finditer(code):
+        try:
+            call = ast.parse(m.group(0).strip()).body[0].value
+        except (SyntaxError, ValueError, IndexError, AttributeError, RecursionError):
+            continue
+        if not isinstance(call, ast.Call) or not call.args:
+            continue
+        folder = _path_value(call.args[-1], full)
+        if folder is not None:
+            out.append(os.path.normpath(os.path.join(os.path.dirname(full), folder)))
+    return out
+
+
+def _path_value(node: ast.expr, full: str) -> str | None:
+    """The path an expression of `os.path` / `pathlib` calls on literals and `__file__` names; None when it
+    depends on anything else (the working folder, a variable)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return full if node.id == "__file__" else None
+    if isinstance(node, ast.Attribute) and node.attr == "parent":  # Path(...).parent
+        inner = _path_value(node.value, full)
+        return os.path.dirname(os.path.normpath(inner)) if inner is not None else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):  # Path(...) / "lib"
+        left, right = _path_value(node.left, full), _path_value(node.right, full)
+        return os.path.join(left, right) if left is not None and right is not None else None
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name in ("resolve", "absolute") and isinstance(func, ast.Attribute) and not node.args:  # Path(...).resolve()
+        return _path_value(func.value, full)
+    values = [_path_value(a, full) for a in node.args]
+    if not values or None in values or node.keywords:
+        return None
+    if name == "join":
+        return os.path.join(*values)
+    if name == "dirname" and len(values) == 1:
+        return os.path.dirname(os.path.normpath(values[0]))
+    if name in ("abspath", "realpath", "normpath", "Path", "PurePath", "str", "expanduser") and len(values) == 1:
+        return values[0]
+    return None
 
 
 def _read_code(module: Module, code: str) -> None:
