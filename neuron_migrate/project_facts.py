@@ -31,6 +31,7 @@ class FileProject:
     # activates, an estimator's container): the programs it launches, else those of its project root (named from
     # the file's folder)
     launches_moving: str | None = None
+    launches_staying: tuple[str, ...] = ()  # ... and the programs it launches that do not move (named the same way)
 
     @property
     def set_aside(self) -> bool:

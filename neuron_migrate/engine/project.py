@@ -454,7 +454,15 @@ class Project:
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, module.legacy and held,
-                           self._launches_moving(module.full) if module.sets_environment and not held else None)
+                           *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())))
+
+    def _launch_facts(self, full: str) -> tuple[str | None, tuple[str, ...]]:
+        """A moving program whose environment the file sets up, and the programs it launches that stay (an
+        estimator's model served elsewhere: its container is not the moving program's)."""
+        folder = os.path.dirname(full)
+        staying = tuple(sorted(os.path.relpath(p.entry.full, folder) for p in self.programs
+                               if not p.moving and p.entry.full in self._started.get(full, ())))
+        return self._launches_moving(full), staying
 
     def _launches_moving(self, full: str) -> str | None:
         """A program moving to neuron whose environment the file at `full` sets up: among the programs it launches

@@ -10,6 +10,8 @@ set-up itself (Ray's XLA backend serves Neuron cores only).
 
 from __future__ import annotations
 
+import os
+
 import libcst as cst
 
 from neuron_migrate.engine.project import INSTANCE_TYPE
@@ -49,10 +51,24 @@ class SageMakerContainer(Rule):
         if instance is not None and not INSTANCE_TYPE.search(instance):
             return  # a GPU or CPU instance (`ml.p4d.24xlarge`): SageMaker's other containers
         found = self._image(node) or self._version(node, instance)
-        program = _moving(ctx) if found is not None else None
+        program = _moving(ctx) if found is not None and not self._staying(node) else None
         if program is not None:
             where, what = found
             ctx.report("NM617", where.value, what=what, program=program, family=max(matrix().native_torch))
+
+    def _staying(self, node: cst.Call) -> bool:
+        """The call runs a program of the project that does not move (a `PyTorchModel`'s `inference.py` served on
+        another instance): its container is that program's."""
+        project = self.ctx.settings.project
+        entry = arg(node, None, "entry_point")
+        name = string_value(entry.value) if entry is not None else None
+        if project is None or not project.launches_staying or name is None:
+            return False
+        source = arg(node, None, "source_dir")
+        folder = string_value(source.value) if source is not None else None
+        if source is not None and folder is None:
+            return False
+        return os.path.normpath(os.path.join(folder or "", name)) in project.launches_staying
 
     @staticmethod
     def _image(node: cst.Call):
