@@ -525,7 +525,7 @@ def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[
 
 
 # `sys.path.insert(0, ...)`, `sys.path.append(...)`, `site.addsitedir(...)`: one statement of one line
-_SYS_PATH = re.compile(r"^[ \t]*(?:sys\.path\.(?:insert|append)|site\.addsitedir)\([^\n]*\)[ \t]*(?:#[^\n]*)?$", re.M)
+_SYS_PATH = re.compile(r"^[ \t]*(?:sys\.path\.(?:insert|append)|site\.addsitedir)\([^\n]*", re.M)
 
 
 def _sys_path_additions(code: str, full: str) -> list[str]:
