@@ -276,8 +276,10 @@ def environment(program: Program, harness: Path, config: dict) -> dict[str, str]
     env.update(program.env)
     env[CONFIG_ENV] = json.dumps(config)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(harness), env.get("PYTHONPATH")) if p)
-    if program.nproc == 1 and program.device != "xla":
-        # torchrun's variables for one worker: a program that calls init_process_group("env://") runs as rank 0
+    if program.nproc == 1:
+        # torchrun's variables for one worker: a program that calls init_process_group("env://") runs as rank 0,
+        # the torch_xla reference of a program torchrun launches (`init_process_group("xla")`) included; without
+        # TORCHELASTIC_RUN_ID, torch_xla does not take itself for a torchrun launch (`xmp.spawn` runs as before)
         env.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
                     "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                     "MASTER_PORT": str(_free_port())})
