@@ -9,6 +9,7 @@ docs/verify.md, through a regular (non-editable) install of the tool.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -211,6 +212,12 @@ def test_the_torch_xla_reference_runs_as_one_torchrun_worker(tmp_path):
         ("RANK", "LOCAL_RANK"), "0") | dict.fromkeys(("WORLD_SIZE", "LOCAL_WORLD_SIZE"), "1")
     assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"].isdigit()
     assert "TORCHELASTIC_RUN_ID" not in env and env["PJRT_DEVICE"]
+    # the run's own variables win, and its PYTHONPATH (torch_xla's torchvision) comes after the harness's folder
+    own = Program("reference", "original", "python", tmp_path / "train.py", "xla",
+                  env={"PYTHONPATH": "/opt/xla-extras", "LOCAL_RANK": "3"})
+    env = environment(own, tmp_path / "harness", {})
+    assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "harness"), "/opt/xla-extras"])
+    assert (env["LOCAL_RANK"], env["RANK"]) == ("3", "0")
 
 
 @needs_xla
