@@ -66,6 +66,8 @@ class FileResult:
     files_read: dict[str, str | None] = field(default_factory=dict)
     # The suppression comments a handler used, (line, code or "*"); the others are reported as NM901.
     used_suppressions: set[tuple[int, str]] = field(default_factory=set)
+    # What the handler went past in a file it processed (a notebook cell that is not Python): told, not a failure.
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:

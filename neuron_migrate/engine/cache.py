@@ -297,7 +297,7 @@ def _result_to_json(result: FileResult) -> dict:
     if result.changed:
         assert result.new_bytes is not None
         out["new"] = base64.b64encode(result.new_bytes).decode("ascii")
-    for name in ("error", "skipped"):
+    for name in ("error", "skipped", "warnings"):
         if getattr(result, name):
             out[name] = getattr(result, name)
     return out
@@ -313,4 +313,5 @@ def _result_from_json(path: str, data: bytes, raw: dict) -> FileResult:
         new_bytes=base64.b64decode(raw["new"]) if "new" in raw else None,
         error=raw.get("error"),
         skipped=raw.get("skipped"),
+        warnings=[str(w) for w in raw.get("warnings", ())],
     )

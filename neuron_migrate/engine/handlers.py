@@ -86,6 +86,7 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
         combined.manual.extend(result.manual)
         combined.files_read.update(result.files_read)
         combined.used_suppressions |= seen.used_suppressions
+        combined.warnings += [w for w in result.warnings if w not in combined.warnings]
         for code, n in result.applied.items():
             combined.applied[code] = combined.applied.get(code, 0) + n
         if result.error:

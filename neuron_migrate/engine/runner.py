@@ -50,7 +50,8 @@ class Run:
     @property
     def warnings(self) -> list[tuple[str, str]]:
         """What the run met and went past (a folder loop): told, not a failure."""
-        return [(p.path, p.message) for p in self.problems if p.warning]
+        return [(p.path, p.message) for p in self.problems if p.warning] + [
+            (r.path, w) for r in self.results for w in r.warnings]
 
     @property
     def findings(self):

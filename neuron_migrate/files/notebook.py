@@ -9,7 +9,8 @@ pin rules, `%env NAME=value` lines to the environment checks of shell scripts (a
 (Python, requirements, shell, ... by the name), under that path; a `%%bash` / `%%sh` / `%%script bash` cell
 through those of shell scripts, under the notebook's path. Cells that are not code (`%%html`, `%%markdown`,
 unknown magics, a written file of no known kind or that its handlers cannot read) are left alone, and never make
-the notebook fail.
+the notebook fail; nor does a code cell that is not Python (reStructuredText pasted in a code cell, a bare `curl`
+line: IPython refuses to run it too), which is left as it is with a warning while the other cells migrate.
 
 After the rewrite, only the `source` values of the cells that changed are replaced in the JSON text, so outputs,
 metadata, key order, indentation and the final newline stay byte for byte and the diff shows only changed source
@@ -18,6 +19,7 @@ lines. Findings carry the cell number (counting every cell from 1) and the line 
 
 from __future__ import annotations
 
+import ast
 import bisect
 import contextvars
 import dataclasses
@@ -142,6 +144,12 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
         if cell.kind == EMBEDDED and cell.file_path in _appended(path, cells):
             cell.kind = SKIPPED
     try:
+        for cell in cells:
+            problem = _not_python(cell) if cell.kind == PYTHON else None
+            if problem is not None:
+                cell.kind = SKIPPED
+                result.warnings.append(f"cell {cell.index} is not Python ({problem}), so IPython cannot run it "
+                                       "either: it was left as it is, and the other cells were read")
         new = _python_cells(path, [c for c in cells if c.kind == PYTHON], settings, rewrite, result)
         for cell in cells:
             if cell.kind == EMBEDDED:
@@ -506,6 +514,21 @@ def _mask(cell: Cell) -> str:
         out += [f"{indent}{tag}.{k}\n" for k in range(1, end - n)]
         n = end
     return "".join(out)
+
+
+def _not_python(cell: Cell) -> str | None:
+    """What keeps a Python cell from compiling as IPython would run it (its magics masked, `await` allowed at
+    the top), with the line and column in the cell; None when it compiles."""
+    try:
+        compile(_mask(cell), "<cell>", "exec", ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except SyntaxError as exc:
+        line, col = cell.position(exc.lineno or 1, (exc.offset or 1) - 1)
+        return f"{exc.msg} at line {line}:{(col or 0) + 1}"
+    except (ValueError, RecursionError, MemoryError) as exc:  # NUL bytes, nesting too deep for the compiler
+        return str(exc) or type(exc).__name__
+    finally:
+        cell.placeholders = {}
+    return None
 
 
 def _without_newline(text: str) -> str:

@@ -47,7 +47,7 @@ NEURON_ROOTS = ("torch_neuronx", "torch_neuron")
 NKI_BUNDLED = "neuronxcc.nki"  # the compiler's NKI namespace: one finding a file, at its import
 XLA_ERA_NKI = ("is the XLA-era way to call an NKI kernel", "write the kernel with `@nki.jit` (the standalone `nki` "
                "package) and register it for PyTorch with `@nki_op(\"namespace::name\", mutates_args=...)`",
-               "write an `@nki.jit` kernel, register it with nki_op")
+               "port to an `@nki.jit` kernel + nki_op")
 XLA_IMPL = ("comes from `torch_neuronx.xla_impl`, the XLA-based implementation, which TorchNeuron does not have",
             "an NKI kernel becomes an `@nki.jit` function registered with `@nki_op(\"namespace::name\", "
             "mutates_args=...)`; an HLO custom call or other XLA operation becomes PyTorch operators or an NKI kernel",
@@ -194,7 +194,7 @@ class NeuronxTrace(Rule):
                    what=f"is the NKI namespace bundled with neuronx-cc, removed in Neuron 2.34{count}",
                    todo="import NKI from the standalone `nki` package TorchNeuron uses (`import nki.language as nl`, "
                         "`import nki.isa as nisa`), then port the kernels (the NKI migration guide)",
-                   short=f"use `import nki.language as nl`{f' ({_uses(n)})' if n else ''}")
+                   short=f"switch to `nki.language`{f' ({_uses(n)})' if n else ''}")
         ctx.current = None
 
     def visit_Call(self, node: cst.Call) -> None:
