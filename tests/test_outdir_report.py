@@ -85,7 +85,7 @@ def test_markdown_and_json_reports(tmp_path):
     assert "Left for a person: 2 markers and 1 other finding in 3 files" in text
     assert "### Dependency pins changed\n\n- `requirements.txt`" in text
     assert "### Launch scripts and configurations changed\n\n- `run.sh`" in text  # not a pin
-    assert "  - added ``# TODO(neuron-migrate NM403): `XLA_USE_BF16` is ignored" in text
+    assert "  - added ``# TODO(neuron-migrate NM403): use autocast, not `XLA_USE_BF16`" in text
     assert "- `pkg/broken.py`: line 2" in text
     assert "Run `neuron-migrate verify`" in text and "Run `neuron-migrate doctor`" in text
 

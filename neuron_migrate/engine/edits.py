@@ -167,8 +167,8 @@ class Applier:
                 updated = updated.with_changes(body=keep)
             if not dropped and updated is not original:
                 lost = self._made(replaced_comments(original, updated))
-                if lost:
-                    updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lost])
+                updated = _without_xla_trailer(updated).with_changes(
+                    leading_lines=[*without_xla_comments(list(updated.leading_lines)), *lost])
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         present = {marker_code(c) for c in existing_comments(original, self.header if original is self.first else ())}
@@ -188,8 +188,8 @@ class Applier:
                     updated = updated.with_changes(leading_lines=[*updated.leading_lines, *markers])
                 self._dropped.add(updated)  # the enclosing block carries its comments on
                 return updated
-            replacement[0] = replacement[0].with_changes(
-                leading_lines=[*updated.leading_lines, *markers, *replacement[0].leading_lines])
+            replacement[0] = replacement[0].with_changes(leading_lines=[
+                *without_xla_comments(list(updated.leading_lines)), *markers, *replacement[0].leading_lines])
             return cst.FlattenSentinel(_isort_gaps(replacement))
         if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
             body = list(updated.body.body)
@@ -232,8 +232,9 @@ class Applier:
         segments: list[list[cst.EmptyLine]] = []  # the lines above each removed statement of the run
         for stmt in body:
             if stmt in self._dropped:
-                segments.append(list(stmt.leading_lines))
-                carried.extend(stmt.leading_lines)
+                lines = without_xla_comments(list(stmt.leading_lines))
+                segments.append(lines)
+                carried.extend(lines)
                 dropped_before = True
                 continue
             if dropped_before:
@@ -348,6 +349,38 @@ def _isort_gaps(statements: list) -> list:
 # Comments about the line itself, for tools: they go with the statement they were on.
 PRAGMA = re.compile(r"#\s*(noqa\b|type:\s*ignore|pylint:|pyright:|mypy:|fmt:|isort:|pragma\b|nosec\b|"
                     r"neuron-migrate:|NOQA\b)")
+
+
+# A comment that speaks of the XLA stack (`# XLA: specify the XLA device`, `## xm.mark_step runs the graph`): it is
+# no longer true once the statement under it is rewritten or removed.
+XLA_TALK = re.compile(r"\bxla\b|\btorch_xla\b|\bxm\.|\bxmp\.|"
+                      r"\b(?:mark_step|optimizer_step|MpDeviceLoader|ParallelLoader)\b", re.IGNORECASE)
+
+
+def _talks_of_xla(comment: cst.Comment | None) -> bool:
+    return comment is not None and not marker_code(comment.value) and not PRAGMA.match(comment.value) \
+        and XLA_TALK.search(comment.value) is not None
+
+
+def without_xla_comments(lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
+    """The lines above a statement the rewrite changed or removed, less the comment block right above it (no
+    blank line between) where every line of it speaks of XLA: it described the XLA code. A block that also says
+    something else stays whole (cut, its other lines would lose their sense); markers and pragmas always stay."""
+    cut = len(lines)
+    while cut and lines[cut - 1].comment is not None and _talks_of_xla(lines[cut - 1].comment):
+        cut -= 1
+    if cut == len(lines) or (cut and lines[cut - 1].comment is not None):
+        return lines
+    return lines[:cut]
+
+
+def _without_xla_trailer(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """`device = "neuron"  # or xla` less its comment: a line's own comment about XLA is stale once it changed."""
+    trailing = statement.trailing_whitespace
+    if not _talks_of_xla(trailing.comment):
+        return statement
+    return statement.with_changes(trailing_whitespace=trailing.with_changes(
+        whitespace=cst.SimpleWhitespace(""), comment=None))
 
 
 def removed_comments(statement: cst.CSTNode) -> list[cst.EmptyLine]:
