@@ -40,6 +40,10 @@ FINDINGS = {
     # imports it keeps its CUDA calls (the library's own XLA calls are marked where they stand)
     "xla_branch_library": {"kernels/interop.py": {"NM199"}},
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
+    # a script run.sh starts (no `__main__` block) imports torch_xla inside `main`: a program that moves, its CUDA
+    # calls with it (in the first run, as a second would); its helper's GPU functions serve the GPU trainers
+    "launched_xla_script": {"pretrain.py": {"NM101", "NM103", "NM107", "NM190", "NM322"},
+                            "data_utils.py": {"NM211"}},
 }
 
 
