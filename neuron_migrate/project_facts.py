@@ -6,11 +6,15 @@ import it. A file's result depends on these facts: the runner folds `key()` into
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 TPU, INF1, INF2, TRN1, NEURON, GPU = "tpu", "inf1", "inf2", "trn1", "neuron", "gpu"
 # Targets the native backend does not run on: a program for one of them is not migrated (NM521).
 SET_ASIDE = frozenset({TPU, INF1, INF2, TRN1})
+# a `__main__` block (the project model reads it from lines, a file's facts from its text)
+MAIN_BLOCK = re.compile(r"""^if[ \t]+(?:__name__[ \t]*==[ \t]*["']__main__["']|"""
+                        r"""["']__main__["'][ \t]*==[ \t]*__name__)""", re.M)
 NAMES = {TPU: "TPU", INF1: "Inferentia 1 (Inf1)", INF2: "Inferentia 2 (Inf2)", TRN1: "Trainium 1 (Trn1)",
          NEURON: "Neuron (Trn2 / Trn3)", GPU: "GPU"}
 
@@ -27,6 +31,7 @@ class FileProject:
     modules: tuple[str, ...] = ()  # the project's own modules this file imports (dotted, as imported)
     neuron_project: str | None = None  # where the project installs Neuron's packages ("requirements.txt: ...")
     legacy: bool = False  # the file imports torch_xla or torch_neuronx (it is told why it is left alone)
+    entry: bool = False  # a program's entry point: a `__main__` block, a notebook, run by a launch script or estimator
     # a program moving to neuron whose launch environment this file sets up (a DLAMI venv a launch script
     # activates, an estimator's container): the programs it launches, else those of its project root (named from
     # the file's folder)

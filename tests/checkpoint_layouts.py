@@ -80,14 +80,36 @@ class Net(nn.Module):
         return self.fc2(F.relu(self.norm(self.fc1(x))))
 
 
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, seed: int, device: str = "cpu") -> list[float]:
+    """`steps` steps of one training loop on batches drawn from `seed` (the same batches on every device); the
+    losses. A `Block` gets token ids, a `Net` features."""
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(steps):
+        if isinstance(model, Block):
+            batch = torch.randint(0, 16, (4, 6), generator=g)
+            target = torch.randint(0, 16, (4, 6), generator=g)
+            loss = F.cross_entropy(model(batch.to(device)).flatten(0, 1), target.to(device).flatten())
+        else:
+            loss = model(torch.randn(6, 8, generator=g).to(device)).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 def _pad_flat(t: torch.Tensor, world: int) -> torch.Tensor:
     t = t.reshape(-1)
     return F.pad(t, [0, -t.numel() % world])
 
 
-def fsdp_shards(model: nn.Module, world: int, folder: Path, flatten: bool, prefix: str = "ckpt") -> list[Path]:
+def fsdp_shards(model: nn.Module, world: int, folder: Path, flatten: bool, prefix: str = "ckpt",
+                optimizer: torch.optim.Optimizer | None = None) -> list[Path]:
     """torch_xla FSDP's per-rank `{"model": model.state_dict(), "shard_metadata": model.get_shard_metadata()}`,
-    saved as its examples do: `{prefix}_rank-{rank:08d}-of-{world:08d}.pth`."""
+    saved as its examples do: `{prefix}_rank-{rank:08d}-of-{world:08d}.pth`. With `optimizer` (built on `model`'s
+    parameters), also `"optimizer": optimizer.state_dict()` as the optimizer of the wrapped model holds it: one
+    entry per sharded (flat) parameter, each state tensor flattened, padded and chunked like the parameter."""
     params = list(model.named_parameters())
     buffers = list(model.named_buffers())
     if flatten:
@@ -110,9 +132,30 @@ def fsdp_shards(model: nn.Module, world: int, folder: Path, flatten: bool, prefi
         meta = {"shard_info": shard_info, "flatten_info": flatten_info, "buffer_info": {}, "world_size": world,
                 "rank": rank}
         path = folder / f"{prefix}_rank-{rank:08d}-of-{world:08d}.pth"
-        torch.save({"model": sd, "shard_metadata": meta, "epoch": 4}, path)
+        ckpt = {"model": sd, "shard_metadata": meta, "epoch": 4}
+        if optimizer is not None:
+            ckpt["optimizer"] = _fsdp_optimizer_state(optimizer, world, rank, flatten)
+        torch.save(ckpt, path)
         paths.append(path)
     return paths
+
+
+def _fsdp_optimizer_state(optimizer: torch.optim.Optimizer, world: int, rank: int, flatten: bool) -> dict:
+    full = optimizer.state_dict()
+    groups = [[full["state"][i] for i in range(len(g["params"]))] for g in full["param_groups"]]
+    assert len(groups) == 1, "one parameter group (FSDP flattens a module's parameters into one)"
+    entries = [groups[0]] if flatten else [[e] for e in groups[0]]
+    state = {}
+    for i, members in enumerate(entries):
+        shard = {}
+        for k, v in members[0].items():
+            if isinstance(v, torch.Tensor) and v.dim() > 0:
+                whole = torch.cat([m[k].reshape(-1) for m in members])
+                shard[k] = _pad_flat(whole, world).chunk(world)[rank].clone()
+            else:
+                shard[k] = v.clone() if isinstance(v, torch.Tensor) else v
+        state[i] = shard
+    return {"state": state, "param_groups": [{**full["param_groups"][0], "params": list(range(len(entries)))}]}
 
 
 def zero1_shards(model: nn.Module, optimizer: torch.optim.Optimizer, world: int, folder: Path) -> list[Path]:
@@ -171,10 +214,15 @@ def tp_split(state: dict, tp: int, rank: int) -> OrderedDict:
     return out
 
 
-def nxd_save(state: dict, folder: Path, tp: int, xser: bool = False, extra: dict | None = None) -> None:
-    """`neuronx_distributed.parallel_layers.checkpointing.save({"model": ...}, folder, save_xser=xser)`."""
+def nxd_save(state: dict, folder: Path, tp: int, xser: bool = False, extra: dict | None = None,
+             optimizer: tuple[nn.Module, torch.optim.Optimizer] | None = None) -> None:
+    """`neuronx_distributed.parallel_layers.checkpointing.save({"model": ...}, folder, save_xser=xser)`; with
+    `optimizer` (a model and its optimizer), also `"optimizer"`: the state_dict() of the optimizer each rank
+    built on its parallel layers' parameters (keyed by position, each state tensor split like its parameter)."""
     for rank in range(tp):
         ckpt = {"model": tp_split(state, tp, rank), **(extra or {})}
+        if optimizer is not None:
+            ckpt["optimizer"] = _tp_split_optimizer(*optimizer, tp, rank)
         name = folder / f"tp_rank_{rank:02d}_pp_rank_00"
         if xser:
             folder.mkdir(parents=True, exist_ok=True)
@@ -182,6 +230,14 @@ def nxd_save(state: dict, folder: Path, tp: int, xser: bool = False, extra: dict
         else:
             name.mkdir(parents=True)
             torch.save(ckpt, name / "checkpoint.pt")
+
+
+def _tp_split_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer, tp: int, rank: int) -> dict:
+    full = optimizer.state_dict()
+    names = [n for n, _ in model.named_parameters()]
+    state = {i: {k: tp_split({names[i]: v}, tp, rank)[names[i]] if isinstance(v, torch.Tensor) and v.dim() else v
+                 for k, v in entries.items()} for i, entries in full["state"].items()}
+    return {"state": state, "param_groups": full["param_groups"]}
 
 
 def nxd_trainer_save(state: dict, root: Path, tag: str, tp: int, done: bool = True) -> Path:

@@ -5,9 +5,12 @@ for a link during a run is not written through it."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import shutil
 import stat
+import subprocess
 
 import pytest
 
@@ -166,6 +169,178 @@ def test_a_cache_folder_of_another_user_is_not_used(tmp_path, user_cache, monkey
     result = run([str(root)], Settings(), rewrite=False, jobs=1, use_cache=True)
     assert any("belongs to another user" in message for _, message in result.warnings)
     assert list(folder.iterdir()) == []
+
+
+# -- 3: nothing from the user cache runs unchecked: verify's emulated device ----------------------------------
+
+# A library that tells when it is loaded: its constructor appends TAG to the file $NM_TEST_LOADED.
+LOUD_LIBRARY = r"""#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void loaded(void) {
+    const char *log = getenv("NM_TEST_LOADED");
+    FILE *f = log ? fopen(log, "a") : NULL;
+    if (f) { fputs(TAG "\n", f); fclose(f); }
+}
+"""
+
+
+class Emulator:
+    """verify's C++ emulated device, built (by `cc`, a library that logs its loading) into a cache folder of the
+    test, with every library the loader is handed recorded by its bytes."""
+
+    def __init__(self, tmp_path, monkeypatch) -> None:
+        import ctypes
+        import types
+
+        from neuron_migrate.verify.native import build
+
+        self.build, self.tmp = build, tmp_path
+        self.log = tmp_path / "loaded.txt"
+        monkeypatch.setenv("NM_TEST_LOADED", str(self.log))
+        monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "emulators"))
+        self.built: list[bytes] = []  # each build's library
+        self.handed: list[bytes] = []  # what the loader was asked to load, read from the path it was given
+
+        def cdll(path):
+            with open(path, "rb") as fh:
+                self.handed.append(fh.read())
+            return ctypes.CDLL(path)
+
+        def compile_(work):  # the real one's contract: build in `work`, load it there, give its path
+            path = self.compile("built", work / build.LIBRARY)
+            self.built.append(path.read_bytes())
+            cdll(str(path))
+            return str(path)
+        monkeypatch.setattr(build, "_compile", compile_)
+        monkeypatch.setattr(build, "ctypes", types.SimpleNamespace(CDLL=cdll))
+        self.evil = self.compile("evil", tmp_path / "evil.so").read_bytes()
+
+    def compile(self, tag: str, out):
+        subprocess.run(["cc", "-shared", "-fPIC", f'-DTAG="{tag}"', "-x", "c", "-", "-o", str(out)],
+                       input=LOUD_LIBRARY, text=True, check=True)
+        return out
+
+    @property
+    def folder(self):
+        return self.build.cache_folder()
+
+    @property
+    def library(self):
+        return self.folder / self.build.LIBRARY
+
+    @property
+    def manifest(self):
+        return self.folder / self.build.MANIFEST
+
+    def loaded(self) -> list[str]:
+        return self.log.read_text().split() if self.log.exists() else []
+
+
+needs_cc = pytest.mark.skipif(not shutil.which("cc"), reason="needs a C compiler (cc) to build test libraries")
+
+
+@pytest.fixture
+def emulator(tmp_path, user_cache, monkeypatch):
+    pytest.importorskip("torch")
+    return Emulator(tmp_path, monkeypatch)
+
+
+@needs_cc
+def test_the_emulator_is_built_once_and_then_loaded_from_the_cache(emulator):
+    emulator.build.load()
+    assert len(emulator.built) == 1 and emulator.loaded() == ["built"]
+    manifest = json.loads(emulator.manifest.read_text())
+    assert manifest["record"]["sha256"] == hashlib.sha256(emulator.built[0]).hexdigest()
+    assert stat.S_IMODE(emulator.folder.stat().st_mode) == 0o700
+    emulator.build.load()
+    assert len(emulator.built) == 1 and emulator.handed == emulator.built * 2
+    assert emulator.loaded() == ["built", "built"]  # the cached copy, a file of its own
+
+
+def _swap(emulator, evil: bytes) -> None:
+    emulator.library.unlink()
+    emulator.library.write_bytes(evil)
+
+
+def _forge(emulator, record: dict, key: bytes = b"") -> None:
+    """A manifest for `record`, signed with `key` (empty: the signature left as it was)."""
+    manifest = json.loads(emulator.manifest.read_text())
+    manifest["record"] = record
+    if key:
+        manifest["hmac"] = emulator.build._mac(key, emulator.folder, record)
+    emulator.manifest.write_text(json.dumps(manifest))
+
+
+def _evil_sha(emulator) -> dict:
+    return {"sha256": hashlib.sha256(emulator.evil).hexdigest()}
+
+
+POISONS = {
+    "bytes changed": (lambda e: _swap(e, e.evil), "its bytes are not the ones this user's build recorded"),
+    "a link": (lambda e: (e.library.unlink(), e.library.symlink_to(e.tmp / "evil.so")),
+               "neuron_emulator.so is a symbolic link"),
+    "manifest edited": (lambda e: (_swap(e, e.evil), _forge(e, _evil_sha(e))),
+                        "its manifest was not written by this user's neuron-migrate"),
+    "manifest of another key": (lambda e: (_swap(e, e.evil), _forge(e, _evil_sha(e), key=b"k" * 32)),
+                                "its manifest was not written by this user's neuron-migrate"),
+    "no manifest": (lambda e: (_swap(e, e.evil), e.manifest.unlink()),
+                    "there is no manifest of a build by this user beside it"),
+    "writable by others": (lambda e: e.library.chmod(0o777), "writable by others (mode 777)"),
+    "a failure planted": (lambda e: _forge(e, {"error": "pretend the build failed"}),
+                          "its manifest was not written by this user's neuron-migrate"),
+}
+
+
+@needs_cc
+@pytest.mark.parametrize("poison", list(POISONS))
+def test_a_poisoned_emulator_library_is_never_loaded_and_is_built_again(emulator, poison, capsys):
+    emulator.build.load()
+    edit, reason = POISONS[poison]
+    edit(emulator)
+    capsys.readouterr()
+    emulator.build.load()
+    err = capsys.readouterr().err
+    assert f"{emulator.library} was not loaded: " in err and reason in err and "it is built again" in err
+    assert emulator.evil not in emulator.handed and "evil" not in emulator.loaded()
+    assert len(emulator.built) == 2 and emulator.handed[-1] == emulator.built[-1]
+    assert not emulator.library.is_symlink() and emulator.library.read_bytes() == emulator.built[-1]
+    emulator.build.load()  # the new build is trusted again
+    assert len(emulator.built) == 2 and emulator.handed[-1] == emulator.built[-1]
+
+
+@needs_cc
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_an_emulator_library_of_another_user_is_never_loaded(emulator, capsys):
+    emulator.build.load()
+    os.chown(emulator.library, 12345, 12345)
+    emulator.build.load()
+    assert "neuron_emulator.so: it belongs to another user (uid 12345)" in capsys.readouterr().err
+    assert len(emulator.built) == 2 and emulator.handed == emulator.built
+    assert emulator.library.stat().st_uid == os.geteuid()
+
+
+@needs_cc
+def test_an_emulator_folder_that_is_a_link_is_not_used(emulator):
+    planted = emulator.tmp / "planted"
+    planted.mkdir()
+    (planted / "neuron_emulator.so").write_bytes(emulator.evil)
+    emulator.folder.parent.mkdir(parents=True, exist_ok=True)
+    emulator.folder.symlink_to(planted, target_is_directory=True)
+    with pytest.raises(emulator.build.BuildError, match="is a symbolic link"):
+        emulator.build.load()
+    assert emulator.handed == [] and emulator.built == [] and sorted(os.listdir(planted)) == ["neuron_emulator.so"]
+
+
+@needs_cc
+def test_a_failed_build_is_remembered_and_not_waited_for_again(emulator, monkeypatch):
+    def fails(work):
+        raise RuntimeError("neuron_emulator.cpp:1: error: no such header")
+    monkeypatch.setattr(emulator.build, "_compile", fails)
+    with pytest.raises(emulator.build.BuildError, match="no such header"):
+        emulator.build.load()
+    monkeypatch.setattr(emulator.build, "_compile", lambda work: pytest.fail("built again"))
+    with pytest.raises(emulator.build.BuildError, match=r"no such header \(delete .* to build again\)"):
+        emulator.build.load()
 
 
 # -- 4: a file swapped for a link during the run ---------------------------------------------------------------

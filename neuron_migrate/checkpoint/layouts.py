@@ -222,8 +222,16 @@ def rank_files(paths: list[Path]) -> Checkpoint:
     kinds = []
     if fsdp:
         merged = dict(merged)
-        merged["model"] = _consolidate_fsdp([(p, t["model"]) for p, t in trees], trees[0][1]["shard_metadata"])
+        layout = _fsdp_layout(trees[0][0], trees[0][1]["model"], trees[0][1]["shard_metadata"])
+        merged["model"] = _consolidate_fsdp([(p, t["model"]) for p, t in trees], layout)
         del merged["shard_metadata"]
+        for key, value in first.items():
+            if _is_optimizer_state(value):
+                for p, t in trees:
+                    if not _is_optimizer_state(t.get(key)):
+                        raise CheckpointError(f"{p}: no optimizer state `{key}` (as {trees[0][0].name} has); the "
+                                              "shards do not belong together")
+                merged[key] = _fsdp_optimizer([(p, t[key]) for p, t in trees], layout, key)
         kinds.append("xla-fsdp")
     if zero is not None:
         merged = _copy_containers(merged)
@@ -286,53 +294,154 @@ def _cat_leaf(parts: list[Leaf], dim: int, what: str, cut: int | None = None,
     return Leaf(out_shape, parts[0].dtype, load, tuple(f for p in parts for f in p.files))
 
 
-def _consolidate_fsdp(states: list[tuple[Path, dict]], meta: dict) -> OrderedDict:
-    """`consolidate_sharded_state_dicts`, one leaf at a time."""
+@dataclass(frozen=True)
+class FsdpShard:
+    """One sharded tensor of XLA FSDP's rank state dicts: its key there, its shape on rank 0, its unpadded size,
+    and the module's tensors it holds ((name, shape, start, numel) each: one for a parameter, several for a flat
+    parameter)."""
+
+    key: str
+    shard: tuple[int, ...]
+    numel: int
+    size: tuple[int, ...]
+    pieces: tuple[tuple[str, tuple[int, ...], int, int], ...]
+
+
+def _fsdp_layout(first_path: Path, first: dict, meta: dict) -> list[FsdpShard]:
+    """The sharded tensors of a rank's model state, in its order (the order of the wrapped model's parameters)."""
     shard_info, flatten_info = meta.get("shard_info", {}), meta.get("flatten_info", {})
-    first_path, first = states[0]
-    full: OrderedDict = OrderedDict()
+    out = []
     for name, leaf in first.items():
         parts = name.split(".")
         idx = next((i for i, s in enumerate(parts) if s.startswith(FSDP_SHARD)), None)
         if idx is None:
-            full[name] = leaf
             continue
         prefix, suffix = ".".join(parts[:idx]), ".".join(parts[idx:])
         info = shard_info.get(prefix, {}).get(suffix)
         if not isinstance(info, dict) or "_orig_size" not in info:
             raise CheckpointError(f"{first_path}: no shard_metadata for {name}; the shard metadata does not match "
                                   "the model state")
-        shards = []
-        for p, sd in states:
-            if name not in sd or not isinstance(sd[name], Leaf):
-                raise CheckpointError(f"{p}: {name} is missing; the shards do not belong together")
-            shards.append(sd[name])
         size = tuple(info["_orig_size"])
-        numel = 1
-        for d in size:
-            numel *= d
-        flat = [Leaf((_numel(s.shape),), s.dtype, _flattened(s), s.files) for s in shards]
+        numel = _numel(size)
         full_name = f"{prefix}.{info['_orig_name']}" if prefix else info["_orig_name"]
-        full[full_name] = _cat_leaf(flat, 0, name, cut=numel, shape=size)
+        if FLAT_PARAM not in full_name:
+            out.append(FsdpShard(name, _shape(leaf), numel, size, ((_unwrap(full_name), size, 0, numel),)))
+            continue
+        if full_name not in flatten_info:
+            raise CheckpointError(f"{first_path}: no flatten_info for {full_name} in shard_metadata")
+        names, shapes, numels = flatten_info[full_name]
+        if sum(numels) != numel:
+            raise CheckpointError(f"{first_path}: {full_name} holds {numel} elements, its flatten_info "
+                                  f"{sum(numels)}; the shard metadata does not match")
+        flat_prefix = ".".join(full_name.split(".")[:-1])
+        pieces, start = [], 0
+        for n, shape, k in zip(names, shapes, numels):
+            pieces.append((_unwrap(f"{flat_prefix}.{n}" if flat_prefix else n), tuple(shape), start, k))
+            start += k
+        out.append(FsdpShard(name, _shape(leaf), numel, size, tuple(pieces)))
+    return out
+
+
+def _shape(leaf) -> tuple[int, ...]:
+    return tuple(leaf.shape) if isinstance(leaf, Leaf) else ()
+
+
+def _unshard(shard: FsdpShard, parts: list[tuple[Path, object]], what: str, group=None) -> list[tuple[str, Leaf]]:
+    """The module tensors of one sharded tensor: the ranks' parts joined, the padding cut, a flat one split.
+    The slices of a flat tensor share one load (kept in `group` until a tensor of another group is read)."""
+    for p, part in parts:
+        if not isinstance(part, Leaf):
+            raise CheckpointError(f"{p}: {what} is missing; the shards do not belong together")
+    flat = [Leaf((_numel(leaf.shape),), leaf.dtype, _flattened(leaf), leaf.files) for _, leaf in parts]
+    if len(shard.pieces) == 1:
+        name, shape, _, _ = shard.pieces[0]
+        whole = _cat_leaf(flat, 0, what, cut=shard.numel, shape=shape)
+        return [(name, Leaf(whole.shape, whole.dtype, _member(whole.load, group), whole.files) if group else whole)]
+    whole = _cat_leaf(flat, 0, what, cut=shard.numel)
+    kept = _member(whole.load, group or _Group())
+    return [(name, Leaf(shape, whole.dtype, _slice(kept, start, k, shape), whole.files))
+            for name, shape, start, k in shard.pieces]
+
+
+def _consolidate_fsdp(states: list[tuple[Path, dict]], layout: list[FsdpShard]) -> OrderedDict:
+    """`consolidate_sharded_state_dicts`, one leaf at a time."""
+    first = states[0][1]
+    sharded = {s.key: s for s in layout}
     out: OrderedDict = OrderedDict()
-    for name, leaf in full.items():
-        if FLAT_PARAM in name and isinstance(leaf, Leaf):
-            if name not in flatten_info:
-                raise CheckpointError(f"{first_path}: no flatten_info for {name} in shard_metadata")
-            names, shapes, numels = flatten_info[name]
-            prefix = ".".join(name.split(".")[:-1])
-            if sum(numels) != _numel(leaf.shape):
-                raise CheckpointError(f"{first_path}: {name} holds {_numel(leaf.shape)} elements, its flatten_info "
-                                      f"{sum(numels)}; the shard metadata does not match")
-            whole = _once(leaf)
-            start = 0
-            for n, s, k in zip(names, shapes, numels):
-                out[_unwrap(f"{prefix}.{n}" if prefix else n)] = Leaf(tuple(s), leaf.dtype, _slice(whole, start, k, s),
-                                                                     leaf.files)
-                start += k
+    for name, leaf in first.items():
+        if name in sharded:
+            out.update(_unshard(sharded[name], [(p, sd.get(name)) for p, sd in states], name))
         else:
             out[_unwrap(name)] = leaf
     return out
+
+
+def _is_optimizer_state(value) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("state"), dict) and \
+        isinstance(value.get("param_groups"), list) and "base_state" not in value
+
+
+def _fsdp_optimizer(states: list[tuple[Path, dict]], layout: list[FsdpShard], key: str) -> dict:
+    """The ranks' `optimizer.state_dict()` over the FSDP-wrapped model's sharded parameters -> one keyed by the
+    module's parameter names (what `get_optimizer_state_dict` gives and `set_optimizer_state_dict` takes): a flat
+    parameter's state is split like the parameter, so indices could not say which tensor is which."""
+    first_path, first = states[0]
+    ids = [i for g in first["param_groups"] for i in (g.get("params") or [])]
+    if len(ids) != len(layout):
+        raise CheckpointError(f"{first_path}: `{key}` holds the state of {len(ids)} parameters, the model "
+                              f"{len(layout)} sharded ones; the optimizer was not built on the FSDP-wrapped "
+                              f"model's parameters, so its state cannot be matched to them")
+    for p, sd in states[1:]:
+        if [i for g in sd["param_groups"] for i in (g.get("params") or [])] != ids:
+            raise CheckpointError(f"{p}: `{key}` has other parameter groups than {first_path}; the shards do not "
+                                  "belong together")
+    names: dict = {}
+    state: dict = {}
+    for i, shard in zip(ids, layout):
+        names[i] = [name for name, *_ in shard.pieces]
+        entries = first["state"].get(i)
+        if not isinstance(entries, dict):
+            continue  # a parameter the optimizer has not stepped yet
+        for p, sd in states[1:]:
+            if not isinstance(sd["state"].get(i), dict):
+                raise CheckpointError(f"{p}: `{key}` has no state for parameter {i}, {first_path} has; the shards "
+                                      "do not belong together")
+        group = _Group()
+        for name in names[i]:
+            state[name] = {}
+        for k, value in entries.items():
+            if isinstance(value, Leaf) and value.shape == shard.shard:
+                parts = [(p, sd["state"].get(i, {}).get(k)) for p, sd in states]
+                for name, leaf in _unshard(shard, parts, f"{key}.state.{i}.{k}", group):
+                    state[name][k] = leaf
+            else:
+                for name in names[i]:  # a value of its own for each (a shared `step` tensor would count twice)
+                    state[name][k] = Leaf(value.shape, value.dtype, _member(value.load, group), value.files) \
+                        if isinstance(value, Leaf) else value
+    groups = [{**g, "params": [n for i in (g.get("params") or []) for n in names[i]]} for g in first["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+class _Group:
+    """The tensors read once for several leaves (a flat parameter's slices, one optimizer entry's states):
+    kept until `release`, which the writers call when the next leaf belongs to another group."""
+
+    def __init__(self) -> None:
+        self.kept: dict = {}
+        self.release = self.kept.clear
+
+
+def _member(load, group: _Group | None):
+    if group is None:
+        return load
+
+    def kept() -> torch.Tensor:
+        if id(load) not in group.kept:
+            group.kept[id(load)] = (load, load())  # the function kept too: its id stays unique
+        return group.kept[id(load)][1]
+
+    kept.release = group.release  # type: ignore[attr-defined]
+    return kept
 
 
 def _unwrap(name: str) -> str:
@@ -348,19 +457,6 @@ def _numel(shape) -> int:
 
 def _flattened(leaf: Leaf):
     return lambda: leaf.load().reshape(-1)
-
-
-def _once(leaf: Leaf):
-    """leaf.load with the last result kept, for the consecutive slices of one flat parameter."""
-    kept: dict = {}
-
-    def load() -> torch.Tensor:
-        if "t" not in kept:
-            kept["t"] = leaf.load()
-        return kept["t"]
-
-    load.release = kept.clear  # type: ignore[attr-defined]
-    return load
 
 
 def _slice(whole, start: int, numel: int, shape):
@@ -511,8 +607,19 @@ def nxd(path: Path, partitions: tuple[Partition, ...]) -> Checkpoint | None:
         trees[key], is_xser = read_tree(file)
         xser = xser or is_xser
     files = [shards[k] for k in sorted(shards)]
+    optimizers = {k for k, v in trees[(0, 0)].items() if _is_optimizer_state(v)} \
+        if isinstance(trees[(0, 0)], dict) else set()
+    if optimizers and len(pps) > 1:  # each stage numbers its parameters from 0: the states cannot be joined
+        for key in optimizers:
+            notes.append(f"{key}: the optimizer state of the {len(pps)} pipeline stages is keyed by position, each "
+                         "stage counting from 0, so it cannot be joined and is left out; resume with a fresh "
+                         "optimizer")
+            for tree in trees.values():
+                tree.pop(key, None)
+        optimizers = set()
     per_tp = [_merge_stages([trees[(tp, pp)] for pp in pps]) for tp in tps]
-    merged = _merge_tp(per_tp, partitions, len(tps))
+    shape_dims = _shape_dims(per_tp[0].get("model"), partitions) if optimizers else {}
+    merged = _merge_tp(per_tp, partitions, len(tps), guess=(optimizers, shape_dims))
     extra = folder.parent if folder.name == "model" else None
     if extra is not None:
         merged = {"model": merged}
@@ -536,7 +643,27 @@ def _merge_stages(trees: list):
     return out
 
 
-def _merge_tp(trees: list, partitions: tuple[Partition, ...], tp: int, path: tuple = ()):
+def _shape_dims(model, partitions: tuple[Partition, ...]) -> dict:
+    """{the shape a tensor has on one TP rank: the dimensions (None: replicated, "unknown") of the model's
+    tensors of that shape}."""
+    out: dict = {}
+    for path, leaf in tensor_leaves(model if isinstance(model, dict) else {}):
+        out.setdefault(tuple(leaf.shape), set()).add(partition_dim(dotted(path), len(leaf.shape), partitions))
+    return out
+
+
+def _optimizer_dim(path: tuple, shape: tuple, guess) -> int | None | str:
+    """An optimizer state tensor's split, from its parameter's: the states are keyed by position (`state.3.
+    exp_avg`), but each has its parameter's shape on the rank, so where every model tensor of that shape is
+    split the same way, that way is the parameter's (else "unknown": --partition tells)."""
+    optimizers, shape_dims = guess
+    if len(path) < 4 or path[0] not in optimizers or path[1] != "state":
+        return "unknown"
+    dims = shape_dims.get(tuple(shape), set())
+    return next(iter(dims)) if len(dims) == 1 else "unknown"
+
+
+def _merge_tp(trees: list, partitions: tuple[Partition, ...], tp: int, path: tuple = (), guess=((), {})):
     first = trees[0]
     if isinstance(first, Leaf):
         others = [t for t in trees[1:] if not isinstance(t, Leaf)]
@@ -544,19 +671,23 @@ def _merge_tp(trees: list, partitions: tuple[Partition, ...], tp: int, path: tup
             return first
         key = dotted(path)
         dim = partition_dim(key.removeprefix("model."), len(first.shape), partitions)
-        if dim == "unknown" or dim is None:
-            return _replicated(trees, key, explicit=dim is None)
+        named = dim != "unknown"
+        if not named:
+            dim = _optimizer_dim(path, first.shape, guess)
+        if dim == "unknown" or dim is None or not first.shape:  # a 0-dim tensor (a `step`) is not split
+            return _replicated(trees, key, explicit=dim is None and named)
         if not -len(first.shape) <= dim < len(first.shape):
             raise CheckpointError(f"{first.files[0]}: {key} has {len(first.shape)} dims, cannot split it on {dim}")
         return _cat_leaf(trees, dim % len(first.shape), key)
     if isinstance(first, dict):
         out = first.__class__()
         for k in first:
-            out[k] = _merge_tp([t.get(k) if isinstance(t, dict) else None for t in trees], partitions, tp, (*path, k))
+            out[k] = _merge_tp([t.get(k) if isinstance(t, dict) else None for t in trees], partitions, tp, (*path, k),
+                               guess)
         return out
     if isinstance(first, list):
         return [_merge_tp([t[i] if isinstance(t, list) and i < len(t) else None for t in trees], partitions, tp,
-                          (*path, i)) for i in range(len(first))]
+                          (*path, i), guess) for i in range(len(first))]
     return first
 
 

@@ -4,7 +4,8 @@
   soon as it is loaded, the pickle of the tree last.
 - `write_safetensors`: the header first (shapes and dtypes are known before any tensor is read), then the data.
 - `write_dcp`: a `torch.distributed.checkpoint` folder written by `dcp.save` in this one process, whose planner
-  loads each tensor only when the writer asks for it.
+  loads each tensor only when the writer asks for it, one file per tensor (its single-file writer keeps every
+  tensor of a file until the file is written).
 """
 
 from __future__ import annotations
@@ -188,11 +189,17 @@ def write_dcp(tree, dst: Path, advance: Advance) -> None:
             return tree.__class__(swap(v, (*path, i)) for i, v in enumerate(tree))
         return tree
 
+    kept: list = [None]  # the release of the group of tensors read last (a flat parameter's slices)
+
     class StreamingPlanner(DefaultSavePlanner):
         def resolve_data(self, write_item):
             obj = self.lookup_object(write_item.index)
             if isinstance(obj, torch.Tensor) and id(obj) in placeholders:
                 key, leaf = placeholders[id(obj)]
+                release = getattr(leaf.load, "release", None)
+                if kept[0] is not None and kept[0] is not release:
+                    kept[0]()
+                kept[0] = release
                 tensor = materialize(leaf, key)
                 advance(leaf.nbytes)
                 return self.transform_object(write_item, tensor)
@@ -201,7 +208,9 @@ def write_dcp(tree, dst: Path, advance: Advance) -> None:
     state = swap(tree)
     if not isinstance(state, dict):
         state = {"state": state}
-    writer = dcp.FileSystemWriter(str(dst), single_file_per_rank=True, thread_count=1)
+    # one file per item: FileSystemWriter keeps each tensor it wrote until its file is finished, so one file for
+    # the rank would hold the whole checkpoint in memory
+    writer = dcp.FileSystemWriter(str(dst), single_file_per_rank=False, thread_count=1)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # one process, on purpose
         dcp.save(state, storage_writer=writer, planner=StreamingPlanner(), no_dist=True)

@@ -15,6 +15,7 @@ import libcst as cst
 
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.engine.names import dotted
+from neuron_migrate.project_facts import MAIN_BLOCK
 from neuron_migrate.syntax.walk import walk
 
 if TYPE_CHECKING:
@@ -61,17 +62,27 @@ def imports_any(ctx: FileContext, roots: tuple[str, ...]) -> bool:
 
 
 @fact
+def program(ctx: FileContext) -> bool:
+    """The file is a program's entry point: it has a `__main__` block, or the project model found it run (a
+    notebook, a file a launch script, notebook or estimator runs). A rewrite does not change it."""
+    project = ctx.settings.project
+    return (project is not None and project.entry) or MAIN_BLOCK.search(ctx.source.text) is not None
+
+
+@fact
 def moving_to_neuron(ctx: FileContext) -> bool:
     """The file belongs to a program moving to the neuron device: it imports torch_xla or torch_neuronx at module
-    level, or already uses the `neuron` device, or a program that moves reaches it through the project's imports
-    (engine/project.py: a helper module of an XLA training script). (A library that imports torch_xla only inside
-    the function of an XLA code path, as PyTorch itself does, is a multi-backend library, not such a program.)"""
+    level, or is a program that imports it in any scope (`_mp_fn` imports it inside), or already uses the `neuron`
+    device, or a program that moves reaches it through the project's imports (engine/project.py: a helper module
+    of an XLA training script). (A library that imports torch_xla only inside the function of an XLA code path, as
+    PyTorch itself does, is a multi-backend library, not such a program.)"""
     project = ctx.settings.project
     if project is not None and project.moving is not None:
         return True
+    scopes = ctx.analysis.scopes if ctx.facts.program else (ctx.analysis.module_scope,)
     return any(
         b.kind == "import" and (b.qualname or "").split(".")[0] in ("torch_xla", "torch_neuronx")
-        for bindings in ctx.analysis.module_scope.bindings.values() for b in bindings
+        for scope in scopes for bindings in scope.bindings.values() for b in bindings
     ) or (bool(NEURON_DEVICE_USE.search(ctx.source.text)) and not ctx.facts.inferentia1)
 
 

@@ -32,7 +32,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact
+from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact, imports_any
 from neuron_migrate.engine.names import Scope, dotted, dotted_str, import_target
 from neuron_migrate.syntax.walk import children
 
@@ -631,65 +631,68 @@ class Paths:
 
     @functools.cached_property
     def neuron_library(self) -> bool:
-        """A module of functions, none of it run at module level (no `__main__` block, no call or loop there), that
-        uses the neuron device only inside its functions and imports torch_xla nowhere. That is what a library
-        importing torch_xla inside one function's XLA path (XLA optional: its CUDA code stays) looks like after
-        the rewrite, so its CUDA code stays too: a second run must not take what the first one left."""
-        if not NEURON_DEVICE_USE.search(self.ctx.source.text) or "torch_xla" in self.ctx.source.text:
+        """A module that is no program (`facts.program`: no `__main__` block, not run by a launch script or
+        notebook), uses the neuron device only inside its functions and classes and imports torch_xla nowhere. That
+        is what a module importing torch_xla inside one function's XLA path (XLA optional: its CUDA code stays;
+        `_imports_xla_in_functions`) looks like after the rewrite, so its CUDA code stays too: a second run must
+        not take what the first one left."""
+        if not NEURON_DEVICE_USE.search(self.ctx.source.text) or self._imports_xla or self.ctx.facts.program:
             return False
         module = self.ctx.analysis.module
-        for stmt in module.body:
-            if isinstance(stmt, (cst.FunctionDef, cst.ClassDef)):
-                continue
-            if isinstance(stmt, (cst.For, cst.While, cst.With)) or (
-                    isinstance(stmt, (cst.If, cst.Try)) and not _defines_only(stmt)):
-                return False  # the `__main__` block, a script's loop: a program
-            if isinstance(stmt, cst.SimpleStatementLine) and any(
-                    isinstance(s, cst.Expr) and isinstance(s.value, cst.Call) for s in stmt.body):
-                return False  # `main()` at module level
-            if NEURON_DEVICE_USE.search(module.code_for_node(stmt)):
-                return False
-        return True
+        return not any(NEURON_DEVICE_USE.search(module.code_for_node(stmt)) for stmt in module.body
+                       if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef)))
 
     def _neuron_switch(self) -> bool:
         """The file imports torch_xla nowhere and picks the neuron device in one branch of an `if` and not in
-        another: the form a torch_xla import inside one branch (XLA optional) takes after the rewrite, so that a
-        second run sees the same paths as the first and leaves the other branches' CUDA code alone."""
-        text = self.ctx.source.text
-        if "torch_xla" in text or not NEURON_DEVICE_USE.search(text):
+        another (an `if` whose block returns is one branch, the rest of its block the other): the form a torch_xla
+        import inside one branch (XLA optional) takes after the rewrite, so that a second run sees the same paths
+        as the first and leaves the other branches' CUDA code alone."""
+        if self._imports_xla or not NEURON_DEVICE_USE.search(self.ctx.source.text):
             return False
         module = self.ctx.analysis.module
-        for node in self.ctx.analysis.parents:
-            if isinstance(node, cst.If) and node.orelse is not None and not isinstance(self.ctx.analysis.parents.get(
-                    node), cst.If):
-                arms, branch = [node.body], node.orelse
-                while branch is not None:
-                    arms.append(branch.body)
-                    branch = branch.orelse if isinstance(branch, cst.If) else None
-                found = [bool(NEURON_DEVICE_USE.search(module.code_for_node(arm))) for arm in arms]
-                if any(found) and not all(found):
-                    return True
+        parents = self.ctx.analysis.parents
+        for node in parents:
+            if not isinstance(node, cst.If) or isinstance(parents.get(node), cst.If):
+                continue
+            arms, branch = [node.body], node.orelse
+            while branch is not None:
+                arms.append(branch.body)
+                branch = branch.orelse if isinstance(branch, cst.If) else None
+            if node.orelse is None:
+                block = parents.get(node)
+                if not _terminates(node.body) or not isinstance(block, cst.IndentedBlock):
+                    continue
+                arms.append(cst.IndentedBlock(body=block.body[block.body.index(node) + 1:]))
+            found = [bool(NEURON_DEVICE_USE.search(module.code_for_node(arm))) for arm in arms]
+            if any(found) and not all(found):
+                return True
         return False
 
+    @functools.cached_property
+    def _imports_xla(self) -> bool:
+        """The file imports torch_xla in some scope (a comment or docstring that names it does not count)."""
+        return imports_any(self.ctx, ("torch_xla",))
+
     def _imports_xla_in_functions(self) -> bool:
+        """A torch_xla import inside a function makes XLA optional (the module's other functions serve other
+        paths), except one in a program's function outside any branch: the program needs torch_xla there and moves
+        to neuron (`facts.moving_to_neuron`), and its CUDA code is a leftover, as with an import at module level."""
+        program = self.ctx.facts.program
         return any(b.kind == "import" and (b.qualname or "").split(".")[0] in XLA_PACKAGES
+                   and not (program and self._outside_branches(b.node))
                    for s in self.ctx.analysis.scopes if s.kind == "function"
                    for bindings in s.bindings.values() for b in bindings)
 
-
-def _defines_only(stmt: cst.If | cst.Try) -> bool:
-    """An `if` or `try` whose blocks only import, assign or define (a version switch, an import guard)."""
-    if isinstance(stmt, cst.Try):
-        blocks = [stmt.body, *(h.body for h in stmt.handlers)]
-    else:
-        blocks, branch = [stmt.body], stmt.orelse
-        while branch is not None:
-            blocks.append(branch.body)
-            branch = branch.orelse if isinstance(branch, cst.If) else None
-    return all(isinstance(s, (cst.FunctionDef, cst.ClassDef)) or (
-        isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, (cst.Import, cst.ImportFrom, cst.Assign,
-                                                                      cst.AnnAssign, cst.Pass)) for x in s.body))
-        for block in blocks for s in block.body)
+    def _outside_branches(self, node: cst.CSTNode) -> bool:
+        """`node` runs whenever its function does: no `if`, `match` or `try` between it and the function (a loop or
+        a `with` may be)."""
+        parents = self.ctx.analysis.parents
+        current = parents.get(node)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.Lambda)):
+            if isinstance(current, (cst.If, cst.Else, cst.Try, cst.TryStar, cst.Match)):
+                return False
+            current = parents.get(current)
+        return current is not None
 
 
 def _short(node: cst.CSTNode) -> str:

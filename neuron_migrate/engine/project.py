@@ -33,7 +33,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
-from neuron_migrate.project_facts import GPU, INF1, INF2, NAMES, NEURON, SET_ASIDE, TPU, TRN1, FileProject
+from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
+                                          FileProject)
 
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 LEGACY_ROOTS = frozenset({"torch_xla", "torch_neuronx"})
@@ -65,8 +66,6 @@ _REQ_NEURON = re.compile(r"^[ \t\f]*(?:torch-neuronx|torch_neuronx|neuronx-cc|ne
 # Python statements read from lines (engine/project.py reads every file: it must cost little)
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))",
                      re.M)
-_MAIN = re.compile(r"""^if[ \t]+(?:__name__[ \t]*==[ \t]*["']__main__["']|["']__main__["'][ \t]*==[ \t]*__name__)""",
-                   re.M)
 _TRAINS = re.compile(r"\.backward\(|Trainer\b|Optimizer\b|\btorch\.optim\b|\boptimizer\.step\(|\btrain_step\b|\brun_train\b")
 # the words each alternation needs: a file without any is passed by `in` (fast) before the regex (slow on
 # alternations without a common start: over a second on the ecosystem's 3 MB of Python)
@@ -453,7 +452,7 @@ class Project:
         # only what the file's decisions read: a cache key changes with these facts and no others
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
-                           tuple(module.modules), None, module.legacy and held,
+                           tuple(module.modules), None, module.legacy and held, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())))
 
     def _launch_facts(self, full: str) -> tuple[str | None, tuple[str, ...]]:
@@ -602,7 +601,7 @@ def _read_code(module: Module, code: str) -> None:
         module.imports.append((name, level))
         for alias in _names(m.group(2)):  # `from pkg import mod`: a submodule, where one exists
             module.imports.append((f"{name}.{alias}" if name else alias, level))
-    if not module.entry and _MAIN.search(code):
+    if not module.entry and MAIN_BLOCK.search(code):
         module.entry = True
     if not module.trains and _holds(code, _TRAINS_WORDS) and _TRAINS.search(code):
         module.trains = True
