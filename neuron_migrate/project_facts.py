@@ -32,6 +32,11 @@ class FileProject:
     neuron_project: str | None = None  # where the project installs Neuron's packages ("requirements.txt: ...")
     legacy: bool = False  # the file imports torch_xla or torch_neuronx (it is told why it is left alone)
     entry: bool = False  # a program's entry point: a `__main__` block, a notebook, run by a launch script or estimator
+    # a program moving to neuron whose launch environment this file sets up (a DLAMI venv a launch script
+    # activates, an estimator's container): the programs it launches, else those of its project root (named from
+    # the file's folder)
+    launches_moving: str | None = None
+    launches_staying: tuple[str, ...] = ()  # ... and the programs it launches that do not move (named the same way)
 
     @property
     def set_aside(self) -> bool:

@@ -40,6 +40,8 @@ COVERED_ELSEWHERE = {
     "NM512": "accelerate config files: fixtures/accelerate_config/ (tests/test_huggingface.py)",
     "NM521": "a program for another platform: fixtures/projects/ (tests/test_project.py)",
     "NM522": "conflicting target evidence: fixtures/projects/shared_helper (tests/test_project.py)",
+    "NM523": "Ray's TorchXLAConfig: fixtures/projects/launch_environment, a project class of that name beside it "
+             "(tests/test_project.py)",
 }
 
 

@@ -167,9 +167,74 @@ def test_upstream_torchao_becomes_torchao_neuron_on_trn3_with_234():
     assert new_text(text, instance="trn3") == NATIVE + "torchao-neuron==0.18.0+neuron.1  # quantization\n"
     both = NATIVE + "torchao-neuron\ntorchao==0.18.0\n"
     assert new_text(both, instance="trn3") == NATIVE + "torchao-neuron==0.18.0+neuron.1\n"
-    for settings in ({}, {"instance": "trn2"}, {"instance": "trn3", "neuron_sdk": "2.33"}):
-        assert pin_text(text, rewrite=False, **settings).findings == [], settings
     assert new_text(text, instance="trn3", unsafe_fixes=False) == text  # a package swap is an unsafe fix
+
+
+@pytest.mark.parametrize("settings, where", [
+    ({}, "on trn2 with Neuron 2.34.0"),
+    ({"instance": "trn2"}, "on trn2 with Neuron 2.34.0"),
+    ({"instance": "trn3", "neuron_sdk": "2.33"}, "on trn3 with Neuron 2.33.1"),
+], ids=["default target", "trn2", "trn3 before TorchAO Neuron"])
+def test_upstream_torchao_without_torchao_neuron_is_marked_not_changed(settings, where):
+    text = NATIVE + "torchao==0.9.0  # quantization\n"
+    found = pin_text(text, rewrite=False, **settings).findings
+    assert [(f.line, f.code, f.fixable) for f in found] == [(6, "NM614", False)]
+    assert where in found[0].message and "torchao-neuron" in found[0].message and "--instance trn3" in found[0].message
+    out = new_text(text, **settings)
+    marker = f"# TODO(neuron-migrate NM614): no TorchAO on {settings.get('instance', 'trn2')}: target trn3"
+    assert out.splitlines()[5] == marker + "; neuron-migrate explain NM614"
+    assert out.splitlines()[6] == "torchao==0.9.0  # quantization" and new_text(out, **settings) == out
+
+
+@pytest.mark.parametrize("text", [
+    "torch==2.14.0\ntorchao==0.9.0\n",  # a GPU project: not a Neuron install
+    NATIVE + "torchao-neuron==0.18.0+neuron.1\n",  # the Neuron build, by its own name
+    NATIVE + "torchaudio==2.14.0\n",  # a name that starts the same
+], ids=["gpu list", "torchao-neuron", "torchaudio"])
+def test_torchao_look_alikes_are_not_marked(text):
+    assert [f.code for f in pin_text(text, rewrite=False).findings if f.code == "NM614"] == []
+
+
+PYPROJECT_NEURON = '[project]\nname = "trainer"\nrequires-python = "{spec}"\n' \
+    'dependencies = ["torch==2.14.0", "torch-neuronx==2.14.*", "neuronx-cc==2.*", "nki"]\n'
+
+
+@pytest.mark.parametrize("spec, below", [(">=3.10", "3.10"), (">=3.8,<4", "3.8"), ("~=3.11", "3.11"),
+                                         (">3.10", "3.10")])
+def test_a_python_floor_below_the_family_is_reported(spec, below):
+    text = PYPROJECT_NEURON.format(spec=spec)
+    found = pin_text(text, rewrite=False, path="pyproject.toml").findings
+    assert [(f.line, f.code) for f in found] == [(3, "NM615")]
+    assert f"admits Python {below}," in found[0].message and "raise the floor to `>=3.12`" in found[0].message
+    out = new_text(text, path="pyproject.toml")
+    assert out.splitlines()[2].startswith("# TODO(neuron-migrate NM615): raise the Python floor to >=3.12;")
+    assert new_text(out, path="pyproject.toml") == out
+
+
+@pytest.mark.parametrize("text, path", [
+    (PYPROJECT_NEURON.format(spec=">=3.12"), "pyproject.toml"),
+    (PYPROJECT_NEURON.format(spec=">=3.12,<3.15"), "pyproject.toml"),
+    ('[project]\nname = "gpu"\nrequires-python = ">=3.10"\ndependencies = ["torch==2.14.0"]\n', "pyproject.toml"),
+    ('[project]\nname = "tool"\nrequires-python = ">=3.10"\ndependencies = ["requests"]\n', "pyproject.toml"),
+], ids=["at the floor", "bounded", "gpu project", "no torch"])
+def test_a_python_floor_is_left_alone_where_it_fits_or_the_project_is_not_neuron(text, path):
+    assert [f.code for f in pin_text(text, rewrite=False, path=path).findings if f.code in ("NM607", "NM615")] == []
+
+
+@pytest.mark.parametrize("path, text, line", [
+    ("setup.py", 'from setuptools import setup\n\nsetup(\n    name="trainer",\n    python_requires=">=3.10",\n'
+                 '    install_requires=["torch-neuronx==2.14.*", "torch==2.14.0"],\n)\n', 5),
+    ("setup.cfg", "[metadata]\nname = trainer\n\n[options]\npython_requires = >=3.9\ninstall_requires =\n"
+                  "    torch-neuronx==2.14.*\n    torch==2.14.0\n", 5),
+    ("environment.yml", "name: trainer\ndependencies:\n  - python>=3.10\n  - pip\n  - pip:\n"
+                        "    - --extra-index-url https://pip.repos.neuron.amazonaws.com\n"
+                        "    - torch-neuronx==2.14.*\n    - torch==2.14.0\n", 3),
+    ("pyproject.toml", '[tool.poetry]\nname = "trainer"\n\n[tool.poetry.dependencies]\npython = "^3.10"\n'
+                       'torch-neuronx = "2.14.*"\ntorch = "2.14.0"\n', 5),
+], ids=["setup.py", "setup.cfg", "conda", "poetry"])
+def test_a_python_floor_below_the_family_in_every_project_file(path, text, line):
+    found = [f for f in pin_text(text, rewrite=False, path=path).findings if f.code in ("NM607", "NM615")]
+    assert [(f.line, f.code) for f in found] == [(line, "NM615")]
 
 
 def test_libtorch_neuronx_lite_is_flagged_in_its_last_release():
@@ -234,8 +299,15 @@ def test_a_library_in_a_dockerfile_install_is_marked_and_the_command_completed()
 
 def pin_text(text: str, rewrite: bool = True, path: str = "requirements.txt", **settings) -> FileResult:
     """As `pin --unsafe-fixes` does it (torch-xla removed too); `unsafe_fixes=False`: plain `pin`."""
+    from neuron_migrate.pin.conda import process_conda_env
+    from neuron_migrate.pin.pyproject import process_pyproject
+    from neuron_migrate.pin.setup_cfg import process_setup_cfg
+    from neuron_migrate.pin.setup_py import process_setup_py
+
     settings.setdefault("unsafe_fixes", True)
-    return process_requirements(path, text.encode(), Settings(**settings), rewrite)
+    process = {"pyproject.toml": process_pyproject, "setup.py": process_setup_py, "setup.cfg": process_setup_cfg,
+               "environment.yml": process_conda_env}.get(path, process_requirements)
+    return process(path, text.encode(), Settings(**settings), rewrite)
 
 
 def new_text(text: str, **settings) -> str:

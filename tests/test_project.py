@@ -39,6 +39,17 @@ FINDINGS = {
     # a library whose functions import torch_xla on their XLA branch is not an XLA program: a GPU script that
     # imports it keeps its CUDA calls (the library's own XLA calls are marked where they stand)
     "xla_branch_library": {"kernels/interop.py": {"NM199"}},
+    # the launch environment of a program moving to neuron: a DLAMI venv, a SageMaker container, Ray's XLA config
+    # (the Inf2 server's venv, the GPU estimator, the native venv and the project's own `TorchXLAConfig` stay)
+    "launch_environment": {"run_train.sh": {"NM616"}, "launch_sagemaker.py": {"NM617"}, "ray_launch.py": {"NM523"},
+                           "Dockerfile": {"NM608"}, "train.py": {"NM101", "NM103", "NM107", "NM190"},
+                           "serve/serve_inf2.py": {"NM510", "NM521"}},
+    # relative imports and a `sys.path.insert` from `__file__`: the device name crosses into the package's and the
+    # common folder's modules, kept on both sides (a GPU script's own `sys.path` addition and its "cuda" stay)
+    "package_paths": {"trainer/train.py": {"NM103", "NM117", "NM190"},
+                      "trainer/devices.py": {"NM101", "NM117", "NM190"},
+                      "scripts/evaluate.py": {"NM103", "NM117", "NM190"},
+                      "common/placement.py": {"NM101", "NM117", "NM190"}},
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
     # a script run.sh starts (no `__main__` block) imports torch_xla inside `main`: a program that moves, its CUDA
     # calls with it (in the first run, as a second would); its helper's GPU functions serve the GPU trainers
@@ -227,3 +238,67 @@ def test_an_xla_import_counts_for_importers_only_outside_functions(code, top):
     module = Module("m.py", "/p/m.py", "/p")
     project_module._read_code(module, code)
     assert module.legacy and module.legacy_top == top
+
+
+LEGACY_VENV_SCRIPT = "source /opt/aws_neuronx_venv_pytorch_2_8/bin/activate\ntorchrun --nproc_per_node=2 train.py\n"
+XLA_TRAIN = "import torch_xla.core.xla_model as xm\n\nif __name__ == '__main__':\n    print(xm.xla_device())\n"
+GPU_TRAIN = "import torch\n\nif __name__ == '__main__':\n    print(torch.device('cuda'))\n"
+
+
+def _codes(work, **settings) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for f in run([str(work)], Settings(**settings), rewrite=False, jobs=1).findings:
+        found.setdefault(os.path.relpath(f.path, work).replace(os.sep, "/"), set()).add(f.code)
+    return found
+
+
+@pytest.mark.parametrize("files, reported", [
+    ({"train.py": XLA_TRAIN, "run.sh": LEGACY_VENV_SCRIPT}, True),
+    ({"train.py": GPU_TRAIN, "run.sh": LEGACY_VENV_SCRIPT}, False),  # nothing moves: the venv is not ours to judge
+    ({"run.sh": 'export NEURON_CC_FLAGS="--model-type transformer"\n' + LEGACY_VENV_SCRIPT}, True),  # legacy itself
+    ({"run.sh": "export PJRT_DEVICE=TPU\n" + LEGACY_VENV_SCRIPT, "train.py": XLA_TRAIN}, False),  # a TPU script
+    ({"train.py": XLA_TRAIN, "run.sh": LEGACY_VENV_SCRIPT.replace("pytorch_2_8", "pytorch_2_14")}, False),
+], ids=["moving program", "gpu project", "xla variables", "tpu script", "a native family's version"])
+def test_a_legacy_dlami_venv_is_reported_for_a_program_that_moves(tmp_path, files, reported):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert ("NM616" in _codes(tmp_path).get("run.sh", set())) is reported
+
+
+@pytest.mark.parametrize("call, reported", [
+    ('PyTorch(entry_point="train.py", framework_version="2.1.2", instance_type="ml.trn1.32xlarge")', "2.1.2"),
+    ('HuggingFace(entry_point="train.py", pytorch_version="1.13.1", transformers_version="4.36")', "1.13.1"),
+    ('PyTorch(entry_point="train.py", image_uri="763104351884.dkr.ecr.us-west-2.amazonaws.com/'
+     'pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.2-ubuntu20.04", instance_type="ml.trn2.48xlarge")',
+     "legacy XLA torch-neuronx image"),
+    ('PyTorch(entry_point="train.py", framework_version="2.14.0", instance_type="ml.trn2.48xlarge")', None),
+    ('PyTorch(entry_point="train.py", framework_version="1.13.1", instance_type="ml.g5.2xlarge")', None),
+    ('Other(entry_point="train.py", framework_version="1.13.1")', None),  # not SageMaker's
+], ids=["trn1 framework_version", "hf pytorch_version", "legacy image_uri", "native version", "gpu", "not sagemaker"])
+def test_a_sagemaker_estimator_of_a_moving_program_names_its_container(tmp_path, call, reported):
+    (tmp_path / "train.py").write_text(XLA_TRAIN)
+    (tmp_path / "launch.py").write_text("from sagemaker.huggingface import HuggingFace\nfrom sagemaker.pytorch import "
+                                        "PyTorch\nfrom jobs import Other\n\nestimator = " + call + "\n")
+    result = run([str(tmp_path)], Settings(), rewrite=False, jobs=1)
+    found = [f for f in result.findings if f.code == "NM617"]
+    assert bool(found) is bool(reported)
+    if reported:
+        assert reported in found[0].message and "`train.py` needs TorchNeuron" in found[0].message
+    (tmp_path / "train.py").write_text(GPU_TRAIN)  # the program it runs stays on the GPU: not reported
+    assert "NM617" not in _codes(tmp_path).get("launch.py", set())
+
+
+@pytest.mark.parametrize("line, folder", [
+    ('sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "common"))', "proj/common"),
+    ("sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))", "proj"),
+    ('sys.path.append(str(Path(__file__).resolve().parent.parent / "lib"))', "proj/lib"),
+    ('sys.path.insert(0, "../shared")  # run from scripts/', "proj/shared"),
+    ('site.addsitedir(os.path.join(os.path.dirname(__file__), "vendor"))', "proj/scripts/vendor"),
+    ("sys.path.append(os.getcwd())", None),  # the working folder: not known
+    ("sys.path.append(LIB_DIR)", None),
+    ('sys.path.insert(0, os.path.join(ROOT, "common"))', None),
+], ids=["join dirname", "two dirnames", "pathlib", "literal", "addsitedir", "cwd", "variable", "unknown root"])
+def test_sys_path_additions_are_read_from_literals_and_file(line, folder):
+    full = os.path.join(os.sep, "proj", "scripts", "run.py")
+    found = project_module._sys_path_additions(f"import os\nimport sys\n\n{line}\n", full)
+    assert found == ([os.path.join(os.sep, *folder.split("/"))] if folder else [])

@@ -250,3 +250,39 @@ def test_a_fork_cloned_under_another_name_is_told_by_its_git_remote(tmp_path):
     (repo / ".git" / "config").write_text('[remote "origin"]\n\turl = git@github.com:me/my-nemo-experiments.git\n')
     kept, libraries = set_aside(_targets(repo, "nemo/collections/train.py"))
     assert len(kept) == 1 and libraries == []
+
+
+FORK = "the Neuron fork of NeMo, Megatron and apex (neuronx-nemo-megatron)"
+
+
+@pytest.mark.parametrize("files, library", [
+    ({"setup.py": 'from setuptools import setup\nsetup(name="nemo_toolkit",\n'
+                  '      url="https://github.com/aws-neuron/neuronx-nemo-megatron")\n'}, FORK),
+    ({"pyproject.toml": '[project]\nname = "nemo-toolkit"\n\n[project.urls]\n'
+                        'Source = "https://github.com/aws-neuron/neuronx-nemo-megatron/tree/main/nemo"\n'}, FORK),
+    ({"setup.cfg": "[metadata]\nname = nemo_toolkit\nproject_urls =\n"
+                   "    Source = git@github.com:aws-neuron/neuronx-nemo-megatron.git\n"}, FORK),
+    ({"nemo_toolkit.egg-info/PKG-INFO": "Metadata-Version: 2.1\nName: nemo-toolkit\nVersion: 1.14.0\n"
+                                        "Home-page: https://github.com/aws-neuron/neuronx-nemo-megatron\n\nNeMo\n"},
+     FORK),
+    ({"neuronx_nemo_megatron.egg-info/PKG-INFO": "Metadata-Version: 2.1\nName: neuronx-nemo-megatron\n"}, FORK),
+    # look-alikes: upstream NeMo's metadata, a repository whose name only starts the same, an unreadable name,
+    # a folder of several projects' egg-infos (site-packages-like), the body of a PKG-INFO (not its headers)
+    ({"setup.py": 'from setuptools import setup\nsetup(name="nemo_toolkit", url="https://github.com/NVIDIA/NeMo")\n'},
+     None),
+    ({"pyproject.toml": '[project]\nname = "nemo-notes"\n\n[project.urls]\n'
+                        'Home = "https://github.com/me/neuronx-nemo-megatron-notes"\n'}, None),
+    ({"a.egg-info/PKG-INFO": "Name: neuronx-nemo-megatron\n", "b.egg-info/PKG-INFO": "Name: b\n"}, None),
+    ({"nemo_toolkit.egg-info/PKG-INFO": "Name: nemo-toolkit\n\nForked from github.com/aws-neuron/"
+                                        "neuronx-nemo-megatron\nHome-page: https://github.com/aws-neuron/"
+                                        "neuronx-nemo-megatron\n"}, None),
+], ids=["setup.py url", "project.urls", "setup.cfg project_urls", "egg-info home-page", "egg-info name",
+        "upstream nemo", "similar repository", "several egg-infos", "pkg-info body"])
+def test_a_fork_under_another_folder_name_is_told_by_its_package_metadata(tmp_path, files, library):
+    root = tmp_path / "workspace" / "nemo"
+    _write(root, {**files, "nemo/__init__.py": "", "nemo/core/__init__.py": "",
+                  "nemo/core/optim.py": "import torch_xla.core.xla_model as xm\n"})
+    found = Finder().library_of(str(root / "nemo" / "core" / "optim.py"))
+    assert (found.spec.name if found else None) == library
+    if library:
+        assert found.root == str(root) and ("names the repository" in found.evidence or "declares" in found.evidence)

@@ -48,8 +48,10 @@ def installed(tmp_path_factory) -> Path:
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, source / name)
     python = venv / "bin" / "python"
-    proc = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-                           "-q", str(source)], capture_output=True, text=True, timeout=600, env=_clean_env())
+    # built as pip builds it for a user: in its own environment with the build requirements pyproject.toml names
+    # (setuptools>=77 for the SPDX license; a venv's own setuptools may be older)
+    proc = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(source)], capture_output=True,
+                          text=True, timeout=600, env=_clean_env())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     where = subprocess.run([str(python), "-c", "import neuron_migrate; print(neuron_migrate.__file__)"],
                            capture_output=True, text=True, cwd=base, env=_clean_env(), timeout=120)

@@ -9,6 +9,7 @@ docs/verify.md, through a regular (non-editable) install of the tool.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -170,3 +171,58 @@ def test_three_way_names_the_bfloat16_accumulation_difference(tmp_path):
                               "--skip-no-neuron", cwd=folder)
         assert proc.returncode == 1, proc.stdout
         assert not checks(report)[failing]["ok"] and not checks(report)[failing].get("explained"), failing
+
+
+TORCHRUN_PROGRAM = '''\
+import torch
+import torch.distributed
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.xla_backend  # noqa: F401
+
+torch.distributed.init_process_group("xla")  # launched with torchrun: RANK, WORLD_SIZE, MASTER_ADDR from it
+
+
+def main():
+    torch.manual_seed(0)
+    device = xm.xla_device()
+    model = torch.nn.Linear(4, 2).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        x = torch.randn(8, 4).to(device)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        xm.optimizer_step(optimizer)
+        optimizer.zero_grad()
+        xm.master_print(f"step {step} loss {loss.item():.5f}")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_the_torch_xla_reference_runs_as_one_torchrun_worker(tmp_path):
+    """The reference of a program torchrun launches gets the variables of one worker, as the migrated runs do, and
+    not TORCHELASTIC_RUN_ID (torch_xla would take itself for a torchrun launch and skip xmp.spawn's set-up)."""
+    from neuron_migrate.verify.runs import Program, environment
+
+    program = Program("reference", "original", "python", tmp_path / "train.py", "xla")
+    env = environment(program, tmp_path, {})
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")} == dict.fromkeys(
+        ("RANK", "LOCAL_RANK"), "0") | dict.fromkeys(("WORLD_SIZE", "LOCAL_WORLD_SIZE"), "1")
+    assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"].isdigit()
+    assert "TORCHELASTIC_RUN_ID" not in env and env["PJRT_DEVICE"]
+    # the run's own variables win, and its PYTHONPATH (torch_xla's torchvision) comes after the harness's folder
+    own = Program("reference", "original", "python", tmp_path / "train.py", "xla",
+                  env={"PYTHONPATH": "/opt/xla-extras", "LOCAL_RANK": "3"})
+    env = environment(own, tmp_path / "harness", {})
+    assert env["PYTHONPATH"] == os.pathsep.join([str(tmp_path / "harness"), "/opt/xla-extras"])
+    assert (env["LOCAL_RANK"], env["RANK"]) == ("3", "0")
+
+
+@needs_xla
+def test_a_program_torchrun_launches_verifies_against_torch_xla(tmp_path):
+    (tmp_path / "train.py").write_text(TORCHRUN_PROGRAM)
+    proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--skip-no-neuron", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert report["runs"][0]["returncode"] == 0 and checks(report)["loss curve"]["count"] == 3

@@ -218,9 +218,11 @@ def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], require
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
-    definitions = [d for d in definitions if d.split("=", 1)[0].strip() in unresolved]
+    definitions = [d for d in definitions if defined_name(d) in unresolved]
     if definitions:
-        read = set(Analysis(cst.parse_module("\n".join(definitions) + "\n")).module_scope.reads)
+        defined = Analysis(cst.parse_module("\n".join(definitions) + "\n"))
+        # what they read from the module (the methods of a class defined there included)
+        read = {name for scope in defined.scopes for name in scope.reads if defined.lookup(name, scope) is None}
         unresolved |= read
         orphaned = [b for b in orphaned if b.name not in read]  # `os` that `WORLD_SIZE = ...` reads now
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
@@ -710,8 +712,16 @@ def _add_other_imports(module: cst.Module, required: list[tuple[str, str | None]
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
 
 
+def defined_name(definition: str) -> str:
+    """The name a definition binds: `DEVICE = ...` -> DEVICE, `class RateTracker: ...` -> RateTracker."""
+    head = definition.split("=", 1)[0] if not definition.startswith(("class ", "def ")) else \
+        definition.split(None, 1)[1].split("(", 1)[0].split(":", 1)[0]
+    return head.strip()
+
+
 def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
-    """Module-level statements new code relies on (`DEVICE = ...`), after the leading imports."""
+    """Module-level statements new code relies on (`DEVICE = ...`, a class), after the leading imports; a class
+    or function is set off by two blank lines, as PEP 8 has it."""
     if not definitions:
         return module
     new = list(cst.parse_module("".join(d + "\n" for d in definitions)).body)
@@ -722,10 +732,23 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
             index = i + 1
             continue
         break
-    new[0] = new[0].with_changes(leading_lines=[cst.EmptyLine()])
-    if index < len(body) and not body[index].leading_lines:
-        body[index] = body[index].with_changes(leading_lines=[cst.EmptyLine()])
+    for i, stmt in enumerate(new):
+        compound = isinstance(stmt, (cst.ClassDef, cst.FunctionDef))
+        after_compound = i > 0 and isinstance(new[i - 1], (cst.ClassDef, cst.FunctionDef))
+        if i == 0 or compound or after_compound:
+            new[i] = stmt.with_changes(leading_lines=_blank_lines(2 if compound or after_compound else 1))
+    if index < len(body):
+        lines = list(body[index].leading_lines)
+        blank = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
+        gap = 2 if isinstance(new[-1], (cst.ClassDef, cst.FunctionDef)) else 1 if not lines else 0
+        if blank < gap:
+            body[index] = body[index].with_changes(leading_lines=_blank_lines(gap - blank) + lines)
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
+
+
+def _blank_lines(count: int) -> list[cst.EmptyLine]:
+    """`count` blank lines, each its own node (a tree holds every node once)."""
+    return [cst.EmptyLine() for _ in range(count)]
 
 
 def is_docstring(stmt: cst.BaseStatement) -> bool:

@@ -80,6 +80,11 @@ _INFERS_WORDS = ("torch_neuronx", "transformers_neuronx", "neuronx_distributed_i
 _FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
 _README = re.compile(r"^readme(\.\w+)?$", re.I)
 _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
+# a launch environment a file sets up: a DLAMI virtual environment a script activates, an estimator's container,
+# Ray's XLA configuration (files/envfiles.py and rules/launch_env.py judge them; the model says whether a program
+# that moves to neuron is theirs)
+LEGACY_VENV = re.compile(r"(?<![\w/])/opt/aws_neuronx_venv_pytorch_(\d+)_(\d+)\w*")
+_SETS_ENVIRONMENT = re.compile(r"\b(?:framework_version|pytorch_version|image_uri)\s*=|\bTorchXLAConfig\b")
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
 
 
@@ -108,9 +113,11 @@ class Module:
     legacy_top: bool = False
     trains: bool = False  # calls `.backward()` or builds a trainer: a training program's file
     infers: bool = False  # uses an XLA inference API (`torch_neuronx.trace`, transformers-neuronx, NxD inference)
+    sets_environment: bool = False  # names an estimator's container (`framework_version=`, `image_uri=`) or Ray's XLA
     imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) as written
+    paths: list[str] = field(default_factory=list)  # folders its `sys.path.insert(0, ...)` / `append` add (absolute)
     runs: list[str] = field(default_factory=list)  # programs it runs (`!python x.py`, `%run x`)
-    estimators: list[tuple[str, str]] = field(default_factory=list)  # (entry_point, instance type)
+    estimators: list[tuple[str, str]] = field(default_factory=list)  # (entry_point, instance type or "")
     evidence: list[Evidence] = field(default_factory=list)
     edges: set[str] = field(default_factory=set)  # absolute paths of the project modules it imports
     launches: set[str] = field(default_factory=set)  # absolute paths of the programs it runs (`!torchrun x.py`)
@@ -143,6 +150,7 @@ class Project:
         self.programs: list[Program] = []
         self.facts: dict[str, FileProject] = {}
         self._roots: dict[str, str] = {}
+        self._started: dict[str, set[str]] = {}  # a launcher (script, notebook, estimator's file) -> its programs
         self._texts: dict[str, str] = {}
         self._build()
 
@@ -192,7 +200,9 @@ class Project:
             code, prose = [text], _comments(text)
         for part in code:
             _read_code(module, part)
-            if "instance_type" in part:  # an estimator: its keywords are read from Python's tree
+            if "sys.path" in part:
+                module.paths += [p for p in _sys_path_additions(part, module.full) if p not in module.paths]
+            if "entry_point" in part:  # an estimator: its keywords are read from Python's tree
                 try:
                     tree = ast.parse(part)
                 except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -202,6 +212,7 @@ class Project:
                         self._estimator(module, node)
         # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
         joined = "\n".join(code)
+        module.sets_environment = _SETS_ENVIRONMENT.search(joined) is not None
         if "PJRT_DEVICE" in joined and PJRT_TPU.search(joined) and not PJRT_NEURON.search(joined):
             module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
         m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
@@ -215,14 +226,16 @@ class Project:
 
     @staticmethod
     def _estimator(module: Module, node: ast.Call) -> None:
-        """A SageMaker estimator (or any call) with `instance_type="ml.inf2..."` and `entry_point="x.py"`."""
+        """A SageMaker estimator (or any call) with `entry_point="x.py"`, and its `instance_type="ml.inf2..."` when it
+        spells one (the program it runs is an entry point either way; the instance is evidence of its target)."""
         words = {k.arg: k.value.value for k in node.keywords
                  if k.arg and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
-        kind = words.get("instance_type")
+        kind = words.get("instance_type", "")
         entry = words.get("entry_point")
-        if kind and entry and INSTANCE_TYPE.search(kind):
+        if entry:
             source = words.get("source_dir")
-            module.estimators.append((os.path.join(source, entry) if source else entry, kind))
+            module.estimators.append((os.path.join(source, entry) if source else entry,
+                                      kind if INSTANCE_TYPE.search(kind) else ""))
 
     def _folders_with_readmes(self) -> None:
         self.readmes: dict[str, str] = {}
@@ -252,7 +265,7 @@ class Project:
                 else:
                     if name.split(".")[0] in LEGACY_ROOTS:
                         continue
-                    found = self._find(name, self._search_path(folder, module.root))
+                    found = self._find(name, self._search_path(folder, module.root) + tuple(module.paths))
                 if found is not None and found != module.full:
                     if found not in module.edges:
                         module.edges.add(found)
@@ -291,21 +304,22 @@ class Project:
             shown = self._shown(full)
             evidence = _launch_evidence(text, shown)
             for program in _LAUNCHER.findall(text):
-                self._launched(os.path.dirname(full), program, evidence, None)
+                self._launched(os.path.dirname(full), program, evidence, None, full)
         for module in list(self.modules.values()):
             folder = os.path.dirname(module.full)
             if module.runs:  # what the notebook says of itself, it says of the programs it runs
                 own = [Evidence(e.target, LAUNCH, e.place, f"{module.path} runs it ({e.what})")
                        for e in [*self._path_evidence(module), *module.evidence] if e.level in (NAME, TEXT)]
                 for program in module.runs:
-                    self._launched(folder, program, own, module)
+                    self._launched(folder, program, own, module, module.full)
             for entry, kind in module.estimators:
                 m = INSTANCE_TYPE.search(kind)
                 evidence = [Evidence(_INSTANCE_TARGET[m.group(1).lower()], LAUNCH, module.path,
-                                     f"an estimator runs it on `{kind}`")]
-                self._launched(folder, entry, evidence, None)
+                                     f"an estimator runs it on `{kind}`")] if m else []
+                self._launched(folder, entry, evidence, None, module.full)
 
-    def _launched(self, folder: str, program: str, evidence: list[Evidence], launcher: Module | None) -> None:
+    def _launched(self, folder: str, program: str, evidence: list[Evidence], launcher: Module | None,
+                  started_by: str) -> None:
         """The program a launch line names (resolved from the launcher's folder up to its root) is an entry point,
         with the launcher's evidence; a notebook's program reaches it (its closure is the notebook's too)."""
         name = program if program.endswith(".py") else program + ".py"
@@ -315,6 +329,7 @@ class Project:
             if module is not None:
                 module.entry = True
                 module.evidence.extend(evidence)
+                self._started.setdefault(started_by, set()).add(full)
                 if launcher is not None:
                     launcher.launches.add(full)
                 return
@@ -437,11 +452,34 @@ class Project:
         # only what the file's decisions read: a cache key changes with these facts and no others
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
-                           tuple(module.modules), None, module.legacy and held, module.entry)
+                           tuple(module.modules), None, module.legacy and held, module.entry,
+                           *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())))
+
+    def _launch_facts(self, full: str) -> tuple[str | None, tuple[str, ...]]:
+        """A moving program whose environment the file sets up, and the programs it launches that stay (an
+        estimator's model served elsewhere: its container is not the moving program's)."""
+        folder = os.path.dirname(full)
+        staying = tuple(sorted(os.path.relpath(p.entry.full, folder) for p in self.programs
+                               if not p.moving and p.entry.full in self._started.get(full, ())))
+        return self._launches_moving(full), staying
+
+    def _launches_moving(self, full: str) -> str | None:
+        """A program moving to neuron whose environment the file at `full` sets up: among the programs it launches
+        (a launch script's `torchrun train.py`, an estimator's `entry_point`) when it launches any, else among the
+        programs of its project root. The program is named from the file's folder (`train.py`, `../train.py`)."""
+        started = self._started.get(full)
+        folder = os.path.dirname(full)
+        root = self._root(folder)
+        return next((os.path.relpath(p.entry.full, folder) for p in sorted(self.programs, key=lambda p: p.entry.path)
+                     if p.moving and (p.entry.full in started if started else p.entry.root == root)), None)
 
     # -- what the run asks -------------------------------------------------------------------------------------
     def of(self, path: str, kind: str) -> FileProject | None:
         facts = self.facts.get(path)
+        if facts is None and kind in ("shell", "dockerfile"):  # the DLAMI venv it activates is a moving program's
+            full = os.path.abspath(path)
+            moving = self._launches_moving(full) if "aws_neuronx_venv" in self._text(full) else None
+            return FileProject(launches_moving=moving) if moving else None
         if facts is None and kind == "accelerate-config":  # the project's Neuron installs speak for it
             folder = os.path.dirname(os.path.abspath(path))
             probe = Module(path, os.path.join(folder, "_"), self._root(folder))
@@ -483,6 +521,58 @@ def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[
             continue  # prose that names several targets ("runs on Inf2 and Trn2") tells none of them
         return None, [], here
     return None, [], []
+
+
+# `sys.path.insert(0, ...)`, `sys.path.append(...)`, `site.addsitedir(...)`: one statement of one line
+_SYS_PATH = re.compile(r"^[ \t]*(?:sys\.path\.(?:insert|append)|site\.addsitedir)\([^\n]*", re.M)
+
+
+def _sys_path_additions(code: str, full: str) -> list[str]:
+    """The folders a file adds to `sys.path` by a literal (relative to the file's folder: scripts are run from
+    there) or from `__file__` (`os.path.join(os.path.dirname(__file__), "..")`, `Path(__file__).parent.parent`)."""
+    out = []
+    for m in _SYS_PATH.finditer(code):
+        try:
+            call = ast.parse(m.group(0).strip()).body[0].value
+        except (SyntaxError, ValueError, IndexError, AttributeError, RecursionError):
+            continue
+        if not isinstance(call, ast.Call) or not call.args:
+            continue
+        folder = _path_value(call.args[-1], full)
+        if folder is not None:
+            out.append(os.path.normpath(os.path.join(os.path.dirname(full), folder)))
+    return out
+
+
+def _path_value(node: ast.expr, full: str) -> str | None:
+    """The path an expression of `os.path` / `pathlib` calls on literals and `__file__` names; None when it
+    depends on anything else (the working folder, a variable)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return full if node.id == "__file__" else None
+    if isinstance(node, ast.Attribute) and node.attr == "parent":  # Path(...).parent
+        inner = _path_value(node.value, full)
+        return os.path.dirname(os.path.normpath(inner)) if inner is not None else None
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):  # Path(...) / "lib"
+        left, right = _path_value(node.left, full), _path_value(node.right, full)
+        return os.path.join(left, right) if left is not None and right is not None else None
+    if not isinstance(node, ast.Call):
+        return None
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name in ("resolve", "absolute") and isinstance(func, ast.Attribute) and not node.args:  # Path(...).resolve()
+        return _path_value(func.value, full)
+    values = [_path_value(a, full) for a in node.args]
+    if not values or None in values or node.keywords:
+        return None
+    if name == "join":
+        return os.path.join(*values)
+    if name == "dirname" and len(values) == 1:
+        return os.path.dirname(os.path.normpath(values[0]))
+    if name in ("abspath", "realpath", "normpath", "Path", "PurePath", "str", "expanduser") and len(values) == 1:
+        return values[0]
+    return None
 
 
 def _read_code(module: Module, code: str) -> None:

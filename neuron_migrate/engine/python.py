@@ -22,7 +22,7 @@ import libcst as cst
 
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
-from neuron_migrate.engine.context import FIXED, MARKED, Decision, FileContext
+from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
 from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_identical_arms
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
@@ -202,8 +202,8 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
         new_text = fix(ctx, renderer, rewrite)
     if may_suppress and settings.enabled(UNUSED_SUPPRESSION, path):  # after NM190, which a comment may silence
         ctx.decisions += unused_suppressions(ctx)
-    result.findings = sorted(_place(module, ctx.decisions, path, rewrite) + marker_findings(source.text, path, settings),
-                             key=lambda f: f.sort_key())
+    markers = marker_findings(source.text, path, settings, status=LEFT if rewrite else None)  # a person's, as found
+    result.findings = sorted(_place(module, ctx.decisions, path, rewrite) + markers, key=lambda f: f.sort_key())
     if rewrite:
         result.applied = dict(sorted(_count(ctx.decisions, FIXED).items()))
         marked = [f for f in result.findings if f.status == MARKED or f.code == MARKER_CODE]
@@ -418,9 +418,10 @@ def _within(code: str, line: int, col: int, span: tuple[int, int]) -> tuple[int,
     return start[0], start[1], at(span[1])
 
 
-def marker_findings(text: str, path: str, settings: Settings, others: tuple[str, ...] = ()) -> list[Finding]:
+def marker_findings(text: str, path: str, settings: Settings, others: tuple[str, ...] = (),
+                    status: str | None = None) -> list[Finding]:
     """NM900 for each marker in `text`, but those whose code starts with one of `others` (the codes of the other
-    handlers of a file kind, which report their own markers)."""
+    handlers of a file kind, which report their own markers); `status`: what `rewrite` did about them (LEFT)."""
     if MARKER_PREFIX not in text or not settings.enabled(MARKER_CODE, path):
         return []
     out = []
@@ -430,7 +431,7 @@ def marker_findings(text: str, path: str, settings: Settings, others: tuple[str,
             info = catalogue.rule(MARKER_CODE)
             out.append(Finding(path, lineno, m.start() + 1, MARKER_CODE,
                                info.format(code=m.group(1), text=m.group(2).strip()),
-                               end_line=lineno, end_col=len(line.rstrip()) + 1))
+                               end_line=lineno, end_col=len(line.rstrip()) + 1, status=status))
     return out
 
 

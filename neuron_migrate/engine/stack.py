@@ -8,7 +8,10 @@ library (`Run.libraries`) instead of findings.
 
 A file belongs to a library (the table is `rules/libraries.toml`) when
 - the project declared above it is one: the nearest folder with a project file (pyproject.toml `[project]` or
-  `[tool.poetry]` name, setup.cfg `[metadata] name`, setup.py `setup(name=...)`) declares its name;
+  `[tool.poetry]` name, setup.cfg `[metadata] name`, setup.py `setup(name=...)`, an installed `*.egg-info/PKG-INFO`
+  `Name:`) declares its name, or names a fork's repository in its URLs (`[project.urls]`, setup.py `url=` /
+  `project_urls=`, setup.cfg `url`, PKG-INFO `Home-page:` / `Project-URL:`): the Neuron forks kept the upstream
+  package names, so a fork's package is told by the repository its metadata points to;
 - or its own top-level package is one: the folders above the file that hold an `__init__.py`, walked up from the
   file's folder (`.../torch_xla/core/xla_model.py` is in package `torch_xla` without any project file, as in a
   wheel's sources; `optimum/neuron/...` is in `optimum.neuron`, `optimum` being a namespace folder);
@@ -96,7 +99,7 @@ class Finder:
 
     def __init__(self) -> None:
         self._remotes: dict[str, Found | None] = {}  # repository folder -> the fork its git remote names
-        self._projects: dict[str, tuple[str, str, str | None] | None] = {}  # folder -> (root, file, name)
+        self._projects: dict[str, Declared | None] = {}  # folder -> the project declared there or above
         self._inits: dict[str, bool] = {}
 
     def library_of(self, path: str) -> Found | None:
@@ -107,17 +110,19 @@ class Finder:
     # -- the project declared above the file ---------------------------------------------------------------
     def _by_project(self, folder: str) -> Found | None:
         project = self._project_above(folder)
-        if project is None or project[2] is None:
+        if project is None:
             return None
-        root, file, name = project
-        wanted = canonicalize_name(name)
+        wanted = canonicalize_name(project.name) if project.name else None
         for spec in specs():
-            if wanted in spec.projects:
-                return Found(spec, root, f"{file} declares the project `{name}`")
+            if wanted is not None and wanted in spec.projects:
+                return Found(spec, project.root, f"{project.file} declares the project `{project.name}`")
+            url = next((u for u in project.urls if _repository(u) in spec.folders), None)
+            if url is not None:
+                return Found(spec, project.root, f"{project.file} names the repository `{url}`")
         return None
 
-    def _project_above(self, folder: str) -> tuple[str, str, str | None] | None:
-        """(folder, file, declared name or None) of the nearest project file above `folder`, stopping at a
+    def _project_above(self, folder: str) -> Declared | None:
+        """The nearest project declared above `folder` (its name None when it cannot be read), stopping at a
         repository root; None when there is none."""
         if folder in self._projects:
             return self._projects[folder]
@@ -171,7 +176,7 @@ class Finder:
         if top not in self._remotes:
             found = None
             for url in _remote_urls(top):
-                name = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1].removesuffix(".git")
+                name = _repository(url)
                 spec = next((s for s in specs() if name in s.folders), None)
                 if spec is not None:
                     found = Found(spec, top, f"the git remote `{url}`")
@@ -202,29 +207,61 @@ def _remote_urls(repository: str) -> list[str]:
         return []
 
 
-def _declared(folder: str) -> tuple[str, str, str | None] | None:
-    """(folder, file, name) when the folder declares a project; the name is None when it cannot be read."""
+@dataclass(frozen=True)
+class Declared:
+    """A project file's metadata: where it is, the name it declares (None: unreadable) and the URLs it names."""
+
+    root: str
+    file: str
+    name: str | None
+    urls: tuple[str, ...] = ()
+
+
+def _repository(url: str) -> str:
+    """The repository name at the end of a URL (`https://github.com/aws-neuron/neuronx-nemo-megatron.git`,
+    `git@github.com:org/repo`, `https://github.com/org/repo/tree/main`)."""
+    parts = url.strip().rstrip("/").split("github.com", 1)[-1].replace(":", "/").strip("/").split("/")
+    return parts[1].removesuffix(".git") if len(parts) > 1 else parts[-1].removesuffix(".git")
+
+
+def _declared(folder: str) -> Declared | None:
+    """The project the folder declares (its project files, then an installed `*.egg-info/PKG-INFO`); the name is
+    None when it cannot be read."""
     declares = None
-    for file in PROJECT_FILES:
+    urls: list[str] = []
+    for file in (*PROJECT_FILES, *_egg_infos(folder)):
         path = os.path.join(folder, file)
         if not os.path.isfile(path):
             continue
-        name = _name_in(path)
+        name, found = _metadata_in(path)
+        urls += found
         if name:
-            return folder, file, name
+            return Declared(folder, file, name, tuple(urls))
         if name is not None and declares is None:
-            declares = (folder, file, None)
-    return declares
+            declares = file
+    return Declared(folder, declares, None, tuple(urls)) if declares is not None else None
 
 
-def _name_in(path: str) -> str | None:
-    """The project name a project file declares; "" when it declares a project without a readable name, None
-    when it declares none (a pyproject.toml that only configures tools)."""
+def _egg_infos(folder: str) -> list[str]:
+    """The PKG-INFO of the one `*.egg-info` a source tree holds after `pip install -e .` (a folder with several,
+    as site-packages, holds other projects' metadata, not its own)."""
+    if os.path.basename(folder) in ("site-packages", "dist-packages"):
+        return []
+    try:
+        found = [n for n in os.listdir(folder) if n.endswith(".egg-info")]
+    except OSError:
+        return []
+    return [os.path.join(found[0], "PKG-INFO")] if len(found) == 1 else []
+
+
+def _metadata_in(path: str) -> tuple[str | None, list[str]]:
+    """The project name a project file declares ("" when it declares a project without a readable name, None when
+    it declares none: a pyproject.toml that only configures tools) and the URLs it names."""
     try:
         with open(path, "rb") as fh:
-            data = fh.read()
+            data = fh.read(1 << 20)
     except OSError:
-        return None
+        return None, []
     base = os.path.basename(path)
     try:
         if base == "pyproject.toml":
@@ -232,19 +269,44 @@ def _name_in(path: str) -> str | None:
             for section in (table.get("project"), table.get("tool", {}).get("poetry")):
                 if isinstance(section, dict):
                     name = section.get("name")
-                    return name if isinstance(name, str) else ""
-            return None
+                    links = [section.get(k) for k in ("homepage", "repository")]
+                    links += list((section.get("urls") or {}).values()) if isinstance(section.get("urls"), dict) else []
+                    return name if isinstance(name, str) else "", [u for u in links if isinstance(u, str)]
+            return None, []
         if base == "setup.cfg":
             parser = configparser.ConfigParser(interpolation=None)
             parser.read_string(data.decode("utf-8", "replace"))
-            return parser.get("metadata", "name", fallback="") if parser.has_section("metadata") else None
-        return _setup_py_name(ast.parse(data))
+            if not parser.has_section("metadata"):
+                return None, []
+            links = [parser.get("metadata", "url", fallback="")]
+            extra = parser.get("metadata", "project_urls", fallback="")
+            links += [line.partition("=")[2] for line in extra.splitlines()]
+            return parser.get("metadata", "name", fallback=""), [u.strip() for u in links if u.strip()]
+        if base == "PKG-INFO":
+            return _pkg_info(data.decode("utf-8", "replace"))
+        return _setup_py_metadata(ast.parse(data))
     except (tomllib.TOMLDecodeError, configparser.Error, SyntaxError, ValueError, RecursionError):
-        return ""
+        return "", []
 
 
-def _setup_py_name(module: ast.Module) -> str:
-    """`setup(name="x")`, `name=NAME` with `NAME = "x"` at module level, or `name=os.environ.get("...", "x")`."""
+def _pkg_info(text: str) -> tuple[str, list[str]]:
+    """`Name:`, `Home-page:` and `Project-URL: Source, <url>` of a PKG-INFO (its headers end at the first blank
+    line)."""
+    name, links = "", []
+    for line in text.split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        if key == "Name":
+            name = value.strip()
+        elif key == "Home-page":
+            links.append(value.strip())
+        elif key == "Project-URL":
+            links.append(value.rpartition(",")[2].strip())
+    return name, [u for u in links if u]
+
+
+def _setup_py_metadata(module: ast.Module) -> tuple[str, list[str]]:
+    """`setup(name="x")`, `name=NAME` with `NAME = "x"` at module level, or `name=os.environ.get("...", "x")`; and
+    its `url=` and `project_urls={...}` strings."""
     constants = {t.id: node.value.value for node in module.body if isinstance(node, ast.Assign)
                  for t in node.targets if isinstance(t, ast.Name)
                  and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)}
@@ -254,10 +316,16 @@ def _setup_py_name(module: ast.Module) -> str:
         func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         if func != "setup":
             continue
+        name, links = "", []
         for keyword in node.keywords:
             if keyword.arg == "name":
-                return _string(keyword.value, constants)
-    return ""
+                name = _string(keyword.value, constants)
+            elif keyword.arg == "url":
+                links.append(_string(keyword.value, constants))
+            elif keyword.arg == "project_urls" and isinstance(keyword.value, ast.Dict):
+                links += [_string(v, constants) for v in keyword.value.values if v is not None]
+        return name, [u for u in links if u]
+    return "", []
 
 
 def _string(value: ast.expr, constants: dict[str, str]) -> str:

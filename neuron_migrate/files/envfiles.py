@@ -13,8 +13,10 @@ import re
 
 from neuron_migrate import catalogue
 from neuron_migrate.engine.edits import MARKER_PREFIX
+from neuron_migrate.engine.project import LEGACY_VENV
 from neuron_migrate.engine.python import MARKER_CODE, MARKER_RE
 from neuron_migrate.findings import FileResult, Finding, FixSafety
+from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.pin.plan import drives_tpu
 from neuron_migrate.policy import Decision, Policy, marked_above
 from neuron_migrate.rules.environment import code_for, command_table, env_pattern, env_table
@@ -53,9 +55,10 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
     out: list[str] = []
     continued = False
     tpu = drives_tpu(source.text)  # a TPU script's XLA variables are TPU's: only trn1 instance types are reported
+    venv = _venv_program(source.text, settings, tpu)
     for lineno, line in enumerate(source.text.splitlines(keepends=True), start=1):
         found = [] if SHELL_COMMENT.match(line) else _findings(
-            policy, suppressions, lineno, line, None if continued else setting.match(line), out, tpu)
+            policy, suppressions, lineno, line, None if continued else setting.match(line), out, tpu, venv)
         inside_command, continued = continued, line.rstrip("\r\n").endswith("\\")
         result.findings.extend(f for f, _ in found)
         if any(d.fix and d.code == REMOVED for _, d in found):
@@ -107,12 +110,27 @@ def _marker_findings(text: str, path: str, settings: Settings) -> list[Finding]:
     return out
 
 
+def _venv_program(text: str, settings: Settings, tpu: bool) -> str | None:
+    """What the legacy DLAMI venvs a file activates serve (None: they are not reported): the program moving to
+    neuron it launches, or one of its project (engine/project.py), or the file itself when it sets the XLA
+    stack's variables or runs its tools."""
+    if "aws_neuronx_venv" not in text or tpu:
+        return None
+    project = settings.project
+    if project is not None and project.launches_moving is not None:
+        return f"`{project.launches_moving}`, which moves to neuron,"
+    if env_pattern().search(text) or _command_pattern().search(text):
+        return "this script, which sets the XLA stack's variables or runs its tools,"
+    return None
+
+
 def _findings(policy: Policy, suppressions: LineSuppressions | None, lineno: int, line: str,
-              setting: re.Match | None, above: list[str], tpu: bool = False) -> list[tuple[Finding, Decision]]:
+              setting: re.Match | None, above: list[str], tpu: bool = False,
+              venv: str | None = None) -> list[tuple[Finding, Decision]]:
     """The line's findings, as the policy decides them; `above`: the lines before it (a marker there stands
-    for its code)."""
+    for its code); `venv`: the program a legacy DLAMI venv would run (None: not reported)."""
     out = []
-    for col, end, code, fields in _line_findings(line, setting, tpu):
+    for col, end, code, fields in _line_findings(line, setting, tpu, venv):
         decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: marked_above(above, code))
         if decision is not None:
             out.append((decision.finding(policy, lineno, col + 1, end_line=lineno, end_col=end + 1), decision))
@@ -134,7 +152,7 @@ def _other_device(entry: dict, value: str | None) -> bool:
     return bool(values) and bool(value) and "$" not in value and value.upper() not in values
 
 
-def _line_findings(line: str, setting: re.Match | None, tpu: bool = False):
+def _line_findings(line: str, setting: re.Match | None, tpu: bool = False, venv: str | None = None):
     settings = []
     for m in () if tpu else env_pattern().finditer(line):
         if not (line[m.end():m.end() + 1] == "=" or DECLARES.search(line[:m.start()])):
@@ -157,6 +175,10 @@ def _line_findings(line: str, setting: re.Match | None, tpu: bool = False):
             "var": m.group("command"), "did": entry["did"], "instead": entry["instead"]}
     for m in TRN1.finditer(line):
         yield m.start(), m.end(), "NM520", {"text": m.group(0)}
+    for m in LEGACY_VENV.finditer(line) if venv is not None else ():
+        if f"{m.group(1)}.{m.group(2)}" not in matrix().native_torch:
+            yield m.start(), m.end(), "NM616", {"venv": m.group(0), "torch": f"{m.group(1)}.{m.group(2)}",
+                                                "program": venv}
 
 
 @functools.lru_cache(maxsize=1)

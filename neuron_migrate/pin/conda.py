@@ -11,7 +11,7 @@ from neuron_migrate.findings import FileResult
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.lines import LineEntry, pin_entries
-from neuron_migrate.pin.matrix import matrix, python_fields
+from neuron_migrate.pin.matrix import matrix, python_issue
 from neuron_migrate.settings import Settings
 
 _ITEM = re.compile(r"^(?P<indent>[ \t]*)-[ \t]+(?P<value>.*?)[ \t]*(?:[ \t]#.*)?$")
@@ -59,7 +59,7 @@ def process_conda_env(path: str, data: bytes, settings: Settings, rewrite: bool)
     present = planning.names_of([e.text(doc) for e in entries])
     if planning.python_in_scope(present | {_CONDA_NAMES.get(_conda_name(v), "") for v, _ in conda}):
         for value, value_start in conda:
-            _check_python(doc, value, value_start, mx)
+            _check_python(doc, value, value_start, planning.in_scope(present))
     if not planning.in_scope(present):
         return doc.result(data)
     pin_entries(doc, entries, present, lambda entry, text: _item_line(doc, entry, text))
@@ -82,7 +82,7 @@ def _item_line(doc: TextDocument, entry: LineEntry, text: str) -> str:
     return f"{prefix}{text}{quote}{doc.newline}"
 
 
-def _check_python(doc: TextDocument, value: str, offset: int, mx) -> None:
+def _check_python(doc: TextDocument, value: str, offset: int, neuron: bool) -> None:
     m = _PYTHON.match(value)
     if not m or m.group("rest").strip().startswith(("[", "=")):
         return
@@ -91,5 +91,5 @@ def _check_python(doc: TextDocument, value: str, offset: int, mx) -> None:
         spec = f"=={version.rstrip('.*')}.*"
     else:
         spec = op + version
-    if not mx.python_spec_admits_any(spec):
-        doc.report("NM607", offset, end=offset + len(value), text=value, **python_fields())
+    if (issue := python_issue(spec, neuron)) is not None:
+        doc.report(issue[0], offset, end=offset + len(value), text=value, **issue[1])

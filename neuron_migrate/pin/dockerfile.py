@@ -19,6 +19,7 @@ _UBUNTU_TAG = re.compile(r"ubuntu-?(\d\d\.\d\d)")
 _PYTHON_TAG = re.compile(r"(?:^|[-_])py(?:thon)?-?3\.?(\d{1,2})(?=$|[-_.])")
 _ABOUT_NEURON = re.compile(r"neuron|xla", re.I)  # base images are judged only in Dockerfiles for Neuron
 _LEADING_VERSION = re.compile(r"^(\d+\.\d+)(?:\.\d+)*")
+LEGACY_IMAGE = "is a legacy XLA torch-neuronx image"
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ def image_problems(image: str) -> list[str]:
     if python and not mx.python_supported(python):
         problems.append(f"has Python {python}")
     if "neuronx" in repo and (m := _LEADING_VERSION.match(tag)) and m.group(1) not in {f.torch for f in mx.families}:
-        problems.append(f"is a legacy XLA torch-neuronx image (PyTorch {m.group(1)})")
+        problems.append(f"{LEGACY_IMAGE} (PyTorch {m.group(1)})")
     return problems
 
 
@@ -144,5 +145,12 @@ def check_image(doc: TextDocument, instruction: Instruction, args: dict[str, str
         mx = matrix()
         offset = instruction.args_start + text.index(words[0])
         resolved = f" (`{image}`)" if image != words[0] else ""
+        ubuntu = " or ".join(mx.ubuntu)
+        if any(p.startswith(LEGACY_IMAGE) for p in problems):  # the container itself is the XLA stack's
+            todo = "use a TorchNeuron container image"
+            instead = f"build on a Neuron Deep Learning Container with TorchNeuron (torch-neuronx {max(mx.native_torch)})"
+        else:
+            todo = instead = f"use an Ubuntu {ubuntu} base image"
         doc.report("NM608", offset, instruction.start, end=offset + len(words[0]), image=words[0], resolved=resolved,
-                   what=" and ".join(problems), ubuntu=" or ".join(mx.ubuntu), supported=", ".join(mx.python))
+                   what=" and ".join(problems), ubuntu=ubuntu, supported=", ".join(mx.python), todo=todo,
+                   instead=instead)

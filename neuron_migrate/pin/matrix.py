@@ -178,6 +178,33 @@ class Matrix:
     def python_supported(self, version: str) -> bool:
         return ".".join(version.split(".")[:2]) in self.python
 
+    @property
+    def native_torch(self) -> frozenset[str]:
+        """The PyTorch versions of the TorchNeuron families (`2.13`, `2.14`)."""
+        return frozenset(f.torch for f in self.families)
+
+    def torchao_where(self) -> str:
+        """`trn3 with Neuron 2.34.0`: where TorchAO Neuron is supported (the newest release that has it)."""
+        for r in self.releases:
+            if r.torchao_instances:
+                return f"{' / '.join(r.torchao_instances)} with Neuron {r.sdk}"
+        return "no release of the matrix"
+
+    def python_floor_below(self, spec: str) -> str | None:
+        """The oldest Python below the first supported one that a `requires-python` style specifier admits, when
+        it admits a supported one too (`>=3.10` -> "3.10"); None otherwise (NM607 reports one that admits none)."""
+        try:
+            specifiers = SpecifierSet(spec)
+        except InvalidSpecifier:
+            return None
+        if not self.python_spec_admits_any(spec):
+            return None
+        major, minor = (int(x) for x in self.python[0].split("."))
+        for older in range(8, minor):
+            if any(specifiers.contains(f"{major}.{older}.{patch}", prereleases=True) for patch in range(32)):
+                return f"{major}.{older}"
+        return None
+
     def python_spec_admits_any(self, spec: str) -> bool:
         """Whether a `requires-python` style specifier admits one of the supported Python versions."""
         try:
@@ -265,6 +292,16 @@ def python_fields() -> dict[str, str]:
     """Message fields of NM607 (unsupported Python)."""
     python = matrix().python
     return {"supported": ", ".join(python), "supported_first": python[0]}
+
+
+def python_issue(spec: str, neuron: bool) -> tuple[str, dict[str, str]] | None:
+    """NM607 when a Python constraint admits no supported version; NM615 when it admits one but a Neuron
+    project's floor lies below the first (`>=3.10`)."""
+    mx = matrix()
+    if not mx.python_spec_admits_any(spec):
+        return "NM607", python_fields()
+    below = mx.python_floor_below(spec) if neuron else None
+    return ("NM615", {**python_fields(), "below": below}) if below else None
 
 
 def target(settings) -> Family:

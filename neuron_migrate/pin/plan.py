@@ -234,6 +234,9 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
             result.issues.append(Issue(index, "NM601", {"requirement": text.strip(), "name": req.name}))
         elif req.name == TORCHAO and release.torchao_supported(instance) and TORCHAO_NEURON in family.pins:
             _torchao(req, index, family, instance, present, result)
+        elif req.name == TORCHAO:  # no TorchAO on this instance / release: a person decides (NM307 on the code)
+            result.issues.append(Issue(index, "NM614", {"requirement": text.strip(), "instance": instance,
+                                                        "release": release.sdk, "where": mx.torchao_where()}))
         elif req.name in family.pins:
             _repin(req, index, family, mx, result)
         elif req.name in mx.huggingface:

@@ -16,7 +16,7 @@ from tomlkit.items import Array, InlineTable, String, StringType, Table
 from neuron_migrate.findings import FileResult
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
-from neuron_migrate.pin.matrix import matrix, python_fields
+from neuron_migrate.pin.matrix import matrix, python_issue
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError
 
@@ -152,7 +152,7 @@ def process_pyproject(path: str, data: bytes, settings: Settings, rewrite: bool)
     found = groups(parsed)
     installed = [planning.names_of([t for t in g.texts if t]) for g in found]
     if planning.python_in_scope(set().union(set(), *installed)):
-        _check_python(doc, parsed, locate)
+        _check_python(doc, parsed, locate, planning.in_scope(set().union(set(), *installed)))
     if not planning.in_scope(set().union(set(), *installed)):
         return doc.result(data)
     main = set().union(set(), *(names for g, names in zip(found, installed) if g.main))
@@ -201,16 +201,16 @@ def _poetry_pin(requirement: str, name: str) -> str:
     return (req.spec if req is not None else "") or "*"
 
 
-def _check_python(doc: TextDocument, parsed, locate: Callable[[str], int]) -> None:
-    mx = matrix()
+def _check_python(doc: TextDocument, parsed, locate: Callable[[str], int], neuron: bool) -> None:
     candidates = [(("project", "requires-python"), "requires-python", str),
                   (("tool", "poetry", "dependencies", "python"), "python", _poetry_to_pep440)]
     for path, key, convert in candidates:
         value = _get(parsed, path)
-        if isinstance(value, str) and not mx.python_spec_admits_any(convert(str(value))):
-            shown = f"{key} = {value.as_string()}"
+        issue = python_issue(convert(str(value)), neuron) if isinstance(value, str) else None
+        if issue is not None:
             offset = locate(value.as_string())
-            doc.report("NM607", offset, end=offset + len(value.as_string()), text=shown, **python_fields())
+            doc.report(issue[0], offset, end=offset + len(value.as_string()), text=f"{key} = {value.as_string()}",
+                       **issue[1])
 
 
 def _check_sources(doc: TextDocument, parsed, found: list[Group], decisions: Decisions) -> None:

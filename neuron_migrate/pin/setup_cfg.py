@@ -8,7 +8,7 @@ from neuron_migrate.findings import FileResult
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.lines import LineEntry, pin_entries
-from neuron_migrate.pin.matrix import matrix, python_fields
+from neuron_migrate.pin.matrix import python_issue
 from neuron_migrate.settings import Settings
 
 _SECTION = re.compile(r"^\[([^\]]+)\]\s*$")
@@ -61,8 +61,8 @@ def process_setup_cfg(path: str, data: bytes, settings: Settings, rewrite: bool)
     found, python = entries(doc)
     present = planning.names_of([e.text(doc) for e in found])
     for offset, value in python if planning.python_in_scope(present) else ():
-        if not matrix().python_spec_admits_any(value):
-            doc.report("NM607", offset, text=f"python_requires = {value}", **python_fields())
+        if (issue := python_issue(value, planning.in_scope(present))) is not None:
+            doc.report(issue[0], offset, text=f"python_requires = {value}", **issue[1])
     if planning.in_scope(present):
         pin_entries(doc, found, present, lambda entry, text: _indent(doc, entry) + text + doc.newline)
     return doc.result(data)

@@ -20,7 +20,7 @@ from neuron_migrate.findings import FileResult
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.lines import stale_comment_at
-from neuron_migrate.pin.matrix import matrix, python_fields
+from neuron_migrate.pin.matrix import python_issue
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError, decode
 
@@ -130,7 +130,7 @@ def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) 
     installed = [planning.names_of([t for t in lst.texts() if t]) for lst in lists + extras]
     if planning.python_in_scope(set().union(set(), *installed)):
         for value in python:
-            _check_python(doc, value, span)
+            _check_python(doc, value, span, planning.in_scope(set().union(set(), *installed)))
     if planning.in_scope(set().union(set(), *installed)):
         main = set().union(*installed[:len(lists)])
         for lst, names in zip(lists + extras, installed):
@@ -163,11 +163,12 @@ def _lists(value: cst.BaseExpression, assignments, span) -> list[ListLiteral]:
     return [ListLiteral(elements)]
 
 
-def _check_python(doc: TextDocument, value: cst.BaseExpression, span) -> None:
+def _check_python(doc: TextDocument, value: cst.BaseExpression, span, neuron: bool) -> None:
     if isinstance(value, cst.SimpleString) and isinstance(value.evaluated_value, str):
-        if not matrix().python_spec_admits_any(value.evaluated_value):
+        issue = python_issue(value.evaluated_value, neuron)
+        if issue is not None:
             start, end = span(value)
-            doc.report("NM607", start, end=end, text=f"python_requires={value.value}", **python_fields())
+            doc.report(issue[0], start, end=end, text=f"python_requires={value.value}", **issue[1])
 
 
 def _pin_list(doc: TextDocument, lst: ListLiteral, present: set[str]) -> set[str]:

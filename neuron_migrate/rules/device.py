@@ -222,7 +222,7 @@ class XlaDeviceString(Rule):
         self.names.call(node, qual)
         func = node.func
         # `Config(device="xla")`: a value the file holds, or one it passes to another module of the project
-        local = self.names.local_callable(func) is not None or (qual is not None and self.names.project_callable(qual))
+        local = self.names.local_callable(func) is not None or self.names.project_target(func, qual) is not None
         for a in node.args:
             if a.keyword is not None and a.keyword.value in DEVICE_KEYWORDS and self.is_device(a.value) and not local:
                 kind = TYPE if a.keyword.value == "device_type" else DEVICE

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from neuron_migrate.engine.names import Occurrence, Scope
+from neuron_migrate.engine.names import Occurrence, Scope, dotted, dotted_str
 from neuron_migrate.rules.patterns import INIT_PROCESS_GROUP, arg, is_device_string, string_value
 
 XLA, CUDA, NEURON = "xla", "cuda", "neuron"  # NEURON: a name already migrated (a second run sees it)
@@ -280,7 +280,9 @@ class DeviceNames:
         if local is not None:
             self._call_local(node, local)
             return
-        if qual is not None and self.project_callable(qual):
+        exported = self.project_target(func, qual)
+        if exported is not None:
+            qual = exported
             # a function or class of another module of the project (engine/project.py) reads what it is passed
             # there, and decides there whether its comparisons change: a device name passed to it is kept as it
             # is, with the marker, in a group that is not respelled (see `Group.exported`)
@@ -422,7 +424,33 @@ class DeviceNames:
 
     def project_callable(self, qual: str) -> bool:
         """A function or class imported from another module of the project (its dotted name as imported)."""
-        return any(qual == m or qual.startswith(m + ".") for m in self.project_modules if not m.startswith("."))
+        return any(qual == m or qual.startswith(m + ".") for m in self.project_modules)
+
+    def project_target(self, func: cst.CSTNode, qual: str | None) -> str | None:
+        """The dotted name of the callable of another project module that `func` names (through an import, or a
+        relative import: `from .utils import get_device` -> `.utils.get_device`), or None."""
+        name = qual if qual is not None else self.relative_import(func)
+        return name if name is not None and self.project_callable(name) else None
+
+    def relative_import(self, func: cst.CSTNode) -> str | None:
+        """The dotted name a relative import binds a callable to, dots first, as the project model lists the
+        modules (`from .utils import get_device` -> `.utils.get_device`; `from . import utils` -> `.utils`);
+        None for anything else."""
+        parts = dotted(func)
+        if not parts or self.ctx.current is None:
+            return None
+        owner = self.ctx.analysis.lookup(parts[0], self.ctx.current.scope)
+        bindings = owner.bindings[parts[0]] if owner is not None else []
+        if len(bindings) != 1 or bindings[0].kind != "import" or bindings[0].alias is None:
+            return None
+        statement = bindings[0].node
+        if not isinstance(statement, cst.ImportFrom) or not statement.relative:
+            return None
+        module = dotted_str(statement.module) if statement.module is not None else ""
+        name = dotted_str(bindings[0].alias.name)
+        if name is None or module is None:
+            return None
+        return ".".join(["." * len(statement.relative) + ".".join(filter(None, (module, name))), *parts[1:]])
 
     def _scope_of(self, node: cst.CSTNode) -> Scope | None:
         if self._scopes is None:

@@ -255,6 +255,35 @@ class Metrics(Rule):
 TEST_UTILS = "torch_xla.test.test_utils"
 NOW = frozenset({f"{TEST_UTILS}.now"})
 SAMPLE_GENERATOR = frozenset({"torch_xla.utils.utils.SampleGenerator"})
+RATE_TRACKER = frozenset({f"{XM}.RateTracker"})
+# torch_xla's RateTracker (items a second since the last `rate()`, smoothed, and since it was made), defined once in
+# the file that uses it: no native API measures it. `{clock}` is the file's name for the time module.
+RATE_TRACKER_CLASS = '''\
+class {name}:
+    """Items a second: since the last rate(), smoothed with the one before, and since the start (xm.RateTracker)."""
+
+    def __init__(self, smooth_factor=None):
+        self.smooth_factor = 0.4 if smooth_factor is None else smooth_factor
+        self.start = self.last = {clock}.time()
+        self.count = self.total = 0.0
+        self.last_rate = None
+
+    def add(self, count):
+        self.count += count
+
+    def rate(self):
+        now = {clock}.time()
+        if now <= self.last:
+            return 0.0
+        rate = self.count / (now - self.last)
+        if self.last_rate is not None:
+            rate = (1 - self.smooth_factor) * rate + self.smooth_factor * self.last_rate
+        self.total, self.count, self.last, self.last_rate = self.total + self.count, 0.0, now, rate
+        return rate
+
+    def global_rate(self):
+        elapsed = {clock}.time() - self.start
+        return (self.total + self.count) / elapsed if elapsed > 0 else 0.0'''
 # The progress lines of torch_xla's example scripts: (label, [(parameter, format, omitted when a literal None)]).
 # torch_xla prints "| <label> Device=... <field>=<value>... Time=<now()>" (fields given as None are left out).
 TRAINING_UPDATE = ("Training", [("device", "Device={}", False), ("step", "Step={}", False),
@@ -271,11 +300,12 @@ PRINT_ORDER = {"Training": ("device", "epoch", "step", "loss", "rate", "global_r
 class TestUtilities(Rule):
     """NM244: the helpers torch_xla's example scripts are made of, where a native form computes the same:
     `test_utils.now()` (the wall-clock time, as text), `xu.SampleGenerator(data, n)` (fake data: `data`, n times,
-    as often as it is iterated, with a length) and `print_training_update` / `print_test_update` without a summary
-    writer (one `print` of the same fields; the device without torch_xla's ordinal suffix)."""
+    as often as it is iterated, with a length), `print_training_update` / `print_test_update` without a summary
+    writer (one `print` of the same fields; the device without torch_xla's ordinal suffix) and `xm.RateTracker()`
+    (pure Python with no native counterpart: the file gets a class of its own that measures the same)."""
 
     codes = ("NM244",)
-    triggers = (b"test_utils", b"SampleGenerator", b"print_training_update", b"print_test_update")
+    triggers = (b"test_utils", b"SampleGenerator", b"print_training_update", b"print_test_update", b"RateTracker")
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -298,6 +328,14 @@ class TestUtilities(Rule):
                 # one list of `count` references to the same batch: iterated again at every epoch, with a length
                 batch, times = arg(call, 0, "data").value, arg(call, 1, "sample_count").value
                 return expression(f"[{code(batch)}] * {paren(code(times))}")
+        elif qual in RATE_TRACKER:
+            smooth = arg(node, 0, "smooth_factor")
+            if not only_args(node, smooth):
+                return
+            name = self.rate_tracker()
+
+            def build(call: cst.Call) -> cst.BaseExpression:
+                return call.with_changes(func=cst.Name(name))
         elif qual in UPDATES:
             build = update_print(ctx, node, qual)
             if build is None:
@@ -310,8 +348,22 @@ class TestUtilities(Rule):
             return
         else:
             return
-        if ctx.report("NM244", node, call=short(node), fixed=short(build(node))):
+        fixed = short(build(node))
+        if qual in RATE_TRACKER:
+            fixed += "`, a class the fix defines after the imports, with `add(n)`, `rate()` and `global_rate()"
+        if ctx.report("NM244", node, call=short(node), fixed=fixed):
             ctx.replace(node, build)  # from the call as the other rules left it (`xr.world_size()` inside)
+
+
+    def rate_tracker(self) -> str:
+        """The name of the file's RateTracker class (defined once after the imports)."""
+        ctx = self.ctx
+        name = getattr(self, "_rate_tracker", None)
+        if name is None:
+            name = self._rate_tracker = _free_name(ctx, "RateTracker")
+            clock = ctx.module_ref("time", scope=ctx.analysis.module_scope)
+            ctx.define(RATE_TRACKER_CLASS.format(name=name, clock=clock))
+        return name
 
 
 def update_print(ctx, node: cst.Call, qual: str) -> Callable[[cst.Call], cst.BaseExpression] | None:

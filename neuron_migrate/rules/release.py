@@ -43,10 +43,7 @@ def xla_inference_status(settings) -> str:
 
 def torchao_where() -> str:
     """`trn3 with Neuron 2.34.0`: where TorchAO Neuron is supported (the newest release that has it)."""
-    for r in matrix().releases:
-        if r.torchao_instances:
-            return f"{' / '.join(r.torchao_instances)} with Neuron {r.sdk}"
-    return "no release of the matrix"
+    return matrix().torchao_where()
 
 
 def torchao_status(settings) -> str:

@@ -422,6 +422,34 @@ def _pin_memory_is_a_no_op() -> None:
     torch.Tensor.pin_memory, torch.Tensor.is_pinned = pin_memory, is_pinned
 
 
+class _GeneratorType(type(torch.Generator)):
+    """`torch.Generator` stays the type of every generator, those PyTorch makes itself included."""
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, torch._C.Generator)
+
+    def __subclasscheck__(cls, sub) -> bool:
+        return issubclass(sub, torch._C.Generator)
+
+
+class Generator(torch._C.Generator, metaclass=_GeneratorType):
+    """`torch.Generator(device="neuron")` on the Python emulated device: PyTorch asks a Python backend's hooks for
+    no generator, so a device generator is a CPU generator of its own that reports the `neuron` device. Its
+    numbers are those of the C++ emulated device's generator (a CPU generator of its own there too)."""
+
+    def __new__(cls, device="cpu"):
+        if str(device).split(":")[0] != NAME:
+            return torch._C.Generator(device)
+        return super().__new__(cls, "cpu")
+
+    def __init__(self, device="cpu") -> None:
+        pass
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(DEVICE)
+
+
 @torch._dynamo.disable
 def _device_kernel(op, *args, **kwargs):
     return _run(op, args, kwargs)
@@ -490,6 +518,7 @@ def install_python() -> None:
     _setup_privateuseone_for_python_backend(NAME, backend_module=Module())
     _state["libraries"] = (*register_device_kernels(_device_kernel), *autocast.install())
     _pin_memory_is_a_no_op()
+    torch.Generator = Generator
     install_common()
 
 

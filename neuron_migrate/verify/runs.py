@@ -274,16 +274,17 @@ def environment(program: Program, harness: Path, config: dict) -> dict[str, str]
         env.setdefault("PJRT_DEVICE", "CPU")
     if program.device == "plain":  # a machine without Neuron: no backend loads itself when torch is imported
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    env.update(program.env)
-    env[CONFIG_ENV] = json.dumps(config)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(harness), env.get("PYTHONPATH")) if p)
-    if program.nproc == 1 and program.device != "xla":
-        # torchrun's variables for one worker: a program that calls init_process_group("env://") runs as rank 0
+    if program.nproc == 1:
+        # torchrun's variables for one worker: a program that calls init_process_group("env://") runs as rank 0,
+        # the torch_xla reference of a program torchrun launches (`init_process_group("xla")`) included; without
+        # TORCHELASTIC_RUN_ID, torch_xla does not take itself for a torchrun launch (`xmp.spawn` runs as before)
         env.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
                     "ROLE_RANK": "0", "ROLE_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                     "MASTER_PORT": str(_free_port())})
-        for key, value in program.env.items():
-            env[key] = value  # the user's own choice wins
+    env.update(program.env)  # the user's own choice wins
+    env[CONFIG_ENV] = json.dumps(config)
+    # the harness first, then the run's own PYTHONPATH (`--reference-env PYTHONPATH=...` adds to it, never drops it)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(harness), env.get("PYTHONPATH")) if p)
     return env
 
 

@@ -103,6 +103,19 @@ def check_compile():
     assert net.fc.weight.grad.device.type == "neuron"
 
 
+def check_generator():
+    generator = torch.Generator(device="neuron")
+    assert generator.device.type == "neuron" and isinstance(generator, torch.Generator)
+    first = torch.randn(4, device="neuron", generator=generator.manual_seed(5))
+    labels = torch.randint(0, 4, (8,), device="neuron", generator=generator)
+    assert first.device.type == labels.device.type == "neuron"
+    cpu = torch.Generator().manual_seed(5)  # the CPU's numbers, drawn in the same order
+    assert torch.equal(first.cpu(), torch.randn(4, generator=cpu))
+    assert torch.equal(labels.cpu(), torch.randint(0, 4, (8,), generator=cpu))
+    # the generators PyTorch makes itself are still `torch.Generator`s, on the CPU
+    assert isinstance(torch.default_generator, torch.Generator) and torch.Generator().device.type == "cpu"
+
+
 def check_device_mixing():
     layer = nn.Linear(4, 2).to("neuron")
     before = sum(emulator.STATS.mixed.values())
@@ -127,6 +140,7 @@ check_placement()
 check_save_load(check_training_matches_cpu())
 check_autocast()
 check_compile()
+check_generator()
 check_device_mixing()
 check_fallback_ops_are_counted()
 print("device checks passed")
