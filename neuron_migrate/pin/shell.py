@@ -389,10 +389,13 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
         word = command.requirements[index]
         return doc.report(code, word.start, line, end=word.end, **fields)
 
+    outcomes = planning.approve(result, texts, report)
+    extras = {index: list(outcome.extra) for index, outcome in outcomes.items()}
+    _extras_into_removed_tail(command, outcomes, extras)
     removed = []
-    for index, outcome in planning.approve(result, texts, report).items():
+    for index, outcome in outcomes.items():
         word = command.requirements[index]
-        extra = list(outcome.extra)
+        extra = extras[index]
         if outcome.remove and not extra:
             removed.append(word)
             continue
@@ -407,6 +410,26 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
     _remove_words(doc, command, removed)
     installed = planning.names_of([t for t in texts if t is not None]) - matrix().legacy_packages
     return installed | result.added
+
+
+def _extras_into_removed_tail(command: PipInstall, outcomes: dict, extras: dict[int, list[str]]) -> None:
+    """Where the command's last words go (`torch-xla==2.9.0` at the end) and the word before them gains packages,
+    those packages take the place of the first removed word: added on their own lines after the word before,
+    they would fall inside the span that removes the tail with its continuations."""
+    position = {id(word): i for i, word in enumerate(command.requirements)}
+    tail: list[int] = []
+    for word in reversed(command.words):
+        index = position.get(id(word))
+        outcome = outcomes.get(index) if index is not None else None
+        if outcome is None or not outcome.remove or extras[index]:
+            break
+        tail.insert(0, index)
+    if not tail or len(tail) == len(command.words):
+        return
+    before = position.get(id(command.words[command.words.index(command.requirements[tail[0]]) - 1]))
+    if before is None or before not in outcomes or not extras[before] or outcomes[before].remove:
+        return
+    extras[tail[0]], extras[before] = extras[before], []
 
 
 def _add_index(doc: TextDocument, command: PipInstall, line: int) -> None:
