@@ -390,17 +390,27 @@ from torch.distributed.tensor import DTensor
 sys.path.insert(0, sys.argv[3])
 from tests.checkpoint_layouts import Block
 
-dist.init_process_group("gloo")
+if sys.argv[4] == "neuron":  # the emulated neuron device (verify's), as the migrated program runs
+    from neuron_migrate.verify import emulator
+    emulator.install()
+    from torch.distributed.device_mesh import init_device_mesh
+    dist.init_process_group("neuron")
+    torch.neuron.set_device(int(os.environ["LOCAL_RANK"]))
+    device = torch.device("neuron", int(os.environ["LOCAL_RANK"]))
+    mesh = init_device_mesh("neuron", (dist.get_world_size(),))
+else:
+    dist.init_process_group("gloo")
+    device, mesh = torch.device("cpu"), None
 torch.manual_seed(123)  # other values than the checkpoint's
-model = Block()
-fully_shard(model)
+model = Block().to(device)
+fully_shard(model, mesh=mesh)
 state = {"model": get_model_state_dict(model)}
-assert any(isinstance(v, DTensor) for v in state["model"].values())
+assert any(isinstance(v, DTensor) and v.device.type == device.type for v in state["model"].values())
 dcp.load(state, checkpoint_id=sys.argv[1])
 set_model_state_dict(model, state["model"])
 torch.manual_seed(7)
 ids = torch.randint(0, 16, (2, 5))
-out = model(ids).detach()
+out = model(ids.to(device)).detach().cpu()
 if dist.get_rank() == 0:
     torch.save(out, sys.argv[2])
 dist.barrier()
@@ -409,7 +419,8 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_dcp_output_loads_into_fully_shard_at_two_processes(tmp_path):
+@pytest.mark.parametrize("device", ["neuron", "cpu"], ids=["emulated-neuron", "cpu-gloo"])
+def test_dcp_output_loads_into_fully_shard_at_two_processes(tmp_path, device):
     block, state = block_state()
     layouts.nxd_save(state, tmp_path / "ckpt", tp=2)
     converted(tmp_path / "ckpt", tmp_path / "dcp", "--to", "dcp")
@@ -417,7 +428,7 @@ def test_dcp_output_loads_into_fully_shard_at_two_processes(tmp_path):
     script.write_text(FULLY_SHARD)
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script), str(tmp_path / "dcp"), str(tmp_path / "out.pt"), str(root)],
+                           str(script), str(tmp_path / "dcp"), str(tmp_path / "out.pt"), str(root), device],
                           capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     torch.manual_seed(7)
