@@ -353,7 +353,7 @@ PRAGMA = re.compile(r"#\s*(noqa\b|type:\s*ignore|pylint:|pyright:|mypy:|fmt:|iso
 
 # A comment that speaks of the XLA stack (`# XLA: specify the XLA device`, `## xm.mark_step runs the graph`): it is
 # no longer true once the statement under it is rewritten or removed.
-XLA_TALK = re.compile(r"\bxla\b|\btorch_xla\b|\bxm\.|\bxmp\.|"
+XLA_TALK = re.compile(r"\bxla\b|\btorch_xla\b|\bxm\.|\bxmp\.|\bxrt\b|\bpjrt\b|"
                       r"\b(?:mark_step|optimizer_step|MpDeviceLoader|ParallelLoader)\b", re.IGNORECASE)
 
 
