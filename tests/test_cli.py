@@ -158,6 +158,17 @@ def test_check_does_not_import_torch(tmp_path):
         assert out.stdout.strip().splitlines()[-1] == "NO-TORCH", out.stdout + out.stderr
 
 
+def test_check_summary_names_the_flag_the_fixes_it_counts_need(tmp_path):
+    example = ROOT / "examples" / "xla_mnist" / "train.py"
+    plain = cli("check", str(example)).stdout.splitlines()[-1]
+    assert "fixable with `neuron-migrate rewrite`;" in plain and "[~] 1 unsafe fix held back" in plain
+    unsafe = cli("check", "--unsafe-fixes", str(example)).stdout.splitlines()[-1]
+    assert "fixable with `neuron-migrate rewrite --unsafe-fixes`." in unsafe and "held back" not in unsafe
+    f = write(tmp_path / "train.py", LEGACY)  # only safe fixes: the flag is not needed
+    assert cli("check", "--unsafe-fixes", str(f)).stdout.splitlines()[-1].endswith(
+        "fixable with `neuron-migrate rewrite`.")
+
+
 def test_bundled_example_migrates_to_a_program_without_torch_xla(tmp_path):
     example = tmp_path / "xla_mnist"
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)

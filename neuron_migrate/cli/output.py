@@ -7,7 +7,7 @@ import json
 from collections import Counter
 
 from neuron_migrate.cli.terminal import PLAIN, Style
-from neuron_migrate.findings import FileResult, Finding
+from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.engine.stack import MULTI_BACKEND, XLA_STACK
 
 FRAME_LINES = 3  # at most this many lines of the finding itself in a code frame
@@ -201,11 +201,14 @@ def check_summary(findings: list[Finding], files: int, errors: int, libraries=()
             return ("No files to check: no Python file, notebook, requirements, pyproject, setup, Dockerfile, shell "
                     "script or accelerate config under the given paths (or all of them excluded).")
         return f"All clear: {plural(files, 'file')} checked, nothing to migrate" + (f"; {left}." if left else ".")
-    fixable = sum(1 for f in findings if f.fixable)
+    fixable = [f for f in findings if f.fixable]
     files_with = len({f.path for f in findings})
     text = f"Found {plural(len(findings), 'finding')} in {plural(files_with, 'file')} ({files} checked)"
     if fixable:
-        text += f"; {FIXABLE} {fixable} fixable with `neuron-migrate rewrite`"
+        # with unsafe fixes on (`--unsafe-fixes`, or the configuration), some of them need the flag to be made
+        unsafe = any(_fix_safety(f.code) is FixSafety.UNSAFE for f in fixable)
+        command = "neuron-migrate rewrite --unsafe-fixes" if unsafe else "neuron-migrate rewrite"
+        text += f"; {FIXABLE} {len(fixable)} fixable with `{command}`"
     held = held_back(findings, "`neuron-migrate rewrite --unsafe-fixes` makes {them} (review the result)")
     if held:
         text += f"; {held}"
@@ -214,6 +217,15 @@ def check_summary(findings: list[Finding], files: int, errors: int, libraries=()
     if left:
         text += f"; {left}"
     return text + "."
+
+
+def _fix_safety(code: str) -> FixSafety | None:
+    from neuron_migrate import catalogue
+
+    try:
+        return catalogue.rule(code).fix
+    except catalogue.CatalogueError:
+        return None
 
 
 def held_back(findings, how: str) -> str:
