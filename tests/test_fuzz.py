@@ -99,7 +99,9 @@ def _parses(path: Path, data: bytes) -> bool:
     elif path.suffix == ".ipynb":
         json.loads(data.decode("utf-8-sig"))
     elif path.suffix == ".toml":
-        tomllib.loads(data.decode("utf-8"))
+        # a byte order mark the file had is written back as it was (every untouched byte kept): what the rewrite
+        # wrote after it must parse
+        tomllib.loads(data.decode("utf-8-sig"))
     return True
 
 

@@ -37,7 +37,7 @@ def plain(tmp_path_factory):
     """The migration run as `python train.py` on the emulated device: none of torchrun's variables."""
     folder = tmp_path_factory.mktemp("launch_paths")
     shutil.copytree(PROGRAM, folder, dirs_exist_ok=True)
-    assert cli("rewrite", str(folder)).returncode == 0
+    assert cli("rewrite", "--unsafe-fixes", str(folder)).returncode == 0  # every fix: the program as it moves
     program = (folder / "train.py").read_text()
     assert "torch_xla" not in program and "TODO(neuron-migrate" not in program
     assert ".compile(" in program and "offset_dev.compile" not in program  # the model only, not the tensor
@@ -81,7 +81,7 @@ def test_two_processes_average_like_one_device(plain, tmp_path, path):
     evaluation are those of one device; each rank is on its own device."""
     folder = tmp_path / "run"
     shutil.copytree(PROGRAM, folder)
-    assert cli("rewrite", str(folder)).returncode == 0
+    assert cli("rewrite", "--unsafe-fixes", str(folder)).returncode == 0  # every fix: the program as it moves
     (folder / "emulated.py").write_text(LAUNCHER)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                f"--log-dir={folder / 'logs'}", "--redirects=3", "emulated.py", "train.py", *ARGS, *path]

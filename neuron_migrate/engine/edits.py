@@ -167,8 +167,9 @@ class Applier:
                 updated = updated.with_changes(body=keep)
             if not dropped and updated is not original:
                 lost = self._made(replaced_comments(original, updated))
-                updated = _without_xla_trailer(updated).with_changes(
-                    leading_lines=[*without_xla_comments(list(updated.leading_lines)), *lost])
+                if lost:
+                    updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lost])
+                updated = _without_stale_comments(original, updated)
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         present = {marker_code(c) for c in existing_comments(original, self.header if original is self.first else ())}
@@ -372,6 +373,21 @@ def without_xla_comments(lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
     if cut == len(lines) or (cut and lines[cut - 1].comment is not None):
         return lines
     return lines[:cut]
+
+
+def _without_stale_comments(original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
+                            ) -> cst.SimpleStatementLine:
+    """`updated` less the comments about XLA above it and on its line, where an edit changed the statement (a
+    statement rebuilt along an edit's path holds the same code when the edit was elsewhere, or made nothing)."""
+    lines = list(updated.leading_lines)
+    kept = without_xla_comments(lines)
+    if len(kept) == len(lines) and not _talks_of_xla(updated.trailing_whitespace.comment):
+        return updated
+    if updated.body == original.body or cst.Module(body=[]).code_for_node(updated.with_changes(
+            leading_lines=(), trailing_whitespace=original.trailing_whitespace)) == cst.Module(body=[]).code_for_node(
+            original.with_changes(leading_lines=())):
+        return updated
+    return _without_xla_trailer(updated).with_changes(leading_lines=kept)
 
 
 def _without_xla_trailer(statement: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
