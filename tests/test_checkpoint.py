@@ -63,13 +63,19 @@ def test_plain_file_with_xla_tensors_pickled_without_cpu(tmp_path):
     assert out["step"] == 3 and torch.equal(out["w"], weight)
 
 
-def test_xser_checkpoint_converts_to_one_file(tmp_path):
+def xser_checkpoint(path: Path) -> tuple[torch.nn.Module, dict]:
+    """A trained net's model and AdamW state with an epoch, saved as xser at `path`: the net and the data saved."""
     net = trained_net()
     optimizer = torch.optim.AdamW(net.parameters(), lr=0.1)
     net(torch.randn(4, 8)).sum().backward()
     optimizer.step()
     data = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 2}
-    layouts.xser_save(data, tmp_path / "model.ckpt")
+    layouts.xser_save(data, path)
+    return net, data
+
+
+def test_xser_checkpoint_converts_to_one_file(tmp_path):
+    net, data = xser_checkpoint(tmp_path / "model.ckpt")
     with pytest.raises(pickle.UnpicklingError, match="TensorReference"):
         torch.load(tmp_path / "model.ckpt", weights_only=True)  # what plain torch cannot read
 
@@ -85,7 +91,7 @@ def test_xser_checkpoint_converts_to_one_file(tmp_path):
     assert out["epoch"] == 2
     fresh = torch.optim.AdamW(layouts.Net().parameters(), lr=0.1)
     fresh.load_state_dict(out["optimizer"])
-    assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"])
+    assert torch.equal(fresh.state_dict()["state"][0]["exp_avg"], data["optimizer"]["state"][0]["exp_avg"])
 
 
 def test_safetensors_of_the_model_only(tmp_path):
@@ -361,12 +367,7 @@ def test_dcp_output_is_one_file_per_tensor_and_reads_back_bit_identical(tmp_path
     keep them all in memory); dcp.load reads the model, the optimizer state and the plain values back unchanged."""
     import torch.distributed.checkpoint as dcp
 
-    net = trained_net()
-    optimizer = torch.optim.AdamW(net.parameters(), lr=0.1)
-    net(torch.randn(4, 8)).sum().backward()
-    optimizer.step()
-    data = {"model": net.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 2}
-    layouts.xser_save(data, tmp_path / "model.ckpt")
+    net, data = xser_checkpoint(tmp_path / "model.ckpt")
     converted(tmp_path / "model.ckpt", tmp_path / "dcp", "--to", "dcp")
     tensors = json.loads(run("inspect", tmp_path / "model.ckpt", "--format", "json").output)["tensors"]
     files = [p.name for p in (tmp_path / "dcp").iterdir()]
