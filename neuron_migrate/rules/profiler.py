@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules import Rule, names_pattern
 from neuron_migrate.rules.patterns import arg, code, short
 from neuron_migrate.rules.rewrites import only_args
@@ -63,8 +64,36 @@ class Profiler(Rule):
                 return  # the server is passed on or stopped: by hand (NM199)
         else:
             return
+        port = self._port_assignment(node, occ.scope)
+        if port is False:
+            return  # the port is computed by a call that may do something: by hand (NM199)
         if ctx.report("NM251", node, call=short(node), fixed="nothing: torch.profiler records in the process"):
             ctx.remove(small)
+            if port is not None:
+                ctx.remove(port)
+
+    def _port_assignment(self, node: cst.Call, scope) -> cst.Assign | None | bool:
+        """The function's `port = int(os.environ[...])` that only the server read (it goes with the server, else
+        a linter flags it unused: F841); None when there is none to take; False when the value may do something
+        more than read a setting, so the statement stays with NM199."""
+        port = arg(node, 0, "port")
+        if port is None or type(port.value) is not cst.Name or scope.kind != "function":
+            return None
+        name = port.value.value
+        bindings = scope.bindings.get(name, ())
+        if _reads(self.ctx, name, scope) != 1 or len(bindings) != 1 or bindings[0].kind != "assign" \
+                or name in scope.globals or name in scope.nonlocals:
+            return None
+        target = bindings[0].node
+        stack: list[cst.CSTNode] = [scope.node]
+        while stack:
+            statement = stack.pop()
+            if type(statement) is cst.Assign:
+                if len(statement.targets) == 1 and statement.targets[0].target is target:
+                    return statement if _reads_setting(statement.value) else False
+            elif not isinstance(statement, cst.BaseExpression):
+                stack.extend(statement.children)
+        return None
 
     def _read_elsewhere(self, name: str, scope) -> bool:
         """`name` is read anywhere it resolves to the binding in `scope` (the assignment itself aside)."""
@@ -78,3 +107,25 @@ class Profiler(Rule):
                     continue
                 return True
         return False
+
+
+SETTING_CALLS = frozenset({"int", "str", "float", "os.getenv", "os.environ.get"})
+
+
+def _reads_setting(value: cst.BaseExpression) -> bool:
+    """`value` only reads a setting and converts it: literals, names, `os.environ[...]`, int()/str()/float(),
+    os.getenv()/os.environ.get()."""
+    if isinstance(value, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Attribute)):
+        return True
+    if type(value) is cst.Subscript:
+        return dotted_str(value.value) == "os.environ" and len(value.slice) == 1 \
+            and type(value.slice[0].slice) is cst.Index and _reads_setting(value.slice[0].slice.value)
+    if type(value) is cst.Call:
+        return dotted_str(value.func) in SETTING_CALLS and all(
+            a.keyword is None and not a.star and _reads_setting(a.value) for a in value.args)
+    return False
+
+
+def _reads(ctx, name: str, scope) -> int:
+    """The reads of `name` anywhere in the file that see its binding in `scope`."""
+    return sum(s.reads.get(name, 0) for s in ctx.analysis.scopes if ctx.analysis.lookup(name, s) is scope)
