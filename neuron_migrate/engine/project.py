@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Iterable
 
+from neuron_migrate.engine.cache import digest
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
@@ -152,13 +153,18 @@ class Project:
         self._roots: dict[str, str] = {}
         self._started: dict[str, set[str]] = {}  # a launcher (script, notebook, estimator's file) -> its programs
         self._texts: dict[str, str] = {}
+        # Every input the model read beyond the targets' list (`inputs()`): the digest of each file's text, whether
+        # each root marker exists, each folder's README; a run whose inputs are unchanged reuses the facts
+        self._digests: dict[str, str | None] = {}
+        self._markers: dict[str, bool] = {}
+        self._readmes: dict[str, str | None] = {}
         self._build()
 
     # -- reading ---------------------------------------------------------------------------------------------
     def _root(self, folder: str) -> str:
         if folder in self._roots:
             return self._roots[folder]
-        if any(os.path.exists(os.path.join(folder, m)) for m in ROOT_MARKERS) or folder in self.tops:
+        if any(self._exists(os.path.join(folder, m)) for m in ROOT_MARKERS) or folder in self.tops:
             root = folder
         else:
             parent = os.path.dirname(folder)
@@ -166,14 +172,20 @@ class Project:
         self._roots[folder] = root
         return root
 
+    def _exists(self, path: str) -> bool:
+        found = self._markers[path] = os.path.exists(path)
+        return found
+
     def _text(self, full: str) -> str:
         if full not in self._texts:
-            try:
-                with open(full, "rb") as fh:
-                    self._texts[full] = fh.read(1 << 20).decode("utf-8", "replace")
-            except OSError:
-                self._texts[full] = ""
+            data = _head(full)
+            self._digests[full] = None if data is None else digest(data)
+            self._texts[full] = "" if data is None else data.decode("utf-8", "replace")
         return self._texts[full]
+
+    def inputs(self) -> dict:
+        """What the model has read so far beyond the targets' list, for `unchanged` (JSON)."""
+        return {"files": self._digests, "markers": self._markers, "readmes": self._readmes}
 
     def _build(self) -> None:
         for target in self.files:
@@ -241,14 +253,9 @@ class Project:
         self.readmes: dict[str, str] = {}
         folders = {os.path.dirname(m.full) for m in self.modules.values()}
         for folder in folders:
-            try:
-                names = os.listdir(folder)
-            except OSError:
-                continue
-            for name in names:
-                if _README.match(name):
-                    self.readmes[folder] = os.path.join(folder, name)
-                    break
+            name = self._readmes[folder] = _readme(folder)
+            if name is not None:
+                self.readmes[folder] = os.path.join(folder, name)
 
     # -- the import graph ------------------------------------------------------------------------------------
     def _resolve_imports(self) -> None:
@@ -503,6 +510,39 @@ class Project:
             for f in program.files[1:]:
                 lines.append(f"    reaches {f.path}")
         return "\n".join(lines)
+
+
+def _head(full: str) -> bytes | None:
+    """The first MiB of a file the model reads (None when it cannot be read)."""
+    try:
+        with open(full, "rb") as fh:
+            return fh.read(1 << 20)
+    except OSError:
+        return None
+
+
+def _readme(folder: str) -> str | None:
+    """The name of a folder's README (the first the folder lists), None when it has none or cannot be listed."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    return next((name for name in names if _README.match(name)), None)
+
+
+def unchanged(inputs: object) -> bool:
+    """Whether what a model read (`Project.inputs()`) reads the same now: the same bytes in every file, the same root
+    markers, the same READMEs. A malformed record is a change."""
+    try:
+        files, markers, readmes = inputs["files"], inputs["markers"], inputs["readmes"]  # type: ignore[index]
+        for full, known in files.items():
+            data = _head(full)
+            if (None if data is None else digest(data)) != known:
+                return False
+        return (all(os.path.exists(path) == bool(found) for path, found in markers.items())
+                and all(_readme(folder) == name for folder, name in readmes.items()))
+    except (TypeError, KeyError, AttributeError):
+        return False
 
 
 def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[Evidence]]:
