@@ -30,10 +30,11 @@ import functools
 import json
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from neuron_migrate.engine.cache import digest
+from neuron_migrate.engine.inputs import head, readme
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
@@ -79,7 +80,6 @@ _INFERS_WORDS = ("torch_neuronx", "transformers_neuronx", "neuronx_distributed_i
                  "NeuronModelFor", "ModelBuilder")
 # Dockerfile base images
 _FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
-_README = re.compile(r"^readme(\.\w+)?$", re.I)
 _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
 # a launch environment a file sets up: a DLAMI virtual environment a script activates, an estimator's container,
 # Ray's XLA configuration (files/envfiles.py and rules/launch_env.py judge them; the model says whether a program
@@ -178,7 +178,7 @@ class Project:
 
     def _text(self, full: str) -> str:
         if full not in self._texts:
-            data = _head(full)
+            data = head(full)
             self._digests[full] = None if data is None else digest(data)
             self._texts[full] = "" if data is None else data.decode("utf-8", "replace")
         return self._texts[full]
@@ -253,7 +253,7 @@ class Project:
         self.readmes: dict[str, str] = {}
         folders = {os.path.dirname(m.full) for m in self.modules.values()}
         for folder in folders:
-            name = self._readmes[folder] = _readme(folder)
+            name = self._readmes[folder] = readme(folder)
             if name is not None:
                 self.readmes[folder] = os.path.join(folder, name)
 
@@ -512,39 +512,6 @@ class Project:
         return "\n".join(lines)
 
 
-def _head(full: str) -> bytes | None:
-    """The first MiB of a file the model reads (None when it cannot be read)."""
-    try:
-        with open(full, "rb") as fh:
-            return fh.read(1 << 20)
-    except OSError:
-        return None
-
-
-def _readme(folder: str) -> str | None:
-    """The name of a folder's README (the first the folder lists), None when it has none or cannot be listed."""
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return None
-    return next((name for name in names if _README.match(name)), None)
-
-
-def unchanged(inputs: object) -> bool:
-    """Whether what a model read (`Project.inputs()`) reads the same now: the same bytes in every file, the same root
-    markers, the same READMEs. A malformed record is a change."""
-    try:
-        files, markers, readmes = inputs["files"], inputs["markers"], inputs["readmes"]  # type: ignore[index]
-        for full, known in files.items():
-            data = _head(full)
-            if (None if data is None else digest(data)) != known:
-                return False
-        return (all(os.path.exists(path) == bool(found) for path, found in markers.items())
-                and all(_readme(folder) == name for folder, name in readmes.items()))
-    except (TypeError, KeyError, AttributeError):
-        return False
-
-
 def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[Evidence]]:
     """The target the strongest level of evidence names; two targets named by a configuration, a path or a launch
     are a conflict (prose or folder files naming several tell none: the next level decides). GPU evidence never
@@ -785,14 +752,3 @@ def _readme_evidence(text: str, shown: str) -> list[Evidence]:
         return []
     (target, word), = found.items()
     return [Evidence(target, FOLDER, shown, f"names `{word}`")]
-
-
-def settings_for(settings, facts: FileProject | None):
-    """The settings a file is processed with: its project facts, and for an Inf2 / Trn1 program the instance the
-    maintained XLA path is reported for (NM510), unless the user named one."""
-    if facts is None:
-        return settings
-    changes: dict = {"project": facts}
-    if facts.set_aside and facts.target in (INF2, TRN1) and settings.instance is None:
-        changes["instance"] = facts.target
-    return replace(settings, **changes)

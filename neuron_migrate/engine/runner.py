@@ -200,7 +200,7 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     paths = list(paths)
     targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
     targets, libraries = set_aside(targets)
-    from neuron_migrate.engine.project import settings_for  # its cost is measured: bench/ and docs/
+    from neuron_migrate.project_facts import settings_for
 
     cache = ResultCache(default_dir(), settings, rewrite) if use_cache else None
     every = targets
@@ -244,7 +244,7 @@ def _project_facts(paths: list[str], every: list[Target], targets: list[Target],
     """The project facts of each of `targets` (path -> FileProject or None), and the project model of `every`
     target when it was built. The cache keeps the facts with what the model read: a run whose targets, settings and
     working folder are the same and whose inputs read the same reuses them without building the model."""
-    from neuron_migrate.engine.project import Project, unchanged
+    from neuron_migrate.engine.inputs import unchanged
     from neuron_migrate.project_facts import FileProject
 
     key = digest(json.dumps([os.getcwd(), [os.path.abspath(p) for p in paths], [[t.path, t.kind] for t in every],
@@ -259,6 +259,8 @@ def _project_facts(paths: list[str], every: list[Target], targets: list[Target],
                     for t in targets}, None
         except (KeyError, TypeError):
             pass
+    from neuron_migrate.engine.project import Project  # its cost is measured: bench/ and docs/
+
     project = Project(paths, every, settings)
     facts = {t.path: project.of(t.path, t.kind) for t in targets}
     if cache is not None:
