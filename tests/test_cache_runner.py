@@ -181,3 +181,25 @@ def test_a_project_entry_the_tool_did_not_write_is_not_used(tmp_path, cache_dir)
         entry.write_text(json.dumps(kept), encoding="utf-8")
     again = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=True)
     assert again.project is not None and _summary(again) == _summary(first)
+
+
+def test_a_warm_check_imports_neither_libcst_nor_the_rules_nor_the_model(tmp_path, cache_dir):
+    """A cache hit costs a read and a hash: the parser, the rule modules, the project model and packaging's
+    platform tags (`packaging.tags`, loaded by `packaging.utils`) stay unloaded when every file hits."""
+    repo = _repo(tmp_path / "repo")
+    (repo / "requirements.txt").write_text("torch-xla==2.9.0\ntorch_neuronx\n", encoding="utf-8")
+    code = (
+        "import json, sys\n"
+        "from neuron_migrate.cli import main\n"
+        "try:\n"
+        f"    main(['check', {str(repo)!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('libcst', 'neuron_migrate.rules', 'neuron_migrate.engine.project', 'neuron_migrate.engine.python',"
+        " 'packaging.tags')\n"
+        "print(json.dumps(sorted({h for h in heavy for m in sys.modules if m == h or m.startswith(h + '.')})))\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True) for _ in range(2)]
+    cold, warm = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert "libcst" in cold and "neuron_migrate.engine.project" in cold  # the same probe sees them when they load
+    assert warm == [], runs[1].stdout + runs[1].stderr
