@@ -7,7 +7,7 @@ import it. A file's result depends on these facts: the runner folds `key()` into
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TPU, INF1, INF2, TRN1, NEURON, GPU = "tpu", "inf1", "inf2", "trn1", "neuron", "gpu"
 # Targets the native backend does not run on: a program for one of them is not migrated (NM521).
@@ -44,3 +44,14 @@ class FileProject:
 
     def key(self) -> str:
         return repr(self)
+
+
+def settings_for(settings, facts: FileProject | None):
+    """The settings a file is processed with: its project facts, and for an Inf2 / Trn1 program the instance the
+    maintained XLA path is reported for (NM510), unless the user named one."""
+    if facts is None:
+        return settings
+    changes: dict = {"project": facts}
+    if facts.set_aside and facts.target in (INF2, TRN1) and settings.instance is None:
+        changes["instance"] = facts.target
+    return replace(settings, **changes)

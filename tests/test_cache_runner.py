@@ -11,6 +11,7 @@ import pytest
 
 from neuron_migrate.engine import handlers
 from neuron_migrate.cli import progress
+from neuron_migrate.engine.cache import PROJECT_ENTRY
 from neuron_migrate.engine.runner import run
 from neuron_migrate.settings import Settings
 from tests.helpers import cli
@@ -77,7 +78,8 @@ def test_concurrent_runs_share_the_cache_safely(tmp_path, cache_dir):
     assert [p.returncode for p in procs] == [1, 1, 1]
     assert len({out for out, _ in outputs}) == 1
     for entry in cache_dir.glob("*.json"):
-        assert len(json.loads(entry.read_text(encoding="utf-8"))) == 21
+        kept = json.loads(entry.read_text(encoding="utf-8"))
+        assert len(kept) == 22 and PROJECT_ENTRY in kept  # the 21 files and the project model's facts
 
 
 def test_parallel_output_is_in_discovery_order_and_no_cache_writes_no_cache(tmp_path, cache_dir):
@@ -104,3 +106,100 @@ def test_progress_bar_draws_on_a_terminal_and_clears_itself(monkeypatch):
     with progress.Progress(4, stream=quiet) as bar:
         bar.advance(4)
     assert quiet.getvalue() == ""
+
+
+MAIN = "import torch_xla.core.xla_model as xm\n\n\ndef main():\n    xm.mark_step()\n\n\nif __name__ == '__main__':\n    main()\n"
+
+
+def _no_model(monkeypatch):
+    from neuron_migrate.engine import project
+
+    def fail(*args):
+        raise AssertionError("the project model was built again")
+    monkeypatch.setattr(project, "Project", fail)
+
+
+def _codes(result):
+    return sorted({f.code for f in result.findings})
+
+
+def test_a_warm_run_reuses_the_project_facts_without_building_the_model(tmp_path, cache_dir, monkeypatch):
+    repo = tmp_path / "repo"
+    (repo / "pod").mkdir(parents=True)
+    (repo / "pod" / "main.py").write_text(MAIN, encoding="utf-8")
+    (repo / "pod" / "README.md").write_text("Runs on a TPU v4 pod slice.\n", encoding="utf-8")
+    (repo / "gpu.py").write_text(MAIN, encoding="utf-8")
+    first = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert "NM521" in _codes(first) and first.project is not None  # the README sets the TPU program aside
+    with monkeypatch.context() as m:
+        _no_model(m)
+        _no_processing(m)
+        second = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert _summary(second) == _summary(first) and second.project is None
+    shown = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=True, model=True)  # --show-project
+    assert shown.project is not None and "pod/main.py: target TPU" in shown.project.report()
+
+
+@pytest.mark.parametrize("change", ["readme text", "readme removed", "root marker", "readme added"])
+def test_the_model_is_built_again_when_a_file_it_read_changes(tmp_path, cache_dir, change):
+    """What the model reads beyond the files processed (a README, a folder's root marker) is checked as their
+    bytes are: the facts of a file whose own bytes did not change follow it."""
+    repo = tmp_path / "repo"
+    work = repo / ("tpu_work" if change == "root marker" else "pod")  # a path naming TPU below the root
+    work.mkdir(parents=True)
+    (work / "main.py").write_text(MAIN, encoding="utf-8")
+    readme = work / "README.md"
+    if change in ("readme text", "readme removed"):
+        readme.write_text("Runs on a TPU v4 pod slice.\n", encoding="utf-8")
+    first = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert ("NM521" in _codes(first)) == (change != "readme added")
+    if change == "readme text":
+        readme.write_text("Runs on Trn2.\n", encoding="utf-8")
+    elif change == "readme removed":
+        readme.unlink()
+    elif change == "root marker":
+        (work / ".git").mkdir()  # the root is now tpu_work: the path below it no longer names TPU
+    else:
+        readme.write_text("Runs on a TPU v4 pod slice.\n", encoding="utf-8")
+    again = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    fresh = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=False)
+    assert _summary(again) == _summary(fresh) and again.project is not None  # built again, not read from the cache
+    assert ("NM521" in _codes(again)) == (change == "readme added")
+
+
+def test_a_project_entry_the_tool_did_not_write_is_not_used(tmp_path, cache_dir):
+    repo = tmp_path / "repo"
+    (repo / "pod").mkdir(parents=True)
+    (repo / "pod" / "main.py").write_text(MAIN, encoding="utf-8")
+    (repo / "pod" / "README.md").write_text("Runs on a TPU v4 pod slice.\n", encoding="utf-8")
+    first = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert "NM521" in _codes(first)
+    for entry in cache_dir.glob("*.json"):
+        kept = json.loads(entry.read_text(encoding="utf-8"))
+        for facts in kept[PROJECT_ENTRY][1]["facts"].values():
+            facts.update(target=None, evidence=[])  # forged: the program would move
+        entry.write_text(json.dumps(kept), encoding="utf-8")
+    again = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert again.project is not None and _summary(again) == _summary(first)
+
+
+def test_a_warm_check_imports_neither_libcst_nor_the_rules_nor_the_model(tmp_path, cache_dir):
+    """A cache hit costs a read and a hash: the parser, the rule modules, the project model and packaging's
+    platform tags (`packaging.tags`, loaded by `packaging.utils`) stay unloaded when every file hits."""
+    repo = _repo(tmp_path / "repo")
+    (repo / "requirements.txt").write_text("torch-xla==2.9.0\ntorch_neuronx\n", encoding="utf-8")
+    code = (
+        "import json, sys\n"
+        "from neuron_migrate.cli import main\n"
+        "try:\n"
+        f"    main(['check', {str(repo)!r}])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('libcst', 'neuron_migrate.rules', 'neuron_migrate.engine.project', 'neuron_migrate.engine.python',"
+        " 'packaging.tags')\n"
+        "print(json.dumps(sorted({h for h in heavy for m in sys.modules if m == h or m.startswith(h + '.')})))\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True) for _ in range(2)]
+    cold, warm = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
+    assert "libcst" in cold and "neuron_migrate.engine.project" in cold  # the same probe sees them when they load
+    assert warm == [], runs[1].stdout + runs[1].stderr

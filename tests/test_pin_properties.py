@@ -83,3 +83,13 @@ def test_setup_py_lists(requirements, multiline, trailing_comma):
     once = pin(process_setup_py, "setup.py", text)
     assert pin(process_setup_py, "setup.py", once) == once
     ast.parse(once)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="aZ9-_.", max_size=12))
+def test_canonical_name_is_packagings(name):
+    from packaging.utils import canonicalize_name
+
+    from neuron_migrate.pin import canonical_name
+
+    assert canonical_name(name) == canonicalize_name(name)

@@ -55,13 +55,14 @@ def _env(home) -> dict:
 
 
 def _poison(folder, mode: str, edit) -> None:
-    """Apply `edit` to every entry of the `mode` cache files in `folder`."""
+    """Apply `edit` to every file's entry of the `mode` cache files in `folder` (not the project model's)."""
     files = list(folder.glob(f"{mode}-*.json"))
     assert files, list(folder.iterdir())
     for file in files:
         data = json.loads(file.read_text(encoding="utf-8"))
-        for entry in data.values():
-            edit(entry)
+        for path, entry in data.items():
+            if path != cache_mod.PROJECT_ENTRY:
+                edit(entry)
         file.write_text(json.dumps(data), encoding="utf-8")
 
 
@@ -102,7 +103,7 @@ def test_an_entry_made_with_another_key_or_for_another_file_is_a_miss(tmp_path, 
     first = run([str(root)], settings, rewrite=True, jobs=1, use_cache=True)
     assert sum(r.changed for r in first.results) == 2
     cache = cache_mod.ResultCache(root / ".neuron_migrate_cache", settings, rewrite=True)
-    assert len(cache) == 3  # with pyproject.toml
+    assert len(cache) == 4  # with pyproject.toml, and the project model's facts
     data = LEGACY
     train, other = str(root / "train.py"), str(root / "other.py")
     assert cache.get(train, cache_mod.digest(data), data) is not None

@@ -257,7 +257,7 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     else:
         paths = _paths(paths, hook, resolved.exclude)
         result = run(paths, resolved.settings, rewrite=rewrite, jobs=jobs, exclude=resolved.exclude,
-                     use_cache=not no_cache, shard=shard)
+                     use_cache=not no_cache, shard=shard, model=show_project)
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors, warnings = result.errors, result.warnings
     libraries = getattr(result, "libraries", ())

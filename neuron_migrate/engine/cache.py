@@ -7,7 +7,8 @@ rule data, so an edited install never serves stale results), the settings (`Sett
 (check or rewrite). Entries live in one JSON file per tool, settings and mode under
 `.neuron_migrate_cache/` at the project root (or the user cache folder outside a project). Runs read it once
 and write it once, atomically: concurrent runs never see a torn file, and the worst a race does is drop
-entries another run would have added.
+entries another run would have added. One more entry (`PROJECT_ENTRY`) keeps the project model's facts of the
+run's files with what the model read (engine/runner.py `_project_facts`), so a warm run builds no model.
 
 The cache folder is not trusted (docs/reliability.md): it may be committed to the repository, restored from a
 shared CI cache or edited. JSON, not pickle, so reading it runs no code; every entry carries an HMAC of all it
@@ -43,6 +44,8 @@ PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 KEY_FILE = "cache-key"  # in the user cache folder (user_folder), mode 0600
 KEY_BYTES = 32
 MAX_CACHE_FILE = 1 << 30  # a larger cache file is not read (it would only cost memory)
+# The entry of the project model's facts (engine/project.py): no file path holds a NUL
+PROJECT_ENTRY = "\0project"
 _OPEN = getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
 
 
@@ -236,6 +239,26 @@ class ResultCache:
         raw = _result_to_json(result)
         files_read = dict(result.files_read)
         self.entries[path] = [data_digest, raw, files_read, self._mac(path, data_digest, raw, files_read)]
+        self.dirty = True
+
+    def project(self, key: str) -> dict | None:
+        """What the entry of the project model (`PROJECT_ENTRY`) kept for the run `key` names: {"inputs": what the
+        model read, "facts": path -> facts}; None when there is none for this key or the tool did not write it."""
+        entry = self.entries.get(PROJECT_ENTRY)
+        if self.key is None or not isinstance(entry, list) or len(entry) != 3 or entry[0] != key:
+            return None
+        _, raw, mac = entry
+        try:
+            if not (isinstance(mac, str) and hmac.compare_digest(mac, self._mac(PROJECT_ENTRY, key, raw, None))):
+                return None
+        except (TypeError, ValueError):
+            return None
+        return raw if isinstance(raw, dict) else None
+
+    def put_project(self, key: str, raw: dict) -> None:
+        if self.key is None:
+            return
+        self.entries[PROJECT_ENTRY] = [key, raw, self._mac(PROJECT_ENTRY, key, raw, None)]
         self.dirty = True
 
     def save(self) -> None:

@@ -30,9 +30,11 @@ import functools
 import json
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Iterable
 
+from neuron_migrate.engine.cache import digest
+from neuron_migrate.engine.inputs import head, readme
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
@@ -78,7 +80,6 @@ _INFERS_WORDS = ("torch_neuronx", "transformers_neuronx", "neuronx_distributed_i
                  "NeuronModelFor", "ModelBuilder")
 # Dockerfile base images
 _FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
-_README = re.compile(r"^readme(\.\w+)?$", re.I)
 _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
 # a launch environment a file sets up: a DLAMI virtual environment a script activates, an estimator's container,
 # Ray's XLA configuration (files/envfiles.py and rules/launch_env.py judge them; the model says whether a program
@@ -152,13 +153,18 @@ class Project:
         self._roots: dict[str, str] = {}
         self._started: dict[str, set[str]] = {}  # a launcher (script, notebook, estimator's file) -> its programs
         self._texts: dict[str, str] = {}
+        # Every input the model read beyond the targets' list (`inputs()`): the digest of each file's text, whether
+        # each root marker exists, each folder's README; a run whose inputs are unchanged reuses the facts
+        self._digests: dict[str, str | None] = {}
+        self._markers: dict[str, bool] = {}
+        self._readmes: dict[str, str | None] = {}
         self._build()
 
     # -- reading ---------------------------------------------------------------------------------------------
     def _root(self, folder: str) -> str:
         if folder in self._roots:
             return self._roots[folder]
-        if any(os.path.exists(os.path.join(folder, m)) for m in ROOT_MARKERS) or folder in self.tops:
+        if any(self._exists(os.path.join(folder, m)) for m in ROOT_MARKERS) or folder in self.tops:
             root = folder
         else:
             parent = os.path.dirname(folder)
@@ -166,14 +172,20 @@ class Project:
         self._roots[folder] = root
         return root
 
+    def _exists(self, path: str) -> bool:
+        found = self._markers[path] = os.path.exists(path)
+        return found
+
     def _text(self, full: str) -> str:
         if full not in self._texts:
-            try:
-                with open(full, "rb") as fh:
-                    self._texts[full] = fh.read(1 << 20).decode("utf-8", "replace")
-            except OSError:
-                self._texts[full] = ""
+            data = head(full)
+            self._digests[full] = None if data is None else digest(data)
+            self._texts[full] = "" if data is None else data.decode("utf-8", "replace")
         return self._texts[full]
+
+    def inputs(self) -> dict:
+        """What the model has read so far beyond the targets' list, for `unchanged` (JSON)."""
+        return {"files": self._digests, "markers": self._markers, "readmes": self._readmes}
 
     def _build(self) -> None:
         for target in self.files:
@@ -241,14 +253,9 @@ class Project:
         self.readmes: dict[str, str] = {}
         folders = {os.path.dirname(m.full) for m in self.modules.values()}
         for folder in folders:
-            try:
-                names = os.listdir(folder)
-            except OSError:
-                continue
-            for name in names:
-                if _README.match(name):
-                    self.readmes[folder] = os.path.join(folder, name)
-                    break
+            name = self._readmes[folder] = readme(folder)
+            if name is not None:
+                self.readmes[folder] = os.path.join(folder, name)
 
     # -- the import graph ------------------------------------------------------------------------------------
     def _resolve_imports(self) -> None:
@@ -745,14 +752,3 @@ def _readme_evidence(text: str, shown: str) -> list[Evidence]:
         return []
     (target, word), = found.items()
     return [Evidence(target, FOLDER, shown, f"names `{word}`")]
-
-
-def settings_for(settings, facts: FileProject | None):
-    """The settings a file is processed with: its project facts, and for an Inf2 / Trn1 program the instance the
-    maintained XLA path is reported for (NM510), unless the user named one."""
-    if facts is None:
-        return settings
-    changes: dict = {"project": facts}
-    if facts.set_aside and facts.target in (INF2, TRN1) and settings.instance is None:
-        changes["instance"] = facts.target
-    return replace(settings, **changes)

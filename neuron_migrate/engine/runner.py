@@ -7,6 +7,8 @@ file whose bytes, path, settings and tool are unchanged since a previous run is 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import signal
 import sys
@@ -38,7 +40,8 @@ class Run:
     libraries: list[Library] = field(default_factory=list)
     # shown path -> real path at discovery: the writes refuse a file that resolves elsewhere by then
     reals: dict[str, str] = field(default_factory=dict)
-    # the project model (engine/project.py): programs, their files and targets; None for standard input
+    # the project model (engine/project.py): programs, their files and targets; None for standard input, and when
+    # the cache held its facts (`run(model=True)` builds it always)
     project: object | None = None
 
     @property
@@ -189,21 +192,23 @@ def _stop(pool) -> None:
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
         jobs: int | None = None, exclude: Iterable[str] = (), use_cache: bool = False,
-        progress: bool | None = None, shard: Shard | None = None) -> Run:
+        progress: bool | None = None, shard: Shard | None = None, model: bool = False) -> Run:
     """Process every file found under `paths`. `use_cache` reads and updates the result cache;
     `progress` None shows a bar on an interactive stderr for long runs; `shard` keeps its part of the files (and
-    of the problems and library notes: engine/shards.py)."""
+    of the problems and library notes: engine/shards.py); `model` builds the project model even when the cache
+    holds its facts (`Run.project`, for `check --show-project`)."""
     paths = list(paths)
     targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
     targets, libraries = set_aside(targets)
-    from neuron_migrate.engine.project import Project, settings_for  # its cost is measured: bench/ and docs/
+    from neuron_migrate.project_facts import settings_for
 
-    project = Project(paths, targets, settings)
+    cache = ResultCache(default_dir(), settings, rewrite) if use_cache else None
+    every = targets
     if shard is not None:
         targets, problems, libraries = shards.split(shard, targets, problems, libraries)
     jobs = jobs or os.cpu_count() or 1
-    per_file = [settings_for(settings, project.of(t.path, t.kind)) for t in targets]
-    cache = ResultCache(default_dir(), settings, rewrite) if use_cache else None
+    facts, project = _project_facts(paths, every, targets, settings, cache, model)
+    per_file = [settings_for(settings, facts[t.path]) for t in targets]
     if cache is not None and cache.refused:
         problems = [*problems, Problem(str(cache.directory), cache.refused, warning=True)]
     results: dict[int, FileResult] = {}
@@ -232,6 +237,36 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
         cache.save()
     return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries,
                reals={t.path: t.real for t in targets if t.real}, project=project)
+
+
+def _project_facts(paths: list[str], every: list[Target], targets: list[Target], settings: Settings,
+                   cache: ResultCache | None, model: bool) -> tuple[dict, object | None]:
+    """The project facts of each of `targets` (path -> FileProject or None), and the project model of `every`
+    target when it was built. The cache keeps the facts with what the model read: a run whose targets, settings and
+    working folder are the same and whose inputs read the same reuses them without building the model."""
+    from neuron_migrate.engine.inputs import unchanged
+    from neuron_migrate.project_facts import FileProject
+
+    key = digest(json.dumps([os.getcwd(), [os.path.abspath(p) for p in paths], [[t.path, t.kind] for t in every],
+                             settings.key()]).encode())
+    kept = cache.project(key) if cache is not None and not model else None
+    if kept is not None:
+        try:
+            raw = kept["facts"]
+            if all(t.path in raw for t in targets) and unchanged(kept["inputs"]):
+                return {t.path: None if raw[t.path] is None else FileProject(
+                    **{k: tuple(v) if isinstance(v, list) else v for k, v in raw[t.path].items()})
+                    for t in targets}, None
+        except (KeyError, TypeError):
+            pass
+    from neuron_migrate.engine.project import Project  # its cost is measured: bench/ and docs/
+
+    project = Project(paths, every, settings)
+    facts = {t.path: project.of(t.path, t.kind) for t in targets}
+    if cache is not None:
+        cache.put_project(key, {"inputs": project.inputs(), "facts": {
+            path: None if f is None else dataclasses.asdict(f) for path, f in facts.items()}})
+    return facts, project
 
 
 def run_bytes(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool) -> Run:

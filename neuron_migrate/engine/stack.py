@@ -32,9 +32,9 @@ import tomllib
 from dataclasses import dataclass
 from typing import Iterable
 
-from packaging.utils import canonicalize_name
 
 from neuron_migrate.catalogue import load_data
+from neuron_migrate.pin import canonical_name
 
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 XLA_STACK, MULTI_BACKEND = "xla-stack", "multi-backend"  # built on torch_xla; serving TPUs through it among others
@@ -56,7 +56,7 @@ class Spec:
 @functools.lru_cache(maxsize=1)
 def specs() -> tuple[Spec, ...]:
     return tuple(Spec(row["name"], tuple(tuple(p.split(".")) for p in row.get("packages", ())),
-                      frozenset(canonicalize_name(p) for p in row.get("projects", ())),
+                      frozenset(canonical_name(p) for p in row.get("projects", ())),
                       frozenset(row.get("folders", ())), row["instead"], row.get("kind", XLA_STACK))
                  for row in load_data("libraries.toml")["library"])
 
@@ -112,7 +112,7 @@ class Finder:
         project = self._project_above(folder)
         if project is None:
             return None
-        wanted = canonicalize_name(project.name) if project.name else None
+        wanted = canonical_name(project.name) if project.name else None
         for spec in specs():
             if wanted is not None and wanted in spec.projects:
                 return Found(spec, project.root, f"{project.file} declares the project `{project.name}`")

@@ -11,10 +11,10 @@ import functools
 from dataclasses import dataclass, field
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from neuron_migrate.catalogue import load_data
+from neuron_migrate.pin import canonical_name
 
 
 @dataclass(frozen=True)
@@ -250,13 +250,13 @@ def matrix() -> Matrix:
     platform = data["platform"]
 
     def names(table: dict[str, str]) -> dict[str, str]:
-        return {canonicalize_name(k): v for k, v in table.items()}
+        return {canonical_name(k): v for k, v in table.items()}
 
     releases = []
     for row in data["release"]:
         sdk = str(row["sdk"])
         families = tuple(Family(str(f["torch"]), names(f["pins"]), names(f["releases"]), sdk, f.get("source", ""),
-                                frozenset(canonicalize_name(n) for n in f.get("carried", ())),
+                                frozenset(canonical_name(n) for n in f.get("carried", ())),
                                 str(f.get("carried_from", "")))
                          for f in row["family"])
         releases.append(Release(
@@ -277,14 +277,14 @@ def matrix() -> Matrix:
         machine=platform["machine"],
         index_url=platform["extra_index_url"].rstrip("/"),
         native_since=Version(platform["native_neuronx_since"]),
-        legacy_packages=frozenset(canonicalize_name(n) for n in platform["legacy_packages"]),
-        inf1_packages=frozenset(canonicalize_name(n) for n in platform["inf1_packages"]),
-        tpu_packages=frozenset(canonicalize_name(n) for n in platform["tpu_packages"]),
-        required_packages=tuple(canonicalize_name(n) for n in platform["required_packages"]),
-        companion_packages=tuple(canonicalize_name(n) for n in platform["companion_packages"]),
+        legacy_packages=frozenset(canonical_name(n) for n in platform["legacy_packages"]),
+        inf1_packages=frozenset(canonical_name(n) for n in platform["inf1_packages"]),
+        tpu_packages=frozenset(canonical_name(n) for n in platform["tpu_packages"]),
+        required_packages=tuple(canonical_name(n) for n in platform["required_packages"]),
+        companion_packages=tuple(canonical_name(n) for n in platform["companion_packages"]),
         legacy_releases=names(platform["legacy_releases"]),
-        neuron_index_only=frozenset(canonicalize_name(n) for n in platform["neuron_index_only"]),
-        huggingface={canonicalize_name(k): dict(v) for k, v in data.get("huggingface", {}).items()},
+        neuron_index_only=frozenset(canonical_name(n) for n in platform["neuron_index_only"]),
+        huggingface={canonical_name(k): dict(v) for k, v in data.get("huggingface", {}).items()},
     )
 
 
