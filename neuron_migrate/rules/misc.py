@@ -32,6 +32,11 @@ for _name in ("SGD", "Adam", "AdamW"):
     RENAMES[f"torch_xla.amp.syncfree.{_name.lower()}.{_name}"] = RENAMES[f"torch_xla.amp.syncfree.{_name}"]
 
 METRICS = "torch_xla.debug.metrics."
+METRICS_REPORTS = frozenset({f"{METRICS}metrics_report", f"{METRICS}short_metrics_report",
+                             "torch_xla._XLAC._xla_metrics_report"})
+LOGGING = frozenset(f"logging.{level}" for level in ("debug", "info", "warning", "error", "critical"))
+
+
 class MasterPrint(Rule):
     codes = ("NM223",)
     triggers = (b"torch_xla",)
@@ -40,6 +45,8 @@ class MasterPrint(Rule):
         ctx = self.ctx
         if ctx.qualname(node.func) not in MASTER_PRINT or not alone_on_line(ctx, node) or not is_statement(ctx, node):
             return
+        if ctx.enabled("NM245") and prints_only(ctx, node) is not None:
+            return  # printing the metrics report only: NM245 removes the statement
         fd, finalizer = arg(node, None, "fd"), arg(node, None, "finalizer")
         flush = arg(node, None, "flush")
         if any(a.keyword is not None and a not in (fd, finalizer, flush) for a in node.args):
@@ -244,12 +251,38 @@ class Seed(Rule):
 
 
 class Metrics(Rule):
-    codes = ("NM228",)
+    """NM228: torch_xla's metrics are read (marked: what to log instead is a person's choice); NM245: a statement
+    that only prints or logs the metrics report goes (unsafe: the program prints less)."""
+
+    codes = ("NM228", "NM245")
     triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if (self.ctx.qualname(node.func) or "").startswith(METRICS):
-            self.ctx.report("NM228", node, call=short(node))
+        ctx = self.ctx
+        qual = ctx.qualname(node.func) or ""
+        small = ctx.current.small
+        if qual in METRICS_REPORTS and ctx.enabled("NM245") and isinstance(small, cst.Expr) \
+                and isinstance(small.value, cst.Call) and prints_only(ctx, small.value) is node:
+            ctx.handled.update((small.value, small.value.func))  # the print goes with it (no NM199)
+            if ctx.report("NM245", node, call=short(small.value)):
+                ctx.remove(small)
+        elif qual.startswith(METRICS):
+            ctx.report("NM228", node, call=short(node))
+
+
+def prints_only(ctx, call: cst.Call) -> cst.Call | None:
+    """The metrics report that `call` prints or logs as its only argument (`print(met.metrics_report())`,
+    `xm.master_print`, `logging.info`, ..., with `flush=`, `file=` or `fd=` given as names), or None."""
+    positional = [a for a in call.args if a.keyword is None]
+    if len(positional) != 1 or positional[0].star or not isinstance(report := positional[0].value, cst.Call) \
+            or ctx.qualname(report.func) not in METRICS_REPORTS:
+        return None
+    if any(a.keyword.value not in ("flush", "file", "fd") or not isinstance(a.value, (cst.Name, cst.Attribute))
+           for a in call.args if a.keyword is not None):
+        return None
+    func = ctx.qualname(call.func)
+    builtin = isinstance(call.func, cst.Name) and call.func.value == "print" and func in (None, "print")
+    return report if builtin or func in MASTER_PRINT or func in LOGGING else None
 
 
 TEST_UTILS = "torch_xla.test.test_utils"
