@@ -111,6 +111,17 @@ def test_batchnorm_with_a_small_batch_verifies_and_a_wrong_migration_does_not(tm
 
 
 @needs_xla
+def test_max_steps_reached_inside_torch_xla_compile_stops_once_the_step_has_run():
+    """The step hook fires inside the function torch_xla.compile(full_graph=True) traces, where reading a loss
+    fails ("Unexpected execution happens inside the compiled function"): the reference stops once it returns, after
+    the same number of steps as the migration."""
+    proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--max-steps", "3", "--skip-no-neuron",
+                          "--", "--steps", "10", cwd=EXAMPLES / "xla_compile_step")
+    assert proc.returncode == 0, proc.stdout
+    assert checks(report)["loss curve"]["ok"] and checks(report)["loss curve"]["count"] == 3, checks(report)
+
+
+@needs_xla
 def test_traced_inference_left_on_the_cpu_is_caught(tmp_path):
     """The migration NM501 made before it moved the model and its inputs: the printed numbers agree with torch_xla,
     but the device never ran the model, and verify says so."""

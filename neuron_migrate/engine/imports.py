@@ -218,11 +218,17 @@ def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], require
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
-    definitions = [d for d in definitions if defined_name(d) in unresolved]
-    if definitions:
-        defined = Analysis(cst.parse_module("\n".join(definitions) + "\n"))
+    wanted, read = {defined_name(d) for d in definitions} & unresolved, set()
+    while wanted:  # and what those read (a helper that calls another helper defined beside it)
+        kept = [d for d in definitions if defined_name(d) in wanted]
+        defined = Analysis(cst.parse_module("\n".join(kept) + "\n"))
         # what they read from the module (the methods of a class defined there included)
         read = {name for scope in defined.scopes for name in scope.reads if defined.lookup(name, scope) is None}
+        if not read & {defined_name(d) for d in definitions} - wanted:
+            break
+        wanted |= read & {defined_name(d) for d in definitions}
+    definitions = [d for d in definitions if defined_name(d) in wanted]
+    if definitions:
         unresolved |= read
         orphaned = [b for b in orphaned if b.name not in read]  # `os` that `WORLD_SIZE = ...` reads now
     module = _add_imports(module, _still_needed(module, required, unresolved, render))

@@ -16,6 +16,7 @@ from neuron_migrate.engine.names import Occurrence, Scope
 from neuron_migrate.rules.patterns import arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import XLA_DEVICE
+from neuron_migrate.rules.misc import _free_name
 from neuron_migrate.rules.rewrites import assigned_name, only_args
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.syntax.walk import walk
@@ -27,6 +28,22 @@ SEND_TO_DEVICE = frozenset({"torch_xla.core.xla_model.send_cpu_data_to_device"})
 # Keyword arguments of MpDeviceLoader that only tune prefetching.
 PREFETCH = frozenset({"loader_prefetch_size", "device_prefetch_size", "host_to_device_transfer_threads",
                       "batchdim", "fixed_batch_size"})
+
+# The stand-in for a device loader whose loops are out of sight (kept on `self`): each batch moved as it is read,
+# as often as it is iterated, with the loader's length. `{pytree}` / `{torch}` are the file's names for the modules.
+DEVICE_LOADER_CLASS = '''\
+class {name}:
+    """The batches of `loader`, each moved to `device` as it is read (torch_xla's MpDeviceLoader, without prefetch)."""
+
+    def __init__(self, loader, device):
+        self.loader, self.device = loader, device
+
+    def __iter__(self):
+        for batch in self.loader:
+            yield {pytree}.tree_map_only({torch}.Tensor, lambda t: t.to(self.device, non_blocking=True), batch)
+
+    def __len__(self):
+        return len(self.loader)'''
 
 
 @dataclass
@@ -58,7 +75,7 @@ def tree_mover(ctx):
 
 
 class DeviceLoaders(Rule):
-    codes = ("NM210", "NM211")
+    codes = ("NM210", "NM211", "NM247")
     triggers = (b"MpDeviceLoader", b"per_device_loader")
 
     def __init__(self, ctx) -> None:
@@ -111,7 +128,8 @@ class DeviceLoaders(Rule):
             ctx.current = found.occ
             loops = self._loops(found) if self._known_device(found) else None
             if loops is None or any(_batch(loop) is None for loop in loops):
-                ctx.report("NM211", found.node, call=short(found.node))
+                if not self._kept(found):
+                    ctx.report("NM211", found.node, call=short(found.node))
                 continue
             if not ctx.report("NM210", found.node, call=short(found.node), fixed=code(found.loader)):
                 continue
@@ -126,6 +144,44 @@ class DeviceLoaders(Rule):
                 ctx.current = loop.occ
                 ctx.insert_before(loop.node.body.body[0], self._move(_batch(loop), device) + "\n")
         ctx.current = None
+
+    def _kept(self, found: DeviceLoader) -> bool:
+        """NM247: `self.loader = pl.MpDeviceLoader(loader, device)`, read in other methods: the file's own class
+        that moves each batch to the device as it is read stands in for it. False when it is not kept so."""
+        ctx = self.ctx
+        small = found.occ.small
+        if ctx.qualname(found.node.func) not in MP_DEVICE_LOADER or not isinstance(small, cst.Assign) \
+                or small.value is not found.node or len(small.targets) != 1 \
+                or not isinstance(small.targets[0].target, cst.Attribute):
+            return False
+        name = self._device_loader_class(define=False)
+        kept = [a for a in found.node.args if a.keyword is None or a.keyword.value in ("loader", "device")]
+
+        def build(call: cst.Call) -> cst.Call:
+            args = [a for a in call.args if a.keyword is None or a.keyword.value in ("loader", "device")]
+            return call.with_changes(func=cst.Name(name), args=[*args[:-1], args[-1].with_changes(
+                comma=cst.MaybeSentinel.DEFAULT)])
+
+        fixed = short(build(found.node.with_changes(args=kept)))
+        if ctx.report("NM247", found.node, call=short(found.node), target=code(small.targets[0].target),
+                      fixed=fixed):
+            self._device_loader_class()
+            ctx.replace(found.node, build)
+        return True
+
+    def _device_loader_class(self, define: bool = True) -> str:
+        """The name of the file's device loader class (defined once after the imports when `define`)."""
+        ctx = self.ctx
+        name = getattr(self, "_class_name", None)
+        if name is None:
+            name = self._class_name = _free_name(ctx, "DeviceLoader")
+        if define and not getattr(self, "_class_defined", False):
+            self._class_defined = True
+            scope = ctx.analysis.module_scope
+            pytree = ctx.module_ref("torch.utils._pytree", "pytree", scope=scope)
+            torch = ctx.module_ref("torch", scope=scope)
+            ctx.define(DEVICE_LOADER_CLASS.format(name=name, pytree=pytree, torch=torch))
+        return name
 
     def _known_device(self, found: DeviceLoader) -> bool:
         device = found.device

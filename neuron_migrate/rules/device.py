@@ -1,4 +1,4 @@
-"""NM101 / NM102: the XLA device becomes the `neuron` device."""
+"""NM101 / NM102: the XLA device becomes the `neuron` device; NM248: a test of the PJRT device kind."""
 
 from __future__ import annotations
 
@@ -473,3 +473,34 @@ def _statement_of(ctx, node: cst.CSTNode) -> cst.CSTNode | None:
     while node is not None and not isinstance(node, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
         node = parents.get(node)
     return node
+
+
+XLA_DEVICE_TYPE = frozenset({"torch_xla.runtime.device_type", "torch_xla._internal.pjrt.device_type"})
+# The PJRT device kinds `xr.device_type()` answers with, and the native device type each is on.
+NATIVE_TYPES = {"NEURON": "neuron", "CPU": "cpu", "CUDA": "cuda", "GPU": "cuda"}
+
+
+class XlaDeviceType(Rule):
+    """NM248: `xr.device_type() == "NEURON"` asks which PJRT device the program runs on; after the move it runs on
+    the native device, so the call becomes that device's type and the name its native spelling."""
+
+    codes = ("NM248",)
+    triggers = (b"device_type",)
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        ctx = self.ctx
+        if len(node.comparisons) != 1 or not isinstance(node.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+            return
+        left, right = node.left, node.comparisons[0].comparator
+        call, name = (left, right) if isinstance(left, cst.Call) else (right, left)
+        if not (isinstance(call, cst.Call) and not call.args and ctx.qualname(call.func) in XLA_DEVICE_TYPE):
+            return
+        value = string_value(name)
+        if value not in NATIVE_TYPES:
+            return  # TPU, or a name computed at run time: NM199
+        native = ctx.string(NATIVE_TYPES[value])
+        operator = "==" if isinstance(node.comparisons[0].operator, cst.Equal) else "!="
+        device_type = "<device>.type" if portable(ctx) else ctx.string("neuron")  # for the message: defines nothing
+        if ctx.report("NM248", call, call=short(node), fixed=f"{device_type} {operator} {native}"):
+            ctx.replace(call, expression(target(ctx).device_type()))
+            ctx.replace(name, expression(native))

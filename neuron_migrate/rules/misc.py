@@ -32,6 +32,11 @@ for _name in ("SGD", "Adam", "AdamW"):
     RENAMES[f"torch_xla.amp.syncfree.{_name.lower()}.{_name}"] = RENAMES[f"torch_xla.amp.syncfree.{_name}"]
 
 METRICS = "torch_xla.debug.metrics."
+METRICS_REPORTS = frozenset({f"{METRICS}metrics_report", f"{METRICS}short_metrics_report",
+                             "torch_xla._XLAC._xla_metrics_report"})
+LOGGING = frozenset(f"logging.{level}" for level in ("debug", "info", "warning", "error", "critical"))
+
+
 class MasterPrint(Rule):
     codes = ("NM223",)
     triggers = (b"torch_xla",)
@@ -40,6 +45,8 @@ class MasterPrint(Rule):
         ctx = self.ctx
         if ctx.qualname(node.func) not in MASTER_PRINT or not alone_on_line(ctx, node) or not is_statement(ctx, node):
             return
+        if ctx.enabled("NM245") and prints_only(ctx, node) is not None:
+            return  # printing the metrics report only: NM245 removes the statement
         fd, finalizer = arg(node, None, "fd"), arg(node, None, "finalizer")
         flush = arg(node, None, "flush")
         if any(a.keyword is not None and a not in (fd, finalizer, flush) for a in node.args):
@@ -244,12 +251,38 @@ class Seed(Rule):
 
 
 class Metrics(Rule):
-    codes = ("NM228",)
+    """NM228: torch_xla's metrics are read (marked: what to log instead is a person's choice); NM245: a statement
+    that only prints or logs the metrics report goes (unsafe: the program prints less)."""
+
+    codes = ("NM228", "NM245")
     triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if (self.ctx.qualname(node.func) or "").startswith(METRICS):
-            self.ctx.report("NM228", node, call=short(node))
+        ctx = self.ctx
+        qual = ctx.qualname(node.func) or ""
+        small = ctx.current.small
+        if qual in METRICS_REPORTS and ctx.enabled("NM245") and isinstance(small, cst.Expr) \
+                and isinstance(small.value, cst.Call) and prints_only(ctx, small.value) is node:
+            ctx.handled.update((small.value, small.value.func))  # the print goes with it (no NM199)
+            if ctx.report("NM245", node, call=short(small.value)):
+                ctx.remove(small)
+        elif qual.startswith(METRICS):
+            ctx.report("NM228", node, call=short(node))
+
+
+def prints_only(ctx, call: cst.Call) -> cst.Call | None:
+    """The metrics report that `call` prints or logs as its only argument (`print(met.metrics_report())`,
+    `xm.master_print`, `logging.info`, ..., with `flush=`, `file=` or `fd=` given as names), or None."""
+    positional = [a for a in call.args if a.keyword is None]
+    if len(positional) != 1 or positional[0].star or not isinstance(report := positional[0].value, cst.Call) \
+            or ctx.qualname(report.func) not in METRICS_REPORTS:
+        return None
+    if any(a.keyword.value not in ("flush", "file", "fd") or not isinstance(a.value, (cst.Name, cst.Attribute))
+           for a in call.args if a.keyword is not None):
+        return None
+    func = ctx.qualname(call.func)
+    builtin = isinstance(call.func, cst.Name) and call.func.value == "print" and func in (None, "print")
+    return report if builtin or func in MASTER_PRINT or func in LOGGING else None
 
 
 TEST_UTILS = "torch_xla.test.test_utils"
@@ -295,6 +328,53 @@ UPDATES = {f"{TEST_UTILS}.print_training_update": TRAINING_UPDATE, f"{TEST_UTILS
 # The order torch_xla prints the fields in (the parameters' order differs).
 PRINT_ORDER = {"Training": ("device", "epoch", "step", "loss", "rate", "global_rate"),
                "Test": ("device", "step", "epoch", "accuracy")}
+# torch_xla's summary-writer helpers (test_utils), defined once in the file that uses them, as they were less the
+# XLA metrics: `{writer}` / `{write}` / `{close}` / `{update}` are the file's names for them, `{clock}` for time.
+WRITE_TO_SUMMARY = '''\
+def {write}(summary_writer, global_step=None, dict_to_write=None):
+    """Writes each value of `dict_to_write` as a TensorBoard scalar at `global_step` (none without a writer)."""
+    if summary_writer is None:
+        return
+    for k, v in (dict_to_write or {{}}).items():
+        summary_writer.add_scalar(k, v, global_step)'''
+GET_SUMMARY_WRITER = '''\
+def {writer}(logdir):
+    """A TensorBoard writer for `logdir` (None without one) that has written its start time."""
+    if logdir:
+        from tensorboardX import SummaryWriter
+
+        writer = SummaryWriter(log_dir=logdir)
+        {write}(writer, 0, dict_to_write={{"TensorboardStartTimestamp": {clock}.time()}})
+        return writer'''
+CLOSE_SUMMARY_WRITER = '''\
+def {close}(summary_writer):
+    """Flushes and closes a TensorBoard writer (nothing without one)."""
+    if summary_writer is not None:
+        summary_writer.flush()
+        summary_writer.close()'''
+TRAINING_UPDATE_HELPER = '''\
+def {update}(device, step, loss, rate, global_rate, epoch=None, summary_writer=None):
+    """Prints the progress line of a training step, and writes the two rates to TensorBoard."""
+    update_data = [
+        "Training", "Device={{}}".format(device), "Epoch={{}}".format(epoch) if epoch is not None else None,
+        "Step={{}}".format(step), "Loss={{:.5f}}".format(loss), "Rate={{:.2f}}".format(rate),
+        "GlobalRate={{:.2f}}".format(global_rate), "Time={{}}".format({clock}.strftime("%H:%M:%S")),
+    ]
+    print("|", " ".join(item for item in update_data if item), flush=True)
+    if summary_writer:
+        {write}(summary_writer, dict_to_write={{"examples/sec": rate, "average_examples/sec": global_rate}})'''
+# qualified name -> (helper, its template, the parameters a call may pass)
+SUMMARY_HELPERS = {
+    f"{TEST_UTILS}.write_to_summary": ("write", WRITE_TO_SUMMARY,
+                                       ("summary_writer", "global_step", "dict_to_write", "write_xla_metrics")),
+    f"{TEST_UTILS}.get_summary_writer": ("writer", GET_SUMMARY_WRITER, ("logdir",)),
+    f"{TEST_UTILS}.close_summary_writer": ("close", CLOSE_SUMMARY_WRITER, ("summary_writer",)),
+    f"{TEST_UTILS}.print_training_update": ("update", TRAINING_UPDATE_HELPER,
+                                            ("device", "step", "loss", "rate", "global_rate", "epoch",
+                                             "summary_writer")),
+}
+HELPER_NAMES = {"write": "write_to_summary", "writer": "get_summary_writer", "close": "close_summary_writer",
+                "update": "print_training_update"}
 
 
 class TestUtilities(Rule):
@@ -304,8 +384,9 @@ class TestUtilities(Rule):
     writer (one `print` of the same fields; the device without torch_xla's ordinal suffix) and `xm.RateTracker()`
     (pure Python with no native counterpart: the file gets a class of its own that measures the same)."""
 
-    codes = ("NM244",)
-    triggers = (b"test_utils", b"SampleGenerator", b"print_training_update", b"print_test_update", b"RateTracker")
+    codes = ("NM244", "NM246")
+    triggers = (b"test_utils", b"SampleGenerator", b"print_training_update", b"print_test_update", b"RateTracker",
+                b"summary_writer", b"write_to_summary")
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -336,10 +417,11 @@ class TestUtilities(Rule):
 
             def build(call: cst.Call) -> cst.BaseExpression:
                 return call.with_changes(func=cst.Name(name))
-        elif qual in UPDATES:
-            build = update_print(ctx, node, qual)
-            if build is None:
-                return
+        elif qual in UPDATES and (build := update_print(ctx, node, qual)) is not None:
+            pass
+        elif qual in SUMMARY_HELPERS:
+            self._summary_helper(node, qual)
+            return
         elif qual in STEP_CLOSURE and (closure := closure_update(ctx, node)) is not None:
             direct, build_direct = closure
             ctx.handled.add(direct.func)  # the helper passed as the closure goes with the call (no NM199)
@@ -354,6 +436,44 @@ class TestUtilities(Rule):
         if ctx.report("NM244", node, call=short(node), fixed=fixed):
             ctx.replace(node, build)  # from the call as the other rules left it (`xr.world_size()` inside)
 
+
+    def _summary_helper(self, node: cst.Call, qual: str) -> None:
+        """A summary-writer helper of test_utils: the same call to the file's own copy of it. Writing XLA's
+        metrics as scalars (`write_xla_metrics=`) has no native form: that argument goes, an unsafe fix (NM246)."""
+        ctx = self.ctx
+        helper, _, params = SUMMARY_HELPERS[qual]
+        given = [arg(node, i, p) for i, p in enumerate(params)]
+        if not only_args(node, *given):
+            return  # a star or an unknown keyword
+        xla = given[-1] if params[-1] == "write_xla_metrics" else None
+        dropped = node.args.index(xla) if xla is not None else None
+        name = self.summary_helper(helper, define=False)
+
+        def build(call: cst.Call) -> cst.Call:
+            args = [a for i, a in enumerate(call.args) if i != dropped]
+            if args:
+                args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return call.with_changes(func=cst.Name(name), args=args)
+
+        fixed = f"{short(build(node))}`, the file's own copy of `test_utils.{HELPER_NAMES[helper]}"
+        code_ = "NM244" if xla is None or isinstance(xla.value, cst.Name) and xla.value.value == "False" else "NM246"
+        if ctx.report(code_, node, call=short(node), fixed=fixed):
+            self.summary_helper(helper)
+            ctx.replace(node, build)
+
+    def summary_helper(self, helper: str, define: bool = True) -> str:
+        """The file's name for a summary-writer helper; defined after the imports (with the helper it calls) when
+        `define`."""
+        ctx = self.ctx
+        names = getattr(self, "_summary_names", None)
+        if names is None:
+            names = self._summary_names = {key: _free_name(ctx, base) for key, base in HELPER_NAMES.items()}
+        if define:
+            clock = ctx.module_ref("time", scope=ctx.analysis.module_scope) if helper in ("writer", "update") else ""
+            for key in ("write", helper) if helper != "write" else ("write",):
+                template = next(t for h, t, _ in SUMMARY_HELPERS.values() if h == key)
+                ctx.define(template.format(clock=clock, **names))
+        return names[helper]
 
     def rate_tracker(self) -> str:
         """The name of the file's RateTracker class (defined once after the imports)."""

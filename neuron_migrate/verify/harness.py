@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -46,6 +47,7 @@ class Recorder:
         self.forward_calls = 0
         self.optimizers = 0
         self.stopped = ""
+        self.pending_stop = ""  # a --max-steps stop reached inside torch_xla.compile, made when it returns
         self.autocast = False
         self.exit_registered = False
         self.written = False
@@ -68,7 +70,15 @@ class Recorder:
         _synchronize(self.config["device"])
         self.step_ends.append(time.perf_counter())
         if self.max_steps and len(self.step_ends) >= self.max_steps:
-            self.stop(f"--max-steps {self.max_steps} optimizer steps")
+            reason = f"--max-steps {self.max_steps} optimizer steps"
+            if _xla_tracing(self.config["device"]):
+                self.pending_stop = self.pending_stop or reason  # inside torch_xla.compile: once it has run
+            else:
+                self.stop(reason)
+
+    def stop_if_pending(self) -> None:
+        if self.pending_stop:
+            self.stop(self.pending_stop)
 
     def recorded(self, module) -> bool:
         return any(m is module for m in self.modules)
@@ -452,6 +462,37 @@ class _PatchOnImport:
         return spec
 
 
+def _xla_tracing(device: str) -> bool:
+    """Inside a function torch_xla.compile traces (`full_graph=True`), where nothing may run: the losses cannot be
+    read there, so a stop waits until the function has returned."""
+    if device != "xla" or "torch_xla" not in sys.modules:
+        return False
+    import torch_xla
+
+    return not torch_xla._XLAC._get_allow_execution()
+
+
+def _stops_after_compiled(recorder) -> Callable:
+    """Patch for the `torch_xla` module: a function `torch_xla.compile` returns makes a stop the step hook deferred
+    (the stop raises SystemExit, as it does outside)."""
+    def patch(module) -> None:
+        compile_ = module.compile
+
+        def compile(f=None, *args, **kwargs):
+            compiled = compile_(f, *args, **kwargs)
+            if f is None:
+                return compiled  # the context manager: a deferred stop is made at exit
+
+            def run(*a, **k):
+                out = compiled(*a, **k)
+                recorder.stop_if_pending()
+                return out
+            return run
+
+        module.compile = compile
+    return patch
+
+
 def _single_process_spawn(module) -> None:
     """torch_xla runs one process on the CPU (`xmp.spawn(nprocs=8)` is refused there): the reference runs the
     spawned function once, as rank 0 of 1."""
@@ -480,6 +521,11 @@ def start() -> Recorder | None:
     if config.get("seed") is not None:
         torch.manual_seed(config["seed"])
     recorder = Recorder(config)
+    if config["device"] == "xla":
+        if "torch_xla" in sys.modules:
+            _stops_after_compiled(recorder)(sys.modules["torch_xla"])
+        else:
+            sys.meta_path.insert(0, _PatchOnImport("torch_xla", _stops_after_compiled(recorder)))
     _install_hooks(recorder)
     _record_errors(recorder)
     atexit.register(recorder.write)
