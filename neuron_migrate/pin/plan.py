@@ -115,6 +115,7 @@ class Plan:
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     issues: list[Issue] = field(default_factory=list)
     added: set[str] = field(default_factory=set)
+    held: bool = False  # the changes wait for the removal of a legacy package this run holds back (unsafe)
 
     def outcome(self, index: int) -> Outcome:
         return self.outcomes.setdefault(index, Outcome())
@@ -202,7 +203,7 @@ def _extras(text: str) -> set[str]:
 
 
 def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True,
-         may_empty: bool = True, instance: str | None = None) -> Plan:
+         may_empty: bool = True, instance: str | None = None, unsafe_fixes: bool = True) -> Plan:
     """Decide over `texts` (None for entries that are not requirements).
 
     `present`: packages the whole file (or command line, with its includes) already installs; missing
@@ -210,6 +211,10 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
     once, unless `may_add` is False.
     `may_empty`: False when removing every entry would break the list (a `pip install` with no argument left).
     `instance`: the target instance (TorchAO Neuron replaces upstream torchao where the release supports it).
+    `unsafe_fixes`: the run removes legacy packages (NM601 is unsafe). When it does not, a list that keeps
+    torch-xla cannot take the native pins either (torch-xla requires its own torch): every change waits with
+    the removal (`Plan.held`), so a safe run leaves the list installable as written and holds back as many
+    fixes as `--unsafe-fixes` makes.
     """
     mx = matrix()
     release = mx.release_of(family)
@@ -260,6 +265,7 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
                                                          "family": family.torch, "release": family.sdk}))
     if not may_empty:
         _keep_last_entry(texts, result)
+    result.held = not unsafe_fixes and any(i.code == "NM601" for i in result.issues)
     return result
 
 
@@ -453,7 +459,8 @@ def approve(result: Plan, texts: list[str | None], report: Callable[[int, str, d
             report(issue.index, "NM605", {"requirement": (texts[issue.index] or "").strip(),
                                           "change": change_text(issue)})
             continue
-        if not report(issue.index, issue.code, issue.fields) or issue.code not in CHANGE_CODES:
+        fields = {**issue.fields, "held": True} if result.held and issue.code in CHANGE_CODES else issue.fields
+        if not report(issue.index, issue.code, fields) or issue.code not in CHANGE_CODES:
             continue
         outcome = approved.setdefault(issue.index, Outcome())
         if issue.code == "NM601" or (issue.code == "NM612" and result.outcomes[issue.index].remove):

@@ -173,7 +173,8 @@ def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Calla
                ) -> tuple[dict[int, planning.Outcome], set[str]]:
     """The group's approved outcomes, and the packages `rewrite` adds to it (in `check` too, which makes no edit:
     a later main group, such as Poetry's beside [project], must then report what `rewrite` reports)."""
-    result = planning.plan(group.texts, doc.family, present, instance=doc.settings.instance)
+    result = planning.plan(group.texts, doc.family, present, instance=doc.settings.instance,
+                           unsafe_fixes=doc.settings.unsafe_fixes)
     offsets = [locate(s) for s in group.shown]
     added: set[str] = set()
 
