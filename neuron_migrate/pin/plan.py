@@ -103,7 +103,8 @@ class Outcome:
 
 @dataclass
 class Issue:
-    """A finding about one entry (for NM603, the entry the missing packages go after)."""
+    """A finding about one entry (for NM603, the first entry the missing packages go after; its `adds` field
+    lists each package with the entry it goes after)."""
 
     index: int
     code: str
@@ -255,14 +256,17 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
         # torch goes next to torch-neuronx when the list has it, the other packages after the last Neuron entry
         neuronx = next((i for i, t in enumerate(texts) if t is not None and (r := parse(t)) is not None
                         and r.name == "torch-neuronx" and applies_to_target(r.marker, mx)), anchor)
-        for at, names in ((neuronx, companions), (anchor, missing)):
-            if not names:
-                continue
-            result.outcome(at).extra += [n + family.pins[n] for n in names]
-            result.added.update(names)
-            for name in names:
-                result.issues.append(Issue(at, "NM603", {"name": name, "requirement": name + family.pins[name],
-                                                         "family": family.torch, "release": family.sdk}))
+        adds = [(at, name + family.pins[name]) for at, names in ((neuronx, companions), (anchor, missing))
+                for name in names]
+        for at, requirement in adds:
+            result.outcome(at).extra.append(requirement)
+        names = companions + missing
+        result.added.update(names)
+        # one finding for the list (an install line), at the first entry a package goes after
+        result.issues.append(Issue(min(at for at, _ in adds), "NM603", {
+            "name": "`, `".join(names), "verb": "is" if len(names) == 1 else "are",
+            "requirement": "`, `".join(r for _, r in adds), "adds": adds,
+            "family": family.torch, "release": family.sdk}))
     if not may_empty:
         _keep_last_entry(texts, result)
     result.held = not unsafe_fixes and any(i.code == "NM601" for i in result.issues)
@@ -468,5 +472,6 @@ def approve(result: Plan, texts: list[str | None], report: Callable[[int, str, d
         elif issue.code in ("NM602", "NM610", "NM612"):
             outcome.replacement = result.outcomes[issue.index].replacement
         else:
-            outcome.extra.append(issue.fields["requirement"])
+            for at, requirement in issue.fields["adds"]:
+                approved.setdefault(at, Outcome()).extra.append(requirement)
     return approved
