@@ -88,10 +88,12 @@ class Policy:
         return self.settings.enabled(code, self.path)
 
     def decide(self, code: str, where, suppressions: Suppressor | None, fields: dict,
-               marked: Callable[[], bool] = _never, migrating: Callable[[], bool] = _always) -> Decision | None:
+               marked: Callable[[], bool] = _never, migrating: Callable[[], bool] = _always,
+               held: bool = False) -> Decision | None:
         """The decision for a finding of `code` at `where`, or None when it is not reported (not enabled,
         suppressed, or already marked). `fields` fill the catalogue message; `marked` and `migrating`
-        (does the file move to neuron?) are asked only when the answer matters."""
+        (does the file move to neuron?) are asked only when the answer matters. `held`: the fix waits for an
+        unsafe fix this run holds back (a pin beside the torch-xla that stays), so it is held back with it."""
         if not self.enabled(code):
             return None
         if suppressions is not None and where is not None and suppressions.suppresses(where, code):
@@ -99,8 +101,9 @@ class Policy:
         if marked():
             return None
         info = catalogue.rule(code)
-        held_back = info.fix is FixSafety.UNSAFE and not self.settings.unsafe_fixes
-        fixable = info.fix is FixSafety.SAFE or (info.fix is FixSafety.UNSAFE and not held_back)
+        held_back = (info.fix is FixSafety.UNSAFE or (held and info.fix is FixSafety.SAFE)) \
+            and not self.settings.unsafe_fixes
+        fixable = info.fix in (FixSafety.SAFE, FixSafety.UNSAFE) and not held_back
         fix = mark = False
         if self.rewrite:
             if info.fix is FixSafety.MANUAL:

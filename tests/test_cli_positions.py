@@ -138,7 +138,7 @@ def test_sarif_regions_are_complete_and_notebook_lines_are_the_files(project):
     results = json.loads(proc.stdout)["runs"][0]["results"]
     regions = [(r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"],
                 r["locations"][0]["physicalLocation"]["region"]) for r in results]
-    assert len(regions) > 40
+    assert len(regions) > 30  # one NM603 per install line since the missing packages are named together
     # a notebook's region has lines only: the cell's columns are not those of the JSON file
     incomplete = [(uri, region) for uri, region in regions if not (
         {"startLine", "endLine"} if uri.endswith(".ipynb") else {"startLine", "startColumn", "endLine", "endColumn"}

@@ -127,7 +127,7 @@ def test_check_and_rewrite_report_the_same_for_a_pyproject_with_project_and_poet
 
     assert found(False) == found(True)
     assert [(line, code) for line, code, _ in found(False)] == [
-        (4, "NM602"), (4, "NM603"), (4, "NM601"), (4, "NM603"), (8, "NM602"), (9, "NM601")]
+        (4, "NM602"), (4, "NM603"), (4, "NM601"), (8, "NM602"), (9, "NM601")]  # one NM603 for the list
 
 
 def test_a_release_without_the_chosen_torch_is_an_error_that_names_the_alternative():
@@ -297,6 +297,31 @@ def test_a_library_in_a_dockerfile_install_is_marked_and_the_command_completed()
     assert process_dockerfile("Dockerfile", out.encode(), Settings(unsafe_fixes=True), True).changed is False
 
 
+@pytest.mark.parametrize("path, text", [
+    ("requirements.txt", f"{INDEX}\ntorch-xla==2.1.0\ntorch-neuronx==2.1.2.2.0.0\ntorch==2.1.2\n"),
+    ("setup.py", "from setuptools import setup\n\nsetup(name='x', install_requires=['torch-xla==2.1.0', "
+                 "'torch-neuronx==2.1.2.2.0.0', 'torch==2.1.2'])\n"),
+    ("pyproject.toml", '[project]\nname = "x"\ndependencies = ["torch-xla==2.1.0", "torch-neuronx==2.1.2.2.0.0", '
+                       '"torch==2.1.2"]\n'),
+], ids=["requirements", "setup.py", "pyproject"])
+def test_a_plain_pin_that_keeps_torch_xla_changes_nothing_beside_it(path, text):
+    """torch-xla requires its own torch: a safe run that keeps it (its removal is unsafe) adds no native pin
+    beside it, and holds back every change it waits for, as many as `pin --unsafe-fixes` makes."""
+    plain = pin_text(text, path=path, unsafe_fixes=False)
+    assert not plain.changed or "torch-xla==2.1.0" in plain.new_bytes.decode() and \
+        "2.14" not in plain.new_bytes.decode()
+    held = sorted(f.code for f in plain.findings if f.held_back)
+    assert "NM601" in held and "NM602" in held
+    assert not any(f.fixable for f in plain.findings if f.code in planning.CHANGE_CODES)
+    checked = pin_text(text, rewrite=False, path=path, unsafe_fixes=False)
+    assert sorted(f.code for f in checked.findings if f.held_back) == held
+    unsafe = pin_text(text, path=path)
+    out = unsafe.new_bytes.decode()
+    assert "torch-xla" not in out and "torch==2.14.0" in out
+    assert sorted(code for code, n in unsafe.applied.items() if code in planning.CHANGE_CODES
+                  for _ in range(n)) == held
+
+
 def pin_text(text: str, rewrite: bool = True, path: str = "requirements.txt", **settings) -> FileResult:
     """As `pin --unsafe-fixes` does it (torch-xla removed too); `unsafe_fixes=False`: plain `pin`."""
     from neuron_migrate.pin.conda import process_conda_env
@@ -407,7 +432,8 @@ def test_a_file_without_neuron_packages_is_out_of_scope():
 def test_codes_can_be_turned_off_and_unsafe_removal_needs_unsafe_fixes():
     text = f"{INDEX}\ntorch==2.1.0\ntorch-xla==2.1.0\ntorch-neuronx==2.14.*\nneuronx-cc==2.*\nnki\n"
     assert new_text(text, ignore=frozenset({"NM602"})) == text.replace("torch-xla==2.1.0\n", "")
-    assert new_text(text, unsafe_fixes=False) == text.replace("torch==2.1.0", "torch==2.14.0")
+    # without --unsafe-fixes torch-xla stays, and torch 2.14 could not be installed beside it: nothing changes
+    assert new_text(text, unsafe_fixes=False) == text
 
 
 # -- shell ------------------------------------------------------------------------------------------------
@@ -441,7 +467,9 @@ def test_notebook_install_line_is_pinned():
     pinned = pin_install_command('!pip install "torch-neuronx==2.9.*" torch-xla', Settings(unsafe_fixes=True))
     assert pinned.text == f'!pip install "torch-neuronx==2.14.*" torch==2.14.0 "neuronx-cc==2.*" nki {INDEX}'
     assert [(f.line, f.col, f.code) for f in pinned.findings] == [
-        (1, 1, "NM604"), (1, 14, "NM602"), (1, 14, "NM603"), (1, 37, "NM601"), (1, 37, "NM603"), (1, 37, "NM603")]
+        (1, 1, "NM604"), (1, 14, "NM602"), (1, 14, "NM603"), (1, 37, "NM601")]  # one NM603 for the line
+    assert pinned.findings[2].message.startswith("`torch`, `neuronx-cc`, `nki` are missing: the native backend")
+    assert pinned.findings[2].message.endswith("needs `torch==2.14.0`, `neuronx-cc==2.*`, `nki`")
     assert pinned.installs >= {"torch-neuronx", "neuronx-cc", "nki"}
     assert pin_install_command(pinned.text, Settings(unsafe_fixes=True)).findings == []
 

@@ -114,3 +114,61 @@ def test_a_module_that_uses_the_names_reads_the_environment_in_place(tmp_path):
     text = PROGRAM.replace('if __name__ == "__main__":', "WORLD_SIZE = 8\nif True:")
     out, _ = rewrite(tmp_path, text=text)
     assert "WORLD_SIZE = 8" in out and 'int(os.environ.get("WORLD_SIZE", "1")) > 1' in out
+
+
+LATE_OS = textwrap.dedent('''\
+    import args_parse
+    import torch_xla.runtime as xr
+
+    FLAGS = args_parse.parse_common_options(batch_size=128)
+    SHARDS = xr.world_size()
+
+    import os
+    import sys
+    import torch
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    import torch_xla.test.test_utils as test_utils
+
+    LOG = "log-%d.txt"
+
+
+    def train(model, optimizer, accuracy):
+        xm.optimizer_step(optimizer)
+        xm.master_print("step at {}".format(test_utils.now()))
+        xm.master_print(met.metrics_report())
+        xm.master_print("rank", xr.global_ordinal(), "of", xr.world_size())
+        xm.master_print("mean", xm.mesh_reduce("accuracy", accuracy, sum))
+        return os.path.join(FLAGS.logdir, LOG % xr.global_ordinal())
+
+
+    if __name__ == "__main__":
+        train(torch.nn.Linear(2, 2), None, 1.0)
+        sys.exit(0)
+''')
+
+
+def test_an_import_of_os_below_other_code_is_followed_by_the_names(tmp_path):
+    """`import os` after a parser's call (torch_xla's own test scripts): the names are bound after the run of
+    imports that holds it, and the module-level code above it reads the environment in place."""
+    out, _ = rewrite(tmp_path, text=LATE_OS)
+    ast.parse(out)
+    # above the late `import os`: in place, with the import it needs above it (as before)
+    assert 'import os\nSHARDS = int(os.environ.get("WORLD_SIZE", "1"))\n' in out
+    names = 'RANK = int(os.environ.get("RANK", "0"))\nWORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))\n'
+    assert out.index("import torch_xla.debug.metrics as met\n\n" + names + "\n" + 'LOG = "log-%d.txt"') > 0
+    assert out.count("os.environ.get(") == 3
+    assert "if WORLD_SIZE > 1:" in out and "return os.path.join(FLAGS.logdir, LOG % RANK)" in out
+    (tmp_path / "train.py").write_text(out)  # a second run changes nothing
+    assert process_python(str(tmp_path / "train.py"), out.encode(), Settings(unsafe_fixes=True), True).new_bytes \
+        is None
+
+
+def test_master_print_of_local_calls_is_one_guarded_print(tmp_path):
+    """The clock and the rank run no collective: the print is guarded as it stands; a collective among the
+    arguments still runs on every rank (`printed = (...)`), and so do the metrics (their marker stays above)."""
+    out, _ = rewrite(tmp_path, text=LATE_OS)
+    assert '    if RANK == 0:\n        print("step at {}".format(time.strftime("%H:%M:%S")))\n' in out
+    assert '    if RANK == 0:\n        print("rank", RANK, "of", WORLD_SIZE)\n' in out
+    assert "NM228): torch_xla metrics: choose what to log; neuron-migrate explain NM228\n    printed = (met" in out
+    assert out.count("printed = (") == 2 and "printed = (\"mean\", xm.mesh_reduce(" in out

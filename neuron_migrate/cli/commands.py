@@ -6,7 +6,7 @@ import os
 import re
 import sys
 import textwrap
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 import click
 
@@ -454,8 +454,16 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
             sys.exit(EXIT_ERROR)
     result = run(paths, resolved.settings, rewrite=True, jobs=jobs, exclude=resolved.exclude, use_cache=not no_cache,
                  shard=shard)
+
+    def recheck() -> int:
+        """The unsafe fixes a check of the files as this run left them holds back: a safe fix can replace the
+        idiom an unsafe fix is found by (NM107's compile finds the model by its placement on the XLA device)."""
+        again = run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude,
+                    use_cache=not no_cache, shard=shard, progress=False)
+        return sum(1 for f in again.findings if f.held_back)
+
     show_or_write(result, dry_run, write=(lambda r: outdir.write_tree(tree, r)) if tree is not None else write_results,
-                  style=style, quiet=quiet)
+                  style=style, quiet=quiet, recheck=recheck if tree is None else None)
     if report_path:
         mode = "dry run" if dry_run else f"copy in {output_dir}" if tree is not None else "in place"
         report.write(report_path, report.build(result, mode), fmt)
@@ -463,8 +471,10 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
 
 
 def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet: bool = False,
-                  command: str = "rewrite") -> None:
-    """The diff (dry run) or the writes, then the errors and the summary (shared by rewrite and pin)."""
+                  command: str = "rewrite", recheck: Callable[[], int] | None = None) -> None:
+    """The diff (dry run) or the writes, then the errors and the summary (shared by rewrite and pin). `recheck`:
+    after files were written while unsafe fixes were held back, how many a later --unsafe-fixes run still finds
+    (the summary says so when it is fewer)."""
     if dry_run:
         for r in result.changed:
             click.echo(color_diff(unified_diff(r), style), nl=False, color=style.color or None)
@@ -478,7 +488,10 @@ def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet
     _report_errors(result.errors, getattr(result, "warnings", ()))
     if quiet:
         return
-    for line in rewrite_summary(result.results, dry_run, getattr(result, "libraries", ()), command):
+    later = None
+    if recheck is not None and not dry_run and result.changed and any(f.held_back for f in result.findings):
+        later = recheck()
+    for line in rewrite_summary(result.results, dry_run, getattr(result, "libraries", ()), command, later):
         click.echo(line, err=dry_run)
 
 

@@ -238,7 +238,11 @@ def held_back(findings, how: str) -> str:
     return f"{HELD_BACK} {what} held back: " + how.format(them="it" if n == 1 else "them")
 
 
-def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=(), command: str = "rewrite") -> list[str]:
+def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=(), command: str = "rewrite",
+                    later: int | None = None) -> list[str]:
+    """The summary of a rewrite. `later`: how many unsafe fixes a check of the files as this run left them still
+    holds back (what a later run with --unsafe-fixes makes); None when not counted (a dry run changes nothing, so
+    such a run makes them all)."""
     changed = [r for r in results if r.changed and not r.error]
     per_rule: Counter[str] = Counter()
     for r in changed:
@@ -257,11 +261,12 @@ def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=(), comm
         lines.append(f"{plural(len(left.other), 'finding')} reported without a marker (`neuron-migrate check` "
                      "lists them too):")
         lines.extend("  " + finding_line(m) for m in left.other)
-    if dry_run:
-        held = held_back(left.other, f"`neuron-migrate {command} --unsafe-fixes` makes {{them}} (review the result).")
-    else:  # NM107's compile, NM106's DDP: found beside the legacy idioms this run replaced, not in its output
+    if later is not None and later < sum(1 for f in left.other if f.held_back):
+        # NM107's compile, NM106's DDP: found beside the legacy idioms this run replaced, not in its output
         held = held_back(left.other, f"`neuron-migrate {command} --unsafe-fixes` makes {{them}} when run on the "
-                         "files as they were (a run over the files as they are now may not find them all).")
+                         f"files as they were; on the files as they are now it finds {later} of them.")
+    else:
+        held = held_back(left.other, f"`neuron-migrate {command} --unsafe-fixes` makes {{them}} (review the result).")
     if held:
         lines.append(held)
     if libraries:

@@ -738,6 +738,7 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
             index = i + 1
             continue
         break
+    index = _after_late_imports(body, index, new)
     for i, stmt in enumerate(new):
         compound = isinstance(stmt, (cst.ClassDef, cst.FunctionDef))
         after_compound = i > 0 and isinstance(new[i - 1], (cst.ClassDef, cst.FunctionDef))
@@ -750,6 +751,43 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
         if blank < gap:
             body[index] = body[index].with_changes(leading_lines=_blank_lines(gap - blank) + lines)
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
+
+
+def _after_late_imports(body: list[cst.BaseStatement], index: int, new: list[cst.BaseStatement]) -> int:
+    """Where the definitions go when they read a name only an import below other code binds (`import os` after
+    an argument parser's call): after the run of import lines that holds the last such import, else `index`."""
+    read = set(_names_read(new))
+    bound_above = {name for stmt in body[:index] for name in _import_names(stmt)}
+    for i in range(len(body) - 1, index - 1, -1):
+        if is_import_line(body[i]) and (_import_names(body[i]) & read) - bound_above:
+            while i + 1 < len(body) and is_import_line(body[i + 1]):
+                i += 1
+            return i + 1
+    return index
+
+
+def _names_read(nodes):
+    """The names the nodes use (`time` of `time.time()`, not the attribute's `time`)."""
+    for node in nodes:
+        if isinstance(node, cst.Name):
+            yield node.value
+        yield from _names_read([node.value] if isinstance(node, cst.Attribute) else children(node))
+
+
+def _import_names(stmt: cst.BaseStatement) -> set[str]:
+    """The names an import line binds (`import a.b` binds `a`); none for another statement."""
+    if not is_import_line(stmt):
+        return set()
+    out = set()
+    for small in stmt.body:
+        if isinstance(small.names, cst.ImportStar):
+            continue
+        for alias in small.names:
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                out.add(alias.asname.name.value)
+            else:
+                out.add(dotted_str(alias.name).split(".")[0])
+    return out
 
 
 def _blank_lines(count: int) -> list[cst.EmptyLine]:

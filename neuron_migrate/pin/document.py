@@ -116,17 +116,18 @@ class TextDocument:
         return offset + len(rest.rstrip(" \t\r\n"))
 
     def report(self, code: str, offset: int, line_offset: int | None = None, *, end: int | None = None,
-               **fields: object) -> bool:
+               held: bool = False, **fields: object) -> bool:
         """Record a finding of the text from `offset` to `end` (default: the end of the line's text); True when
         the caller should make its edit now.
 
         For manual codes the marker goes above the line holding `line_offset` (default: `offset`); a line
-        that already carries this code's marker is not reported again (its NM900 stands for it).
+        that already carries this code's marker is not reported again (its NM900 stands for it). `held`: the
+        fix waits for an unsafe fix this run holds back (see `Policy.decide`).
         """
         anchor = self.line_start(offset if line_offset is None else line_offset)
         line, col = self.position(offset)
         decision = self.policy.decide(code, line, self.suppressions, fields,
-                                      marked=lambda: self._marked(anchor, code))
+                                      marked=lambda: self._marked(anchor, code), held=held)
         if decision is None:
             return False
         end_line, end_col = self.position(max(offset, self.span_end(offset) if end is None else end))

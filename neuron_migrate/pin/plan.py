@@ -103,7 +103,8 @@ class Outcome:
 
 @dataclass
 class Issue:
-    """A finding about one entry (for NM603, the entry the missing packages go after)."""
+    """A finding about one entry (for NM603, the first entry the missing packages go after; its `adds` field
+    lists each package with the entry it goes after)."""
 
     index: int
     code: str
@@ -115,6 +116,7 @@ class Plan:
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     issues: list[Issue] = field(default_factory=list)
     added: set[str] = field(default_factory=set)
+    held: bool = False  # the changes wait for the removal of a legacy package this run holds back (unsafe)
 
     def outcome(self, index: int) -> Outcome:
         return self.outcomes.setdefault(index, Outcome())
@@ -202,7 +204,7 @@ def _extras(text: str) -> set[str]:
 
 
 def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True,
-         may_empty: bool = True, instance: str | None = None) -> Plan:
+         may_empty: bool = True, instance: str | None = None, unsafe_fixes: bool = True) -> Plan:
     """Decide over `texts` (None for entries that are not requirements).
 
     `present`: packages the whole file (or command line, with its includes) already installs; missing
@@ -210,6 +212,10 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
     once, unless `may_add` is False.
     `may_empty`: False when removing every entry would break the list (a `pip install` with no argument left).
     `instance`: the target instance (TorchAO Neuron replaces upstream torchao where the release supports it).
+    `unsafe_fixes`: the run removes legacy packages (NM601 is unsafe). When it does not, a list that keeps
+    torch-xla cannot take the native pins either (torch-xla requires its own torch): every change waits with
+    the removal (`Plan.held`), so a safe run leaves the list installable as written and holds back as many
+    fixes as `--unsafe-fixes` makes.
     """
     mx = matrix()
     release = mx.release_of(family)
@@ -250,16 +256,20 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
         # torch goes next to torch-neuronx when the list has it, the other packages after the last Neuron entry
         neuronx = next((i for i, t in enumerate(texts) if t is not None and (r := parse(t)) is not None
                         and r.name == "torch-neuronx" and applies_to_target(r.marker, mx)), anchor)
-        for at, names in ((neuronx, companions), (anchor, missing)):
-            if not names:
-                continue
-            result.outcome(at).extra += [n + family.pins[n] for n in names]
-            result.added.update(names)
-            for name in names:
-                result.issues.append(Issue(at, "NM603", {"name": name, "requirement": name + family.pins[name],
-                                                         "family": family.torch, "release": family.sdk}))
+        adds = [(at, name + family.pins[name]) for at, names in ((neuronx, companions), (anchor, missing))
+                for name in names]
+        for at, requirement in adds:
+            result.outcome(at).extra.append(requirement)
+        names = companions + missing
+        result.added.update(names)
+        # one finding for the list (an install line), at the first entry a package goes after
+        result.issues.append(Issue(min(at for at, _ in adds), "NM603", {
+            "name": "`, `".join(names), "verb": "is" if len(names) == 1 else "are",
+            "requirement": "`, `".join(r for _, r in adds), "adds": adds,
+            "family": family.torch, "release": family.sdk}))
     if not may_empty:
         _keep_last_entry(texts, result)
+    result.held = not unsafe_fixes and any(i.code == "NM601" for i in result.issues)
     return result
 
 
@@ -453,7 +463,8 @@ def approve(result: Plan, texts: list[str | None], report: Callable[[int, str, d
             report(issue.index, "NM605", {"requirement": (texts[issue.index] or "").strip(),
                                           "change": change_text(issue)})
             continue
-        if not report(issue.index, issue.code, issue.fields) or issue.code not in CHANGE_CODES:
+        fields = {**issue.fields, "held": True} if result.held and issue.code in CHANGE_CODES else issue.fields
+        if not report(issue.index, issue.code, fields) or issue.code not in CHANGE_CODES:
             continue
         outcome = approved.setdefault(issue.index, Outcome())
         if issue.code == "NM601" or (issue.code == "NM612" and result.outcomes[issue.index].remove):
@@ -461,5 +472,6 @@ def approve(result: Plan, texts: list[str | None], report: Callable[[int, str, d
         elif issue.code in ("NM602", "NM610", "NM612"):
             outcome.replacement = result.outcomes[issue.index].replacement
         else:
-            outcome.extra.append(issue.fields["requirement"])
+            for at, requirement in issue.fields["adds"]:
+                approved.setdefault(at, Outcome()).extra.append(requirement)
     return approved

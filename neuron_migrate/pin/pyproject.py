@@ -173,7 +173,8 @@ def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Calla
                ) -> tuple[dict[int, planning.Outcome], set[str]]:
     """The group's approved outcomes, and the packages `rewrite` adds to it (in `check` too, which makes no edit:
     a later main group, such as Poetry's beside [project], must then report what `rewrite` reports)."""
-    result = planning.plan(group.texts, doc.family, present, instance=doc.settings.instance)
+    result = planning.plan(group.texts, doc.family, present, instance=doc.settings.instance,
+                           unsafe_fixes=doc.settings.unsafe_fixes)
     offsets = [locate(s) for s in group.shown]
     added: set[str] = set()
 
@@ -181,16 +182,19 @@ def _pin_group(doc: TextDocument, group: Group, present: set[str], locate: Calla
         before = len(doc.findings)
         fixed = _report(index, code, fields)
         if code == "NM603" and len(doc.findings) > before and doc.findings[-1].fixable:
-            added.add(planning.parse(fields["requirement"]).name)
+            added.update(planning.parse(requirement).name for _, requirement in fields["adds"])
         return fixed
 
     def _report(index: int, code: str, fields: dict) -> bool:
         if group.poetry:  # say it the Poetry way: `torch = "==2.14.0"`
-            missing = code == "NM603"  # a package the group lacks (not the outer `added`, which collects them)
-            name = fields["name"] if missing else group.names[index]
-            pin = f'{name} = "{_poetry_pin(fields["requirement" if missing else "pin"], name)}"' \
-                if missing or "pin" in fields else ""
-            fields = {**fields, "requirement": pin if missing else group.shown[index], "pin": pin}
+            if code == "NM603":  # the packages the group lacks (not the outer `added`, which collects them)
+                pins = [f'{name} = "{_poetry_pin(requirement, name)}"' for _, requirement in fields["adds"]
+                        for name in [planning.parse(requirement).name]]
+                fields = {**fields, "requirement": "`, `".join(pins), "pin": "`, `".join(pins)}
+            else:
+                name = group.names[index]
+                pin = f'{name} = "{_poetry_pin(fields["pin"], name)}"' if "pin" in fields else ""
+                fields = {**fields, "requirement": group.shown[index], "pin": pin}
         return doc.report(code, offsets[index], end=offsets[index] + len(group.shown[index]), **fields)
 
     return planning.approve(result, group.texts, report), added

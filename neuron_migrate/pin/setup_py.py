@@ -173,7 +173,8 @@ def _check_python(doc: TextDocument, value: cst.BaseExpression, span, neuron: bo
 
 def _pin_list(doc: TextDocument, lst: ListLiteral, present: set[str]) -> set[str]:
     texts = lst.texts()
-    result = planning.plan(texts, doc.family, present, instance=doc.settings.instance)
+    result = planning.plan(texts, doc.family, present, instance=doc.settings.instance,
+                           unsafe_fixes=doc.settings.unsafe_fixes)
 
     def report(index: int, code: str, fields: dict) -> bool:
         return doc.report(code, lst.elements[index].start, end=lst.elements[index].end, **fields)

@@ -378,7 +378,8 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
     texts: list[str | None] = [w.value.partition("$")[0] + resolved[i].value if i in resolved else w.value
                                for i, w in enumerate(command.requirements)]
     result = planning.plan(texts, doc.family, present, may_empty=command.other_sources,
-                           instance=doc.settings.instance)
+                           instance=doc.settings.instance,
+                           unsafe_fixes=doc.settings.unsafe_fixes)
     quote = _preferred_quote(command)
 
     def report(index: int, code: str, fields: dict) -> bool:

@@ -10,6 +10,7 @@ import libcst as cst
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
+from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
                                            replace_statement, under_rank_zero)
@@ -106,14 +107,25 @@ class MasterPrint(Rule):
             ctx.insert_after(statement, f"if {condition}:\n{guarded}")
 
 
+# torch_xla and torch.distributed calls that only read this process's state: the rank and world size, the device
+# (no graph runs, no other process waits for them). Not the metrics: their NM228 marker stays above the statement
+# that holds the call, which a guard would move it away from.
+LOCAL_CALLS = frozenset({*RANK_CALLS, *IS_MASTER, f"{XM}.xla_device", "torch_xla.device", "torch.distributed.get_rank",
+                         "torch.distributed.get_world_size", "torch.distributed.is_initialized",
+                         "torch.distributed.is_available"})
+
+
 def _runs_collective(ctx, value: cst.CSTNode) -> bool:
-    """Whether an expression calls torch_xla or torch.distributed (a collective, a rendezvous) anywhere in it."""
+    """Whether an expression calls torch_xla or torch.distributed (a collective, a rendezvous, a step that runs
+    the graph) anywhere in it; the calls that read only this process's state (`LOCAL_CALLS`, `test_utils.now()`)
+    do not count."""
     stack = [value]
     while stack:
         node = stack.pop()
         if isinstance(node, cst.Call):
             qualname = ctx.qualname(node.func) or ""
-            if qualname.startswith(("torch_xla.", "torch.distributed.")):
+            if qualname.startswith(("torch_xla.", "torch.distributed.")) and not (
+                    qualname in LOCAL_CALLS or qualname in NOW):
                 return True
         if not isinstance(node, (cst.Lambda, cst.FunctionDef)):
             stack.extend(children(node, tokens=False))  # no call is held in whitespace, comments or punctuation

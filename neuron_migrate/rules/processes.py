@@ -126,16 +126,27 @@ def env_int(ctx, variable: str, default: str) -> str:
 
 
 def _os_at_top(ctx) -> bool:
-    """The names after the imports can read `os`: the module binds it nowhere, or only unconditionally (not an
-    `import os` inside `if __name__ == "__main__":`, which runs after them)."""
+    """The names bound once can read `os`: the module binds it nowhere, or only by unconditional import lines at
+    its top level (not an `import os` inside `if __name__ == "__main__":`, which runs after them). An `import os`
+    below other code is followed by the names (see `imports._add_definitions`): then a rewrite in module-level code
+    above it reads the variable in place."""
     bindings = ctx.analysis.module_scope.bindings.get("os", [])
     if not all(b.kind == "import" and not b.conditional for b in bindings):
         return False
     body = list(ctx.module.body)
+    index = {id(statement): i for i, statement in enumerate(body)}
+    tops = [ctx._top_statement(b.node) for b in bindings]
+    if not all(_import_line(top) and id(top) in index for top in tops):
+        return False
     leading = next((i for i, statement in enumerate(body) if not (_import_line(statement) or (
         i == 0 and is_docstring(statement)))), len(body))
-    tops = {id(statement) for statement in body[:leading]}
-    return all(id(ctx._top_statement(b.node)) in tops for b in bindings)  # not `import os` below other code
+    last = max((index[id(top)] for top in tops), default=-1)
+    if last < leading:
+        return True
+    site = ctx._top_statement(ctx.current.node) if ctx.current is not None else None
+    if isinstance(site, cst.FunctionDef):  # its body runs when called, after the module's imports
+        return True
+    return site is not None and index.get(id(site), -1) > last
 
 
 def _import_line(statement) -> bool:
