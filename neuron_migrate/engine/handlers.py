@@ -72,7 +72,7 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
     if not handlers:
         return None
     project = settings.project
-    if project is not None and kind in PROGRAM_KINDS and (project.set_aside or project.conflict):
+    if project is not None and (kind in PROGRAM_KINDS and project.conflict or project.set_aside):
         return _held(path, data, kind, settings, rewrite, project)
     combined = FileResult(path, old_bytes=data)
     current = data
@@ -108,6 +108,10 @@ SET_ASIDE_CODE, CONFLICT_CODE = "NM521", "NM522"
 # what a file set aside for another platform still reports: the maintained XLA inference path (NM510), Inf1 code
 # (NM513), trn1 instance types (NM520)
 SET_ASIDE_NOTES = ("NM510", "NM513", "NM520")
+# what a program set aside keeps (NM521 says it before naming the way to move it)
+STAYS = {"tpu": "it stays on torch_xla for TPU", "inf1": "it stays on torch-neuron for Inf1",
+         "inf2": "keep it on the XLA stack of Neuron 2.33 or earlier (in maintenance on Inf2 and Trn1)",
+         "trn1": "keep it on the XLA stack of Neuron 2.33 or earlier (in maintenance on Inf2 and Trn1)"}
 
 
 def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, project) -> FileResult:
@@ -124,7 +128,8 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
         code, fields = CONFLICT_CODE, {"evidence": "; ".join(project.conflict)}
         notes: tuple[str, ...] = ()
     else:
-        code, fields = SET_ASIDE_CODE, {"target": NAMES[project.target], "evidence": "; ".join(project.evidence[:2])}
+        code, fields = SET_ASIDE_CODE, {"target": NAMES[project.target], "evidence": "; ".join(project.evidence[:2]),
+                                        "stay": STAYS[project.target]}
         notes = tuple(c for c in SET_ASIDE_NOTES if policy.enabled(c))
     combined = FileResult(path, old_bytes=data)
     if notes:

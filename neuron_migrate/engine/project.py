@@ -36,6 +36,8 @@ from typing import Iterable
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
+# the files that install a program's packages or set up its environment: held with the programs they serve
+INSTALL_KINDS = frozenset({"requirements", "pyproject", "setup-cfg", "conda-env", "dockerfile", "shell"})
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 LEGACY_ROOTS = frozenset({"torch_xla", "torch_neuronx"})
 # evidence levels, strongest first
@@ -66,16 +68,7 @@ _REQ_NEURON = re.compile(r"^[ \t\f]*(?:torch-neuronx|torch_neuronx|neuronx-cc|ne
 # Python statements read from lines (engine/project.py reads every file: it must cost little)
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))",
                      re.M)
-_TRAINS = re.compile(r"\.backward\(|Trainer\b|Optimizer\b|\btorch\.optim\b|\boptimizer\.step\(|\btrain_step\b|\brun_train\b")
-# the words each alternation needs: a file without any is passed by `in` (fast) before the regex (slow on
-# alternations without a common start: over a second on the ecosystem's 3 MB of Python)
-_TRAINS_WORDS = (".backward(", "Trainer", "Optimizer", "torch.optim", "optimizer.step(", "train_step", "run_train")
 _INSTALLS_NEURON = re.compile(r"\btorch[-_]neuronx\b")  # a Dockerfile's or pyproject's install of it
-_TRAINING_NAME = re.compile(r"train|fine[-_ ]?tun", re.I)
-_INFERS = re.compile(r"torch_neuronx\b[^\n]*\btrace\b|\btransformers_neuronx\b|\bneuronx_distributed_inference\b|"
-                     r"\bparallel_model_trace\b|\bNeuronModelFor\w+|\bModelBuilder\b")
-_INFERS_WORDS = ("torch_neuronx", "transformers_neuronx", "neuronx_distributed_inference", "parallel_model_trace",
-                 "NeuronModelFor", "ModelBuilder")
 # Dockerfile base images
 _FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
 _README = re.compile(r"^readme(\.\w+)?$", re.I)
@@ -94,6 +87,9 @@ class Evidence:
     level: int
     place: str  # the file it was read from, as shown
     what: str
+    # a Neuron package install (torch-neuronx): the XLA-based torch-neuronx also runs on Inf2 and Trn1, so it says
+    # a Neuron project, never Trn2 / Trn3 against an Inf2 or Trn1 instance named beside it
+    package: bool = False
 
     def text(self) -> str:
         return f"{self.place}: {self.what}"
@@ -111,8 +107,6 @@ class Module:
     # ... outside any function or class: the file runs on XLA whoever imports it (an import inside a function is
     # an XLA code path of a multi-backend library, as in PyTorch's own `torch/_tensor.py`)
     legacy_top: bool = False
-    trains: bool = False  # calls `.backward()` or builds a trainer: a training program's file
-    infers: bool = False  # uses an XLA inference API (`torch_neuronx.trace`, transformers-neuronx, NxD inference)
     sets_environment: bool = False  # names an estimator's container (`framework_version=`, `image_uri=`) or Ray's XLA
     imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) as written
     paths: list[str] = field(default_factory=list)  # folders its `sys.path.insert(0, ...)` / `append` add (absolute)
@@ -192,7 +186,6 @@ class Project:
     def _read_module(self, module: Module, kind: str) -> None:
         text = self._text(module.full)
         shown = module.path
-        module.trains = _TRAINING_NAME.search(os.path.basename(module.full)) is not None  # `llama3-8b-fine-tuning`
         if kind == "notebook":
             code, prose = _notebook_text(text, module)
             module.entry = True
@@ -347,11 +340,9 @@ class Project:
             files = self._reach(module)
             evidence = self._evidence(module)
             target, strongest, conflict = _decide(evidence)
-            if target in (INF2, TRN1) and (self.native_instance or any(f.trains for f in files)
-                                           or (target == TRN1 and not any(f.infers for f in files))):
-                # a training program on the XLA-based torch-neuronx is what the tool moves (to Trn2 / Trn3; NM520
-                # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path,
-                # and Trn1 (a training instance above all) is taken for an inference target only with its APIs
+            if target in (INF2, TRN1) and self.native_instance:
+                # the native backend runs on Trn2 / Trn3 only: an Inf2 or Trn1 program, training or inference, keeps
+                # the XLA stack (in maintenance there) unless the user says the job goes to Trn2 / Trn3
                 target = None
             # a script's own torch_xla import makes its program XLA, whatever its scope (`_mp_fn` imports it
             # inside); a module it imports does when it imports torch_xla outside any function
@@ -449,10 +440,14 @@ class Project:
         if target in SET_ASIDE and moving is not None and not conflict:
             moving = None
         held = target in SET_ASIDE or bool(conflict)
+        # who is told: a file with legacy code whose evidence conflicts (NM522 marks each), and a program set aside
+        # at its entry (one NM521 for the program, when any of its files has legacy code)
+        told = held and (module.legacy if conflict else any(
+            p.entry is module and any(f.legacy for f in p.files) for p in programs))
         # only what the file's decisions read: a cache key changes with these facts and no others
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
-                           tuple(module.modules), None, module.legacy and held, module.entry,
+                           tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())))
 
     def _launch_facts(self, full: str) -> tuple[str | None, tuple[str, ...]]:
@@ -474,8 +469,25 @@ class Project:
                      if p.moving and (p.entry.full in started if started else p.entry.root == root)), None)
 
     # -- what the run asks -------------------------------------------------------------------------------------
+    def _installs_for_held(self, full: str) -> FileProject | None:
+        """A requirements file, pyproject, Dockerfile or launch script whose programs (those it launches, else those
+        of its folder and below) are all set aside: what it installs is their XLA stack, left as it is."""
+        started = self._started.get(full)
+        prefix = os.path.dirname(full).rstrip(os.sep) + os.sep
+        programs = [p for p in self.programs if (p.entry.full in started if started else p.entry.full.startswith(prefix))
+                    and any(f.legacy for f in p.files)]
+        if not programs or any(p.target not in SET_ASIDE or p.conflict for p in programs):
+            return None
+        target = sorted({p.target for p in programs})[0]
+        evidence = [f"{p.entry.path} ({e.text()})" for p in programs if p.target == target for e in p.evidence[:1]]
+        return FileProject(target, tuple(evidence[:2]))
+
     def of(self, path: str, kind: str) -> FileProject | None:
         facts = self.facts.get(path)
+        if facts is None and kind in INSTALL_KINDS:
+            held = self._installs_for_held(os.path.abspath(path))
+            if held is not None:
+                return held
         if facts is None and kind in ("shell", "dockerfile"):  # the DLAMI venv it activates is a moving program's
             full = os.path.abspath(path)
             moving = self._launches_moving(full) if "aws_neuronx_venv" in self._text(full) else None
@@ -508,9 +520,12 @@ class Project:
 def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[Evidence]]:
     """The target the strongest level of evidence names; two targets named by a configuration, a path or a launch
     are a conflict (prose or folder files naming several tell none: the next level decides). GPU evidence never
-    decides against Neuron's: a GPU project that names Trn1 in its docs has no legacy code to move."""
+    decides against Neuron's: a GPU project that names Trn1 in its docs has no legacy code to move. A torch-neuronx
+    install names no instance: beside an Inf2 or Trn1 one, it is that instance's XLA stack."""
     for level in range(FOLDER + 1):
         here = [e for e in evidence if e.level == level and e.target != GPU]
+        if any(e.target in (INF2, TRN1) for e in here):  # a torch-neuronx install beside an Inf2 / Trn1 instance
+            here = [e for e in here if not e.package]
         if not here:
             continue
         targets = {e.target for e in here}
@@ -576,7 +591,7 @@ def _path_value(node: ast.expr, full: str) -> str | None:
 
 
 def _read_code(module: Module, code: str) -> None:
-    """The imports, `__main__` block, legacy imports and training calls of some Python code, from its lines: a
+    """The imports, `__main__` block and legacy imports of some Python code, from its lines: a
     statement-level reading that costs a fraction of a parse (the model reads every file of the project before any
     is processed; `bench/` measures it)."""
     headers: tuple[list[int], list[bool]] | None = None
@@ -603,14 +618,6 @@ def _read_code(module: Module, code: str) -> None:
             module.imports.append((f"{name}.{alias}" if name else alias, level))
     if not module.entry and MAIN_BLOCK.search(code):
         module.entry = True
-    if not module.trains and _holds(code, _TRAINS_WORDS) and _TRAINS.search(code):
-        module.trains = True
-    if not module.infers and _holds(code, _INFERS_WORDS) and _INFERS.search(code):
-        module.infers = True
-
-
-def _holds(text: str, words: tuple[str, ...]) -> bool:
-    return any(word in text for word in words)
 
 
 _HEADER = re.compile(r"^(?:((?:async[ \t]+)?def[ \t]|class[ \t]|@)|[^\s#)\]}])", re.M)
@@ -706,7 +713,7 @@ def _launch_evidence(text: str, shown: str) -> list[Evidence]:
 
 def _requirements_evidence(text: str, shown: str) -> list[Evidence]:
     if _REQ_NEURON.search(text):
-        return [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx")]
+        return [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx", package=True)]
     if _REQ_INF1.search(text):
         return [Evidence(INF1, FOLDER, shown, "installs torch-neuron (Inf1)")]
     m = _REQ_TPU.search(text)
@@ -716,11 +723,13 @@ def _requirements_evidence(text: str, shown: str) -> list[Evidence]:
 
 
 def _pyproject_evidence(text: str, shown: str) -> list[Evidence]:
-    return [Evidence(NEURON, FOLDER, shown, "depends on torch-neuronx")] if _INSTALLS_NEURON.search(text) else []
+    return [Evidence(NEURON, FOLDER, shown, "depends on torch-neuronx", package=True)] \
+        if _INSTALLS_NEURON.search(text) else []
 
 
 def _dockerfile_evidence(text: str, shown: str) -> list[Evidence]:
-    out = [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx")] if _INSTALLS_NEURON.search(text) else []
+    out = [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx", package=True)] \
+        if _INSTALLS_NEURON.search(text) else []
     for image in _FROM.findall(text):
         low = image.lower()
         if "tpu" in low:
