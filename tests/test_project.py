@@ -55,7 +55,7 @@ FINDINGS = {
     # script, one NM521 at its entry; the same job launched on a trn2.48xlarge, whose README compares with Trn1
     # prices, moves with its requirements
     "trn1_training": {"phase1/pretrain.py": {"NM521"},
-                      "phase2/pretrain.py": {"NM101", "NM105", "NM106", "NM107", "NM190", "NM209", "NM210", "NM220"},
+                      "phase2/pretrain.py": {"NM101", "NM105", "NM106", "NM107", "NM190", "NM210", "NM220"},
                       "phase2/modeling.py": {"NM190", "NM203"},
                       "phase2/requirements.txt": {"NM602", "NM603", "NM604", "NM610"}},
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
