@@ -204,6 +204,43 @@ TRN1_TRAIN = ("import torch_xla.core.xla_model as xm\n\nif __name__ == '__main__
               "    loss = xm.xla_device()\n    loss.backward()\n")
 
 
+def _notebook(*cells) -> str:
+    return json.dumps({"cells": [{"cell_type": kind, "source": text} for kind, text in cells], "metadata": {},
+                       "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_evidence_read_where_the_tutorials_put_it(tmp_path):
+    """An estimator's instance in a variable, a `%%bash` cell's continued launch line, the family named in a
+    comment; and a notebook whose prose names several targets passes none to what it runs (no conflict)."""
+    files = {
+        "sm/launch.ipynb": _notebook(("code", 'instance_type = "ml.trn1.32xlarge"\nest = PyTorch(\n'
+                                              '    entry_point="pretrain.py", source_dir="code", '
+                                              'instance_type=instance_type)\n')),
+        "sm/code/pretrain.py": XLA_TRAIN,
+        "nb/tune.ipynb": _notebook(("markdown", "This tutorial was created on a trn1.32xlarge."),
+                                   ("code", "%%bash\ntorchrun --nproc_per_node=32 \\\n    ../scripts/run_sft.py \\\n"
+                                            "    --epochs 3\n")),
+        "scripts/run_sft.py": XLA_TRAIN,
+        "mnist/train.py": "import torch_xla.core.xla_model as xm\n\n# a NeuronCore on a Trn1 instance\n"
+                          "device = xm.xla_device()\nif __name__ == '__main__':\n    pass\n",
+        "both/compare.ipynb": _notebook(("markdown", "Runs on inf2.xlarge and on trn2.48xlarge."),
+                                        ("code", "!python bench.py\n")),
+        "both/bench.py": XLA_TRAIN,
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    project = Project([str(tmp_path)], targets, Settings())
+    got = {os.path.relpath(p.entry.full, tmp_path): (p.target, [e.what.replace(str(tmp_path) + os.sep, "")
+                                                                for e in p.evidence], bool(p.conflict))
+           for p in project.programs}
+    assert got["sm/code/pretrain.py"] == ("trn1", ["an estimator runs it on `ml.trn1.32xlarge`"], False)
+    assert got["scripts/run_sft.py"] == ("trn1", ["nb/tune.ipynb runs it (names `trn1.32xlarge`)"], False)
+    assert got["mnist/train.py"] == ("trn1", ["names `Trn1`"], False)
+    assert got["both/bench.py"] == (None, [], False)
+
+
 def test_a_trn1_program_is_set_aside_whether_it_trains_or_infers(tmp_path):
     """The native backend runs on Trn2 / Trn3 only: on Trn1 the XLA stack stays, for training as for inference."""
     (tmp_path / "README.md").write_text("Launch on a trn1.32xlarge.\n")

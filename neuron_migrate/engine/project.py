@@ -51,6 +51,9 @@ _NAME_WORDS = {"tpu": TPU, "tpus": TPU, "tpuv2": TPU, "tpuv3": TPU, "tpuv4": TPU
                "trn1": TRN1, "trn1n": TRN1, "trainium1": TRN1, "trn2": NEURON, "trn3": NEURON}
 # an instance type, as a launch script, an estimator or a README writes it
 INSTANCE_TYPE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b")
+# ... or as prose names it: an instance type, or the family alone ("a NeuronCore on Trn1", "Inf2 instances")
+_PROSE_INSTANCE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)(?:\.\d*x?large|\.metal)?\b", re.I)
+_HARDWARE_LETTERS = re.compile(r"inf|trn", re.I)
 _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
 # TPU named as hardware in prose or comments: "TPU v3-8", "a TPU VM", "Cloud TPU", "TPU v5e", "tpu-v4"
 # (case-sensitive: a `tpuv4` preset name in code is not prose)
@@ -195,14 +198,18 @@ class Project:
             _read_code(module, part)
             if "sys.path" in part:
                 module.paths += [p for p in _sys_path_additions(part, module.full) if p not in module.paths]
-            if "entry_point" in part:  # an estimator: its keywords are read from Python's tree
+        if any("entry_point" in part for part in code):  # an estimator: its keywords are read from Python's tree
+            trees = []
+            for part in code:
                 try:
-                    tree = ast.parse(part)
+                    trees.append(ast.parse(part))
                 except (SyntaxError, ValueError, RecursionError, MemoryError):
                     continue
+            names = _string_constants(trees)
+            for tree in trees:
                 for node in ast.walk(tree):
                     if isinstance(node, ast.Call) and node.keywords:
-                        self._estimator(module, node)
+                        self._estimator(module, node, names)
         # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
         joined = "\n".join(code)
         module.sets_environment = _SETS_ENVIRONMENT.search(joined) is not None
@@ -212,17 +219,18 @@ class Project:
         if m:
             module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
         named: dict[str, str] = {}
-        for m in INSTANCE_TYPE.finditer(prose) if ("inf" in prose or "trn" in prose) else ():
+        for m in _PROSE_INSTANCE.finditer(prose) if _HARDWARE_LETTERS.search(prose) else ():
             named.setdefault(_INSTANCE_TARGET[m.group(1).lower()], m.group(0))
-        module.evidence += [Evidence(target, TEXT, shown, f"names the instance type `{kind}`")
-                            for target, kind in named.items()]
+        module.evidence += [Evidence(target, TEXT, shown, f"names `{kind}`") for target, kind in named.items()]
 
     @staticmethod
-    def _estimator(module: Module, node: ast.Call) -> None:
+    def _estimator(module: Module, node: ast.Call, names: dict[str, str]) -> None:
         """A SageMaker estimator (or any call) with `entry_point="x.py"`, and its `instance_type="ml.inf2..."` when it
-        spells one (the program it runs is an entry point either way; the instance is evidence of its target)."""
-        words = {k.arg: k.value.value for k in node.keywords
-                 if k.arg and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
+        spells one, or names a variable the file sets to one once (`instance_type = "ml.trn1.32xlarge"`) (the
+        program it runs is an entry point either way; the instance is evidence of its target)."""
+        words = {k.arg: k.value.value if isinstance(k.value, ast.Constant) else names.get(k.value.id)
+                 for k in node.keywords if k.arg and (isinstance(k.value, ast.Constant) and isinstance(
+                     k.value.value, str) or isinstance(k.value, ast.Name) and k.value.id in names)}
         kind = words.get("instance_type", "")
         entry = words.get("entry_point")
         if entry:
@@ -301,8 +309,10 @@ class Project:
         for module in list(self.modules.values()):
             folder = os.path.dirname(module.full)
             if module.runs:  # what the notebook says of itself, it says of the programs it runs
-                own = [Evidence(e.target, LAUNCH, e.place, f"{module.path} runs it ({e.what})")
-                       for e in [*self._path_evidence(module), *module.evidence] if e.level in (NAME, TEXT)]
+                # only the target its own path or text decides (prose naming several tells none here either)
+                _, told, _ = _decide([e for e in [*self._path_evidence(module), *module.evidence]
+                                      if e.level in (NAME, TEXT)])
+                own = [Evidence(e.target, LAUNCH, e.place, f"{module.path} runs it ({e.what})") for e in told]
                 for program in module.runs:
                     self._launched(folder, program, own, module, module.full)
             for entry, kind in module.estimators:
@@ -517,6 +527,19 @@ class Project:
         return "\n".join(lines)
 
 
+def _string_constants(trees: list[ast.Module]) -> dict[str, str]:
+    """The module-level names a file (a notebook's cells in turn) sets to one string literal, and never to another
+    value."""
+    found: dict[str, str | None] = {}
+    for tree in trees:
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name, value = node.targets[0].id, node.value
+                text = value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+                found[name] = text if found.get(name, text) == text else None
+    return {name: text for name, text in found.items() if text is not None}
+
+
 def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[Evidence]]:
     """The target the strongest level of evidence names; two targets named by a configuration, a path or a launch
     are a conflict (prose or folder files naming several tell none: the next level decides). GPU evidence never
@@ -663,6 +686,10 @@ def _comments(text: str) -> str:
     return "\n".join(out + docstrings[:3])
 
 
+_SHELL_CELLS = frozenset({"%%bash", "%%sh", "%%script"})
+_CONTINUED = re.compile(r"\\\r?\n")  # a shell line continued on the next one
+
+
 def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
     """The code cells (shell and magic lines taken out, the programs they run kept) and the markdown of a notebook."""
     try:
@@ -684,7 +711,12 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
         if cell.get("cell_type") != "code":
             continue
         kept = []
-        for line in source.splitlines():
+        first = source.lstrip().split("\n", 1)[0].split()
+        if first and first[0] in _SHELL_CELLS:  # a `%%bash` cell: its lines are a launch script's
+            module.runs += [p for p in _LAUNCHER.findall(_CONTINUED.sub(" ", source)) if p not in module.runs]
+            code.append("\n" * source.count("\n"))
+            continue
+        for line in _CONTINUED.sub(" ", source).splitlines():  # `!torchrun \` continued on the next lines
             stripped = line.lstrip()
             if stripped.startswith(("!", "%")):
                 m = _RUN_MAGIC.match(stripped)
