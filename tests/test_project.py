@@ -223,6 +223,11 @@ def test_evidence_read_where_the_tutorials_put_it(tmp_path):
         "scripts/run_sft.py": XLA_TRAIN,
         "mnist/train.py": "import torch_xla.core.xla_model as xm\n\n# a NeuronCore on a Trn1 instance\n"
                           "device = xm.xla_device()\nif __name__ == '__main__':\n    pass\n",
+        "clip/CLIPBase.ipynb": _notebook(("markdown", "Tested on trn1 instances."),
+                                         ("code", 'RUN_CMD = f"""{env} torchrun --nproc_per_node={n} \\\n'
+                                                  '    run_clip.py \\\n    --output_dir out"""\n'
+                                                  'subprocess.run(RUN_CMD, shell=True)\nprint("python train.py")\n')),
+        "clip/run_clip.py": XLA_TRAIN,
         "both/compare.ipynb": _notebook(("markdown", "Runs on inf2.xlarge and on trn2.48xlarge."),
                                         ("code", "!python bench.py\n")),
         "both/bench.py": XLA_TRAIN,
@@ -238,6 +243,7 @@ def test_evidence_read_where_the_tutorials_put_it(tmp_path):
     assert got["sm/code/pretrain.py"] == ("trn1", ["an estimator runs it on `ml.trn1.32xlarge`"], False)
     assert got["scripts/run_sft.py"] == ("trn1", ["nb/tune.ipynb runs it (names `trn1.32xlarge`)"], False)
     assert got["mnist/train.py"] == ("trn1", ["names `Trn1`"], False)
+    assert got["clip/run_clip.py"] == ("trn1", ["clip/CLIPBase.ipynb runs it (names `trn1`)"], False)
     assert got["both/bench.py"] == (None, [], False)
 
 

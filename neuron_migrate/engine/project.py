@@ -686,6 +686,8 @@ def _comments(text: str) -> str:
     return "\n".join(out + docstrings[:3])
 
 
+# a string literal of a notebook's code: a command it runs (`subprocess.run(RUN_CMD, shell=True)`, `!{RUN_CMD}`)
+_STRING = re.compile(r"""("{3}|'{3})(.*?)\1|["']([^"'\n]*)["']""", re.S)
 _SHELL_CELLS = frozenset({"%%bash", "%%sh", "%%script"})
 _CONTINUED = re.compile(r"\\\r?\n")  # a shell line continued on the next one
 
@@ -728,6 +730,10 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
                 kept.append(line)
                 if stripped.startswith("#"):
                     prose.append(stripped)
+        if "torchrun" in source or "python" in source:  # `RUN_CMD = f"""torchrun ... run_clip.py"""`, then run
+            for m in _STRING.finditer(source):
+                command = " " + " ".join((m.group(2) or m.group(3) or "").replace("\\\n", " ").split())
+                module.runs += [p for p in _LAUNCHER.findall(command) if p not in module.runs]
         code.append("\n".join(kept))
     return code, "\n".join(prose)
 
