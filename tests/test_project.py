@@ -58,6 +58,10 @@ FINDINGS = {
                       "phase2/pretrain.py": {"NM101", "NM105", "NM106", "NM107", "NM190", "NM210", "NM220"},
                       "phase2/modeling.py": {"NM190", "NM203"},
                       "phase2/requirements.txt": {"NM602", "NM603", "NM604", "NM610"}},
+    # a notebook that activates the XLA stack's DLAMI venv by a `!source` line and in a `%%bash` cell that launches
+    # a moving program (NM616 on each); the native venv's notebook and an Inf2 notebook's venv (set aside) stay
+    "notebook_venv": {"finetune.ipynb": {"NM616"}, "train.py": {"NM101", "NM103", "NM107", "NM190"},
+                      "serve/serve_vit_on_inf2.ipynb": {"NM510", "NM521"}},
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
     # a script run.sh starts (no `__main__` block) imports torch_xla inside `main`: a program that moves, its CUDA
     # calls with it (in the first run, as a second would); its helper's GPU functions serve the GPU trainers

@@ -212,7 +212,9 @@ class Project:
                         self._estimator(module, node, names)
         # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
         joined = "\n".join(code)
-        module.sets_environment = _SETS_ENVIRONMENT.search(joined) is not None
+        # ... or a notebook activates a DLAMI venv (`!source /opt/aws_neuronx_venv_.../bin/activate`, a `%%bash` cell)
+        module.sets_environment = _SETS_ENVIRONMENT.search(joined) is not None or (
+            kind == "notebook" and "aws_neuronx_venv" in text and LEGACY_VENV.search(text) is not None)
         if "PJRT_DEVICE" in joined and PJRT_TPU.search(joined) and not PJRT_NEURON.search(joined):
             module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
         m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
