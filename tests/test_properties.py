@@ -101,7 +101,8 @@ def _wrapped(draw, inner, counter: list[int]) -> list[Line]:
     counter[0] += 1
     header = draw(st.sampled_from(WRAPPERS)).format(n=counter[0])
     body = [x for block in draw(st.lists(inner, min_size=1, max_size=3)) for x in block]
-    lines = [Line(header, False), *_indented(body)]
+    # an `if` whose body is all idioms goes with them when they are all removed (its test reads a name)
+    lines = [Line(header, header.startswith("if ") and all(line.idiom for line in body)), *_indented(body)]
     if header == "try:":
         lines += [Line("except ValueError:", False), Line("    pass", False)]
     return lines

@@ -118,6 +118,7 @@ class Applier:
         self.header = tuple(module.header) if module is not None else ()
         self.visit = visit  # the edited nodes and their ancestors; other subtrees are left as they are
         self._dropped: set[cst.CSTNode] = set()
+        self._emptied: set[cst.CSTNode] = set()  # blocks whose every statement went: `pass` holds their place
 
     def rebuild(self, node: cst.CSTNode):
         """`node` (on a path) with its children on paths rebuilt, then its own edits made. In a list of
@@ -170,6 +171,9 @@ class Applier:
                 if lost:
                     updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lost])
                 updated = _without_stale_comments(original, updated)
+        if isinstance(updated, cst.If) and updated.orelse is None and updated.body in self._emptied \
+                and _pure(updated.test) and not edits.markers.get(original):
+            dropped = True  # `if args.eager: pass` says nothing: the test reads names and computes no call
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         present = {marker_code(c) for c in existing_comments(original, self.header if original is self.first else ())}
@@ -213,10 +217,14 @@ class Applier:
         keep = [u for o, u in zip(original.body, updated.body) if o not in self.edits.remove]
         if len(keep) == len(updated.body):
             return updated
-        if not keep:
+        emptied = not keep
+        if emptied:
             keep = [cst.Pass()]
         keep[-1] = keep[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
-        return updated.with_changes(body=keep)
+        updated = updated.with_changes(body=keep)
+        if emptied:
+            self._emptied.add(updated)
+        return updated
 
     def _made(self, lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
         self.made.update(lines)
@@ -256,6 +264,9 @@ class Applier:
             comments = [line for line in footer if line.comment is not None]
             out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
             footer = [line for line in updated.footer]
+            emptied = self._set_off(updated, out, footer, module)
+            self._emptied.add(emptied)
+            return emptied
         return self._set_off(updated, out, footer, module)
 
     def _set_off(self, updated, body: list, footer: list, module: bool):
@@ -534,13 +545,15 @@ def _one_arm(new: cst.CSTNode) -> cst.CSTNode:
 
 
 def _pure(test: cst.BaseExpression) -> bool:
-    if isinstance(test, (cst.Name, cst.Integer, cst.SimpleString)):
+    """`test` only reads names and attributes and compares or combines them (no call, no subscript): dropping it
+    changes nothing the program does."""
+    if isinstance(test, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
         return True
     if isinstance(test, cst.Attribute):
         return _pure(test.value)
     if isinstance(test, cst.UnaryOperation):
         return _pure(test.expression)
-    if isinstance(test, cst.BooleanOperation):
+    if isinstance(test, (cst.BooleanOperation, cst.BinaryOperation)):
         return _pure(test.left) and _pure(test.right)
     if isinstance(test, cst.Comparison):
         return _pure(test.left) and all(_pure(c.comparator) for c in test.comparisons)

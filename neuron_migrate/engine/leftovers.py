@@ -88,7 +88,9 @@ def report_leftovers(ctx) -> None:
         if qual is None or ctx.facts.paths.kept_detection(node, occ.scope):
             continue  # `xm is not None`, `if xm:`: an availability test, which the import tidy keeps working
         name = dotted_str(node) or qual
-        qual, name = _up_to_dunder(qual, name)
+        whole, (qual, name) = qual, _up_to_dunder(qual, name)
+        if _inner(node, whole.count(".") - qual.count(".")) in ctx.handled:
+            continue  # `__version__` of `__version__.split`: a rule reported it
         hint = MODULE_HINT if isinstance(node, cst.Name) and _is_module(qual) else hint_for(qual)
         if ctx.report(CODE, node, marker=False, name=name, qualname=qual, hint=f"; {hint}" if hint else ""):
             items = by_statement.setdefault(occ.statement, {})
@@ -97,6 +99,15 @@ def report_leftovers(ctx) -> None:
     info = rule(CODE)
     for statement, items in by_statement.items():
         ctx.mark(statement, marker_text(CODE, _marker_what(items), info.link))
+
+
+def _inner(node: cst.CSTNode, levels: int) -> cst.CSTNode:
+    """The chain `levels` attributes shorter than `node` (`a.b` of `a.b.c` at 1)."""
+    for _ in range(levels):
+        if type(node) is not cst.Attribute:
+            break
+        node = node.value
+    return node
 
 
 def _up_to_dunder(qual: str, name: str) -> tuple[str, str]:

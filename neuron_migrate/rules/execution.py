@@ -14,6 +14,9 @@ from neuron_migrate.syntax.parse import expression
 MARK_STEP = frozenset({f"{XM}.mark_step", "torch_xla.sync", "torch_xla.torch_xla.sync"})
 WAIT = frozenset({f"{XM}.wait_device_ops"})
 STEP_CONTEXT = frozenset({"torch_xla.step", "torch_xla.torch_xla.step"})
+EAGER_MODE = frozenset({"torch_xla.experimental.eager_mode", "torch_xla.experimental.eager.eager_mode"})
+EAGER_CONTEXT = frozenset({"torch_xla.experimental.eager_mode_context",
+                           "torch_xla.experimental.eager.eager_mode_context"})
 
 
 def wait_for_device(ctx, node: cst.Call, code: str, **fields) -> None:
@@ -48,6 +51,13 @@ def _in_forward(ctx, scope) -> bool:
                for base in scope.parent.node.bases)
 
 
+def _switch(node: cst.Call) -> bool:
+    """The call's one argument is the literal True or False (eager_mode's `enable`)."""
+    switch = arg(node, 0, "enable")
+    return len(node.args) == 1 and switch is not None and isinstance(switch.value, cst.Name) \
+        and switch.value.value in ("True", "False")
+
+
 class MarkStep(Rule):
     codes = ("NM103", "NM104", "NM109", "NM113")
     triggers = (b"torch_xla",)
@@ -57,6 +67,8 @@ class MarkStep(Rule):
         qual = ctx.qualname(node.func)
         if qual in MARK_STEP:
             self._mark_step(node)
+        elif qual in EAGER_MODE:
+            self._eager_mode(node)
         elif qual in WAIT:
             if node.args:
                 return  # devices=[...]: left to NM199
@@ -103,14 +115,28 @@ class MarkStep(Rule):
             if ctx.report("NM103", node, call=short(node)):
                 ctx.remove(occ.small)
 
+    def _eager_mode(self, node: cst.Call) -> None:
+        """`torch_xla.experimental.eager_mode(True)` (or `False`) as a statement: the native backend has no lazy
+        mode to switch from, each operation runs as it is issued. A computed switch is left to NM199."""
+        ctx = self.ctx
+        occ = ctx.current
+        if _switch(node) and isinstance(occ.small, cst.Expr) and occ.small.value is node \
+                and ctx.report("NM103", node, call=short(node)):
+            ctx.remove(occ.small)
+
     def visit_With(self, node: cst.With) -> None:
         ctx = self.ctx
         if len(node.items) != 1 or node.items[0].asname is not None:
             return
         item = node.items[0].item
-        if not (isinstance(item, cst.Call) and not item.args and ctx.qualname(item.func) in STEP_CONTEXT):
+        if not isinstance(node.body, cst.IndentedBlock) or node.asynchronous is not None \
+                or not isinstance(item, cst.Call):
             return
-        if not isinstance(node.body, cst.IndentedBlock) or node.asynchronous is not None:
+        if ctx.qualname(item.func) in EAGER_CONTEXT and _switch(item):
+            if ctx.report("NM103", item, call=short(item)):
+                ctx.unwrap(node)
+            return
+        if item.args or ctx.qualname(item.func) not in STEP_CONTEXT:
             return
         if ctx.report("NM109", item, statement=node, text=f"with {short(item)}:"):
             ctx.unwrap(node)

@@ -28,6 +28,27 @@ ROWS = renames()
 _IMPORTS = (cst.Import, cst.ImportFrom)
 
 
+RELEASE_METHODS = frozenset({"split", "rsplit", "partition", "startswith"})
+RELEASE_PARSERS = frozenset({"parse", "Version", "LooseVersion", "StrictVersion", "parse_version"})
+
+
+def _read_as_release(ctx, node: cst.CSTNode) -> bool:
+    """A version string read for the release it names: split, compared or parsed (`__version__.split(".")`,
+    `__version__ >= "2.1"`, `version.parse(__version__)`), not shown or stored."""
+    parents = ctx.analysis.parents
+    parent = parents.get(node)
+    if type(parent) is cst.Attribute:
+        return parent.value is node and parent.attr.value in RELEASE_METHODS
+    if type(parent) in (cst.Comparison, cst.ComparisonTarget):
+        return True
+    call = parents.get(parent) if type(parent) is cst.Arg else None
+    if type(call) is cst.Call:
+        func = call.func
+        name = func.attr.value if type(func) is cst.Attribute else getattr(func, "value", None)
+        return name in RELEASE_PARSERS
+    return False
+
+
 class Renamed(Rule):
     """Every code with catalogue rename rows (see `neuron_migrate.catalogue.Rename`)."""
 
@@ -86,14 +107,16 @@ class Renamed(Rule):
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx
         occ = ctx.current
-        if type(occ.parent) is cst.Attribute and occ.parent.value is node:
-            return  # only the whole chain
+        if type(occ.parent) is cst.Attribute and occ.parent.value is node and ctx.qualname(occ.parent) in ROWS:
+            return  # the whole chain is a legacy name: renamed as one (`__version__.split` renames `__version__`)
         if type(occ.small) in _IMPORTS:  # exact types: isinstance on LibCST's ABCs is slow
             return
         found = ROWS.get(ctx.qualname(node))
         if found is None:
             return
         rule, row = found
+        if row.neuron.endswith(".__version__") and not _read_as_release(ctx, node):
+            return  # shown or stored as torch_xla's own version (a docs page, a log line): NM199 marks it
         style = portable(ctx)
         if self._patches_itself(row, node):
             # `torch.utils.checkpoint.checkpoint = xla_checkpoint.checkpoint`: a monkeypatch of the PyTorch name
