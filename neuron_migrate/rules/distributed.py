@@ -381,11 +381,12 @@ class Spawn(Rule):
 
     def _makes_process_group(self, fn: cst.Name) -> str | None:
         """Whether the spawned function, or a function of this file it calls, calls `init_process_group`: "xla"
-        (the group NM201 rewrites, binding the device there), "other", or None."""
+        (the group NM201 rewrites, binding the device there), "other", or None. A class of the file that it
+        builds counts with its `__init__`, and a method with the methods it calls on `self`."""
         module = self.ctx.analysis.module_scope
-        todo, seen = list(self._defs(fn.value, self.ctx.scope)), set()
+        todo, seen = [(f, None) for f in self._defs(fn.value, self.ctx.scope)], set()
         while todo:
-            function = todo.pop()
+            function, owner = todo.pop()
             if id(function) in seen:
                 continue
             seen.add(id(function))
@@ -395,8 +396,24 @@ class Spawn(Rule):
                     backend = arg(call, 0, "backend")
                     return "xla" if backend is not None and string_value(backend.value) == "xla" else "other"
                 if len(parts) == 1:
-                    todo.extend(self._defs(parts[0], module))
+                    todo.extend((f, None) for f in self._defs(parts[0], module))
+                    for cls in self._classes(parts[0]):
+                        todo.extend((f, cls) for f in _methods(cls, "__init__"))
+                elif len(parts) == 2 and parts[0] == "self" and owner is not None:
+                    todo.extend((f, owner) for f in _methods(owner, parts[1]))
         return None
+
+    def _classes(self, name: str) -> list[cst.ClassDef]:
+        owner = self.ctx.analysis.lookup(name, self.ctx.analysis.module_scope)
+        if owner is None or not all(b.kind == "class" for b in owner.bindings[name]):
+            return []
+        return [b.node for b in owner.bindings[name] if isinstance(b.node, cst.ClassDef)]
+
+
+def _methods(cls: cst.ClassDef, name: str) -> list[cst.FunctionDef]:
+    """The methods `name` defined in the class's own body."""
+    body = cls.body.body if isinstance(cls.body, cst.IndentedBlock) else ()
+    return [s for s in body if type(s) is cst.FunctionDef and s.name.value == name]
 
 
 def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:

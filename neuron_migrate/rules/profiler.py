@@ -1,0 +1,80 @@
+"""NM251: torch_xla's profiler annotations become torch.profiler's; its profiling server goes where nothing
+else reads it."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from neuron_migrate.rules import Rule, names_pattern
+from neuron_migrate.rules.patterns import arg, code, short
+from neuron_migrate.rules.rewrites import only_args
+from neuron_migrate.syntax.parse import expression
+
+PROFILER = "torch_xla.debug.profiler"
+TRACE = frozenset({f"{PROFILER}.Trace"})
+STEP_TRACE = frozenset({f"{PROFILER}.StepTrace"})
+SERVER = frozenset({f"{PROFILER}.start_server"})
+
+
+class Profiler(Rule):
+    """`with xp.Trace(name):` / `with xp.StepTrace(name, step_num=...):` name a span of the profile:
+    `torch.profiler.record_function(name)` does (StepTrace also ran the step's graph on exit, which the eager
+    backend does not need). `server = xp.start_server(port)` served the XLA profiler to TensorBoard's capture:
+    torch.profiler records in the process, so the statement goes where nothing reads the server."""
+
+    codes = ("NM251",)
+    triggers = (b"profiler",)
+    pattern = names_pattern({"Trace", "StepTrace", "start_server"})
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual in TRACE or qual in STEP_TRACE:
+            self._span(node, qual in STEP_TRACE)
+        elif qual in SERVER:
+            self._server(node)
+
+    def _span(self, node: cst.Call, step: bool) -> None:
+        ctx = self.ctx
+        occ = ctx.current
+        name = arg(node, 0, "name")
+        extra = (arg(node, 1, "step_num"),) if step else ()
+        if name is None or not only_args(node, name, *extra):
+            return  # annotations passed as keywords: by hand (NM199)
+        if type(occ.parent) is not cst.WithItem or occ.parent.item is not node:
+            return  # a trace object kept or entered by hand
+        recorder = f"{ctx.module_ref('torch.profiler')}.record_function"
+
+        def build(call: cst.Call) -> cst.BaseExpression:
+            return expression(f"{recorder}({code(arg(call, 0, 'name').value)})")
+
+        if ctx.report("NM251", node, call=short(node), fixed=short(build(node))):
+            ctx.replace(node, build)
+
+    def _server(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        occ = ctx.current
+        small = occ.small
+        if type(small) is cst.Expr and small.value is node:
+            pass
+        elif type(small) is cst.Assign and small.value is node and len(small.targets) == 1 \
+                and type(small.targets[0].target) is cst.Name:
+            if self._read_elsewhere(small.targets[0].target.value, occ.scope):
+                return  # the server is passed on or stopped: by hand (NM199)
+        else:
+            return
+        if ctx.report("NM251", node, call=short(node), fixed="nothing: torch.profiler records in the process"):
+            ctx.remove(small)
+
+    def _read_elsewhere(self, name: str, scope) -> bool:
+        """`name` is read anywhere it resolves to the binding in `scope` (the assignment itself aside)."""
+        analysis = self.ctx.analysis
+        owner = analysis.lookup(name, scope)
+        for occ in analysis.occurrences:
+            node = occ.node
+            if type(node) is cst.Name and node.value == name and analysis.lookup(name, occ.scope) is owner:
+                parent = occ.parent
+                if type(parent) is cst.AssignTarget and parent.target is node:
+                    continue
+                return True
+        return False
