@@ -232,6 +232,10 @@ def test_evidence_read_where_the_tutorials_put_it(tmp_path):
                                                   '    run_clip.py \\\n    --output_dir out"""\n'
                                                   'subprocess.run(RUN_CMD, shell=True)\nprint("python train.py")\n')),
         "clip/run_clip.py": XLA_TRAIN,
+        "succ/tune.ipynb": _notebook(("markdown", "Trainium is the successor of [Inferentia](https://aws.amazon.com/"
+                                                  "ec2/instance-types/inf1/). We use a trn1.32xlarge."),
+                                     ("code", "!torchrun --nproc_per_node=32 ../scripts/sft.py\n")),
+        "scripts/sft.py": XLA_TRAIN,
         "both/compare.ipynb": _notebook(("markdown", "Runs on inf2.xlarge and on trn2.48xlarge."),
                                         ("code", "!python bench.py\n")),
         "both/bench.py": XLA_TRAIN,
@@ -248,6 +252,7 @@ def test_evidence_read_where_the_tutorials_put_it(tmp_path):
     assert got["scripts/run_sft.py"] == ("trn1", ["nb/tune.ipynb runs it (names `trn1.32xlarge`)"], False)
     assert got["mnist/train.py"] == ("trn1", ["names `Trn1`"], False)
     assert got["clip/run_clip.py"] == ("trn1", ["clip/CLIPBase.ipynb runs it (names `trn1`)"], False)
+    assert got["scripts/sft.py"] == ("trn1", ["succ/tune.ipynb runs it (names `trn1.32xlarge`)"], False)
     assert got["both/bench.py"] == (None, [], False)
 
 

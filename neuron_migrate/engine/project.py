@@ -546,11 +546,16 @@ def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[
     """The target the strongest level of evidence names; two targets named by a configuration, a path or a launch
     are a conflict (prose or folder files naming several tell none: the next level decides). GPU evidence never
     decides against Neuron's: a GPU project that names Trn1 in its docs has no legacy code to move. A torch-neuronx
-    install names no instance: beside an Inf2 or Trn1 one, it is that instance's XLA stack."""
+    install names no instance: beside an Inf2 or Trn1 one, it is that instance's XLA stack; prose naming Inf1 beside
+    a newer instance speaks of the older product."""
     for level in range(FOLDER + 1):
         here = [e for e in evidence if e.level == level and e.target != GPU]
         if any(e.target in (INF2, TRN1) for e in here):  # a torch-neuronx install beside an Inf2 / Trn1 instance
             here = [e for e in here if not e.package]
+        if level == TEXT and any(e.target in (INF2, TRN1, NEURON) for e in here):
+            # prose that names Inf1 beside a newer instance tells its history ("Trainium, the successor of
+            # Inferentia (inf1)"): Inf1 is another product (torch-neuron), not where this code runs
+            here = [e for e in here if e.target != INF1]
         if not here:
             continue
         targets = {e.target for e in here}
