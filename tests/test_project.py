@@ -279,6 +279,17 @@ def test_a_trn1_program_is_set_aside_whether_it_trains_or_infers(tmp_path):
     assert project.of(str(tmp_path / "pretrained_train.py"), "python").target is None
 
 
+def test_a_program_set_aside_without_xla_imports_is_told_when_it_would_change(tmp_path):
+    """An Inf2 notebook with nothing to migrate is held silently; one that installs optimum-neuron (which the
+    rewrite would otherwise pin) gets its NM521, and nothing is written either way."""
+    (tmp_path / "quiet_on_inf2.ipynb").write_text(_notebook(("code", "import torch\nprint(torch.ones(2))\n")))
+    (tmp_path / "tune_on_inf2.ipynb").write_text(_notebook(("code", "%pip install optimum-neuron==0.0.24\n"),
+                                                          ("code", "import torch\nprint(torch.ones(2))\n")))
+    result = run([str(tmp_path)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
+    assert not result.changed
+    assert {(os.path.basename(f.path), f.code) for f in result.findings} == {("tune_on_inf2.ipynb", "NM521")}
+
+
 @pytest.mark.parametrize("files, target, conflict", [
     # a Trn2 project whose README compares with Trn1 prices: the launch script's instance decides
     ({"README.md": "About 30% cheaper than on trn1.32xlarge.\n", "run.sh": "python train.py --instance trn2\n"},

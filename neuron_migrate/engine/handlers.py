@@ -147,7 +147,9 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
         cell = first_python_cell(path, data)
     suppressions = line_suppressions(cell.text if cell is not None else text, "python") \
         if kind == "python" or cell is not None else None
-    told = project.legacy  # a file without legacy code is held silently: nothing of it would change
+    # a file without legacy code is held silently where nothing of it would change; a program's entry that would
+    # otherwise be migrated for other legacy code (an optimum-neuron install, XLA variables) is told it is held
+    told = project.legacy or (code == SET_ASIDE_CODE and project.entry and _would_change(path, data, kind, settings))
     decision = policy.decide(code, 1 if suppressions is not None else None, suppressions, fields) if told else None
     if decision is not None:
         line, col = cell.position(1, 1) if cell is not None else (1, 1)
@@ -159,6 +161,18 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
             combined.applied[code] = 1
     combined.findings.sort(key=lambda f: f.sort_key())
     return combined
+
+
+def _would_change(path: str, data: bytes, kind: str, settings: Settings) -> bool:
+    """Whether the file, were it not held, would report more than its platform's notes."""
+    from dataclasses import replace
+
+    plain = replace(settings, project=None)
+    for handler in handlers_for(kind):
+        result = handler(path, data, plain, False)
+        if any(f.code not in SET_ASIDE_NOTES and f.code != "NM900" for f in result.findings):
+            return True
+    return False
 
 
 def _header_end(text: str) -> int:
