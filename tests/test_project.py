@@ -236,6 +236,8 @@ def test_evidence_read_where_the_tutorials_put_it(tmp_path):
                                                   "ec2/instance-types/inf1/). We use a trn1.32xlarge."),
                                      ("code", "!torchrun --nproc_per_node=32 ../scripts/sft.py\n")),
         "scripts/sft.py": XLA_TRAIN,
+        "chess/Trainium2_Deploy.ipynb": _notebook(("markdown", "You should see 2 cores on a trn1.2xlarge."),
+                                                  ("code", "import torch_neuronx\n")),
         "both/compare.ipynb": _notebook(("markdown", "Runs on inf2.xlarge and on trn2.48xlarge."),
                                         ("code", "!python bench.py\n")),
         "both/bench.py": XLA_TRAIN,
@@ -254,6 +256,7 @@ def test_evidence_read_where_the_tutorials_put_it(tmp_path):
     assert got["clip/run_clip.py"] == ("trn1", ["clip/CLIPBase.ipynb runs it (names `trn1`)"], False)
     assert got["scripts/sft.py"] == ("trn1", ["succ/tune.ipynb runs it (names `trn1.32xlarge`)"], False)
     assert got["both/bench.py"] == (None, [], False)
+    assert got["chess/Trainium2_Deploy.ipynb"] == ("neuron", ["its path says `Trainium2`"], False)
 
 
 def test_a_trn1_program_is_set_aside_whether_it_trains_or_infers(tmp_path):

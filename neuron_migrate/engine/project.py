@@ -48,7 +48,8 @@ LEVELS = ("config", "path", "text", "launch", "folder")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _NAME_WORDS = {"tpu": TPU, "tpus": TPU, "tpuv2": TPU, "tpuv3": TPU, "tpuv4": TPU, "tpuv5": TPU, "tpuv5e": TPU,
                "tpuv5p": TPU, "tpuv6e": TPU, "inf1": INF1, "inf2": INF2, "inferentia2": INF2, "inferentia1": INF1,
-               "trn1": TRN1, "trn1n": TRN1, "trainium1": TRN1, "trn2": NEURON, "trn3": NEURON}
+               "trn1": TRN1, "trn1n": TRN1, "trainium1": TRN1, "trn2": NEURON, "trn3": NEURON, "trainium2": NEURON,
+               "trainium3": NEURON}
 # an instance type, as a launch script, an estimator or a README writes it
 INSTANCE_TYPE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b")
 # ... or as prose names it: an instance type, or the family alone ("a NeuronCore on Trn1", "Inf2 instances")
