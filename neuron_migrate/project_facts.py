@@ -30,7 +30,9 @@ class FileProject:
     imported_by: str | None = None  # another module of the project that imports this one (as shown)
     modules: tuple[str, ...] = ()  # the project's own modules this file imports (dotted, as imported)
     neuron_project: str | None = None  # where the project installs Neuron's packages ("requirements.txt: ...")
-    legacy: bool = False  # the file imports torch_xla or torch_neuronx (it is told why it is left alone)
+    # the file is told why it is left alone: it has legacy code and conflicting evidence (NM522), or it is the entry
+    # of a program set aside that has legacy code (NM521, once per program)
+    legacy: bool = False
     entry: bool = False  # a program's entry point: a `__main__` block, a notebook, run by a launch script or estimator
     # a program moving to neuron whose launch environment this file sets up (a DLAMI venv a launch script
     # activates, an estimator's container): the programs it launches, else those of its project root (named from

@@ -29,7 +29,8 @@ UPDATE = os.environ.get("NEURON_MIGRATE_UPDATE_SNAPSHOTS") == "1"
 FINDINGS = {
     "tpu_only": {"flowers_tpu_kaggle.ipynb": {"NM521"}, "train_spawn.py": {"NM521"},
                  "outputs/train_outputs.py": {"NM101", "NM103", "NM107", "NM190"}},
-    "inf2_project": {"hf_vit_inference_on_inf2.ipynb": {"NM521"}, "compile.py": {"NM510", "NM521"}},
+    # one NM521 per program, at its entry: the notebook (compile.py, the helper it imports, keeps its NM510 note)
+    "inf2_project": {"hf_vit_inference_on_inf2.ipynb": {"NM521"}, "compile.py": {"NM510"}},
     "gpu_names_trn1": {},
     "neuron_accelerate": {"default_config.yaml": {"NM511"},
                           "requirements.txt": {"NM602", "NM603", "NM604"}},
@@ -50,6 +51,17 @@ FINDINGS = {
                       "trainer/devices.py": {"NM101", "NM117", "NM190"},
                       "scripts/evaluate.py": {"NM103", "NM117", "NM190"},
                       "common/placement.py": {"NM101", "NM117", "NM190"}},
+    # a Trn1 training job (its README names the instance) is set aside with its helper, requirements and launch
+    # script, one NM521 at its entry; the same job launched on a trn2.48xlarge, whose README compares with Trn1
+    # prices, moves with its requirements
+    "trn1_training": {"phase1/pretrain.py": {"NM521"},
+                      "phase2/pretrain.py": {"NM101", "NM105", "NM106", "NM107", "NM190", "NM210", "NM220"},
+                      "phase2/modeling.py": {"NM190", "NM203"},
+                      "phase2/requirements.txt": {"NM602", "NM603", "NM604", "NM610"}},
+    # a notebook that activates the XLA stack's DLAMI venv by a `!source` line and in a `%%bash` cell that launches
+    # a moving program (NM616 on each); the native venv's notebook and an Inf2 notebook's venv (set aside) stay
+    "notebook_venv": {"finetune.ipynb": {"NM616"}, "train.py": {"NM101", "NM103", "NM107", "NM190"},
+                      "serve/serve_vit_on_inf2.ipynb": {"NM510", "NM521"}},
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
     # a script run.sh starts (no `__main__` block) imports torch_xla inside `main`: a program that moves, its CUDA
     # calls with it (in the first run, as a second would); its helper's GPU functions serve the GPU trainers
@@ -106,8 +118,10 @@ def test_check_reports_the_codes_of_each_file(case, tmp_path):
 def test_nm521_names_the_target_and_where_it_was_read(tmp_path):
     work = copy_case(FIXTURES / "projects" / "inf2_project", tmp_path)
     result = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
-    note = next(f for f in result.findings if f.code == "NM521" and f.path.endswith("compile.py"))
+    note = next(f for f in result.findings if f.code == "NM521")
+    assert note.path.endswith("hf_vit_inference_on_inf2.ipynb")
     assert "Inferentia 2 (Inf2)" in note.message and "hf_vit_inference_on_inf2.ipynb: its path says `inf2`" in note.message
+    assert "keep it on the XLA stack of Neuron 2.33 or earlier" in note.message and "move the job to Trn2" in note.message
 
 
 def test_nm522_marker_names_both_programs_and_is_placed_once(tmp_path):
@@ -143,12 +157,12 @@ def test_the_cache_key_holds_the_project_facts(tmp_path, monkeypatch):
     monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "cache"))
     work = copy_case(FIXTURES / "projects" / "inf2_project", tmp_path)
     first = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1, use_cache=True)
-    assert "NM521" in {f.code for f in first.findings if f.path.endswith("compile.py")}
+    assert {f.code for f in first.findings if f.path.endswith("compile.py")} == {"NM510"}
     os.rename(work / "hf_vit_inference_on_inf2.ipynb", work / "hf_vit_inference.ipynb")
     (work / "README.md").write_text("# ViT\n")
     second = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1, use_cache=True)
     codes = {f.code for f in second.findings if f.path.endswith("compile.py")}
-    assert "NM521" not in codes and "NM501" in codes or "NM502" in codes
+    assert "NM510" not in codes and codes & {"NM501", "NM502"}
 
 
 def test_show_project_prints_programs_files_and_evidence(tmp_path):
@@ -190,18 +204,118 @@ def test_evidence_places(tmp_path):
     assert got["readme/main.py"] == ("tpu", ["names `TPU v4`"])
 
 
-def test_a_trn1_training_program_moves_and_a_trn1_inference_one_is_set_aside(tmp_path):
+TRN1_TRAIN = ("import torch_xla.core.xla_model as xm\n\nif __name__ == '__main__':\n"
+              "    loss = xm.xla_device()\n    loss.backward()\n")
+
+
+def _notebook(*cells) -> str:
+    return json.dumps({"cells": [{"cell_type": kind, "source": text} for kind, text in cells], "metadata": {},
+                       "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_evidence_read_where_the_tutorials_put_it(tmp_path):
+    """An estimator's instance in a variable, a `%%bash` cell's continued launch line, the family named in a
+    comment; and a notebook whose prose names several targets passes none to what it runs (no conflict)."""
+    files = {
+        "sm/launch.ipynb": _notebook(("code", 'instance_type = "ml.trn1.32xlarge"\nest = PyTorch(\n'
+                                              '    entry_point="pretrain.py", source_dir="code", '
+                                              'instance_type=instance_type)\n')),
+        "sm/code/pretrain.py": XLA_TRAIN,
+        "nb/tune.ipynb": _notebook(("markdown", "This tutorial was created on a trn1.32xlarge."),
+                                   ("code", "%%bash\ntorchrun --nproc_per_node=32 \\\n    ../scripts/run_sft.py \\\n"
+                                            "    --epochs 3\n")),
+        "scripts/run_sft.py": XLA_TRAIN,
+        "mnist/train.py": "import torch_xla.core.xla_model as xm\n\n# a NeuronCore on a Trn1 instance\n"
+                          "device = xm.xla_device()\nif __name__ == '__main__':\n    pass\n",
+        "clip/CLIPBase.ipynb": _notebook(("markdown", "Tested on trn1 instances."),
+                                         ("code", 'RUN_CMD = f"""{env} torchrun --nproc_per_node={n} \\\n'
+                                                  '    run_clip.py \\\n    --output_dir out"""\n'
+                                                  'subprocess.run(RUN_CMD, shell=True)\nprint("python train.py")\n')),
+        "clip/run_clip.py": XLA_TRAIN,
+        "succ/tune.ipynb": _notebook(("markdown", "Trainium is the successor of [Inferentia](https://aws.amazon.com/"
+                                                  "ec2/instance-types/inf1/). We use a trn1.32xlarge."),
+                                     ("code", "!torchrun --nproc_per_node=32 ../scripts/sft.py\n")),
+        "scripts/sft.py": XLA_TRAIN,
+        "chess/Trainium2_Deploy.ipynb": _notebook(("markdown", "You should see 2 cores on a trn1.2xlarge."),
+                                                  ("code", "import torch_neuronx\n")),
+        "both/compare.ipynb": _notebook(("markdown", "Runs on inf2.xlarge and on trn2.48xlarge."),
+                                        ("code", "!python bench.py\n")),
+        "both/bench.py": XLA_TRAIN,
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    project = Project([str(tmp_path)], targets, Settings())
+    got = {os.path.relpath(p.entry.full, tmp_path): (p.target, [e.what.replace(str(tmp_path) + os.sep, "")
+                                                                for e in p.evidence], bool(p.conflict))
+           for p in project.programs}
+    assert got["sm/code/pretrain.py"] == ("trn1", ["an estimator runs it on `ml.trn1.32xlarge`"], False)
+    assert got["scripts/run_sft.py"] == ("trn1", ["nb/tune.ipynb runs it (names `trn1.32xlarge`)"], False)
+    assert got["mnist/train.py"] == ("trn1", ["names `Trn1`"], False)
+    assert got["clip/run_clip.py"] == ("trn1", ["clip/CLIPBase.ipynb runs it (names `trn1`)"], False)
+    assert got["scripts/sft.py"] == ("trn1", ["succ/tune.ipynb runs it (names `trn1.32xlarge`)"], False)
+    assert got["both/bench.py"] == (None, [], False)
+    assert got["chess/Trainium2_Deploy.ipynb"] == ("neuron", ["its path says `Trainium2`"], False)
+
+
+def test_a_trn1_program_is_set_aside_whether_it_trains_or_infers(tmp_path):
+    """The native backend runs on Trn2 / Trn3 only: on Trn1 the XLA stack stays, for training as for inference."""
     (tmp_path / "README.md").write_text("Launch on a trn1.32xlarge.\n")
-    (tmp_path / "train.py").write_text("import torch_xla.core.xla_model as xm\n\nif __name__ == '__main__':\n"
-                                       "    loss = xm.xla_device()\n    loss.backward()\n")
+    (tmp_path / "requirements.txt").write_text("torch-neuronx==2.1.2.*\n")  # Trn1's XLA stack: no Trn2 evidence
+    (tmp_path / "pretrained_train.py").write_text(TRN1_TRAIN)
     (tmp_path / "infer.py").write_text("import torch_neuronx\n\nif __name__ == '__main__':\n"
                                        "    traced = torch_neuronx.trace(model, example)\n")
-    (tmp_path / "setup_env.py").write_text("import torch_neuronx\n\nif __name__ == '__main__':\n    pass\n")
     targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
     project = Project([str(tmp_path)], targets, Settings(unsafe_fixes=True))
-    assert project.of(str(tmp_path / "train.py"), "python").target is None
-    assert project.of(str(tmp_path / "infer.py"), "python").target == "trn1"
-    assert project.of(str(tmp_path / "setup_env.py"), "python").target is None  # neither training nor inference
+    for name in ("pretrained_train.py", "infer.py"):
+        facts = project.of(str(tmp_path / name), "python")
+        assert facts.target == "trn1" and [e.split(os.sep)[-1] for e in facts.evidence] == [
+            "README.md: names `trn1.32xlarge`"]
+    result = run([str(tmp_path)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
+    assert not result.changed
+    notes = {os.path.basename(f.path): f.message for f in result.findings if f.code == "NM521"}
+    assert sorted(notes) == ["infer.py", "pretrained_train.py"]
+    assert "Trainium 1 (Trn1)" in notes["pretrained_train.py"] and "README.md: names `trn1.32xlarge`" in notes["infer.py"]
+    # the user says the job goes to Trn2: both move
+    project = Project([str(tmp_path)], targets, Settings(unsafe_fixes=True, instance="trn2"))
+    assert project.of(str(tmp_path / "pretrained_train.py"), "python").target is None
+
+
+def test_a_program_set_aside_without_xla_imports_is_told_when_it_would_change(tmp_path):
+    """An Inf2 notebook with nothing to migrate is held silently; one that installs optimum-neuron (which the
+    rewrite would otherwise pin) gets its NM521, and nothing is written either way."""
+    (tmp_path / "quiet_on_inf2.ipynb").write_text(_notebook(("code", "import torch\nprint(torch.ones(2))\n")))
+    (tmp_path / "tune_on_inf2.ipynb").write_text(_notebook(("code", "%pip install optimum-neuron==0.0.24\n"),
+                                                          ("code", "import torch\nprint(torch.ones(2))\n")))
+    result = run([str(tmp_path)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
+    assert not result.changed
+    assert {(os.path.basename(f.path), f.code) for f in result.findings} == {("tune_on_inf2.ipynb", "NM521")}
+
+
+@pytest.mark.parametrize("files, target, conflict", [
+    # a Trn2 project whose README compares with Trn1 prices: the launch script's instance decides
+    ({"README.md": "About 30% cheaper than on trn1.32xlarge.\n", "run.sh": "python train.py --instance trn2\n"},
+     None, False),
+    # the README alone names Trn1 and the project installs torch-neuronx: Trn1's XLA stack
+    ({"README.md": "Tested on trn1.2xlarge.\n", "requirements.txt": "torch-neuronx\n"}, "trn1", False),
+    # a README that names Trn1 and Trn2 tells none
+    ({"README.md": "Runs on trn1.32xlarge and trn2.48xlarge.\n"}, None, False),
+    # two launch scripts start the program on Trn1 and on Trn2: not guessed
+    ({"run_trn1.sh": "python train.py --instance trn1\n", "run_trn2.sh": "python train.py --instance trn2\n"},
+     None, True),
+], ids=["trn2 project naming trn1 prices", "trn1 readme", "readme names both", "two launches"])
+def test_trn1_evidence_beside_trn2_evidence(tmp_path, files, target, conflict):
+    (tmp_path / "train.py").write_text(TRN1_TRAIN)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    facts = Project([str(tmp_path)], targets, Settings()).of(str(tmp_path / "train.py"), "python")
+    assert (facts.target if facts else None) == target
+    assert bool(facts and facts.conflict) is conflict
+    codes = _codes(tmp_path)["train.py"]
+    assert ("NM101" in codes) is (target is None and not conflict)
+    assert ("NM522" in codes) is conflict and ("NM521" in codes) is (target is not None)
 
 
 def test_the_model_reads_json_of_a_broken_notebook_and_bad_python_without_failing(tmp_path):
@@ -266,7 +380,9 @@ def test_a_legacy_dlami_venv_is_reported_for_a_program_that_moves(tmp_path, file
 
 
 @pytest.mark.parametrize("call, reported", [
-    ('PyTorch(entry_point="train.py", framework_version="2.1.2", instance_type="ml.trn1.32xlarge")', "2.1.2"),
+    ('PyTorch(entry_point="train.py", framework_version="2.1.2", instance_type="ml.trn2.48xlarge")', "2.1.2"),
+    # on Trn1 the program is set aside (NM521): its container is the XLA stack it keeps
+    ('PyTorch(entry_point="train.py", framework_version="2.1.2", instance_type="ml.trn1.32xlarge")', None),
     ('HuggingFace(entry_point="train.py", pytorch_version="1.13.1", transformers_version="4.36")', "1.13.1"),
     ('PyTorch(entry_point="train.py", image_uri="763104351884.dkr.ecr.us-west-2.amazonaws.com/'
      'pytorch-training-neuronx:2.1.2-neuronx-py310-sdk2.20.2-ubuntu20.04", instance_type="ml.trn2.48xlarge")',
@@ -274,7 +390,7 @@ def test_a_legacy_dlami_venv_is_reported_for_a_program_that_moves(tmp_path, file
     ('PyTorch(entry_point="train.py", framework_version="2.14.0", instance_type="ml.trn2.48xlarge")', None),
     ('PyTorch(entry_point="train.py", framework_version="1.13.1", instance_type="ml.g5.2xlarge")', None),
     ('Other(entry_point="train.py", framework_version="1.13.1")', None),  # not SageMaker's
-], ids=["trn1 framework_version", "hf pytorch_version", "legacy image_uri", "native version", "gpu", "not sagemaker"])
+], ids=["trn2 framework_version", "trn1 program set aside", "hf pytorch_version", "legacy image_uri", "native version", "gpu", "not sagemaker"])
 def test_a_sagemaker_estimator_of_a_moving_program_names_its_container(tmp_path, call, reported):
     (tmp_path / "train.py").write_text(XLA_TRAIN)
     (tmp_path / "launch.py").write_text("from sagemaker.huggingface import HuggingFace\nfrom sagemaker.pytorch import "

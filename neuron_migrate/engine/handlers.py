@@ -72,7 +72,7 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
     if not handlers:
         return None
     project = settings.project
-    if project is not None and kind in PROGRAM_KINDS and (project.set_aside or project.conflict):
+    if project is not None and (kind in PROGRAM_KINDS and project.conflict or project.set_aside):
         return _held(path, data, kind, settings, rewrite, project)
     combined = FileResult(path, old_bytes=data)
     current = data
@@ -108,6 +108,10 @@ SET_ASIDE_CODE, CONFLICT_CODE = "NM521", "NM522"
 # what a file set aside for another platform still reports: the maintained XLA inference path (NM510), Inf1 code
 # (NM513), trn1 instance types (NM520)
 SET_ASIDE_NOTES = ("NM510", "NM513", "NM520")
+# what a program set aside keeps (NM521 says it before naming the way to move it)
+STAYS = {"tpu": "it stays on torch_xla for TPU", "inf1": "it stays on torch-neuron for Inf1",
+         "inf2": "keep it on the XLA stack of Neuron 2.33 or earlier (in maintenance on Inf2 and Trn1)",
+         "trn1": "keep it on the XLA stack of Neuron 2.33 or earlier (in maintenance on Inf2 and Trn1)"}
 
 
 def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, project) -> FileResult:
@@ -124,7 +128,8 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
         code, fields = CONFLICT_CODE, {"evidence": "; ".join(project.conflict)}
         notes: tuple[str, ...] = ()
     else:
-        code, fields = SET_ASIDE_CODE, {"target": NAMES[project.target], "evidence": "; ".join(project.evidence[:2])}
+        code, fields = SET_ASIDE_CODE, {"target": NAMES[project.target], "evidence": "; ".join(project.evidence[:2]),
+                                        "stay": STAYS[project.target]}
         notes = tuple(c for c in SET_ASIDE_NOTES if policy.enabled(c))
     combined = FileResult(path, old_bytes=data)
     if notes:
@@ -142,7 +147,9 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
         cell = first_python_cell(path, data)
     suppressions = line_suppressions(cell.text if cell is not None else text, "python") \
         if kind == "python" or cell is not None else None
-    told = project.legacy  # a file without legacy code is held silently: nothing of it would change
+    # a file without legacy code is held silently where nothing of it would change; a program's entry that would
+    # otherwise be migrated for other legacy code (an optimum-neuron install, XLA variables) is told it is held
+    told = project.legacy or (code == SET_ASIDE_CODE and project.entry and _would_change(path, data, kind, settings))
     decision = policy.decide(code, 1 if suppressions is not None else None, suppressions, fields) if told else None
     if decision is not None:
         line, col = cell.position(1, 1) if cell is not None else (1, 1)
@@ -154,6 +161,18 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
             combined.applied[code] = 1
     combined.findings.sort(key=lambda f: f.sort_key())
     return combined
+
+
+def _would_change(path: str, data: bytes, kind: str, settings: Settings) -> bool:
+    """Whether the file, were it not held, would report more than its platform's notes."""
+    from dataclasses import replace
+
+    plain = replace(settings, project=None)
+    for handler in handlers_for(kind):
+        result = handler(path, data, plain, False)
+        if any(f.code not in SET_ASIDE_NOTES and f.code != "NM900" for f in result.findings):
+            return True
+    return False
 
 
 def _header_end(text: str) -> int:

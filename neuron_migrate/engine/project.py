@@ -38,6 +38,8 @@ from neuron_migrate.engine.inputs import head, readme
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
+# the files that install a program's packages or set up its environment: held with the programs they serve
+INSTALL_KINDS = frozenset({"requirements", "pyproject", "setup-cfg", "conda-env", "dockerfile", "shell"})
 ROOT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
 LEGACY_ROOTS = frozenset({"torch_xla", "torch_neuronx"})
 # evidence levels, strongest first
@@ -48,9 +50,13 @@ LEVELS = ("config", "path", "text", "launch", "folder")
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _NAME_WORDS = {"tpu": TPU, "tpus": TPU, "tpuv2": TPU, "tpuv3": TPU, "tpuv4": TPU, "tpuv5": TPU, "tpuv5e": TPU,
                "tpuv5p": TPU, "tpuv6e": TPU, "inf1": INF1, "inf2": INF2, "inferentia2": INF2, "inferentia1": INF1,
-               "trn1": TRN1, "trn1n": TRN1, "trainium1": TRN1, "trn2": NEURON, "trn3": NEURON}
+               "trn1": TRN1, "trn1n": TRN1, "trainium1": TRN1, "trn2": NEURON, "trn3": NEURON, "trainium2": NEURON,
+               "trainium3": NEURON}
 # an instance type, as a launch script, an estimator or a README writes it
 INSTANCE_TYPE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b")
+# ... or as prose names it: an instance type, or the family alone ("a NeuronCore on Trn1", "Inf2 instances")
+_PROSE_INSTANCE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)(?:\.\d*x?large|\.metal)?\b", re.I)
+_HARDWARE_LETTERS = re.compile(r"inf|trn", re.I)
 _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
 # TPU named as hardware in prose or comments: "TPU v3-8", "a TPU VM", "Cloud TPU", "TPU v5e", "tpu-v4"
 # (case-sensitive: a `tpuv4` preset name in code is not prose)
@@ -68,16 +74,7 @@ _REQ_NEURON = re.compile(r"^[ \t\f]*(?:torch-neuronx|torch_neuronx|neuronx-cc|ne
 # Python statements read from lines (engine/project.py reads every file: it must cost little)
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))",
                      re.M)
-_TRAINS = re.compile(r"\.backward\(|Trainer\b|Optimizer\b|\btorch\.optim\b|\boptimizer\.step\(|\btrain_step\b|\brun_train\b")
-# the words each alternation needs: a file without any is passed by `in` (fast) before the regex (slow on
-# alternations without a common start: over a second on the ecosystem's 3 MB of Python)
-_TRAINS_WORDS = (".backward(", "Trainer", "Optimizer", "torch.optim", "optimizer.step(", "train_step", "run_train")
 _INSTALLS_NEURON = re.compile(r"\btorch[-_]neuronx\b")  # a Dockerfile's or pyproject's install of it
-_TRAINING_NAME = re.compile(r"train|fine[-_ ]?tun", re.I)
-_INFERS = re.compile(r"torch_neuronx\b[^\n]*\btrace\b|\btransformers_neuronx\b|\bneuronx_distributed_inference\b|"
-                     r"\bparallel_model_trace\b|\bNeuronModelFor\w+|\bModelBuilder\b")
-_INFERS_WORDS = ("torch_neuronx", "transformers_neuronx", "neuronx_distributed_inference", "parallel_model_trace",
-                 "NeuronModelFor", "ModelBuilder")
 # Dockerfile base images
 _FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
 _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
@@ -95,6 +92,9 @@ class Evidence:
     level: int
     place: str  # the file it was read from, as shown
     what: str
+    # a Neuron package install (torch-neuronx): the XLA-based torch-neuronx also runs on Inf2 and Trn1, so it says
+    # a Neuron project, never Trn2 / Trn3 against an Inf2 or Trn1 instance named beside it
+    package: bool = False
 
     def text(self) -> str:
         return f"{self.place}: {self.what}"
@@ -112,8 +112,6 @@ class Module:
     # ... outside any function or class: the file runs on XLA whoever imports it (an import inside a function is
     # an XLA code path of a multi-backend library, as in PyTorch's own `torch/_tensor.py`)
     legacy_top: bool = False
-    trains: bool = False  # calls `.backward()` or builds a trainer: a training program's file
-    infers: bool = False  # uses an XLA inference API (`torch_neuronx.trace`, transformers-neuronx, NxD inference)
     sets_environment: bool = False  # names an estimator's container (`framework_version=`, `image_uri=`) or Ray's XLA
     imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) as written
     paths: list[str] = field(default_factory=list)  # folders its `sys.path.insert(0, ...)` / `append` add (absolute)
@@ -204,7 +202,6 @@ class Project:
     def _read_module(self, module: Module, kind: str) -> None:
         text = self._text(module.full)
         shown = module.path
-        module.trains = _TRAINING_NAME.search(os.path.basename(module.full)) is not None  # `llama3-8b-fine-tuning`
         if kind == "notebook":
             code, prose = _notebook_text(text, module)
             module.entry = True
@@ -214,34 +211,41 @@ class Project:
             _read_code(module, part)
             if "sys.path" in part:
                 module.paths += [p for p in _sys_path_additions(part, module.full) if p not in module.paths]
-            if "entry_point" in part:  # an estimator: its keywords are read from Python's tree
+        if any("entry_point" in part for part in code):  # an estimator: its keywords are read from Python's tree
+            trees = []
+            for part in code:
                 try:
-                    tree = ast.parse(part)
+                    trees.append(ast.parse(part))
                 except (SyntaxError, ValueError, RecursionError, MemoryError):
                     continue
+            names = _string_constants(trees)
+            for tree in trees:
                 for node in ast.walk(tree):
                     if isinstance(node, ast.Call) and node.keywords:
-                        self._estimator(module, node)
+                        self._estimator(module, node, names)
         # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
         joined = "\n".join(code)
-        module.sets_environment = _SETS_ENVIRONMENT.search(joined) is not None
+        # ... or a notebook activates a DLAMI venv (`!source /opt/aws_neuronx_venv_.../bin/activate`, a `%%bash` cell)
+        module.sets_environment = _SETS_ENVIRONMENT.search(joined) is not None or (
+            kind == "notebook" and "aws_neuronx_venv" in text and LEGACY_VENV.search(text) is not None)
         if "PJRT_DEVICE" in joined and PJRT_TPU.search(joined) and not PJRT_NEURON.search(joined):
             module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
         m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
         if m:
             module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
         named: dict[str, str] = {}
-        for m in INSTANCE_TYPE.finditer(prose) if ("inf" in prose or "trn" in prose) else ():
+        for m in _PROSE_INSTANCE.finditer(prose) if _HARDWARE_LETTERS.search(prose) else ():
             named.setdefault(_INSTANCE_TARGET[m.group(1).lower()], m.group(0))
-        module.evidence += [Evidence(target, TEXT, shown, f"names the instance type `{kind}`")
-                            for target, kind in named.items()]
+        module.evidence += [Evidence(target, TEXT, shown, f"names `{kind}`") for target, kind in named.items()]
 
     @staticmethod
-    def _estimator(module: Module, node: ast.Call) -> None:
+    def _estimator(module: Module, node: ast.Call, names: dict[str, str]) -> None:
         """A SageMaker estimator (or any call) with `entry_point="x.py"`, and its `instance_type="ml.inf2..."` when it
-        spells one (the program it runs is an entry point either way; the instance is evidence of its target)."""
-        words = {k.arg: k.value.value for k in node.keywords
-                 if k.arg and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)}
+        spells one, or names a variable the file sets to one once (`instance_type = "ml.trn1.32xlarge"`) (the
+        program it runs is an entry point either way; the instance is evidence of its target)."""
+        words = {k.arg: k.value.value if isinstance(k.value, ast.Constant) else names.get(k.value.id)
+                 for k in node.keywords if k.arg and (isinstance(k.value, ast.Constant) and isinstance(
+                     k.value.value, str) or isinstance(k.value, ast.Name) and k.value.id in names)}
         kind = words.get("instance_type", "")
         entry = words.get("entry_point")
         if entry:
@@ -315,8 +319,10 @@ class Project:
         for module in list(self.modules.values()):
             folder = os.path.dirname(module.full)
             if module.runs:  # what the notebook says of itself, it says of the programs it runs
-                own = [Evidence(e.target, LAUNCH, e.place, f"{module.path} runs it ({e.what})")
-                       for e in [*self._path_evidence(module), *module.evidence] if e.level in (NAME, TEXT)]
+                # only the target its own path or text decides (prose naming several tells none here either)
+                _, told, _ = _decide([e for e in [*self._path_evidence(module), *module.evidence]
+                                      if e.level in (NAME, TEXT)])
+                own = [Evidence(e.target, LAUNCH, e.place, f"{module.path} runs it ({e.what})") for e in told]
                 for program in module.runs:
                     self._launched(folder, program, own, module, module.full)
             for entry, kind in module.estimators:
@@ -354,11 +360,9 @@ class Project:
             files = self._reach(module)
             evidence = self._evidence(module)
             target, strongest, conflict = _decide(evidence)
-            if target in (INF2, TRN1) and (self.native_instance or any(f.trains for f in files)
-                                           or (target == TRN1 and not any(f.infers for f in files))):
-                # a training program on the XLA-based torch-neuronx is what the tool moves (to Trn2 / Trn3; NM520
-                # names the trn1 instance types); on Inf2 and Trn1 only inference keeps the maintained XLA path,
-                # and Trn1 (a training instance above all) is taken for an inference target only with its APIs
+            if target in (INF2, TRN1) and self.native_instance:
+                # the native backend runs on Trn2 / Trn3 only: an Inf2 or Trn1 program, training or inference, keeps
+                # the XLA stack (in maintenance there) unless the user says the job goes to Trn2 / Trn3
                 target = None
             # a script's own torch_xla import makes its program XLA, whatever its scope (`_mp_fn` imports it
             # inside); a module it imports does when it imports torch_xla outside any function
@@ -456,10 +460,14 @@ class Project:
         if target in SET_ASIDE and moving is not None and not conflict:
             moving = None
         held = target in SET_ASIDE or bool(conflict)
+        # who is told: a file with legacy code whose evidence conflicts (NM522 marks each), and a program set aside
+        # at its entry (one NM521 for the program, when any of its files has legacy code)
+        told = held and (module.legacy if conflict else any(
+            p.entry is module and any(f.legacy for f in p.files) for p in programs))
         # only what the file's decisions read: a cache key changes with these facts and no others
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
-                           tuple(module.modules), None, module.legacy and held, module.entry,
+                           tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())))
 
     def _launch_facts(self, full: str) -> tuple[str | None, tuple[str, ...]]:
@@ -481,8 +489,25 @@ class Project:
                      if p.moving and (p.entry.full in started if started else p.entry.root == root)), None)
 
     # -- what the run asks -------------------------------------------------------------------------------------
+    def _installs_for_held(self, full: str) -> FileProject | None:
+        """A requirements file, pyproject, Dockerfile or launch script whose programs (those it launches, else those
+        of its folder and below) are all set aside: what it installs is their XLA stack, left as it is."""
+        started = self._started.get(full)
+        prefix = os.path.dirname(full).rstrip(os.sep) + os.sep
+        programs = [p for p in self.programs if (p.entry.full in started if started else p.entry.full.startswith(prefix))
+                    and any(f.legacy for f in p.files)]
+        if not programs or any(p.target not in SET_ASIDE or p.conflict for p in programs):
+            return None
+        target = sorted({p.target for p in programs})[0]
+        evidence = [f"{p.entry.path} ({e.text()})" for p in programs if p.target == target for e in p.evidence[:1]]
+        return FileProject(target, tuple(evidence[:2]))
+
     def of(self, path: str, kind: str) -> FileProject | None:
         facts = self.facts.get(path)
+        if facts is None and kind in INSTALL_KINDS:
+            held = self._installs_for_held(os.path.abspath(path))
+            if held is not None:
+                return held
         if facts is None and kind in ("shell", "dockerfile"):  # the DLAMI venv it activates is a moving program's
             full = os.path.abspath(path)
             moving = self._launches_moving(full) if "aws_neuronx_venv" in self._text(full) else None
@@ -512,12 +537,33 @@ class Project:
         return "\n".join(lines)
 
 
+def _string_constants(trees: list[ast.Module]) -> dict[str, str]:
+    """The module-level names a file (a notebook's cells in turn) sets to one string literal, and never to another
+    value."""
+    found: dict[str, str | None] = {}
+    for tree in trees:
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name, value = node.targets[0].id, node.value
+                text = value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+                found[name] = text if found.get(name, text) == text else None
+    return {name: text for name, text in found.items() if text is not None}
+
+
 def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[Evidence]]:
     """The target the strongest level of evidence names; two targets named by a configuration, a path or a launch
     are a conflict (prose or folder files naming several tell none: the next level decides). GPU evidence never
-    decides against Neuron's: a GPU project that names Trn1 in its docs has no legacy code to move."""
+    decides against Neuron's: a GPU project that names Trn1 in its docs has no legacy code to move. A torch-neuronx
+    install names no instance: beside an Inf2 or Trn1 one, it is that instance's XLA stack; prose naming Inf1 beside
+    a newer instance speaks of the older product."""
     for level in range(FOLDER + 1):
         here = [e for e in evidence if e.level == level and e.target != GPU]
+        if any(e.target in (INF2, TRN1) for e in here):  # a torch-neuronx install beside an Inf2 / Trn1 instance
+            here = [e for e in here if not e.package]
+        if level == TEXT and any(e.target in (INF2, TRN1, NEURON) for e in here):
+            # prose that names Inf1 beside a newer instance tells its history ("Trainium, the successor of
+            # Inferentia (inf1)"): Inf1 is another product (torch-neuron), not where this code runs
+            here = [e for e in here if e.target != INF1]
         if not here:
             continue
         targets = {e.target for e in here}
@@ -583,7 +629,7 @@ def _path_value(node: ast.expr, full: str) -> str | None:
 
 
 def _read_code(module: Module, code: str) -> None:
-    """The imports, `__main__` block, legacy imports and training calls of some Python code, from its lines: a
+    """The imports, `__main__` block and legacy imports of some Python code, from its lines: a
     statement-level reading that costs a fraction of a parse (the model reads every file of the project before any
     is processed; `bench/` measures it)."""
     headers: tuple[list[int], list[bool]] | None = None
@@ -610,14 +656,6 @@ def _read_code(module: Module, code: str) -> None:
             module.imports.append((f"{name}.{alias}" if name else alias, level))
     if not module.entry and MAIN_BLOCK.search(code):
         module.entry = True
-    if not module.trains and _holds(code, _TRAINS_WORDS) and _TRAINS.search(code):
-        module.trains = True
-    if not module.infers and _holds(code, _INFERS_WORDS) and _INFERS.search(code):
-        module.infers = True
-
-
-def _holds(text: str, words: tuple[str, ...]) -> bool:
-    return any(word in text for word in words)
 
 
 _HEADER = re.compile(r"^(?:((?:async[ \t]+)?def[ \t]|class[ \t]|@)|[^\s#)\]}])", re.M)
@@ -663,6 +701,12 @@ def _comments(text: str) -> str:
     return "\n".join(out + docstrings[:3])
 
 
+# a string literal of a notebook's code: a command it runs (`subprocess.run(RUN_CMD, shell=True)`, `!{RUN_CMD}`)
+_STRING = re.compile(r"""("{3}|'{3})(.*?)\1|["']([^"'\n]*)["']""", re.S)
+_SHELL_CELLS = frozenset({"%%bash", "%%sh", "%%script"})
+_CONTINUED = re.compile(r"\\\r?\n")  # a shell line continued on the next one
+
+
 def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
     """The code cells (shell and magic lines taken out, the programs they run kept) and the markdown of a notebook."""
     try:
@@ -684,7 +728,12 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
         if cell.get("cell_type") != "code":
             continue
         kept = []
-        for line in source.splitlines():
+        first = source.lstrip().split("\n", 1)[0].split()
+        if first and first[0] in _SHELL_CELLS:  # a `%%bash` cell: its lines are a launch script's
+            module.runs += [p for p in _LAUNCHER.findall(_CONTINUED.sub(" ", source)) if p not in module.runs]
+            code.append("\n" * source.count("\n"))
+            continue
+        for line in _CONTINUED.sub(" ", source).splitlines():  # `!torchrun \` continued on the next lines
             stripped = line.lstrip()
             if stripped.startswith(("!", "%")):
                 m = _RUN_MAGIC.match(stripped)
@@ -696,6 +745,10 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
                 kept.append(line)
                 if stripped.startswith("#"):
                     prose.append(stripped)
+        if "torchrun" in source or "python" in source:  # `RUN_CMD = f"""torchrun ... run_clip.py"""`, then run
+            for m in _STRING.finditer(source):
+                command = " " + " ".join((m.group(2) or m.group(3) or "").replace("\\\n", " ").split())
+                module.runs += [p for p in _LAUNCHER.findall(command) if p not in module.runs]
         code.append("\n".join(kept))
     return code, "\n".join(prose)
 
@@ -713,7 +766,7 @@ def _launch_evidence(text: str, shown: str) -> list[Evidence]:
 
 def _requirements_evidence(text: str, shown: str) -> list[Evidence]:
     if _REQ_NEURON.search(text):
-        return [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx")]
+        return [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx", package=True)]
     if _REQ_INF1.search(text):
         return [Evidence(INF1, FOLDER, shown, "installs torch-neuron (Inf1)")]
     m = _REQ_TPU.search(text)
@@ -723,11 +776,13 @@ def _requirements_evidence(text: str, shown: str) -> list[Evidence]:
 
 
 def _pyproject_evidence(text: str, shown: str) -> list[Evidence]:
-    return [Evidence(NEURON, FOLDER, shown, "depends on torch-neuronx")] if _INSTALLS_NEURON.search(text) else []
+    return [Evidence(NEURON, FOLDER, shown, "depends on torch-neuronx", package=True)] \
+        if _INSTALLS_NEURON.search(text) else []
 
 
 def _dockerfile_evidence(text: str, shown: str) -> list[Evidence]:
-    out = [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx")] if _INSTALLS_NEURON.search(text) else []
+    out = [Evidence(NEURON, FOLDER, shown, "installs torch-neuronx", package=True)] \
+        if _INSTALLS_NEURON.search(text) else []
     for image in _FROM.findall(text):
         low = image.lower()
         if "tpu" in low:

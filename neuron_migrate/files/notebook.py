@@ -325,16 +325,22 @@ def _env_settings(path: str, cells: list[Cell], settings: Settings, rewrite: boo
 
 def _launch_lines(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult) -> None:
     """`!python train.py` lines, checked as launch lines of a shell script: a program that spawned its own
-    workers (on disk beside the notebook, or written by one of its `%%writefile` cells) is started by torchrun."""
-    from neuron_migrate.files.launch import process_shell
+    workers (on disk beside the notebook, or written by one of its `%%writefile` cells) is started by torchrun;
+    `!source /opt/aws_neuronx_venv_.../bin/activate`, as a shell script's line that activates a DLAMI venv (NM616)."""
+    from neuron_migrate.files import envfiles, launch
 
     for cell in cells:
         for magic in cell.placeholders.values():
-            if not magic.text.startswith("!") or "python" not in magic.text or INSTALL_LINE.match(magic.text):
+            if not magic.text.startswith("!") or INSTALL_LINE.match(magic.text):
+                continue
+            if "python" in magic.text:
+                handler = launch.process_shell
+            elif "aws_neuronx_venv" in magic.text:  # `!source /opt/aws_neuronx_venv_pytorch_2_8/bin/activate`
+                handler = envfiles.process_shell
+            else:
                 continue
             above = _comments_above(cell, magic)  # a marker there stands for its code
-            inner = process_shell(path, ("".join(above) + magic.text[1:] + "\n").encode("utf-8"), settings,
-                                  rewrite)
+            inner = handler(path, ("".join(above) + magic.text[1:] + "\n").encode("utf-8"), settings, rewrite)
             for f in inner.findings:
                 first = len(above) + 1
                 if f.code == "NM900" or f.line < first:
