@@ -136,7 +136,7 @@ LATE_OS = textwrap.dedent('''\
     def train(model, optimizer, accuracy):
         xm.optimizer_step(optimizer)
         xm.master_print("step at {}".format(test_utils.now()))
-        xm.master_print(met.metrics_report())
+        xm.master_print("metrics", met.metrics_report())  # labelled: stays, marked (NM228)
         xm.master_print("rank", xr.global_ordinal(), "of", xr.world_size())
         xm.master_print("mean", xm.mesh_reduce("accuracy", accuracy, sum))
         return os.path.join(FLAGS.logdir, LOG % xr.global_ordinal())
@@ -170,5 +170,5 @@ def test_master_print_of_local_calls_is_one_guarded_print(tmp_path):
     out, _ = rewrite(tmp_path, text=LATE_OS)
     assert '    if RANK == 0:\n        print("step at {}".format(time.strftime("%H:%M:%S")))\n' in out
     assert '    if RANK == 0:\n        print("rank", RANK, "of", WORLD_SIZE)\n' in out
-    assert "NM228): torch_xla metrics: choose what to log; neuron-migrate explain NM228\n    printed = (met" in out
+    assert "NM228): torch_xla metrics: choose what to log; neuron-migrate explain NM228\n    printed = (\"metrics\", met" in out
     assert out.count("printed = (") == 2 and "printed = (\"mean\", xm.mesh_reduce(" in out
