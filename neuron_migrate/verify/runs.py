@@ -22,10 +22,11 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import neuron_migrate
+from neuron_migrate.engine.handlers import SET_ASIDE_CODE
 from neuron_migrate.engine.runner import run as run_engine
 from neuron_migrate.engine.runner import write_results
 from neuron_migrate.findings import Finding
@@ -86,6 +87,7 @@ class Migration:
     changed: list[str] = field(default_factory=list)
     manual: list[Finding] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
+    set_aside: list[Finding] = field(default_factory=list)  # NM521: a program for a target the backend lacks
 
 
 @dataclass
@@ -175,13 +177,35 @@ def migrate_copy(script: Path, workdir: Path, root: Path | None = None) -> Migra
 
     own = closure(script, root).files or [script.resolve()]
     paths = [str(folder / p.relative_to(root)) for p in own]
-    # every fix, as `rewrite --unsafe-fixes` makes it: the unsafe ones are those most worth proving
-    result = run_engine(paths, Settings(unsafe_fixes=True), rewrite=True, kinds=frozenset({"python"}), jobs=1)
+    # every fix, as `rewrite --unsafe-fixes` makes it (the unsafe ones are those most worth proving), with the
+    # project's [tool.neuron-migrate] settings: a target it states (`targets`, `instance`) moves a program its files
+    # would set aside, as it does for `rewrite`
+    settings = replace(_project_settings(script, root, folder), unsafe_fixes=True)
+    result = run_engine(paths, settings, rewrite=True, kinds=frozenset({"python"}), jobs=1)
     write_results(result)
     migration = Migration(folder, folder / script.resolve().relative_to(root), root, errors=result.errors)
     migration.changed = [os.path.relpath(r.path, folder) for r in result.changed]
     migration.manual = [f for r in result.results for f in r.manual]
+    migration.set_aside = [f for r in result.results for f in r.findings if f.code == SET_ASIDE_CODE]
     return migration
+
+
+def _project_settings(script: Path, root: Path, folder: Path) -> Settings:
+    """The settings `rewrite` would use for `script` (its pyproject.toml's [tool.neuron-migrate]), with the paths
+    they name under `root` moved to the copy in `folder`."""
+    from neuron_migrate.config import ConfigError, resolve
+
+    try:
+        settings = resolve([str(script)]).settings
+    except ConfigError as exc:
+        raise VerifyError(str(exc)) from None
+
+    def moved(path: str) -> str:
+        inner = inside(Path(path), root) if os.path.isabs(path) else None
+        return path if inner is None else os.path.normpath(os.path.join(str(folder), str(inner)))
+
+    return replace(settings, targets=tuple((moved(p), t) for p, t in settings.targets),
+                   per_file_ignores=tuple((moved(p), c) for p, c in settings.per_file_ignores))
 
 
 def target_device(requested: str) -> str:

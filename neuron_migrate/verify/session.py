@@ -206,6 +206,11 @@ def _migrated_closure(script: Path, options: Options, migration: Migration | Non
         found = closure.closure(migration.script, migration.folder,
                                 None if where is None else migration.folder / where)
     blocking = found.blocking()
+    if blocking and migration is not None and migration.set_aside and not options.migrated:
+        said = migration.set_aside[0]
+        message = said.message.replace(f"{migration.folder}{os.sep}", "")  # the copy's paths, as the project's
+        raise VerifyError(f"the program was not migrated: {os.path.relpath(said.path, migration.folder)}:"
+                          f"{said.line}: {message}; then verify again")
     if blocking:
         what = "the given migration" if options.migrated else "the migration"
         lines = "\n".join(f"  {use}" for use in blocking)
