@@ -39,11 +39,71 @@ def plain_value(value: cst.BaseExpression) -> bool:
     return False
 
 
+SIZE_CALLS = frozenset({"size", "dim", "numel", "nelement", "element_size"})
+
+
+def holds_no_tensor(ctx, value: cst.BaseExpression, depth: int = 3) -> bool:
+    """`value` is a number or a string, as far as the function reads: a plain value, arithmetic on plain values
+    and sizes (`x.size()[0]`, `x.shape[0]`, `len(x)`), or a local name every assignment of which is one
+    (`accuracy = 100.0 * correct.item() / total`, `total += data.size()[0]`). torch_xla's CPU copy of such a
+    value copies nothing, so the migration makes none."""
+    if plain_value(value):
+        return True
+    if depth <= 0:
+        return False
+    if type(value) is cst.BinaryOperation:
+        return holds_no_tensor(ctx, value.left, depth) and holds_no_tensor(ctx, value.right, depth)
+    if type(value) is cst.UnaryOperation:
+        return holds_no_tensor(ctx, value.expression, depth)
+    if type(value) is cst.Subscript:  # x.size()[0], x.shape[0]
+        inner = value.value
+        return (type(inner) is cst.Call and type(inner.func) is cst.Attribute and inner.func.attr.value in SIZE_CALLS
+                and not inner.args) or (type(inner) is cst.Attribute and inner.attr.value == "shape")
+    if type(value) is cst.Call:
+        return type(value.func) is cst.Name and value.func.value == "len" and ctx.qualname(value.func) in (None, "len")
+    if type(value) is cst.Name:
+        return all(holds_no_tensor(ctx, v, depth - 1) for v in _local_values(ctx, value.value) or [value])
+    return False
+
+
+def _local_values(ctx, name: str) -> list[cst.BaseExpression] | None:
+    """The values every binding of the local `name` assigns (`name = v`, `name += v`) in the current function,
+    or None when one binds it otherwise (a parameter, a loop, a tuple target, global or nonlocal)."""
+    scope = ctx.current.scope
+    bindings = scope.bindings.get(name, ())
+    if scope.kind != "function" or not bindings or name in scope.globals or name in scope.nonlocals \
+            or any(b.kind != "assign" for b in bindings):
+        return None
+    targets = {id(b.node) for b in bindings}
+    values: list[cst.BaseExpression] = []
+    skipped = 0
+    stack: list[cst.CSTNode] = list(scope.node.body.children)
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Assign:
+            if any(id(t.target) in targets for t in node.targets):
+                if len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
+                    return None
+                if node.value is ctx.current.node:  # `accuracy = xm.mesh_reduce(..., accuracy, ...)`: the result
+                    skipped += 1
+                    continue
+                values.append(node.value)
+        elif type(node) is cst.AugAssign:
+            if id(node.target) in targets:
+                values.append(node.value)
+        elif type(node) is cst.AnnAssign:
+            if id(node.target) in targets:
+                return None
+        elif not isinstance(node, (cst.BaseExpression, cst.FunctionDef, cst.ClassDef)):
+            stack.extend(node.children)
+    return values if values and len(values) + skipped == len(bindings) else None
+
+
 def cpu_copy_template(ctx, value: cst.BaseExpression) -> str:
     """The CPU copy torch_xla made of `value` before saving or gathering it, as a template of `{value}`, in public
     APIs where the value's shape is known: a number as it is, a module's `state_dict()` tensor by tensor; else
     every tensor of the structure (`torch.utils._pytree`, PyTorch's own tree walk)."""
-    if plain_value(value):
+    if holds_no_tensor(ctx, value):
         return "{value}"
     if isinstance(value, cst.Call) and not value.args and isinstance(value.func, cst.Attribute) \
             and value.func.attr.value == "state_dict":

@@ -13,7 +13,7 @@ from neuron_migrate.engine.facts import fact
 from neuron_migrate.engine.names import dotted
 from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, has_star, respell_device, short,
                                           string_value)
-from neuron_migrate.rules.checkpoint import cpu_copy, plain_value
+from neuron_migrate.rules.checkpoint import cpu_copy, holds_no_tensor
 from neuron_migrate.rules.device_names import bound_value
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
                                      is_statement, keep_parens, local_rank, loose, one_line_body, only_args, paren,
@@ -725,7 +725,7 @@ class Collectives(Rule):
         d = dist(ctx)
         guard = several_processes(ctx)
         # torch_xla gathered (and reduced) CPU copies of the tensors in `data` (the names are resolved now)
-        before, _, after = ("", "", "") if plain_value(data.value) else cpu_copy(ctx, "\0").partition("\0")
+        before, _, after = ("", "", "") if holds_no_tensor(ctx, data.value) else cpu_copy(ctx, "\0").partition("\0")
 
         def copy(value: str) -> str:
             return f"{before}{value}{after}"
