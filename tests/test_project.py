@@ -121,7 +121,8 @@ def test_nm521_names_the_target_and_where_it_was_read(tmp_path):
     note = next(f for f in result.findings if f.code == "NM521")
     assert note.path.endswith("hf_vit_inference_on_inf2.ipynb")
     assert "Inferentia 2 (Inf2)" in note.message and "hf_vit_inference_on_inf2.ipynb: its path says `inf2`" in note.message
-    assert "keep it on the XLA stack of Neuron 2.33 or earlier" in note.message and "move the job to Trn2" in note.message
+    assert "keep it on the XLA stack, whose inference stays in maintenance on Inf2" in note.message
+    assert "move the job to Trn2" in note.message
 
 
 def test_nm522_marker_names_both_programs_and_is_placed_once(tmp_path):

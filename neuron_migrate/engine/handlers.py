@@ -109,9 +109,12 @@ SET_ASIDE_CODE, CONFLICT_CODE = "NM521", "NM522"
 # (NM513), trn1 instance types (NM520)
 SET_ASIDE_NOTES = ("NM510", "NM513", "NM520")
 # what a program set aside keeps (NM521 says it before naming the way to move it)
+# (Neuron 2.30 ended PyTorch/XLA training on Trainium, PyTorch 2.9 the last; XLA inference stays in maintenance on Inf2
+# and Trn1 after 2.34 ended it on Trn2 / Trn3)
 STAYS = {"tpu": "it stays on torch_xla for TPU", "inf1": "it stays on torch-neuron for Inf1",
-         "inf2": "keep it on the XLA stack of Neuron 2.33 or earlier (in maintenance on Inf2 and Trn1)",
-         "trn1": "keep it on the XLA stack of Neuron 2.33 or earlier (in maintenance on Inf2 and Trn1)"}
+         "inf2": "keep it on the XLA stack, whose inference stays in maintenance on Inf2",
+         "trn1": "keep it on the XLA stack (its inference stays in maintenance on Trn1; its training ended with "
+                 "Neuron 2.29 and PyTorch 2.9)"}
 
 
 def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, project) -> FileResult:
