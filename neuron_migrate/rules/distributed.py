@@ -353,8 +353,11 @@ class Spawn(Rule):
             return  # the launcher stays as it is, marked; an expression: left to NM199
         made, init = self._makes_process_group(fn.value)
         branch, widen = self._uncovered(init) if made == "xla" else (None, False)
+        needs = self._needs_group() if made is None else None
         note = "" if branch is None else f"; the process group made under `if {code(branch.test)}:` is made " \
             f"when torchrun started several processes too (the collectives need it)"
+        if needs:
+            note = f"; a process group is made for one process too (`{needs}` needs one)"
         if ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs, note=note):
             ctx.replace(node, lambda new: expression(direct(new)))
             if made == "xla":
@@ -369,7 +372,7 @@ class Spawn(Rule):
                 others = "init_process_group" in ctx.source.text  # another path may have made it already
                 backend = f"backend={group.process_group_backend()}"
                 torchrun = f"{d}.init_process_group({backend}, init_method={ctx.string('env://')})"
-                if self._needs_group():
+                if needs:
                     # an API that needs a group on one process too: torchrun's group, else one of one process
                     # (as NM201 makes for `python train.py`)
                     alone = f"{d}.init_process_group({backend}, store={d}.HashStore(), rank=0, world_size=1)"
@@ -433,10 +436,11 @@ class Spawn(Rule):
                     found.append((call, qual))
         return found
 
-    def _needs_group(self) -> bool:
-        """The file builds something that needs a default process group on one process too (ZeRO-1, DDP, FSDP,
-        a device mesh): torch_xla's ran on one device without one."""
-        return any(qual in NEEDS_GROUP or qual.startswith(NEEDS_GROUP_MODULES) for _, qual in self._resolved_calls())
+    def _needs_group(self) -> str | None:
+        """The first thing the file builds that needs a default process group on one process too (ZeRO-1, DDP,
+        FSDP, a device mesh; torch_xla's ran on one device without one), by its last name; or None."""
+        return next((qual.rsplit(".", 1)[-1] for _, qual in self._resolved_calls()
+                     if qual in NEEDS_GROUP or qual.startswith(NEEDS_GROUP_MODULES)), None)
 
     def _uncovered(self, init: cst.Call) -> tuple[cst.If | None, bool]:
         """The `if` that makes the spawned function's group only on some paths (`if flags.ddp:`), where the file
