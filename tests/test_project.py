@@ -65,6 +65,12 @@ FINDINGS = {
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
     # a script run.sh starts (no `__main__` block) imports torch_xla inside `main`: a program that moves, its CUDA
     # calls with it (in the first run, as a second would); its helper's GPU functions serve the GPU trainers
+    # optimum-neuron's training classes: a launch script, a Metaflow flow's `entrypoint_args` and a notebook's
+    # `!torchrun` line pass Neuron-only arguments, so those programs keep the classes (NM509 says what to port); the
+    # program launched with transformers' own arguments only gets transformers' classes, and a server's own
+    # `--tensor_parallel_size` is nobody's business
+    "optimum_launchers": {"finetune/run_clm.py": {"NM509"}, "sft/train_sft.py": {"NM509"},
+                          "notebook/scripts/train.py": {"NM509"}, "classify/train.py": {"NM508"}},
     "launched_xla_script": {"pretrain.py": {"NM101", "NM103", "NM107", "NM190", "NM322"},
                             "data_utils.py": {"NM211"}},
 }

@@ -4,8 +4,9 @@ optimum-neuron is still XLA-only; transformers' Trainer and trl's SFTTrainer run
 accelerate 1.13.0). The decision is per file, and the swap is made only when nothing of the program still needs
 the Neuron class: no use of the classes passes a Neuron-only argument (`tensor_parallel_size`, `zero_1`, ... in
 rules/huggingface.toml) or `**kwargs`, the file reads no such argument or Neuron-only attribute
-(`training_args.tensor_parallel_size`, `trn_config`), uses no other optimum-neuron name that stays
-(`NeuronHfArgumentParser`, `lazy_load_for_parallelism`), and no launcher of the program passes such an argument
+(`training_args.tensor_parallel_size`, `trn_config`), uses no optimum-neuron helper that works with the class
+or its Neuron-only values (`NeuronHfArgumentParser`, `lazy_load_for_parallelism`; an unrelated optimum-neuron
+name, an inference model class, does not count), and no launcher of the program passes such an argument
 (`--tensor_parallel_size` in a launch script, a notebook's `!torchrun` line, an estimator's `hyperparameters`: the
 project model's `neuron_flags`). Then every reference becomes the native class (NM508) and the optimum-neuron
 import of those names goes; otherwise each of those places gets a marker naming the native equivalent, or saying
@@ -94,7 +95,7 @@ class OptimumNeuronTrainer(Rule):
         qual = reference(self.ctx, node)
         if qual in classes():
             self.uses.append(_Use(node, qual, self.ctx.current.statement, self.ctx.scope, self.ctx.current))
-        elif qual is not None and qual.startswith("optimum.neuron."):
+        elif qual in helpers():
             self.helpers.append((node, qual, self.ctx.current))
 
     visit_Name = _reference
@@ -183,7 +184,7 @@ class OptimumNeuronTrainer(Rule):
             ctx.current = occ
             helper = qual.rpartition(".")[2]
             ctx.report("NM509", node, argument=helper, fixed=fixed, name=short,
-                       native=helpers().get(qual, helpers()["*"]),
+                       native=helpers()[qual],
                        subject=f"`{code(node)}` (`{qual}`) stays on optimum-neuron, with `{short}`")
         project = ctx.settings.project
         flags = project.neuron_flags if project is not None else ()
