@@ -542,10 +542,24 @@ class NeuronLibrary(Rule):
         if _nxd_inference_import(node, module):
             return  # NM507 (or NM510) reports it with the documented replacement
         hint = lookup(library_hints(), module)
+        if hint is not None and module.startswith("optimum.neuron") and isinstance(node, cst.ImportFrom) \
+                and not isinstance(node.names, cst.ImportStar):
+            hint = _optimum_hint(node, hint)
         if hint is not None:
             self.ctx.handled.add(node)
             library = next((root for root in LIBRARY_ROOTS if module == root or module.startswith(root + ".")), module)
             self.found.setdefault(library, []).append((self.ctx.current, node, module, hint))
+
+
+def _optimum_hint(node: cst.ImportFrom, hint: str) -> str:
+    """The advice for an optimum-neuron import by the names it imports: its inference classes
+    (`NeuronModelForCausalLM`) are served with vLLM Neuron, not trained with transformers' Trainer."""
+    table = load_data("inference.toml")["optimum_inference"]
+    names = [dotted_str(a.name) or "" for a in node.names]
+    serving = [n for n in names if n.startswith(tuple(table["prefixes"]))]
+    if not serving:
+        return hint
+    return table["hint"] if len(serving) == len(names) else f"{hint}; {table['hint']}"
 
 
 def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
