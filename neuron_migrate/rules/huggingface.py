@@ -24,6 +24,7 @@ from neuron_migrate.catalogue import load_data
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import code
+from neuron_migrate.engine.facts import fact
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.unsupported import reference
 
@@ -60,6 +61,13 @@ def prepare() -> None:
 
 
 _ARGUMENTS = ("TrainingArguments", "Config")  # the arguments classes' names end so (NeuronSFTConfig)
+
+
+@fact
+def optimum_classes_kept(ctx) -> set[int]:
+    """The ids of the optimum-neuron imports of the trainer classes that stay because the program still needs them
+    (NM509): NM506 counts them with the library's other imports and marks the first (rules/inference.py)."""
+    return set()
 
 
 @dataclass
@@ -145,6 +153,7 @@ class OptimumNeuronTrainer(Rule):
             return
         if self._held():
             ctx.current = None
+            ctx.facts.optimum_classes_kept.update(id(node) for node in self.imports)
             return
         if self.splat:
             return
