@@ -513,14 +513,18 @@ class NeuronLibrary(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.found: dict[str, list] = {}  # library -> [(occurrence, node, module, hint)]
+        # imports of optimum-neuron's trainer classes only: NM508 / NM509 report them, NM506 counts them when they stay
+        self.classes_only: set[cst.CSTNode] = set()
 
     def finish(self) -> None:
         ctx = self.ctx
         taken = ctx.facts.nxd_imports_taken  # removed by NM233 (rules/sharding.py): nothing of the library is left
+        kept = ctx.facts.optimum_classes_kept  # optimum-neuron trainer classes NM509 keeps (rules/huggingface.py)
         for library, imports in self.found.items():
-            imports = [found for found in imports if id(found[1]) not in taken]
-            if not imports:
-                continue
+            imports = [found for found in imports if id(found[1]) not in taken
+                       and (id(found[1]) in kept or found[1] not in self.classes_only)]
+            if all(found[1] in self.classes_only for found in imports):
+                continue  # nothing but the trainer classes: NM509's markers say what to port
             occ, node, module, _ = imports[0]
             ctx.current = occ
             hints = "; ".join(dict.fromkeys(hint for *_, hint in imports))
@@ -539,25 +543,47 @@ class NeuronLibrary(Rule):
             self._module(node, dotted_str(node.module))
 
     def _module(self, node: cst.CSTNode, module: str | None) -> None:
-        if _nxd_inference_import(node, module):
+        classes_only = _optimum_classes_import(node, module)
+        if not classes_only and _nxd_inference_import(node, module):
             return  # NM507 (or NM510) reports it with the documented replacement
         hint = lookup(library_hints(), module)
+        if hint is not None and module.startswith("optimum.neuron") and isinstance(node, cst.ImportFrom) \
+                and not isinstance(node.names, cst.ImportStar):
+            hint = _optimum_hint(node, hint)
         if hint is not None:
-            self.ctx.handled.add(node)
+            if classes_only:
+                self.classes_only.add(node)
+            else:
+                self.ctx.handled.add(node)
             library = next((root for root in LIBRARY_ROOTS if module == root or module.startswith(root + ".")), module)
             self.found.setdefault(library, []).append((self.ctx.current, node, module, hint))
 
 
-def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
-    """An import another rule reports: one that names an NxD Core inference API (NM507), or only optimum-neuron
-    trainer classes (NM508 / NM509)."""
-    if module is None:
-        return False
+def _optimum_hint(node: cst.ImportFrom, hint: str) -> str:
+    """The advice for an optimum-neuron import by the names it imports: its inference classes
+    (`NeuronModelForCausalLM`) are served with vLLM Neuron, not trained with transformers' Trainer."""
+    table = load_data("inference.toml")["optimum_inference"]
+    names = [dotted_str(a.name) or "" for a in node.names]
+    serving = [n for n in names if n.startswith(tuple(table["prefixes"]))]
+    if not serving:
+        return hint
+    return table["hint"] if len(serving) == len(names) else f"{hint}; {table['hint']}"
+
+
+def _optimum_classes_import(node: cst.CSTNode, module: str | None) -> bool:
+    """An import of optimum-neuron's trainer classes only: NM508 / NM509 report it."""
     if module in ("optimum.neuron", "optimum.neuron.trainers") and isinstance(node, cst.ImportFrom) \
             and not isinstance(node.names, cst.ImportStar):
-        from neuron_migrate.rules.huggingface import classes  # NM508 / NM509 report the trainer classes
+        from neuron_migrate.rules.huggingface import classes
 
         return all(f"{module}.{dotted_str(a.name)}" in classes() for a in node.names)
+    return False
+
+
+def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
+    """An import another rule reports: one that names an NxD Core inference API (NM507)."""
+    if module is None:
+        return False
     if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
         return any(f"{module}.{dotted_str(a.name)}" in NXD_TRACE for a in node.names)
     return False
