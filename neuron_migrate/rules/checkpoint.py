@@ -133,7 +133,8 @@ def xser_chosen(ctx, node: cst.Call) -> str | None:
         if type(parent) in (cst.If, cst.IfExp) and child is not parent.test:
             names = [n.value for n in _names(parent.test) if "xser" in n.value.lower()]
             if names:
-                return f"under `{'if' if type(parent) is cst.If else 'if ... else'} {short(parent.test)}`"
+                return f"under `if {short(parent.test)}`" if type(parent) is cst.If \
+                    else f"where `{short(parent.test)}` chooses it"
         elif type(parent) is cst.FunctionDef and "xser" in parent.name.value.lower():
             return f"in `{parent.name.value}`"
         child, parent = parent, parents.get(parent)
@@ -165,9 +166,9 @@ def mark_chosen(ctx, node: cst.Call, qual: str) -> bool:
     ctx.report("NM222", node, call=short(node),
                problem=f"{verb} torch_xla's xser layout, the format this program chooses ({how}); it is kept as "
                        "written, since `torch.save` / `torch.load` would silently change the format",
-               advice="the native backend reads and writes `torch.save` files: drop the xser option (keep the "
-                      "program on torch_xla if something still needs that layout) and convert existing xser "
-                      "checkpoints with `neuron-migrate checkpoint convert OLD NEW` (docs/checkpoints.md)")
+               advice="the native backend has no xser layout: drop that option (or keep the program on torch_xla "
+                      "while something needs the layout) and convert existing xser checkpoints with "
+                      "`neuron-migrate checkpoint convert OLD NEW` (docs/checkpoints.md)")
     return True
 
 
