@@ -53,7 +53,7 @@ def program(tmp_path_factory):
     folder = tmp_path_factory.mktemp("spawn_download")
     migrated = rewrite_text(LEGACY)
     assert "torch_xla" not in migrated and "TODO(neuron-migrate" not in migrated
-    assert "barrier()\ndownload_dataset(ROOT)\nif LOCAL_RANK == 0" in migrated
+    assert "barrier()\ndownload_dataset(ROOT)\nif LOCAL_RANK == 0 and WORLD_SIZE > 1:\n    dist.barrier()" in migrated
     # on the CPU: gloo for the `neuron` process group, and no device to bind each rank to
     migrated = migrated.replace('"neuron"', '"gloo"').replace("torch.neuron.set_device(", "int(")
     (folder / "train.py").write_text(migrated)

@@ -372,8 +372,8 @@ class Spawn(Rule):
                     # code that ran once in the spawning parent (a dataset download) now runs in every process
                     # torchrun starts: the group is made before it, and local rank 0 downloads first
                     several = several_processes(ctx)
-                    ctx.insert_before(writes[0], f"{setup}if {index} != 0 and {several}: {d}.barrier()\n")
-                    ctx.insert_after(writes[-1], f"if {index} == 0 and {several}: {d}.barrier()\n")
+                    ctx.insert_before(writes[0], f"{setup}if {index} != 0 and {several}:\n    {d}.barrier()\n")
+                    ctx.insert_after(writes[-1], f"if {index} == 0 and {several}:\n    {d}.barrier()\n")
                     return
             ctx.insert_before(ctx.current.statement, setup)
 
