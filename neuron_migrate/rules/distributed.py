@@ -386,7 +386,33 @@ class Spawn(Rule):
                 # the group this rewrite makes is destroyed when the function returns (not when it raises: see
                 # destroy_at_exit), without a barrier, which would hold every rank until the slowest or a failed one
                 ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.destroy_process_group()\n")
+                writes = self._downloads_before(ctx.current.statement)
+                if writes:
+                    # code that ran once in the spawning parent (a dataset download) now runs in every process
+                    # torchrun starts: the group is made before it, and local rank 0 downloads first
+                    several = several_processes(ctx)
+                    ctx.insert_before(writes[0], f"{setup}if {index} != 0 and {several}:\n    {d}.barrier()\n")
+                    ctx.insert_after(writes[-1], f"if {index} == 0 and {several}:\n    {d}.barrier()\n")
+                    return
             ctx.insert_before(ctx.current.statement, setup)
+
+    def _downloads_before(self, statement: cst.CSTNode) -> list[cst.CSTNode]:
+        """The statements that run before the spawn `statement` in the program and write files every process
+        would now write at once: a dataset download (`download=True`, a call of a `*download*` function), at
+        module level or earlier in the spawn's block (`if __name__ == "__main__":`). In order; [] when the spawn
+        is not at module level or in such a block, or nothing downloads."""
+        parents = self.ctx.analysis.parents
+        block = parents.get(statement)
+        owner = parents.get(block) if block is not None else None
+        module = self.ctx.module
+        if block is module:
+            top, own = statement, []
+        elif type(owner) is cst.If and parents.get(owner) is module and type(block) is cst.IndentedBlock:
+            top, own = owner, list(block.body[:next(i for i, s in enumerate(block.body) if s is statement)])
+        else:
+            return []
+        before = list(module.body[:next(i for i, s in enumerate(module.body) if s is top)])
+        return [s for s in (*before, *own) if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) and _downloads(s)]
 
     def _defs(self, name: str, scope) -> list[cst.FunctionDef]:
         owner = self.ctx.analysis.lookup(name, scope)
@@ -521,6 +547,24 @@ def either(test: cst.BaseExpression) -> str:
     """`test` as the left operand of `or`: in parentheses where it binds more loosely (`x if c else y`)."""
     text = code(test)
     return f"({text})" if type(test) in (cst.IfExp, cst.Lambda, cst.NamedExpr) and not test.lpar else text
+
+
+def _downloads(statement: cst.CSTNode) -> bool:
+    """The statement downloads files when it runs: a call with `download=True` (torchvision's datasets) or of a
+    function whose name says download (`snapshot_download(...)`, `download_dataset()`); not in a def it holds."""
+    stack: list[cst.CSTNode] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if type(node) is cst.Call:
+            parts = dotted(node.func) or []
+            if (parts and "download" in parts[-1].lower()) or any(
+                    a.keyword is not None and a.keyword.value == "download" and code(a.value) == "True"
+                    for a in node.args):
+                return True
+        stack.extend(children(node))
+    return False
 
 
 def _methods(cls: cst.ClassDef, name: str) -> list[cst.FunctionDef]:

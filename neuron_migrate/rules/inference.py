@@ -231,7 +231,10 @@ class NeuronxTrace(Rule):
         ctx.current = traced.occ
         device = target(ctx).device()
         model = code(traced.model)
-        placed = model if self._function(traced.model, traced.occ.scope) else f"{paren(model)}.to({device})"
+        cpu = self._cpu_device(traced)
+        placed = model if self._function(traced.model, traced.occ.scope) \
+            or (cpu is not None and self._moved_to(traced.model, cpu[0], traced.occ.scope)) \
+            else f"{paren(model)}.to({device})"
         fixed = (f"{ctx.module_ref('torch')}.compile({placed}, backend={target(ctx).compile_backend()}, "
                  "fullgraph=True, dynamic=False)")
         if not ctx.report("NM501", traced.node, call=short(traced.node), fixed=fixed,
@@ -245,6 +248,8 @@ class NeuronxTrace(Rule):
         if warm_up is not None:
             ctx.insert_after(traced.occ.statement, warm_up)
         self._mark_saves(traced)
+        if cpu is not None and self._place_on_device(traced, cpu):
+            return True
         calls = self._calls(traced)
         if calls is None:
             subject = f"`{traced.name}`'s" if traced.name else "the model's"
@@ -257,6 +262,88 @@ class NeuronxTrace(Rule):
                 moved = self._moved(argument, device)
                 if moved is not None:
                     ctx.replace(argument.value, expression(moved))
+        return True
+
+    def _cpu_device(self, traced: Traced) -> tuple[str, cst.Assign, cst.SimpleString] | None:
+        """The device name the program put the trace's example inputs on, where it names the CPU for the trace
+        API: `device = "cpu"` (or `torch.device("cpu")`) bound once in the function, then `x = x.to(device)` and
+        `trace(model, x)`. Returns the name, its assignment and the "cpu" string in it."""
+        ctx = self.ctx
+        example = arg(traced.node, 1, "example_inputs")
+        scope = traced.occ.scope
+        if example is None or type(example.value) is not cst.Name or scope.kind != "function":
+            return None
+        for value in self._assigned(example.value.value, scope):
+            device = self._to_target(value)
+            if device is None:
+                continue
+            owner = ctx.analysis.lookup(device, scope)
+            values = self._assigned(device, scope) if owner is scope else []
+            if len(values) != 1 or len(owner.bindings[device]) != 1 or owner.bindings[device][0].conditional:
+                continue
+            text = values[0]
+            if type(text) is cst.Call and ctx.qualname(text.func) == "torch.device" and len(text.args) == 1:
+                text = text.args[0].value  # torch.device("cpu")
+            assign = ctx.analysis.parents.get(values[0])
+            if string_value(text) == "cpu" and type(text) is cst.SimpleString and type(assign) is cst.Assign:
+                return device, assign, text
+        return None
+
+    def _assigned(self, name: str, scope: Scope) -> list[cst.BaseExpression]:
+        """The values `name = <value>` assigns in `scope` (plain single-target assignments only)."""
+        values = []
+        for binding in scope.bindings.get(name, []):
+            if binding.kind != "assign":
+                continue
+            node = self.ctx.analysis.parents.get(binding.node)
+            if type(node) is cst.AssignTarget:
+                node = self.ctx.analysis.parents.get(node)
+            if type(node) is cst.Assign and len(node.targets) == 1 and node.targets[0].target is binding.node:
+                values.append(node.value)
+        return values
+
+    @staticmethod
+    def _to_target(value: cst.BaseExpression) -> str | None:
+        """`<x>.to(device)`: the device name."""
+        if type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value == "to" \
+                and len(value.args) == 1 and value.args[0].keyword is None and type(value.args[0].value) is cst.Name:
+            return value.args[0].value.value
+        return None
+
+    def _moved_to(self, expr: cst.BaseExpression, device: str, scope: Scope) -> bool:
+        """`expr` is a name the function binds to `<x>.to(device)` (among its other bindings)."""
+        return type(expr) is cst.Name and any(self._to_target(v) == device for v in self._assigned(expr.value, scope))
+
+    def _place_on_device(self, traced: Traced, cpu: tuple[str, cst.Assign, cst.SimpleString]) -> bool:
+        """The program put the model's inputs on the CPU for the trace API through one device name
+        (`device = "cpu"`): on TorchNeuron that name becomes the `neuron` device, so the model, the example and
+        the data of every call land there together, on every path (a CPU fallback branch included), and the
+        calls stay as written. Only where every call of the traced name passes names moved to that device; the
+        comment above the assignment that speaks of the CPU goes with it."""
+        ctx = self.ctx
+        device, assign, text = cpu
+        scope = traced.occ.scope
+        if traced.name is None:
+            return False
+        for occ, node in self.reads:
+            if node.value != traced.name or ctx.analysis.lookup(traced.name, occ.scope) is not scope:
+                continue
+            parent = occ.parent
+            if _not_a_read(node, parent) or node is traced.model \
+                    or (type(parent) is cst.Attribute and parent.value is node):  # `model.eval()`: no data
+                continue
+            if not (type(parent) is cst.Call and parent.func is node and parent.args
+                    and all(a.star == "" and self._moved_to(a.value, device, scope) for a in parent.args)):
+                return False
+        native = target(ctx).device_type()
+        if string_value(expression(native)) is not None:
+            native = f"{text.quote}{string_value(expression(native))}{text.quote}"  # in the program's quotes
+        ctx.replace(text, expression(native))
+        line = ctx.analysis.parents.get(assign)
+        if type(line) is cst.SimpleStatementLine and any(
+                e.comment is not None and "cpu" in e.comment.value.lower() for e in line.leading_lines):
+            kept = [e for e in line.leading_lines if e.comment is None or "cpu" not in e.comment.value.lower()]
+            ctx.replace(line, lambda new, kept=kept: new.with_changes(leading_lines=kept))
         return True
 
     def _for_its_compile(self, traced: Traced) -> bool:
