@@ -39,6 +39,10 @@ class FileProject:
     # the file's folder)
     launches_moving: str | None = None
     launches_staying: tuple[str, ...] = ()  # ... and the programs it launches that do not move (named the same way)
+    # the bfloat16 switches of torch_xla (XLA_USE_BF16, XLA_DOWNCAST_BF16) another file of the file's programs turns
+    # on (a launch script's `export`, a Dockerfile's ENV, a notebook's launch line, `os.environ[...] = "1"`), where
+    # NM403 marks them: a read of one here needs no finding of its own
+    sets_env: tuple[str, ...] = ()
 
     @property
     def set_aside(self) -> bool:

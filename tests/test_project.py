@@ -32,6 +32,11 @@ FINDINGS = {
     # one NM521 per program, at its entry: the notebook (compile.py, the helper it imports, keeps its NM510 note)
     "inf2_project": {"hf_vit_inference_on_inf2.ipynb": {"NM521"}, "compile.py": {"NM510"}},
     "gpu_names_trn1": {},
+    # bfloat16 switches: NM403 marks where the launch script sets one; a read of it in the program's files is no
+    # finding, a read of one nothing in the program sets is a finding without a marker (a commented-out export in
+    # another folder's script sets nothing)
+    "bf16_reads": {"run_train.sh": {"NM403"}, "optim_utils.py": {"NM405"},
+                   "train.py": {"NM101", "NM103", "NM107", "NM190"}},
     "neuron_accelerate": {"default_config.yaml": {"NM511"},
                           "requirements.txt": {"NM602", "NM603", "NM604"}},
     "device_crossing": {"train.py": {"NM103", "NM117", "NM190"}, "utils.py": {"NM101", "NM190"}},

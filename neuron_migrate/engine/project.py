@@ -83,6 +83,11 @@ _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
 # that moves to neuron is theirs)
 LEGACY_VENV = re.compile(r"(?<![\w/])/opt/aws_neuronx_venv_pytorch_(\d+)_(\d+)\w*")
 _SETS_ENVIRONMENT = re.compile(r"\b(?:framework_version|pytorch_version|image_uri)\s*=|\bTorchXLAConfig\b")
+# a file that turns a bfloat16 switch of torch_xla on: `XLA_USE_BF16=1` (export, ENV, a launch line),
+# `os.environ["XLA_USE_BF16"] = "1"` (also with a notebook's escaped quotes); the value is read after it
+BF16_SWITCHES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")  # environment.toml's `bf16` entries (tests/test_project.py)
+_SETS_BF16 = re.compile(r"""(?<![\w$])(XLA_USE_BF16|XLA_DOWNCAST_BF16)(?:=|\\?["']\][ \t]*=[ \t]*)\\?["']?(\w*)""")
+_OFF = frozenset({"0", "", "false", "False", "FALSE"})
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
 
 
@@ -465,10 +470,32 @@ class Project:
         told = held and (module.legacy if conflict else any(
             p.entry is module and any(f.legacy for f in p.files) for p in programs))
         # only what the file's decisions read: a cache key changes with these facts and no others
+        sets_env = self._bf16_set_elsewhere(module, programs) if "_BF16" in self._text(module.full) else ()
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, told, module.entry,
-                           *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())))
+                           *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
+                           sets_env=sets_env)
+
+    def _bf16_set_elsewhere(self, module: Module, programs: list[Program]) -> tuple[str, ...]:
+        """The bfloat16 switches that another file of the module's programs turns on: the scripts and notebooks
+        that launch a program, the Dockerfiles of its folders, its other Python files (NM403 marks each there)."""
+        places: set[str] = set()
+        for p in programs:
+            places |= {launcher for launcher, started in self._started.items() if p.entry.full in started}
+            places |= {f.full for f in p.files}
+            folders = self._search_path(os.path.dirname(p.entry.full), p.entry.root)
+            places |= {full for full in self.others.get("dockerfile", ()) if os.path.dirname(full) in folders}
+        places.discard(module.full)  # the file's own settings: the rule sees them
+        found: set[str] = set()
+        for full in sorted(places):
+            text = self._text(full)
+            if "_BF16" not in text:
+                continue
+            for line in text.splitlines():
+                if not line.lstrip().startswith("#"):
+                    found.update(m.group(1) for m in _SETS_BF16.finditer(line) if m.group(2) not in _OFF)
+        return tuple(sorted(found))
 
     def _launch_facts(self, full: str) -> tuple[str | None, tuple[str, ...]]:
         """A moving program whose environment the file sets up, and the programs it launches that stay (an
