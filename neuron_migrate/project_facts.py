@@ -43,6 +43,9 @@ class FileProject:
     # on (a launch script's `export`, a Dockerfile's ENV, a notebook's launch line, `os.environ[...] = "1"`), where
     # NM403 marks them: a read of one here needs no finding of its own
     sets_env: tuple[str, ...] = ()
+    # an install list's environment (the requirements files, notebooks and shell scripts of its folder) keeps a
+    # library built on torch_xla: "`optimum-neuron[vllm]==0.3.0` (requirements.txt)"; pin leaves the list as written
+    xla_beside: tuple[str, ...] = ()
 
     @property
     def set_aside(self) -> bool:

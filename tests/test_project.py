@@ -32,6 +32,11 @@ FINDINGS = {
     # one NM521 per program, at its entry: the notebook (compile.py, the helper it imports, keeps its NM510 note)
     "inf2_project": {"hf_vit_inference_on_inf2.ipynb": {"NM521"}, "compile.py": {"NM510"}},
     "gpu_names_trn1": {},
+    # one environment per folder: serve/'s requirements keep optimum-neuron[vllm] (XLA stack), so the notebook's
+    # neuronx-cc upgrade and the launch script's install there are marked and left as written (NM613); train/, whose
+    # requirements name the library only in a comment, is pinned
+    "xla_environment": {"serve/requirements.txt": {"NM604", "NM613"}, "serve/serve.sh": {"NM604", "NM613"},
+                        "serve/deploy_server.ipynb": {"NM613"}, "train/finetune.ipynb": {"NM602", "NM603"}},
     # bfloat16 switches: NM403 marks where the launch script sets one; a read of it in the program's files is no
     # finding, a read of one nothing in the program sets is a finding without a marker (a commented-out export in
     # another folder's script sets nothing)

@@ -30,7 +30,7 @@ import functools
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from neuron_migrate.engine.cache import digest
@@ -88,6 +88,11 @@ _SETS_ENVIRONMENT = re.compile(r"\b(?:framework_version|pytorch_version|image_ur
 BF16_SWITCHES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")  # environment.toml's `bf16` entries (tests/test_project.py)
 _SETS_BF16 = re.compile(r"""(?<![\w$])(XLA_USE_BF16|XLA_DOWNCAST_BF16)(?:=|\\?["']\][ \t]*=[ \t]*)\\?["']?(\w*)""")
 _OFF = frozenset({"0", "", "false", "False", "FALSE"})
+# the install lists of one environment: a folder's requirements files, notebooks and shell scripts
+ENVIRONMENT_KINDS = ("requirements", "shell", "notebook")
+_PIP_INSTALL = re.compile(r"\bpip3?[ \t]+install\b([^\n;&|]*)")
+_OPTIONS_WITH_VALUE = frozenset({"-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-i", "--index-url",
+                                 "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix", "--root"})
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
 
 
@@ -161,6 +166,7 @@ class Project:
         self._digests: dict[str, str | None] = {}
         self._markers: dict[str, bool] = {}
         self._readmes: dict[str, str | None] = {}
+        self._xla_by_folder: dict[str, tuple[str, ...]] = {}
         self._build()
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -530,6 +536,38 @@ class Project:
         return FileProject(target, tuple(evidence[:2]))
 
     def of(self, path: str, kind: str) -> FileProject | None:
+        facts = self._of(path, kind)
+        if kind in ENVIRONMENT_KINDS:
+            beside = self._xla_installs(os.path.dirname(os.path.abspath(path)))
+            if beside:
+                return replace(facts or FileProject(), xla_beside=beside)
+        return facts
+
+    def _xla_installs(self, folder: str) -> tuple[str, ...]:
+        """The installs of a library built on torch_xla (optimum-neuron, neuronx-distributed, ...) in the requirements
+        files, notebooks and shell scripts of a folder: one environment, which keeps the XLA stack while one stays.
+        Each as "`requirement` (file name)"."""
+        if folder in self._xla_by_folder:
+            return self._xla_by_folder[folder]
+        from neuron_migrate.pin.plan import parse, xla_libraries  # the pin package is only needed here
+
+        libraries = xla_libraries()
+        files = [f for kind in ENVIRONMENT_KINDS if kind != "notebook" for f in self.others.get(kind, ())]
+        files += [m.full for m in self.modules.values() if m.full.endswith(".ipynb")]
+        found: list[str] = []
+        for full in sorted(f for f in files if os.path.dirname(f) == folder):
+            text = self._text(full)
+            if not any(name in text for name in libraries):
+                continue
+            kind = "requirements" if full in self.others.get("requirements", ()) else "install"
+            for requirement in _installed(text, kind, full.endswith(".ipynb")):
+                req = parse(requirement)
+                if req is not None and req.name in libraries:
+                    found.append(f"`{requirement}` ({os.path.basename(full)})")
+        out = self._xla_by_folder[folder] = tuple(dict.fromkeys(found))
+        return out
+
+    def _of(self, path: str, kind: str) -> FileProject | None:
         facts = self.facts.get(path)
         if facts is None and kind in INSTALL_KINDS:
             held = self._installs_for_held(os.path.abspath(path))
@@ -562,6 +600,36 @@ class Project:
             for f in program.files[1:]:
                 lines.append(f"    reaches {f.path}")
         return "\n".join(lines)
+
+
+def _installed(text: str, kind: str, notebook: bool) -> list[str]:
+    """The requirement texts a requirements file lists, or the `pip install` lines of a script or notebook name
+    (options and their values are skipped; what is not a requirement does not parse as one)."""
+    if notebook:
+        try:
+            cells = json.loads(text).get("cells") or []
+            text = "\n".join("".join(c.get("source") or ()) if isinstance(c.get("source"), list)
+                             else str(c.get("source") or "") for c in cells if c.get("cell_type") == "code")
+        except (ValueError, AttributeError, TypeError):
+            return []
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if kind == "requirements":
+            if line and not line.startswith(("#", "-")):
+                out.append(line)
+            continue
+        m = _PIP_INSTALL.search(line)
+        if m is None:
+            continue
+        words = m.group(1).split()
+        skip = False
+        for word in words:
+            if skip or word.startswith("-"):
+                skip = word in _OPTIONS_WITH_VALUE
+                continue
+            out.append(word.strip("\"'"))
+    return out
 
 
 def _string_constants(trees: list[ast.Module]) -> dict[str, str]:

@@ -379,7 +379,7 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
                                for i, w in enumerate(command.requirements)]
     result = planning.plan(texts, doc.family, present, may_empty=command.other_sources,
                            instance=doc.settings.instance,
-                           unsafe_fixes=doc.settings.unsafe_fixes)
+                           unsafe_fixes=doc.settings.unsafe_fixes, beside=planning.environment(doc.settings))
     quote = _preferred_quote(command)
 
     def report(index: int, code: str, fields: dict) -> bool:
