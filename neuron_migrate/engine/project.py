@@ -551,16 +551,23 @@ class Project:
             return self._xla_by_folder[folder]
         from neuron_migrate.pin.plan import parse, xla_libraries  # the pin package is only needed here
 
+        from neuron_migrate.engine.discover import kind_of
+
         libraries = xla_libraries()
-        files = [f for kind in ENVIRONMENT_KINDS if kind != "notebook" for f in self.others.get(kind, ())]
-        files += [m.full for m in self.modules.values() if m.full.endswith(".ipynb")]
+        # the folder's files, named in the run or not (`pin notebook.ipynb` beside its requirements.txt): each one
+        # found is an input of the model (a cached model is reused only while they read the same)
+        try:
+            names = sorted(e.name for e in os.scandir(folder) if e.is_file())
+        except OSError:
+            names = []
+        files = {os.path.join(folder, n): kind for n in names if (kind := kind_of(n)) in ENVIRONMENT_KINDS}
         found: list[str] = []
-        for full in sorted(f for f in files if os.path.dirname(f) == folder):
+        for full, kind in files.items():
+            self._markers[full] = True
             text = self._text(full)
             if not any(name in text for name in libraries):
                 continue
-            kind = "requirements" if full in self.others.get("requirements", ()) else "install"
-            for requirement in _installed(text, kind, full.endswith(".ipynb")):
+            for requirement in _installed(text, kind, kind == "notebook"):
                 req = parse(requirement)
                 if req is not None and req.name in libraries:
                     found.append(f"`{requirement}` ({os.path.basename(full)})")
