@@ -429,3 +429,33 @@ def test_sys_path_additions_are_read_from_literals_and_file(line, folder):
     full = os.path.join(os.sep, "proj", "scripts", "run.py")
     found = project_module._sys_path_additions(f"import os\nimport sys\n\n{line}\n", full)
     assert found == ([os.path.join(os.sep, *folder.split("/"))] if folder else [])
+
+
+def test_the_bf16_switches_the_model_reads_are_the_tables(tmp_path):
+    """The model's bfloat16 switches (a read of one set elsewhere in the program is no finding) are the `bf16`
+    entries of rules/environment.toml, and it reads them where they are turned on, not where set to 0 or named."""
+    from neuron_migrate.rules.environment import env_table
+
+    assert set(project_module.BF16_SWITCHES) == {name for name, e in env_table().items() if e.get("bf16")}
+    on = ['export XLA_USE_BF16=1', 'ENV XLA_DOWNCAST_BF16=true', 'os.environ["XLA_USE_BF16"] = "1"',
+          '"    os.environ[\\"XLA_USE_BF16\\"] = \\"1\\"\\n",']
+    off = ['export XLA_USE_BF16=0', 'os.environ["XLA_USE_BF16"] = "0"', 'x = os.environ.get("XLA_USE_BF16", "1")',
+           'print("XLA_USE_BF16 is deprecated")']
+    assert [bool(project_module._SETS_BF16.search(t)) and project_module._SETS_BF16.search(t).group(2) not in
+            project_module._OFF for t in on + off] == [True] * len(on) + [False] * len(off)
+
+
+def test_an_install_list_named_alone_is_held_by_its_folders_xla_library(tmp_path):
+    """`pin deploy.ipynb` reads the environment from the notebook's folder, named in the run or not: its
+    requirements.txt keeps optimum-neuron, so the neuronx-cc upgrade keeps its version (NM613); without it, it is
+    pinned."""
+    case = FIXTURES / "projects" / "xla_environment" / "serve"
+    work = tmp_path / "serve"
+    shutil.copytree(case, work)
+    notebook = work / "deploy_server.ipynb"
+    held = cli("pin", "--diff", str(notebook))
+    assert "NM613" in held.stdout and "neuronx-cc==2.*" not in held.stdout
+    (work / "requirements.txt").write_text("openai>=1.0.0\n")
+    pinned = cli("pin", "--diff", str(notebook))
+    assert "NM613" not in pinned.stdout and "neuronx-cc==2.*" in pinned.stdout
+    assert "Upgrade to neuronx-cc 2.21.x" in notebook.read_text()  # --diff writes nothing

@@ -86,7 +86,7 @@ _SETS_ENVIRONMENT = re.compile(r"\b(?:framework_version|pytorch_version|image_ur
 # a file that turns a bfloat16 switch of torch_xla on: `XLA_USE_BF16=1` (export, ENV, a launch line),
 # `os.environ["XLA_USE_BF16"] = "1"` (also with a notebook's escaped quotes); the value is read after it
 BF16_SWITCHES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")  # environment.toml's `bf16` entries (tests/test_project.py)
-_SETS_BF16 = re.compile(r"""(?<![\w$])(XLA_USE_BF16|XLA_DOWNCAST_BF16)(?:=|\\?["']\][ \t]*=[ \t]*)\\?["']?(\w*)""")
+_SETS_BF16 = re.compile(rf"""(?<![\w$])({"|".join(BF16_SWITCHES)})(?:=|\\?["']\][ \t]*=[ \t]*)\\?["']?(\w*)""")
 _OFF = frozenset({"0", "", "false", "False", "FALSE"})
 # the install lists of one environment: a folder's requirements files, notebooks and shell scripts
 ENVIRONMENT_KINDS = ("requirements", "shell", "notebook")
@@ -549,9 +549,8 @@ class Project:
         Each as "`requirement` (file name)"."""
         if folder in self._xla_by_folder:
             return self._xla_by_folder[folder]
-        from neuron_migrate.pin.plan import parse, xla_libraries  # the pin package is only needed here
-
         from neuron_migrate.engine.discover import kind_of
+        from neuron_migrate.pin.plan import parse, xla_libraries  # the pin package is only needed here
 
         libraries = xla_libraries()
         # the folder's files, named in the run or not (`pin notebook.ipynb` beside its requirements.txt): each one
