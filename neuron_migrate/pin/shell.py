@@ -307,7 +307,7 @@ class Variable:
     end: int
 
 
-_MAJOR_MINOR = re.compile(r"\d+\.\d+")  # the version a specifier names, as prose writes it (`2.21.x`)
+_MAJOR_MINOR = re.compile(r"(?<!\d)\d+\.\d+")  # the version a specifier names, as prose writes it (`2.21.x`)
 _VERSION_REFERENCE = re.compile(r"(?P<head>[^$]*==)\$(?:\{(?P<braced>[A-Za-z_]\w*)\}|(?P<plain>[A-Za-z_]\w*))")
 
 
