@@ -42,6 +42,13 @@ class FileProject:
     # optimum-neuron Neuron-only training arguments (`--tensor_parallel_size`) a launcher passes the programs that reach
     # the file, as "argument:launcher" (the launcher as shown); NM508 keeps the Neuron class while the program takes them
     neuron_flags: tuple[str, ...] = ()
+    # the bfloat16 switches of torch_xla (XLA_USE_BF16, XLA_DOWNCAST_BF16) another file of the file's programs turns
+    # on (a launch script's `export`, a Dockerfile's ENV, a notebook's launch line, `os.environ[...] = "1"`), where
+    # NM403 marks them: a read of one here needs no finding of its own
+    sets_env: tuple[str, ...] = ()
+    # an install list's environment (the requirements files, notebooks and shell scripts of its folder) keeps a
+    # library built on torch_xla: "`optimum-neuron[vllm]==0.3.0` (requirements.txt)"; pin leaves the list as written
+    xla_beside: tuple[str, ...] = ()
 
     @property
     def set_aside(self) -> bool:

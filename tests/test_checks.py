@@ -10,7 +10,7 @@ from neuron_migrate.engine.python import process_python
 from neuron_migrate.files.envfiles import process_dockerfile, process_shell
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
-from tests.helpers import FIXTURES, check_codes
+from tests.helpers import FIXTURES, check_codes, rewrite_bytes
 
 MINE = ("NM3", "NM4", "NM5", "NM9")
 
@@ -183,3 +183,28 @@ def test_trn1_instance_requests_are_found_on_the_line_of_the_text():
 @pytest.mark.parametrize("path", ["tests/launch.py", "test_launch.py", "src/launch_test.py", "conftest.py"])
 def test_trn1_instance_types_in_tests_are_data(path):
     assert _nm520(path, _LAUNCH) == []
+
+
+@pytest.mark.parametrize("text, codes", [
+    # reads: a finding without a marker (the advice belongs where the variable is set)
+    ("import os\nbf16 = os.environ.get('XLA_USE_BF16') == '1'\n", ["NM405"]),
+    ("from os import environ as env\nup = env.get('XLA_DOWNCAST_BF16', '0') == '1'\n", ["NM405"]),
+    ("import os\nif os.getenv('XLA_DOWNCAST_BF16'):\n    dtype = 'bf16'\n", ["NM405"]),
+    ("import os\ndef dtype():\n    if 'XLA_USE_BF16' in os.environ:\n        return 'bf16'\n", ["NM405"]),
+    ("import os\nflag = int(os.environ['XLA_USE_BF16'])\n", ["NM405"]),
+    # the file sets it: one NM403 at the setting, its reads are silent
+    ("import os\nos.environ['XLA_USE_BF16'] = '1'\nif os.environ.get('XLA_USE_BF16'):\n    print('bf16')\n", ["NM403"]),
+    # settings stay NM403: an environment handed to a child, a deletion, a launch line kept in a string
+    ("import subprocess\nsubprocess.run(['python', 't.py'], env={'XLA_USE_BF16': '1'})\n", ["NM403"]),
+    ("import os\ndel os.environ['XLA_DOWNCAST_BF16']\n", ["NM403"]),
+    ("cmd = 'XLA_USE_BF16=1 torchrun train.py'\n", ["NM403"]),
+    # look-alikes: another mapping's get, another variable
+    ("config = {}\nbf16 = config.get('XLA_USE_BF16')\n", ["NM403"]),
+    ("import os\nflag = os.environ.get('MY_XLA_USE_BF16_NOTE')\n", []),
+])
+def test_bf16_switch_reads_are_findings_without_markers(text, codes):
+    assert [c for c in check_codes(text) if c.startswith("NM4")] == codes
+    out = rewrite_bytes(text.encode())
+    assert (out is not None and b"TODO(neuron-migrate NM403)" in out) is ("NM403" in codes)
+    if "NM403" not in codes:
+        assert out is None  # a file whose only finding is a read is never written

@@ -37,6 +37,16 @@ FINDINGS = {
                      "tutorials/bf16_demo.py": {"NM521"}, "tutorials/fp32_demo.py": {"NM101", "NM190"}},
     "inf2_project": {"hf_vit_inference_on_inf2.ipynb": {"NM521"}, "compile.py": {"NM510"}},
     "gpu_names_trn1": {},
+    # one environment per folder: serve/'s requirements keep optimum-neuron[vllm] (XLA stack), so the notebook's
+    # neuronx-cc upgrade and the launch script's install there are marked and left as written (NM613); train/, whose
+    # requirements name the library only in a comment, is pinned
+    "xla_environment": {"serve/requirements.txt": {"NM604", "NM613"}, "serve/serve.sh": {"NM604", "NM613"},
+                        "serve/deploy_server.ipynb": {"NM613"}, "train/finetune.ipynb": {"NM602", "NM603"}},
+    # bfloat16 switches: NM403 marks where the launch script sets one; a read of it in the program's files is no
+    # finding, a read of one nothing in the program sets is a finding without a marker (a commented-out export in
+    # another folder's script sets nothing)
+    "bf16_reads": {"run_train.sh": {"NM403"}, "optim_utils.py": {"NM405"},
+                   "train.py": {"NM101", "NM103", "NM107", "NM190"}},
     "neuron_accelerate": {"default_config.yaml": {"NM511"},
                           "requirements.txt": {"NM602", "NM603", "NM604"}},
     "device_crossing": {"train.py": {"NM103", "NM117", "NM190"}, "utils.py": {"NM101", "NM190"}},
@@ -451,3 +461,33 @@ def test_neuron_flags_reach_only_files_that_import_optimum_neuron(tmp_path):
     facts = {os.path.basename(p): f for p, f in project.facts.items()}
     assert facts["train.py"].neuron_flags == (f"tensor_parallel_size:{project._shown(str(tmp_path / 'run.sh'))}",)
     assert facts["other.py"].neuron_flags == ()
+
+
+def test_the_bf16_switches_the_model_reads_are_the_tables(tmp_path):
+    """The model's bfloat16 switches (a read of one set elsewhere in the program is no finding) are the `bf16`
+    entries of rules/environment.toml, and it reads them where they are turned on, not where set to 0 or named."""
+    from neuron_migrate.rules.environment import env_table
+
+    assert set(project_module.BF16_SWITCHES) == {name for name, e in env_table().items() if e.get("bf16")}
+    on = ['export XLA_USE_BF16=1', 'ENV XLA_DOWNCAST_BF16=true', 'os.environ["XLA_USE_BF16"] = "1"',
+          '"    os.environ[\\"XLA_USE_BF16\\"] = \\"1\\"\\n",']
+    off = ['export XLA_USE_BF16=0', 'os.environ["XLA_USE_BF16"] = "0"', 'x = os.environ.get("XLA_USE_BF16", "1")',
+           'print("XLA_USE_BF16 is deprecated")']
+    assert [bool(project_module._SETS_BF16.search(t)) and project_module._SETS_BF16.search(t).group(2) not in
+            project_module._OFF for t in on + off] == [True] * len(on) + [False] * len(off)
+
+
+def test_an_install_list_named_alone_is_held_by_its_folders_xla_library(tmp_path):
+    """`pin deploy.ipynb` reads the environment from the notebook's folder, named in the run or not: its
+    requirements.txt keeps optimum-neuron, so the neuronx-cc upgrade keeps its version (NM613); without it, it is
+    pinned."""
+    case = FIXTURES / "projects" / "xla_environment" / "serve"
+    work = tmp_path / "serve"
+    shutil.copytree(case, work)
+    notebook = work / "deploy_server.ipynb"
+    held = cli("pin", "--diff", str(notebook))
+    assert "NM613" in held.stdout and "neuronx-cc==2.*" not in held.stdout
+    (work / "requirements.txt").write_text("openai>=1.0.0\n")
+    pinned = cli("pin", "--diff", str(notebook))
+    assert "NM613" not in pinned.stdout and "neuronx-cc==2.*" in pinned.stdout
+    assert "Upgrade to neuronx-cc 2.21.x" in notebook.read_text()  # --diff writes nothing

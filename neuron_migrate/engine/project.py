@@ -30,7 +30,7 @@ import functools
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from neuron_migrate.engine.cache import digest
@@ -89,6 +89,16 @@ _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
 # that moves to neuron is theirs)
 LEGACY_VENV = re.compile(r"(?<![\w/])/opt/aws_neuronx_venv_pytorch_(\d+)_(\d+)\w*")
 _SETS_ENVIRONMENT = re.compile(r"\b(?:framework_version|pytorch_version|image_uri)\s*=|\bTorchXLAConfig\b")
+# a file that turns a bfloat16 switch of torch_xla on: `XLA_USE_BF16=1` (export, ENV, a launch line),
+# `os.environ["XLA_USE_BF16"] = "1"` (also with a notebook's escaped quotes); the value is read after it
+BF16_SWITCHES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")  # environment.toml's `bf16` entries (tests/test_project.py)
+_SETS_BF16 = re.compile(rf"""(?<![\w$])({"|".join(BF16_SWITCHES)})(?:=|\\?["']\][ \t]*=[ \t]*)\\?["']?(\w*)""")
+_OFF = frozenset({"0", "", "false", "False", "FALSE"})
+# the install lists of one environment: a folder's requirements files, notebooks and shell scripts
+ENVIRONMENT_KINDS = ("requirements", "shell", "notebook")
+_PIP_INSTALL = re.compile(r"\bpip3?[ \t]+install\b([^\n;&|]*)")
+_OPTIONS_WITH_VALUE = frozenset({"-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-i", "--index-url",
+                                 "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix", "--root"})
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
 
 
@@ -167,6 +177,7 @@ class Project:
         self._digests: dict[str, str | None] = {}
         self._markers: dict[str, bool] = {}
         self._readmes: dict[str, str | None] = {}
+        self._xla_by_folder: dict[str, tuple[str, ...]] = {}
         self._build()
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -502,11 +513,32 @@ class Project:
         flags = tuple(sorted({f"{flag}:{launcher}" for p in programs for flag, launcher in p.entry.neuron_flags.items()
                               })) if any(name.startswith("optimum.neuron") for name, _ in module.imports) else ()
         # only what the file's decisions read: a cache key changes with these facts and no others
+        sets_env = self._bf16_set_elsewhere(module, programs) if "_BF16" in self._text(module.full) else ()
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
-                           neuron_flags=flags)
+                           neuron_flags=flags, sets_env=sets_env)
+
+    def _bf16_set_elsewhere(self, module: Module, programs: list[Program]) -> tuple[str, ...]:
+        """The bfloat16 switches that another file of the module's programs turns on: the scripts and notebooks
+        that launch a program, the Dockerfiles of its folders, its other Python files (NM403 marks each there)."""
+        places: set[str] = set()
+        for p in programs:
+            places |= {launcher for launcher, started in self._started.items() if p.entry.full in started}
+            places |= {f.full for f in p.files}
+            folders = self._search_path(os.path.dirname(p.entry.full), p.entry.root)
+            places |= {full for full in self.others.get("dockerfile", ()) if os.path.dirname(full) in folders}
+        places.discard(module.full)  # the file's own settings: the rule sees them
+        found: set[str] = set()
+        for full in sorted(places):
+            text = self._text(full)
+            if "_BF16" not in text:
+                continue
+            for line in text.splitlines():
+                if not line.lstrip().startswith("#"):
+                    found.update(m.group(1) for m in _SETS_BF16.finditer(line) if m.group(2) not in _OFF)
+        return tuple(sorted(found))
 
     def _launch_facts(self, full: str) -> tuple[str | None, tuple[str, ...]]:
         """A moving program whose environment the file sets up, and the programs it launches that stay (an
@@ -541,6 +573,44 @@ class Project:
         return FileProject(target, tuple(evidence[:2]))
 
     def of(self, path: str, kind: str) -> FileProject | None:
+        facts = self._of(path, kind)
+        if kind in ENVIRONMENT_KINDS:
+            beside = self._xla_installs(os.path.dirname(os.path.abspath(path)))
+            if beside:
+                return replace(facts or FileProject(), xla_beside=beside)
+        return facts
+
+    def _xla_installs(self, folder: str) -> tuple[str, ...]:
+        """The installs of a library built on torch_xla (optimum-neuron, neuronx-distributed, ...) in the requirements
+        files, notebooks and shell scripts of a folder: one environment, which keeps the XLA stack while one stays.
+        Each as "`requirement` (file name)"."""
+        if folder in self._xla_by_folder:
+            return self._xla_by_folder[folder]
+        from neuron_migrate.engine.discover import kind_of
+        from neuron_migrate.pin.plan import parse, xla_libraries  # the pin package is only needed here
+
+        libraries = xla_libraries()
+        # the folder's files, named in the run or not (`pin notebook.ipynb` beside its requirements.txt): each one
+        # found is an input of the model (a cached model is reused only while they read the same)
+        try:
+            names = sorted(e.name for e in os.scandir(folder) if e.is_file())
+        except OSError:
+            names = []
+        files = {os.path.join(folder, n): kind for n in names if (kind := kind_of(n)) in ENVIRONMENT_KINDS}
+        found: list[str] = []
+        for full, kind in files.items():
+            self._markers[full] = True
+            text = self._text(full)
+            if not any(name in text for name in libraries):
+                continue
+            for requirement in _installed(text, kind, kind == "notebook"):
+                req = parse(requirement)
+                if req is not None and req.name in libraries:
+                    found.append(f"`{requirement}` ({os.path.basename(full)})")
+        out = self._xla_by_folder[folder] = tuple(dict.fromkeys(found))
+        return out
+
+    def _of(self, path: str, kind: str) -> FileProject | None:
         facts = self.facts.get(path)
         if facts is None and kind in INSTALL_KINDS:
             held = self._installs_for_held(os.path.abspath(path))
@@ -573,6 +643,36 @@ class Project:
             for f in program.files[1:]:
                 lines.append(f"    reaches {f.path}")
         return "\n".join(lines)
+
+
+def _installed(text: str, kind: str, notebook: bool) -> list[str]:
+    """The requirement texts a requirements file lists, or the `pip install` lines of a script or notebook name
+    (options and their values are skipped; what is not a requirement does not parse as one)."""
+    if notebook:
+        try:
+            cells = json.loads(text).get("cells") or []
+            text = "\n".join("".join(c.get("source") or ()) if isinstance(c.get("source"), list)
+                             else str(c.get("source") or "") for c in cells if c.get("cell_type") == "code")
+        except (ValueError, AttributeError, TypeError):
+            return []
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if kind == "requirements":
+            if line and not line.startswith(("#", "-")):
+                out.append(line)
+            continue
+        m = _PIP_INSTALL.search(line)
+        if m is None:
+            continue
+        words = m.group(1).split()
+        skip = False
+        for word in words:
+            if skip or word.startswith("-"):
+                skip = word in _OPTIONS_WITH_VALUE
+                continue
+            out.append(word.strip("\"'"))
+    return out
 
 
 def _string_constants(trees: list[ast.Module]) -> dict[str, str]:

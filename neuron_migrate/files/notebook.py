@@ -80,6 +80,7 @@ class Magic:
     replacement: str | None  # None: the line goes (a setting the native backend ignores)
     line: int  # where it starts in the cell (1-based)
     indent: int  # the width of the first line's indentation
+    stale_above: str | None = None  # the comment line right above it that goes with the old pins (stripped)
 
 
 @dataclass
@@ -257,7 +258,12 @@ def _pin_installs(path: str, cells: list[Cell], settings: Settings, rewrite: boo
                     None if f.end_col is None else f.end_col + (magic.indent if f.end_line == first else 0)))
             for code, n in pinned.applied.items():
                 result.applied[code] = result.applied.get(code, 0) + n
-            text = pinned.text[len("".join(above)):] if pinned.text.startswith("".join(above)) else pinned.text
+            # the one edit pin makes above the command: the comment right above it goes when it names the old
+            # version (`# Upgrade to neuronx-cc 2.21.x`); the cell drops it when it is put back together
+            kept = above if pinned.text.startswith("".join(above)) or not above else above[:-1]
+            if kept is not above:
+                magic.stale_above = above[-1].strip()
+            text = pinned.text[len("".join(kept)):] if pinned.text.startswith("".join(kept)) else pinned.text
             command = text
             markers = []  # the markers the pin rules put above the command: indented as the command is
             while command.startswith(MARKER_PREFIX) and "\n" in command:
@@ -596,11 +602,24 @@ def _split(module: str, cells: list[Cell]) -> list[str]:
                           "Please report this.")
     out = []
     for cell, lines in zip(cells, parts):
-        text = "".join(_restore(line, cell) for line in lines)
+        restored: list[str] = []
+        for line in lines:
+            magic = cell.placeholders.get(_tag(line.strip()))
+            if magic is not None and magic.stale_above is not None and restored \
+                    and restored[-1].strip() == magic.stale_above:
+                restored.pop()  # the comment that named the old pins (see _pin_installs)
+            restored.append(_restore(line, cell))
+        text = "".join(restored)
         if not cell.text.endswith(("\n", "\r")) and text.endswith("\n"):
             text = text[:-1]
         out.append(text)
     return out
+
+
+def _tag(stripped: str) -> str:
+    """The placeholder tag of a module line: `pass  # @@@ ...` (a placeholder alone in its block), or the comment
+    alone (kept where an edit removed the statement around the placeholder)."""
+    return stripped[len("pass  "):] if stripped.startswith("pass  # @@@") else stripped
 
 
 def _restore(line: str, cell: Cell) -> str:
@@ -610,7 +629,7 @@ def _restore(line: str, cell: Cell) -> str:
     prefix = f"# @@@ {NONCE.get()} m"
     if stripped.startswith(prefix) and "." in stripped and stripped.rsplit(".", 1)[0] in cell.placeholders:
         return ""
-    tag = stripped[len("pass  "):] if stripped.startswith("pass  # @@@") else stripped  # or the comment alone,
+    tag = _tag(stripped)
     if tag in cell.placeholders:  # kept where an edit removed the statement around the placeholder
         if cell.placeholders[tag].replacement is None:
             return ""

@@ -32,7 +32,7 @@ def pin_entries(doc: TextDocument, entries: list[LineEntry], present: set[str],
     """Plan over the entries, report, and record the edits the reports allow."""
     texts: list[str | None] = [e.text(doc) for e in entries]
     result = planning.plan(texts, doc.family, present, may_add=may_add, instance=doc.settings.instance,
-                           unsafe_fixes=doc.settings.unsafe_fixes)
+                           unsafe_fixes=doc.settings.unsafe_fixes, beside=planning.environment(doc.settings))
     frozen = any(e.hashed for e in entries)
 
     def report(index: int, code: str, fields: dict) -> bool:

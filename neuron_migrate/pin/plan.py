@@ -204,7 +204,8 @@ def _extras(text: str) -> set[str]:
 
 
 def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True,
-         may_empty: bool = True, instance: str | None = None, unsafe_fixes: bool = True) -> Plan:
+         may_empty: bool = True, instance: str | None = None, unsafe_fixes: bool = True,
+         beside: tuple[str, ...] = ()) -> Plan:
     """Decide over `texts` (None for entries that are not requirements).
 
     `present`: packages the whole file (or command line, with its includes) already installs; missing
@@ -216,6 +217,8 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
     torch-xla cannot take the native pins either (torch-xla requires its own torch): every change waits with
     the removal (`Plan.held`), so a safe run leaves the list installable as written and holds back as many
     fixes as `--unsafe-fixes` makes.
+    `beside`: the installs of libraries built on torch_xla elsewhere in the list's environment (`environment`):
+    the list is left as written while they stay, as it is beside one of its own.
     """
     mx = matrix()
     release = mx.release_of(family)
@@ -226,7 +229,7 @@ def plan(texts: list[str | None], family: Family, present: set[str], may_add: bo
         _inferentia1(texts, mx, result)
     if other is not None:
         return result  # another product's install: left as written
-    if _xla_library_kept(texts, mx, result):
+    if _xla_library_kept(texts, mx, result) or _xla_library_beside(texts, beside, mx, result):
         return result
     anchor = None
     for index, text in enumerate(texts):
@@ -285,9 +288,43 @@ def _xla_library_kept(texts: list[str | None], mx: Matrix, result: Plan) -> bool
             extras = _extras(text)
             instead = next((advice for extra, advice in library.instead_extras if extra in extras), library.instead)
             result.issues.append(Issue(index, "NM613", {"requirement": text.strip(), "library": library.name,
-                                                        "instead": instead}))
+                                                        "instead": instead, "where": "", "until": "",
+                                                        "mark": "replace this torch_xla-based library"}))
             found = True
     return found
+
+
+def environment(settings) -> tuple[str, ...]:
+    """The installs of libraries built on torch_xla in the environment of the file `settings` are for (the
+    requirements files, notebooks and shell scripts of its folder: `FileProject.xla_beside`)."""
+    project = getattr(settings, "project", None)
+    return project.xla_beside if project is not None else ()
+
+
+def _xla_library_beside(texts: list[str | None], beside: tuple[str, ...], mx: Matrix, result: Plan) -> bool:
+    """NM613 at the first Neuron entry of a list whose environment keeps a library built on torch_xla (a notebook's
+    `pip install neuronx-cc==...` beside a requirements.txt with `optimum-neuron[vllm]`): the list is left as
+    written, since the native packages it would get replace the torch and torch-neuronx that library runs on."""
+    if not beside:
+        return False
+    first, _, place = beside[0].rpartition(" (")
+    name = parse(first.strip("`"))
+    library = xla_libraries().get(name.name) if name is not None else None
+    if library is None:
+        return False
+    for index, text in enumerate(texts):
+        req = parse(text) if text is not None else None
+        if req is not None and applies_to_target(req.marker, mx) and (
+                req.name in mx.neuron_packages or req.name in mx.legacy_packages or req.name == "torch"):
+            more = f" and {len(beside) - 1} more" if len(beside) > 1 else ""
+            result.issues.append(Issue(index, "NM613", {
+                "requirement": first.strip("`"), "library": library.name, "instead": library.instead,
+                "where": f" ({place.rstrip(')')}, the same environment as this install{more})",
+                "until": "; until then this install is left as written: the native packages it would get replace "
+                        "the torch and torch-neuronx that library runs on",
+                "mark": f"{place.rstrip(')')} keeps {library.name}"}))
+            return True
+    return True
 
 
 def _inferentia1(texts: list[str | None], mx: Matrix, result: Plan) -> None:

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from neuron_migrate.engine.edits import MARKER_PREFIX
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
@@ -306,6 +307,7 @@ class Variable:
     end: int
 
 
+_MAJOR_MINOR = re.compile(r"(?<!\d)\d+\.\d+")  # the version a specifier names, as prose writes it (`2.21.x`)
 _VERSION_REFERENCE = re.compile(r"(?P<head>[^$]*==)\$(?:\{(?P<braced>[A-Za-z_]\w*)\}|(?P<plain>[A-Za-z_]\w*))")
 
 
@@ -490,7 +492,7 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
                                for i, w in enumerate(command.requirements)]
     result = planning.plan(texts, doc.family, present, may_empty=command.other_sources,
                            instance=doc.settings.instance,
-                           unsafe_fixes=doc.settings.unsafe_fixes)
+                           unsafe_fixes=doc.settings.unsafe_fixes, beside=planning.environment(doc.settings))
     quote = _preferred_quote(command)
 
     def report(index: int, code: str, fields: dict) -> bool:
@@ -520,8 +522,26 @@ def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line
             _replace_word(doc, word, outcome.replacement, quote)
         _insert_after(doc, word, [_quoted(v, quote) for v in extra])
     _remove_words(doc, command, removed)
+    _drop_stale_comment_above(doc, line, [texts[i] for i, o in outcomes.items()
+                                          if (o.remove or o.replacement is not None) and texts[i] is not None])
     installed = planning.names_of([t for t in texts if t is not None]) - matrix().legacy_packages
     return installed | result.added
+
+
+def _drop_stale_comment_above(doc: TextDocument, line: int, changed: list[str]) -> None:
+    """The comment line right above a command whose pins changed, when it names an old version of them
+    (`# Upgrade to neuronx-cc 2.21.x` above `pip install --upgrade neuronx-cc==2.21.*`): it goes with the old
+    version. A marker, or a comment that names no changed version, stays."""
+    versions = {m.group(0) for text in changed if (req := planning.parse(text)) is not None
+                for m in [_MAJOR_MINOR.search(req.spec)] if m is not None}
+    if not versions or line == 0:
+        return
+    start = doc.line_start(line - 1)
+    comment = doc.text[start:line].strip()
+    if not comment.startswith("#") or comment.startswith(MARKER_PREFIX):
+        return
+    if any(re.search(rf"(?<![\d.]){re.escape(v)}(?!\d)", comment) for v in versions):
+        doc.replace(start, line, "")
 
 
 def _extras_into_removed_tail(command: PipInstall, outcomes: dict, extras: dict[int, list[str]]) -> None:

@@ -16,6 +16,12 @@ from neuron_migrate.rules import Rule
 
 OS_ENVIRON = "os.environ"
 SETTERS = frozenset({"os.environ.setdefault", "os.putenv"})
+READERS = frozenset({"os.environ.get", "os.getenv"})
+READ_CODE = "NM405"  # a read of a bfloat16 switch: a finding without a marker (the advice is where it is set)
+READ_FIELDS = {"did": "is read here, where torch_xla's bfloat16 switch chose a dtype or an optimizer setting",
+               "instead": "the native backend ignores the variable, so this only follows what the launch sets: "
+                          "the move to `torch.autocast(device_type=\"neuron\", dtype=torch.bfloat16)` belongs where "
+                          "it is set (NM403 marks that place); decide then whether this read still has a reason"}
 OFF = frozenset({"0", "", "false", "False", "FALSE"})
 
 
@@ -51,6 +57,8 @@ class EnvironmentVariable(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.seen: set[tuple[int, str]] = set()  # (statement, variable): one finding each
+        self.reads: list = []  # (occurrence, node, variable) of the reads of a bfloat16 switch: reported at the end
+        self.set_here: set[str] = set()  # the bfloat16 switches the file sets (NM403 marks them there)
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         text = string_value(node)
@@ -64,11 +72,51 @@ class EnvironmentVariable(Rule):
         if key in self.seen:
             return  # `os.environ["XLA_USE_BF16"] = os.environ.get("XLA_USE_BF16", "0")`: one statement, one finding
         self.seen.add(key)
+        entry = env_table()[name]
+        if entry.get("bf16") and text == name and self._read(node):
+            self.reads.append((self.ctx.current, node, name))
+            return
         value, statement = self._setting(node) if text == name else (None, None)
         code = code_for(name, value, statement is not None)
-        entry = env_table()[name]
+        if code == "NM403":
+            self.set_here.add(name)
         if self.ctx.report(code, node, var=name, did=entry["did"], instead=entry["instead"]) and code == "NM404":
             self.ctx.remove(statement)
+
+    def finish(self) -> None:
+        """The reads of a bfloat16 switch: a finding without a marker, none where the file sets it (marked
+        there) or where the program's launch script sets it (marked there: `FileProject.sets_env`)."""
+        ctx = self.ctx
+        elsewhere = set(ctx.settings.project.sets_env) if ctx.settings.project is not None else set()
+        for occ, node, name in self.reads:
+            if name in self.set_here or name in elsewhere:
+                continue
+            ctx.current = occ
+            ctx.report(READ_CODE, node, var=name, **READ_FIELDS)
+        ctx.current = None
+
+    def _read(self, node: cst.SimpleString) -> bool:
+        """`node` names the variable only to read it: `os.environ.get(NAME)`, `os.getenv(NAME)`,
+        `os.environ[NAME]` (not assigned nor deleted), `NAME in os.environ`."""
+        ctx = self.ctx
+        parents = ctx.analysis.parents
+        parent = parents.get(node)
+        if isinstance(parent, cst.Arg):
+            call = parents.get(parent)
+            return isinstance(call, cst.Call) and call.args[0] is parent and ctx.qualname(call.func) in READERS
+        if isinstance(parent, cst.Index):
+            subscript = parents.get(parents.get(parent))
+            if not isinstance(subscript, cst.Subscript) or ctx.qualname(subscript.value) != OS_ENVIRON:
+                return False
+            small = ctx.current.small
+            targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else \
+                [small.target] if isinstance(small, (cst.AugAssign, cst.AnnAssign, cst.Del)) else []
+            return subscript not in targets
+        if isinstance(parent, cst.Comparison):
+            return parent.left is node and len(parent.comparisons) == 1 \
+                and isinstance(parent.comparisons[0].operator, (cst.In, cst.NotIn)) \
+                and ctx.qualname(parent.comparisons[0].comparator) == OS_ENVIRON
+        return False
 
     def _setting(self, node: cst.SimpleString) -> tuple[str | None, cst.CSTNode | None]:
         """(value, statement) when the statement around `node` only sets the variable to a literal."""

@@ -73,7 +73,8 @@ def library_hints() -> dict[str, str]:
     return load_data("inference.toml")["libraries"]
 
 
-LIBRARY_ROOTS = ("neuronx_distributed", "transformers_neuronx", "optimum.neuron")  # library_hints' top keys
+LIBRARY_ROOTS = ("neuronx_distributed", "transformers_neuronx", "optimum.neuron", "libneuronxla",
+                 "neuronxcc")  # library_hints' top keys
 
 
 @fact
@@ -133,8 +134,7 @@ class NeuronxTrace(Rule):
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = None if node.relative or node.module is None else dotted_str(node.module)
-        names = () if isinstance(node.names, cst.ImportStar) else node.names
-        if _bundled_nki(module) or (module == "neuronxcc" and any(dotted_str(a.name) == "nki" for a in names)):
+        if _bundled_nki(module) or (module == "neuronxcc" and _imports_nki(node)):
             self.nki_imports.append((self.ctx.current, node))
 
     def finish(self) -> None:
@@ -585,13 +585,20 @@ def _bundled_nki(module: str | None) -> bool:
     return module is not None and (module == NKI_BUNDLED or module.startswith(NKI_BUNDLED + "."))
 
 
+def _imports_nki(node: cst.CSTNode) -> bool:
+    """`from neuronxcc import nki` (the NKI namespace, imported by name from the compiler's package)."""
+    return isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar) \
+        and any(dotted_str(a.name) == "nki" for a in node.names)
+
+
 class NeuronLibrary(Rule):
-    """neuronx_distributed, transformers_neuronx, optimum.neuron: reported where they are imported, one finding
-    per library and file (at its first import, with the count and the hints of the parts imported)."""
+    """neuronx_distributed, transformers_neuronx, optimum.neuron, libneuronxla and the compiler's private modules
+    (neuronxcc but its NKI namespace, NM505's): reported where they are imported, one finding per library and file
+    (at its first import, with the count and the hints of the parts imported)."""
 
     codes = ("NM506",)
     triggers = (b"neuron",)
-    context = (b"neuronx_distributed", b"transformers_neuronx", b"optimum")
+    context = (b"neuronx_distributed", b"transformers_neuronx", b"optimum", b"libneuronxla", b"neuronxcc")
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -633,6 +640,8 @@ class NeuronLibrary(Rule):
         classes_only = _optimum_classes_import(node, module)
         if not classes_only and _nxd_inference_import(node, module):
             return  # NM507 (or NM510) reports it with the documented replacement
+        if _bundled_nki(module) or (module == "neuronxcc" and _imports_nki(node)):
+            return  # NeuronxTrace reports the compiler's NKI namespace (NM505)
         hint = lookup(library_hints(), module)
         if hint is not None and module.startswith("optimum.neuron") and isinstance(node, cst.ImportFrom) \
                 and not isinstance(node.names, cst.ImportStar):
