@@ -39,6 +39,9 @@ class FileProject:
     # the file's folder)
     launches_moving: str | None = None
     launches_staying: tuple[str, ...] = ()  # ... and the programs it launches that do not move (named the same way)
+    # the torch.cuda names a module of the file's program (`torch.cuda.FloatTensor = lambda t: ...`) redefines at
+    # import time, where the file names torch.cuda: the program's own functions, not CUDA's
+    cuda_patched: tuple[str, ...] = ()
 
     @property
     def set_aside(self) -> bool:

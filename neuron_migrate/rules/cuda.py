@@ -147,6 +147,9 @@ class TorchCudaApi(Rule):
         if qual is None or not qual.startswith("torch.cuda.") or qual in CUDA_AUTOCAST or not moving_to_neuron(ctx):
             return
         name = qual[len("torch.cuda."):]
+        project = ctx.settings.project
+        if project is not None and name.split(".")[0] in project.cuda_patched:
+            return  # the program redefines it (`torch.cuda.set_device = lambda x: None`): its own function stays
         spelled = dotted_str(node) or qual
         if name in NEURON_NAMESAKES:
             fixed = target(ctx).device_module(name)
