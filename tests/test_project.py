@@ -30,6 +30,11 @@ FINDINGS = {
     "tpu_only": {"flowers_tpu_kaggle.ipynb": {"NM521"}, "train_spawn.py": {"NM521"},
                  "outputs/train_outputs.py": {"NM101", "NM103", "NM107", "NM190"}},
     # one NM521 per program, at its entry: the notebook (compile.py, the helper it imports, keeps its NM510 note)
+    # torch_xla features Neuron's XLA stack never ran (GSPMD, Pallas kernels) say TPU; plain data parallelism moves
+    "tpu_features": {"train_gspmd.py": {"NM521"}, "train_flash.py": {"NM521"},
+                     "train_dp.py": {"NM101", "NM105", "NM106", "NM190"},
+                     # scripts no program imports: the one whose prose says TPU is set aside, the other moves
+                     "tutorials/bf16_demo.py": {"NM521"}, "tutorials/fp32_demo.py": {"NM101", "NM190"}},
     "inf2_project": {"hf_vit_inference_on_inf2.ipynb": {"NM521"}, "compile.py": {"NM510"}},
     "gpu_names_trn1": {},
     "neuron_accelerate": {"default_config.yaml": {"NM511"},

@@ -58,9 +58,15 @@ INSTANCE_TYPE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?la
 _PROSE_INSTANCE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)(?:\.\d*x?large|\.metal)?\b", re.I)
 _HARDWARE_LETTERS = re.compile(r"inf|trn", re.I)
 _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
-# TPU named as hardware in prose or comments: "TPU v3-8", "a TPU VM", "Cloud TPU", "TPU v5e", "tpu-v4"
+# TPU named as hardware in prose or comments: "TPU v3-8", "a TPU VM", "Cloud TPU", "TPU v5e", "tpu-v4", "run this
+# tutorial on a TPU"
 # (case-sensitive: a `tpuv4` preset name in code is not prose)
-TPU_PROSE = re.compile(r"\bTPU[ -]?v\d|\bTPU VMs?\b|\bCloud TPU|\btpu-v\d|\bTPU\b[^\n]{0,20}\bv[2-6][ep]?-\d{1,4}\b")
+TPU_PROSE = re.compile(r"\bTPU[ -]?v\d|\bTPU VMs?\b|\bCloud TPU|\btpu-v\d|\bTPU\b[^\n]{0,20}\bv[2-6][ep]?-\d{1,4}\b"
+                       r"|\b[Rr]un(?:s|ning)? (?:this|the) (?:tutorial|notebook|example|script|demo) on (?:a )?TPU\b")
+# torch_xla features Neuron's XLA stack never ran: a program built on them was written for TPU (GSPMD: "PyTorch
+# NeuronX currently does not support GSPMD", Neuron 2.27 release notes; Pallas kernels are TPU / GPU kernels)
+TPU_ONLY_MODULES = (("torch_xla.distributed.spmd", "GSPMD, which Neuron's XLA stack never ran"),
+                    ("torch_xla.experimental.custom_kernel", "Pallas kernels, which Neuron's XLA stack never ran"))
 PJRT_TPU = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?TPU\b""")
 PJRT_NEURON = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?NEURON\b""")
 # a launch line: the Python program it runs
@@ -233,6 +239,10 @@ class Project:
             kind == "notebook" and "aws_neuronx_venv" in text and LEGACY_VENV.search(text) is not None)
         if "PJRT_DEVICE" in joined and PJRT_TPU.search(joined) and not PJRT_NEURON.search(joined):
             module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
+        tpu_only = next((f"imports `{name}`, {why}" for name, _ in module.imports
+                         for prefix, why in TPU_ONLY_MODULES if name == prefix or name.startswith(prefix + ".")), None)
+        if tpu_only is not None:
+            module.evidence.append(Evidence(TPU, TEXT, shown, tpu_only))
         m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
         if m:
             module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
@@ -357,10 +367,14 @@ class Project:
 
     def _make_programs(self) -> None:
         reached_by: dict[str, list[Program]] = {}
+        reach = {m.full: self._reach(m) for m in self.modules.values() if m.entry}
+        reached = {f.full for files in reach.values() for f in files}
         for module in self.modules.values():
-            if not module.entry:
+            # an entry point; or a script no program imports (a tutorial's top-level code, run cell by cell) that
+            # says where it runs
+            if not module.entry and (module.full in reached or not module.evidence):
                 continue
-            files = self._reach(module)
+            files = reach.get(module.full) or self._reach(module)
             evidence = self._evidence(module)
             target, strongest, conflict = _decide(evidence)
             if target in (INF2, TRN1) and self.native_instance:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
-from neuron_migrate.pin.matrix import matrix
+from neuron_migrate.pin.matrix import matrix, python_fields
 from neuron_migrate.policy import unused_suppressions
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import Source
@@ -353,6 +353,7 @@ def pin_commands(doc: TextDocument, spans: list[tuple[int, int]], present: set[s
             names.add(planning.TPU_BUILD)
     if not planning.in_scope(names):
         return names
+    _check_environments(doc, spans, found)
     has_index = matrix().index_url in doc.text or any(_is_index(u) for c in found for u in c.indexes)
     for command in found:
         line = logical_line_start(doc, command.words[0].start)
@@ -361,6 +362,116 @@ def pin_commands(doc: TextDocument, spans: list[tuple[int, int]], present: set[s
         if not has_index and result & set(matrix().required_packages):
             _add_index(doc, command, line)
     return names
+
+
+_VERSIONED_PYTHON = re.compile(r"^python(\d\.\d{1,2})$")
+_PYTHON_VALUE = re.compile(r"^(?:python)?(\d\.\d{1,2})(?:\.\d+)?$")
+_CONDA = frozenset({"conda", "mamba", "micromamba"})
+
+
+@dataclass(frozen=True)
+class Environment:
+    """A virtual environment a command makes: where (a folder, or a conda name), with which Python."""
+
+    word: Word  # the word naming its Python
+    version: str
+    place: str
+    text: str  # the command, shortened
+
+
+def _skip_prefixes(values: list[str]) -> int:
+    i = 0
+    while i < len(values) and (values[i] in _PREFIXES or _ASSIGNMENT.match(values[i])):
+        i += 1
+    return i
+
+
+def _environment(words: list[Word]) -> Environment | None:
+    """The environment a command makes with a named Python: `python3.8 -m venv DIR`, `virtualenv -p python3.8 DIR`
+    (or `--python=3.8`), `uv venv --python 3.8 [DIR]`, `conda create -n NAME python=3.8`."""
+    values = [w.value for w in words]
+    i = _skip_prefixes(values)
+    if i >= len(words):
+        return None
+    head = os.path.basename(values[i])
+    if (m := _VERSIONED_PYTHON.match(head)) and values[i + 1:i + 3] in (["-m", "venv"], ["-m", "virtualenv"]):
+        places = [v for v in values[i + 3:] if not v.startswith("-")]
+        return Environment(words[i], m.group(1), places[-1], _shortened(values)) if places else None
+    venv = head == "virtualenv" or (head == "uv" and values[i + 1:i + 2] == ["venv"])
+    conda = head in _CONDA and "create" in values[i + 1:i + 3]
+    named, place, j = None, None, i + (2 if head == "uv" or conda else 1)
+    while j < len(words):
+        option, _, attached = values[j].partition("=")
+        value = attached or (values[j + 1] if j + 1 < len(words) else "")
+        if venv and option in ("-p", "--python"):
+            named = (words[j], value)
+            j += 1 if attached else 2
+            continue
+        if conda and option in ("-n", "--name", "-p", "--prefix"):
+            place = value
+            j += 1 if attached else 2
+            continue
+        if conda and option == "python" and attached:
+            named = (words[j], attached.lstrip("="))
+        elif venv and not values[j].startswith("-"):
+            place = values[j]
+        j += 1
+    if named is None or not (m := _PYTHON_VALUE.match(named[1])):
+        return None
+    return Environment(named[0], m.group(1), place or (".venv" if head == "uv" else ""), _shortened(values))
+
+
+def _shortened(values: list[str]) -> str:
+    return " ".join(values[:5]) + (" ..." if len(values) > 5 else "")
+
+
+def _activated(words: list[Word]) -> str | None:
+    """The environment a command activates: `source DIR/bin/activate`, `. DIR/bin/activate`, `conda activate NAME`."""
+    values = [w.value for w in words]
+    i = _skip_prefixes(values)
+    if values[i:i + 1] in (["source"], ["."]) and i + 1 < len(values) and values[i + 1].endswith("/bin/activate"):
+        return values[i + 1][:-len("/bin/activate")]
+    if i + 2 < len(values) and (os.path.basename(values[i]) in _CONDA or values[i] == "source") \
+            and values[i + 1] == "activate":
+        return values[i + 2]
+    return None
+
+
+def _installs_into(command: PipInstall) -> str | None:
+    """The environment a `pip install` names by its path (`/opt/venv/bin/pip`, `DIR/bin/python -m pip`)."""
+    for word in command.words:
+        head, _, tail = word.value.rpartition("/bin/")
+        if head and (_PIP.match(tail) or _PYTHON.match(tail)):
+            return head
+    return None
+
+
+def _check_environments(doc: TextDocument, spans: list[tuple[int, int]], found: list[PipInstall]) -> None:
+    """NM618 where the text makes the environment it installs a Neuron package into with a Python TorchNeuron has
+    no wheels for (an install reaches the environment through its path or an activation before it)."""
+    mx = matrix()
+    made: dict[str, Environment] = {}
+    active: str | None = None
+    flagged: set[str] = set()
+    installs = {c.words[0].start for c in found if planning.in_scope(planning.names_of(c.texts()))}
+    for start, end in spans:
+        for words in commands(doc.text, start, end):
+            if (environment := _environment(words)) is not None:
+                made[environment.place.rstrip("/")] = environment
+                continue
+            if (place := _activated(words)) is not None:
+                active = place.rstrip("/")
+                continue
+            command = pip_install(words)
+            if command is None or command.words[0].start not in installs:
+                continue
+            environment = made.get((_installs_into(command) or active or "").rstrip("/"))
+            if environment is None or environment.place in flagged or mx.python_supported(environment.version):
+                continue
+            flagged.add(environment.place)
+            word = environment.word
+            doc.report("NM618", word.start, logical_line_start(doc, word.start), version=environment.version,
+                       command=environment.text, **python_fields())
 
 
 def _is_index(url: str) -> bool:
