@@ -170,8 +170,8 @@ class TorchCudaApi(Rule):
             ctx.report("NM323", node, **spelled_as(node, qual))
 
     def _global_rank_index(self, node: cst.CSTNode) -> tuple[str | None, cst.BaseExpression] | None:
-        """`torch.cuda.set_device(args.rank % torch.cuda.device_count())`, or of a name bound once to that (its name,
-        and the expression): on GPUs the global rank modulo the GPUs of a node. A process binds the NeuronCore of its
+        """`torch.cuda.set_device(args.rank % args.gpus_per_node)`, or of a name bound once to that (its name, and
+        the expression): on GPUs the global rank modulo the GPUs of a node. A process binds the NeuronCore of its
         local rank, which exists on every node whatever the program counts (a patched `device_count`)."""
         ctx = self.ctx
         call = ctx.current.parent
@@ -185,6 +185,11 @@ class TorchCudaApi(Rule):
         read = code(held.left)
         if not RANKISH.search(read) or LOCAL.search(read):
             return None
+        inner = [held]
+        for n in inner:
+            inner += children(n, tokens=False)
+        if any((ctx.qualname(n) or "").startswith("torch.cuda.") for n in inner if type(n) is cst.Attribute):
+            return None  # `% torch.cuda.device_count()`: a CUDA query, whose line the code paths leave to the GPU
         return (value.value if held is not value else None), held
 
     visit_Attribute = visit_Name = _reference
