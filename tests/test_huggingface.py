@@ -95,3 +95,18 @@ def test_use_torch_xla_is_reported_with_accelerates_advice(tmp_path):
     found = [f for f in run([str(path)], Settings(), rewrite=False, jobs=1).findings if f.code == "NM405"]
     assert len(found) == 1 and found[0].line == 7
     assert "set the USE_TORCH_XLA to false" in found[0].message and "uninstall torch-xla" in found[0].message
+
+
+def test_the_optimum_neuron_advice_follows_the_names_imported():
+    def advice(source: bytes) -> str:
+        found = [f for f in process_python("t.py", source, Settings(), False).findings if f.code == "NM506"]
+        assert len(found) == 1
+        return found[0].message
+
+    serving = advice(b"from optimum.neuron import NeuronModelForCausalLM\n\n"
+                     b"m = NeuronModelForCausalLM.from_pretrained('m')\n")
+    assert "vLLM Neuron" in serving and "Trainer" not in serving
+    training = advice(b"from optimum.neuron.distributed import lazy_load_for_parallelism\n")
+    assert "transformers.Trainer" in training and "vLLM" not in training
+    both = advice(b"from optimum.neuron import NeuronModelForCausalLM, NeuronTrainer\n")
+    assert "transformers.Trainer" in both and "vLLM Neuron" in both

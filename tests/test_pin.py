@@ -264,6 +264,18 @@ def test_a_library_built_on_torch_xla_is_marked_not_removed(entry, library):
     assert new_text(out) == out
 
 
+@pytest.mark.parametrize("entry, advice", [
+    ("optimum-neuron[vllm]==0.3.0", "serve large language models with vLLM Neuron"),
+    ("optimum-neuron[neuronx]==0.0.24", "use `transformers.Trainer`"),
+    ("optimum-neuron", "use `transformers.Trainer`"),
+])
+def test_optimum_neuron_installed_to_serve_gets_the_serving_advice(entry, advice):
+    found = pin_text(NATIVE + entry + "\n", rewrite=False).findings
+    assert [f.code for f in found] == ["NM613"]
+    assert advice in found[0].message
+    assert ("Trainer" in found[0].message) == (advice != "serve large language models with vLLM Neuron")
+
+
 @pytest.mark.parametrize("library", ["optimum-neuron[neuronx]==0.0.24", "optimum-neuron[vllm]==0.3.0",
                                      "neuronx_distributed"])
 def test_a_list_that_keeps_such_a_library_is_marked_and_its_versions_left(library):

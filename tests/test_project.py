@@ -70,6 +70,12 @@ FINDINGS = {
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
     # a script run.sh starts (no `__main__` block) imports torch_xla inside `main`: a program that moves, its CUDA
     # calls with it (in the first run, as a second would); its helper's GPU functions serve the GPU trainers
+    # optimum-neuron's training classes: a launch script, a Metaflow flow's `entrypoint_args` and a notebook's
+    # `!torchrun` line pass Neuron-only arguments, so those programs keep the classes (NM509 says what to port); the
+    # program launched with transformers' own arguments only gets transformers' classes, and a server's own
+    # `--tensor_parallel_size` is nobody's business
+    "optimum_launchers": {"finetune/run_clm.py": {"NM509"}, "sft/train_sft.py": {"NM509"},
+                          "notebook/scripts/train.py": {"NM509"}, "classify/train.py": {"NM508"}},
     "launched_xla_script": {"pretrain.py": {"NM101", "NM103", "NM107", "NM190", "NM322"},
                             "data_utils.py": {"NM211"}},
     # the trainer package redefines torch.cuda names at import time (a no-op set_device, FloatTensor on the XLA
@@ -431,3 +437,24 @@ def test_sys_path_additions_are_read_from_literals_and_file(line, folder):
     full = os.path.join(os.sep, "proj", "scripts", "run.py")
     found = project_module._sys_path_additions(f"import os\nimport sys\n\n{line}\n", full)
     assert found == ([os.path.join(os.sep, *folder.split("/"))] if folder else [])
+
+
+def test_launch_flags_are_read_per_program_up_to_the_end_of_the_command():
+    text = ("MALLOC_ARENA_MAX=64 neuron_parallel_compile torchrun --nproc_per_node=32 run_clm.py "
+            "--bf16 True --tensor-parallel-size 8; python eval.py --zero_1 && echo --skip_cache_push\n"
+            "python plain.py --output_dir out\n")
+    assert project_module._launch_flags(text) == {
+        "run_clm.py": {"bf16", "tensor_parallel_size"}, "eval.py": {"zero_1"}, "plain.py": {"output_dir"}}
+
+
+def test_neuron_flags_reach_only_files_that_import_optimum_neuron(tmp_path):
+    (tmp_path / "run.sh").write_text("torchrun --nproc_per_node 2 train.py \\\n  --tensor_parallel_size 2 --bf16 True\n"
+                                     "python other.py --tensor_parallel_size 2\n")
+    (tmp_path / "train.py").write_text("from optimum.neuron import NeuronTrainer\n\nif __name__ == '__main__':\n"
+                                       "    NeuronTrainer(model=None)\n")
+    (tmp_path / "other.py").write_text("import argparse\n\nif __name__ == '__main__':\n    argparse.ArgumentParser()\n")
+    targets, _ = discover([str(tmp_path)])
+    project = Project([str(tmp_path)], targets, Settings())
+    facts = {os.path.basename(p): f for p, f in project.facts.items()}
+    assert facts["train.py"].neuron_flags == (f"tensor_parallel_size:{project._shown(str(tmp_path / 'run.sh'))}",)
+    assert facts["other.py"].neuron_flags == ()

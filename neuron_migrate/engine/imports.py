@@ -264,7 +264,8 @@ def _drop(edits: EditSet, module: cst.Module, bindings: list[Binding],
     was the file's last import of torch_neuronx, `import torch_neuronx` stands in its place: `_stand_ins`).
     Returns the statements removed."""
     dead = {id(b.alias) for b in bindings}
-    stand_ins = _stand_ins(module, [b for b in bindings if _legacy_module_of(b) is None], dead)
+    stand_ins = _stand_ins(module, [b for b in bindings if _legacy_module_of(b) is None
+                                    and not _nested_in_function(b.node, parents)], dead)
     emptied: set[cst.CSTNode] = set()
     seen: set[cst.CSTNode] = set()
     for b in bindings:
@@ -315,6 +316,20 @@ def _read_only_in(statements: set[cst.CSTNode], module: cst.Module, analysis: An
                 and name not in exported:
             out.extend(bindings)
     return out
+
+
+def _nested_in_function(node: cst.CSTNode | None, parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> bool:
+    """The import sits in a branch, loop or `with` of a function (`if idx == 0: import torch_neuronx` before a
+    trace): it ran on that path only, after the function's earlier statements had used the device, so it was
+    there for the API the fixes took away, not to register the device; it goes like any unused import."""
+    line = parents.get(node) if node is not None else None
+    block = parents.get(line) if line is not None else None
+    owner = parents.get(block) if block is not None else None
+    if owner is None or type(owner) in (cst.FunctionDef, cst.Module) or type(block) is cst.Module:
+        return False
+    while owner is not None and type(owner) is not cst.FunctionDef:
+        owner = parents.get(owner)
+    return owner is not None
 
 
 def _stand_ins(module: cst.Module, orphaned: list[Binding], dead: set[int]) -> dict[cst.CSTNode, Callable]:

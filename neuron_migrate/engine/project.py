@@ -124,7 +124,12 @@ class Module:
     imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) as written
     paths: list[str] = field(default_factory=list)  # folders its `sys.path.insert(0, ...)` / `append` add (absolute)
     runs: list[str] = field(default_factory=list)  # programs it runs (`!python x.py`, `%run x`)
+    run_flags: dict[str, set[str]] = field(default_factory=dict)  # ... and the `--flags` its lines pass each
     estimators: list[tuple[str, str]] = field(default_factory=list)  # (entry_point, instance type or "")
+    estimator_flags: dict[str, set[str]] = field(default_factory=dict)  # entry_point -> its arguments' names
+    # optimum-neuron's Neuron-only training arguments (rules/huggingface.toml) a launcher passes this program:
+    # flag -> the launcher (as shown)
+    neuron_flags: dict[str, str] = field(default_factory=dict)
     evidence: list[Evidence] = field(default_factory=list)
     edges: set[str] = field(default_factory=set)  # absolute paths of the project modules it imports
     launches: set[str] = field(default_factory=set)  # absolute paths of the programs it runs (`!torchrun x.py`)
@@ -220,7 +225,9 @@ class Project:
             _read_code(module, part)
             if "sys.path" in part:
                 module.paths += [p for p in _sys_path_additions(part, module.full) if p not in module.paths]
-        if any("entry_point" in part for part in code):  # an estimator: its keywords are read from Python's tree
+        if any("entry_point" in part or "entrypoint" in part for part in code):
+            # an estimator (SageMaker's `entry_point=`, Metaflow's `current.torch.run(entrypoint=...)`): its keywords
+            # are read from Python's tree
             trees = []
             for part in code:
                 try:
@@ -228,10 +235,11 @@ class Project:
                 except (SyntaxError, ValueError, RecursionError, MemoryError):
                     continue
             names = _string_constants(trees)
+            dicts = _dict_keys(trees)
             for tree in trees:
                 for node in ast.walk(tree):
                     if isinstance(node, ast.Call) and node.keywords:
-                        self._estimator(module, node, names)
+                        self._estimator(module, node, names, dicts)
         # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
         joined = "\n".join(code)
         # ... or a notebook activates a DLAMI venv (`!source /opt/aws_neuronx_venv_.../bin/activate`, a `%%bash` cell)
@@ -252,19 +260,27 @@ class Project:
         module.evidence += [Evidence(target, TEXT, shown, f"names `{kind}`") for target, kind in named.items()]
 
     @staticmethod
-    def _estimator(module: Module, node: ast.Call, names: dict[str, str]) -> None:
-        """A SageMaker estimator (or any call) with `entry_point="x.py"`, and its `instance_type="ml.inf2..."` when it
-        spells one, or names a variable the file sets to one once (`instance_type = "ml.trn1.32xlarge"`) (the
-        program it runs is an entry point either way; the instance is evidence of its target)."""
+    def _estimator(module: Module, node: ast.Call, names: dict[str, str], dicts: dict[str, set[str]]) -> None:
+        """A SageMaker estimator (or any call) with `entry_point="x.py"` (Metaflow: `entrypoint=`), and its
+        `instance_type="ml.inf2..."` when it spells one, or names a variable the file sets to one once
+        (`instance_type = "ml.trn1.32xlarge"`) (the program it runs is an entry point either way; the instance is
+        evidence of its target). The names of the arguments it passes the program (`hyperparameters=` /
+        `entrypoint_args=`, a dict literal or a name the file sets to one) are kept for `_launched`."""
         words = {k.arg: k.value.value if isinstance(k.value, ast.Constant) else names.get(k.value.id)
                  for k in node.keywords if k.arg and (isinstance(k.value, ast.Constant) and isinstance(
                      k.value.value, str) or isinstance(k.value, ast.Name) and k.value.id in names)}
         kind = words.get("instance_type", "")
-        entry = words.get("entry_point")
+        entry = words.get("entry_point") or words.get("entrypoint")
         if entry:
             source = words.get("source_dir")
-            module.estimators.append((os.path.join(source, entry) if source else entry,
-                                      kind if INSTANCE_TYPE.search(kind) else ""))
+            entry = os.path.join(source, entry) if source else entry
+            module.estimators.append((entry, kind if INSTANCE_TYPE.search(kind) else ""))
+            for k in node.keywords:
+                if k.arg in _ARGUMENT_KEYWORDS:
+                    value = k.value
+                    keys = _literal_keys(value) if isinstance(value, ast.Dict) else \
+                        dicts.get(value.id, set()) if isinstance(value, ast.Name) else set()
+                    module.estimator_flags.setdefault(entry, set()).update(keys)
 
     def _folders_with_readmes(self) -> None:
         self.readmes: dict[str, str] = {}
@@ -327,8 +343,9 @@ class Project:
             text = self._text(full)
             shown = self._shown(full)
             evidence = _launch_evidence(text, shown)
+            flags = _launch_flags(_CONTINUED.sub(" ", text)) if "--" in text else {}
             for program in _LAUNCHER.findall(text):
-                self._launched(os.path.dirname(full), program, evidence, None, full)
+                self._launched(os.path.dirname(full), program, evidence, None, full, flags.get(program, ()))
         for module in list(self.modules.values()):
             folder = os.path.dirname(module.full)
             if module.runs:  # what the notebook says of itself, it says of the programs it runs
@@ -337,17 +354,18 @@ class Project:
                                       if e.level in (NAME, TEXT)])
                 own = [Evidence(e.target, LAUNCH, e.place, f"{module.path} runs it ({e.what})") for e in told]
                 for program in module.runs:
-                    self._launched(folder, program, own, module, module.full)
+                    self._launched(folder, program, own, module, module.full, module.run_flags.get(program, ()))
             for entry, kind in module.estimators:
                 m = INSTANCE_TYPE.search(kind)
                 evidence = [Evidence(_INSTANCE_TARGET[m.group(1).lower()], LAUNCH, module.path,
                                      f"an estimator runs it on `{kind}`")] if m else []
-                self._launched(folder, entry, evidence, None, module.full)
+                self._launched(folder, entry, evidence, None, module.full, module.estimator_flags.get(entry, ()))
 
     def _launched(self, folder: str, program: str, evidence: list[Evidence], launcher: Module | None,
-                  started_by: str) -> None:
+                  started_by: str, flags: Iterable[str] = ()) -> None:
         """The program a launch line names (resolved from the launcher's folder up to its root) is an entry point,
-        with the launcher's evidence; a notebook's program reaches it (its closure is the notebook's too)."""
+        with the launcher's evidence; a notebook's program reaches it (its closure is the notebook's too). The
+        optimum-neuron Neuron-only arguments among the flags it passes are the program's (`neuron_flags`)."""
         name = program if program.endswith(".py") else program + ".py"
         for base in self._search_path(folder, self._root(folder)):
             full = os.path.normpath(os.path.join(base, name))
@@ -355,6 +373,8 @@ class Project:
             if module is not None:
                 module.entry = True
                 module.evidence.extend(evidence)
+                for flag in sorted(set(flags) & _neuron_only_arguments()):
+                    module.neuron_flags.setdefault(flag, self._shown(started_by))
                 self._started.setdefault(started_by, set()).add(full)
                 if launcher is not None:
                     launcher.launches.add(full)
@@ -485,12 +505,15 @@ class Project:
         modules = {f.full: f for p in programs for f in p.files} if programs else {
             m.full: m for m in self.modules.values() if m.root == module.root}
         patched = tuple(sorted({name for m in modules.values() for name in m.cuda_patches}))
+        # the Neuron-only training arguments launchers pass, told only to a file that imports optimum-neuron (NM508)
+        flags = tuple(sorted({f"{flag}:{launcher}" for p in programs for flag, launcher in p.entry.neuron_flags.items()
+                              })) if any(name.startswith("optimum.neuron") for name, _ in module.imports) else ()
         # only what the file's decisions read: a cache key changes with these facts and no others
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
-                           cuda_patched=patched if "cuda" in self._text(module.full) else ())
+                           cuda_patched=patched if "cuda" in self._text(module.full) else (), neuron_flags=flags)
 
     def _launch_facts(self, full: str) -> tuple[str | None, tuple[str, ...]]:
         """A moving program whose environment the file sets up, and the programs it launches that stay (an
@@ -755,6 +778,7 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
         first = source.lstrip().split("\n", 1)[0].split()
         if first and first[0] in _SHELL_CELLS:  # a `%%bash` cell: its lines are a launch script's
             module.runs += [p for p in _LAUNCHER.findall(_CONTINUED.sub(" ", source)) if p not in module.runs]
+            _record_flags(module, _CONTINUED.sub(" ", source))
             code.append("\n" * source.count("\n"))
             continue
         for line in _CONTINUED.sub(" ", source).splitlines():  # `!torchrun \` continued on the next lines
@@ -764,6 +788,7 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
                 if m:
                     module.runs.append(m.group(1))
                 module.runs += [p for p in _LAUNCHER.findall(stripped) if p not in module.runs]
+                _record_flags(module, stripped)
                 kept.append("")
             else:
                 kept.append(line)
@@ -773,8 +798,63 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
             for m in _STRING.finditer(source):
                 command = " " + " ".join((m.group(2) or m.group(3) or "").replace("\\\n", " ").split())
                 module.runs += [p for p in _LAUNCHER.findall(command) if p not in module.runs]
+                _record_flags(module, command)
         code.append("\n".join(kept))
     return code, "\n".join(prose)
+
+
+# the options of a launch line: `--tensor_parallel_size 8`, `--zero-1`
+_FLAG = re.compile(r"(?<!\S)--([A-Za-z_][\w-]*)")
+# the keywords of an estimator's call whose dict holds the program's arguments (SageMaker, Metaflow)
+_ARGUMENT_KEYWORDS = frozenset({"hyperparameters", "entrypoint_args"})
+
+
+@functools.lru_cache(maxsize=1)
+def _neuron_only_arguments() -> frozenset[str]:
+    """optimum-neuron's training arguments that transformers' `TrainingArguments` does not have (NM509's list)."""
+    from neuron_migrate.catalogue import load_data
+
+    return frozenset(load_data("huggingface.toml")["neuron_only_arguments"])
+
+
+def _launch_flags(text: str) -> dict[str, set[str]]:
+    """The options each launch line of a text (continued lines joined) passes the program it runs, after its name
+    and up to the end of the command (`;`, `&`, `|`): `--tensor-parallel-size` reads as `tensor_parallel_size`."""
+    out: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if "--" not in line:
+            continue
+        for m in _LAUNCHER.finditer(line):
+            rest = re.split(r"[;&|]", line[m.end():], maxsplit=1)[0]
+            out.setdefault(m.group(1), set()).update(f.replace("-", "_") for f in _FLAG.findall(rest))
+    return out
+
+
+def _record_flags(module: Module, text: str) -> None:
+    if "--" in text:
+        for program, flags in _launch_flags(text).items():
+            module.run_flags.setdefault(program, set()).update(flags)
+
+
+def _literal_keys(node: ast.Dict) -> set[str]:
+    return {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+
+def _dict_keys(trees: list[ast.Module]) -> dict[str, set[str]]:
+    """The string keys of the dicts a file binds to a name, in any scope (`args = {"tensor_parallel_size": 8}`,
+    `args["zero_1"] = True`): what an estimator's `hyperparameters=args` passes. Every binding of a name counts."""
+    found: dict[str, set[str]] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Assign):
+                continue
+            for target in node.targets:
+                if isinstance(target, ast.Name) and isinstance(node.value, ast.Dict):
+                    found.setdefault(target.id, set()).update(_literal_keys(node.value))
+                elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and isinstance(
+                        target.slice, ast.Constant) and isinstance(target.slice.value, str):
+                    found.setdefault(target.value.id, set()).add(target.slice.value)
+    return found
 
 
 def _launch_evidence(text: str, shown: str) -> list[Evidence]:

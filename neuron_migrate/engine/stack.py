@@ -51,13 +51,15 @@ class Spec:
     folders: frozenset[str]
     instead: str
     kind: str = XLA_STACK
+    instead_extras: tuple[tuple[str, str], ...] = ()  # (pip extra, what replaces the library installed with it)
 
 
 @functools.lru_cache(maxsize=1)
 def specs() -> tuple[Spec, ...]:
     return tuple(Spec(row["name"], tuple(tuple(p.split(".")) for p in row.get("packages", ())),
                       frozenset(canonical_name(p) for p in row.get("projects", ())),
-                      frozenset(row.get("folders", ())), row["instead"], row.get("kind", XLA_STACK))
+                      frozenset(row.get("folders", ())), row["instead"], row.get("kind", XLA_STACK),
+                      tuple(sorted(row.get("instead_extras", {}).items())))
                  for row in load_data("libraries.toml")["library"])
 
 

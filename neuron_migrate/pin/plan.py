@@ -282,8 +282,10 @@ def _xla_library_kept(texts: list[str | None], mx: Matrix, result: Plan) -> bool
         req = parse(text) if text is not None else None
         if req is not None and applies_to_target(req.marker, mx) and req.name in xla_libraries():
             library = xla_libraries()[req.name]
+            extras = _extras(text)
+            instead = next((advice for extra, advice in library.instead_extras if extra in extras), library.instead)
             result.issues.append(Issue(index, "NM613", {"requirement": text.strip(), "library": library.name,
-                                                        "instead": library.instead}))
+                                                        "instead": instead}))
             found = True
     return found
 

@@ -157,5 +157,7 @@ def all_rules() -> tuple[type[Rule], ...]:
 # in file order; a later rule's `finish()` runs after an earlier one's, and its edits to the same statement come
 # after the earlier rule's. (NM199, which needs every rule's reports, is not a rule: an engine step after them.)
 _AFTER = {
+    # NM508 / NM509 before NM506: the optimum-neuron import of trainer classes that stay is the library's first
+    "OptimumNeuronTrainer": -1,
     "GradientAveraging": 1,  # NM106 after NM107: the DDP wrapper it inserts comes after the inserted model.compile()
 }

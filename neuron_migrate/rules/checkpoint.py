@@ -1,5 +1,6 @@
-"""NM220 / NM221 / NM222: torch_xla checkpoint writers and readers become torch.save / torch.load; NM243: the CPU copy
-they made, asked for directly (`xm._maybe_convert_to_cpu`); NM235 marks NxD's readers of per-rank shards."""
+"""NM220 / NM221 / NM222: torch_xla checkpoint writers and readers become torch.save / torch.load (an xser call that
+is the program's chosen format is marked instead); NM243: the CPU copy they made, asked for directly
+(`xm._maybe_convert_to_cpu`); NM235 marks NxD's readers of per-rank shards."""
 
 from __future__ import annotations
 
@@ -115,16 +116,72 @@ def cpu_copy_template(ctx, value: cst.BaseExpression) -> str:
     return cpu_copy(ctx, "{value}")
 
 
+READ_OLD = ("read checkpoints in torch_xla's layout",
+            "convert the files `xser.save` wrote before the migration with `neuron-migrate checkpoint convert OLD NEW` "
+            "before `torch.load` reads them")
+
+
+def xser_chosen(ctx, node: cst.Call) -> str | None:
+    """Where an xser call is the format the program chooses: inside a function whose name says xser
+    (`def save_partial_xser`), or in a branch an option selects (`if args.save_xser:`, `x if load_xser else y`).
+    A converter between the layouts exists to write (or read) that format; `torch.save` would silently write
+    another. Returns how the program chooses it, or None."""
+    parents = ctx.analysis.parents
+    child: cst.CSTNode = node
+    parent = parents.get(node)
+    while parent is not None:
+        if type(parent) in (cst.If, cst.IfExp) and child is not parent.test:
+            names = [n.value for n in _names(parent.test) if "xser" in n.value.lower()]
+            if names:
+                return f"under `if {short(parent.test)}`" if type(parent) is cst.If \
+                    else f"where `{short(parent.test)}` chooses it"
+        elif type(parent) is cst.FunctionDef and "xser" in parent.name.value.lower():
+            return f"in `{parent.name.value}`"
+        child, parent = parent, parents.get(parent)
+    return None
+
+
+def _names(expr: cst.BaseExpression) -> list[cst.Name]:
+    """The identifiers `expr` reads: names and the attributes it takes (`args.save_xser` gives `save_xser`)."""
+    found: list[cst.Name] = []
+    stack: list[cst.CSTNode] = [expr]
+    while stack:
+        node = stack.pop()
+        if type(node) is cst.Name:
+            found.append(node)
+        elif type(node) is cst.Attribute:
+            found.append(node.attr)
+            stack.append(node.value)
+        else:
+            stack.extend(node.children)
+    return found
+
+
+def mark_chosen(ctx, node: cst.Call, qual: str) -> bool:
+    """NM222 for an xser call that is the program's chosen format (`xser_chosen`): kept as written, marked."""
+    how = xser_chosen(ctx, node)
+    if how is None:
+        return False
+    verb = "writes" if qual.endswith(".save") else "reads"
+    ctx.report("NM222", node, call=short(node),
+               problem=f"{verb} torch_xla's xser layout, the format this program chooses ({how}); it is kept as "
+                       "written, since `torch.save` / `torch.load` would silently change the format",
+               advice="the native backend has no xser layout: drop that option (or keep the program on torch_xla "
+                      "while something needs the layout) and convert existing xser checkpoints with "
+                      "`neuron-migrate checkpoint convert OLD NEW` (docs/checkpoints.md)")
+    return True
+
+
 class Save(Rule):
     """`xm.save(obj, path, master_only=True, global_master=False)` and `xser.save(...)` (same arguments)."""
 
-    codes = ("NM220", "NM221")
+    codes = ("NM220", "NM221", "NM222")
     triggers = (b"torch_xla",)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
         qual = ctx.qualname(node.func)
-        if qual not in SAVE:
+        if qual not in SAVE or (qual.startswith(XSER) and mark_chosen(ctx, node, qual)):
             return
         data, path = arg(node, 0, "data"), arg(node, 1, "file_or_path") or arg(node, 1, "path")
         master_only, global_master = arg(node, 2, "master_only"), arg(node, 3, "global_master")
@@ -160,10 +217,11 @@ class Load(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
-        if ctx.qualname(node.func) not in LOAD:
+        qual = ctx.qualname(node.func)
+        if qual not in LOAD or mark_chosen(ctx, node, qual):
             return
         fixed = f"{ctx.module_ref('torch')}.load"
-        ctx.report("NM222", node, call=short(node))
+        ctx.report("NM222", node, call=short(node), problem=READ_OLD[0], advice=READ_OLD[1])
         if ctx.report("NM221", node, call=short(node), fixed=f"{fixed}(...)"):
             ctx.replace(node.func, expression(fixed))
 

@@ -381,23 +381,68 @@ class Spawn(Rule):
                        torchrun=f"torchrun --nproc_per_node={procs} <script>")
         if not defined or not is_statement(ctx, node):
             return  # the launcher stays as it is, marked; an expression: left to NM199
-        if ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs):
+        made, init = self._makes_process_group(fn.value)
+        branch, widen = self._uncovered(init) if made == "xla" else (None, False)
+        needs = self._needs_group() if made is None else None
+        note = "" if branch is None else f"; the process group made under `if {code(branch.test)}:` is made " \
+            f"when torchrun started several processes too (the collectives need it)"
+        if needs:
+            note = f"; a process group is made for one process too (`{needs}` needs one)"
+        if ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs, note=note):
             ctx.replace(node, lambda new: expression(direct(new)))
-            made = self._makes_process_group(fn.value)
             if made == "xla":
-                return  # the spawned function makes its group, and NM201 binds the device there
+                # the spawned function makes its group, and NM201 binds the device there; where only some paths
+                # make it, torchrun's several processes make it too
+                if branch is not None:
+                    self._cover(branch, widen)
+                return
             d, group = dist(ctx), target(ctx)
             setup = "" if pinned_cores(ctx) else group.select_device_statement(index)
             if made is None:
                 others = "init_process_group" in ctx.source.text  # another path may have made it already
-                test = several_processes(ctx) + (f" and not {d}.is_initialized()" if others else "")
-                setup += (f"if {test}:\n"
-                          f"    {d}.init_process_group(backend={group.process_group_backend()}, "
-                          f"init_method={ctx.string('env://')})\n")
+                backend = f"backend={group.process_group_backend()}"
+                torchrun = f"{d}.init_process_group({backend}, init_method={ctx.string('env://')})"
+                if needs:
+                    # an API that needs a group on one process too: torchrun's group, else one of one process
+                    # (as NM201 makes for `python train.py`)
+                    alone = f"{d}.init_process_group({backend}, store={d}.HashStore(), rank=0, world_size=1)"
+                    started = f"{ctx.string('RANK')} in {ctx.module_ref('os')}.environ"
+                    block = f"if {started}:\n    {torchrun}\nelse:\n    {alone}\n"
+                    setup += f"if not {d}.is_initialized():\n" + "".join(
+                        f"    {line}\n" for line in block.splitlines()) if others else block
+                else:
+                    test = several_processes(ctx) + (f" and not {d}.is_initialized()" if others else "")
+                    setup += f"if {test}:\n    {torchrun}\n"
                 # the group this rewrite makes is destroyed when the function returns (not when it raises: see
                 # destroy_at_exit), without a barrier, which would hold every rank until the slowest or a failed one
                 ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.destroy_process_group()\n")
+                writes = self._downloads_before(ctx.current.statement)
+                if writes:
+                    # code that ran once in the spawning parent (a dataset download) now runs in every process
+                    # torchrun starts: the group is made before it, and local rank 0 downloads first
+                    several = several_processes(ctx)
+                    ctx.insert_before(writes[0], f"{setup}if {index} != 0 and {several}:\n    {d}.barrier()\n")
+                    ctx.insert_after(writes[-1], f"if {index} == 0 and {several}:\n    {d}.barrier()\n")
+                    return
             ctx.insert_before(ctx.current.statement, setup)
+
+    def _downloads_before(self, statement: cst.CSTNode) -> list[cst.CSTNode]:
+        """The statements that run before the spawn `statement` in the program and write files every process
+        would now write at once: a dataset download (`download=True`, a call of a `*download*` function), at
+        module level or earlier in the spawn's block (`if __name__ == "__main__":`). In order; [] when the spawn
+        is not at module level or in such a block, or nothing downloads."""
+        parents = self.ctx.analysis.parents
+        block = parents.get(statement)
+        owner = parents.get(block) if block is not None else None
+        module = self.ctx.module
+        if block is module:
+            top, own = statement, []
+        elif type(owner) is cst.If and parents.get(owner) is module and type(block) is cst.IndentedBlock:
+            top, own = owner, list(block.body[:next(i for i, s in enumerate(block.body) if s is statement)])
+        else:
+            return []
+        before = list(module.body[:next(i for i, s in enumerate(module.body) if s is top)])
+        return [s for s in (*before, *own) if not isinstance(s, (cst.FunctionDef, cst.ClassDef)) and _downloads(s)]
 
     def _defs(self, name: str, scope) -> list[cst.FunctionDef]:
         owner = self.ctx.analysis.lookup(name, scope)
@@ -409,10 +454,10 @@ class Spawn(Rule):
         """The spawned function is a `def` of this file (so that what it does is known)."""
         return isinstance(fn, cst.Name) and bool(self._defs(fn.value, self.ctx.scope))
 
-    def _makes_process_group(self, fn: cst.Name) -> str | None:
+    def _makes_process_group(self, fn: cst.Name) -> tuple[str | None, cst.Call | None]:
         """Whether the spawned function, or a function of this file it calls, calls `init_process_group`: "xla"
-        (the group NM201 rewrites, binding the device there), "other", or None. A class of the file that it
-        builds counts with its `__init__`, and a method with the methods it calls on `self`."""
+        (the group NM201 rewrites, binding the device there), "other", or None; and that call. A class of the
+        file that it builds counts with its `__init__`, and a method with the methods it calls on `self`."""
         module = self.ctx.analysis.module_scope
         todo, seen = [(f, None) for f in self._defs(fn.value, self.ctx.scope)], set()
         while todo:
@@ -424,20 +469,132 @@ class Spawn(Rule):
                 parts = dotted(call.func) or []
                 if parts[-1:] == ["init_process_group"]:
                     backend = arg(call, 0, "backend")
-                    return "xla" if backend is not None and string_value(backend.value) == "xla" else "other"
+                    return ("xla" if backend is not None and string_value(backend.value) == "xla" else "other"), call
                 if len(parts) == 1:
                     todo.extend((f, None) for f in self._defs(parts[0], module))
                     for cls in self._classes(parts[0]):
                         todo.extend((f, cls) for f in _methods(cls, "__init__"))
                 elif len(parts) == 2 and parts[0] == "self" and owner is not None:
                     todo.extend((f, owner) for f in _methods(owner, parts[1]))
-        return None
+        return None, None
+
+    def _resolved_calls(self) -> list[tuple[cst.Call, str]]:
+        """Every call of the file whose function resolves through the file's imports, with its name (resolved in
+        the scope of each function that holds it, so that an import inside a function counts)."""
+        ctx, found, seen = self.ctx, [], set()
+        for scope in ctx.analysis.scopes:
+            if type(scope.node) not in (cst.Module, cst.FunctionDef):
+                continue
+            for call in _calls(scope.node):
+                qual = ctx.qualname(call.func, scope)
+                if qual is not None and id(call) not in seen:
+                    seen.add(id(call))
+                    found.append((call, qual))
+        return found
+
+    def _needs_group(self) -> str | None:
+        """The first thing the file builds that needs a default process group on one process too (ZeRO-1, DDP,
+        FSDP, a device mesh; torch_xla's ran on one device without one), by its last name; or None."""
+        return next((qual.rsplit(".", 1)[-1] for _, qual in self._resolved_calls()
+                     if qual in NEEDS_GROUP or qual.startswith(NEEDS_GROUP_MODULES)), None)
+
+    def _uncovered(self, init: cst.Call) -> tuple[cst.If | None, bool]:
+        """The `if` that makes the spawned function's group only on some paths (`if flags.ddp:`), where the file
+        has a torch_xla collective that the migration guards with the world size and that runs outside that `if`
+        (nor under another `if` with the same test), or a step whose gradients it averages; and whether its test
+        can take `or WORLD_SIZE > 1` (the call its only statement, no `else`, not an `elif`: else what more the
+        `if` runs would run under torchrun too). (None, False) where the group is made on every path, or where
+        no such collective exists."""
+        ctx = self.ctx
+        parents = ctx.analysis.parents
+        line = parents.get(parents.get(init))
+        block = parents.get(line)
+        branch = parents.get(block)
+        if type(line) is not cst.SimpleStatementLine or type(branch) is not cst.If or branch.body is not block:
+            return None, False
+        test = code(branch.test)
+        if several_processes(ctx) in test:
+            return None, False
+        for call, qual in self._resolved_calls():
+            if qual in AVERAGING or (qual in GUARDED_COLLECTIVES and not _under_test(parents, call, test)):
+                alone = len(block.body) == 1 and branch.orelse is None and type(parents.get(branch)) is not cst.If
+                return branch, alone
+        return None, False
+
+    def _cover(self, branch: cst.If, widen: bool) -> None:
+        """`if flags.ddp or WORLD_SIZE > 1:`; else torchrun's group made after the whole `if` where that did not
+        make one (the process on its device first), and destroyed at exit as NM201's is."""
+        ctx = self.ctx
+        guard = several_processes(ctx)
+        if widen:
+            ctx.replace(branch, lambda new: new.with_changes(test=expression(f"{either(new.test)} or {guard}")))
+            return
+        top, parents = branch, ctx.analysis.parents
+        while type(parents.get(top)) is cst.If:  # the first test of an `if` / `elif` chain
+            top = parents.get(top)
+        d, group = dist(ctx), target(ctx)
+        bind = "" if pinned_cores(ctx) else group.select_device_statement(local_rank(ctx))
+        ctx.insert_after(top, f"if {guard} and not {d}.is_initialized():\n" + "".join(
+            f"    {line}\n" for line in bind.splitlines()) + f"    {d}.init_process_group(backend="
+            f"{group.process_group_backend()}, init_method={ctx.string('env://')})\n    {destroy_at_exit(ctx)}\n")
 
     def _classes(self, name: str) -> list[cst.ClassDef]:
         owner = self.ctx.analysis.lookup(name, self.ctx.analysis.module_scope)
         if owner is None or not all(b.kind == "class" for b in owner.bindings[name]):
             return []
         return [b.node for b in owner.bindings[name] if isinstance(b.node, cst.ClassDef)]
+
+
+# The torch_xla collectives the migration turns into torch.distributed calls under `WORLD_SIZE > 1` (NM204-NM206,
+# NM106): torch_xla ran them without a process group, torch.distributed needs one on every path that reaches them.
+GUARDED_COLLECTIVES = ALL_REDUCE | ALL_GATHER | REDUCE_SCATTER | ALL_TO_ALL | RENDEZVOUS | MESH_REDUCE \
+    | BROADCAST_MASTER_PARAM
+# The gradient averaging of a step (NM106) may wrap the model in DDP where it is placed, outside any test
+AVERAGING = frozenset({f"{XM}.optimizer_step", f"{XM}.reduce_gradients"})
+# What needs a default process group even in one process (the rewrite of torch_xla's, or the native API).
+NEEDS_GROUP = frozenset({
+    "torch_xla.distributed.zero_redundancy_optimizer.ZeroRedundancyOptimizer",
+    "torch_xla.distributed.fsdp.XlaFullyShardedDataParallel",
+    "torch_xla.distributed.fsdp.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel",
+    "torch.distributed.optim.ZeroRedundancyOptimizer",
+    "torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel",
+    "torch.distributed.device_mesh.init_device_mesh",
+})
+NEEDS_GROUP_MODULES = ("torch.distributed.fsdp.", "torch.distributed._composable.", "torch.distributed.tensor.")
+
+
+def _under_test(parents: dict, node: cst.CSTNode, test: str) -> bool:
+    """`node` lies in the body of an `if` whose test reads `test`."""
+    child, parent = node, parents.get(node)
+    while parent is not None:
+        if type(parent) is cst.If and parent.body is child and code(parent.test) == test:
+            return True
+        child, parent = parent, parents.get(parent)
+    return False
+
+
+def either(test: cst.BaseExpression) -> str:
+    """`test` as the left operand of `or`: in parentheses where it binds more loosely (`x if c else y`)."""
+    text = code(test)
+    return f"({text})" if type(test) in (cst.IfExp, cst.Lambda, cst.NamedExpr) and not test.lpar else text
+
+
+def _downloads(statement: cst.CSTNode) -> bool:
+    """The statement downloads files when it runs: a call with `download=True` (torchvision's datasets) or of a
+    function whose name says download (`snapshot_download(...)`, `download_dataset()`); not in a def it holds."""
+    stack: list[cst.CSTNode] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if type(node) is cst.Call:
+            parts = dotted(node.func) or []
+            if (parts and "download" in parts[-1].lower()) or any(
+                    a.keyword is not None and a.keyword.value == "download" and code(a.value) == "True"
+                    for a in node.args):
+                return True
+        stack.extend(children(node))
+    return False
 
 
 def _methods(cls: cst.ClassDef, name: str) -> list[cst.FunctionDef]:

@@ -231,7 +231,10 @@ class NeuronxTrace(Rule):
         ctx.current = traced.occ
         device = target(ctx).device()
         model = code(traced.model)
-        placed = model if self._function(traced.model, traced.occ.scope) else f"{paren(model)}.to({device})"
+        cpu = self._cpu_device(traced)
+        placed = model if self._function(traced.model, traced.occ.scope) \
+            or (cpu is not None and self._moved_to(traced.model, cpu[0], traced.occ.scope)) \
+            else f"{paren(model)}.to({device})"
         fixed = (f"{ctx.module_ref('torch')}.compile({placed}, backend={target(ctx).compile_backend()}, "
                  "fullgraph=True, dynamic=False)")
         if not ctx.report("NM501", traced.node, call=short(traced.node), fixed=fixed,
@@ -245,6 +248,8 @@ class NeuronxTrace(Rule):
         if warm_up is not None:
             ctx.insert_after(traced.occ.statement, warm_up)
         self._mark_saves(traced)
+        if cpu is not None and self._place_on_device(traced, cpu):
+            return True
         calls = self._calls(traced)
         if calls is None:
             subject = f"`{traced.name}`'s" if traced.name else "the model's"
@@ -257,6 +262,88 @@ class NeuronxTrace(Rule):
                 moved = self._moved(argument, device)
                 if moved is not None:
                     ctx.replace(argument.value, expression(moved))
+        return True
+
+    def _cpu_device(self, traced: Traced) -> tuple[str, cst.Assign, cst.SimpleString] | None:
+        """The device name the program put the trace's example inputs on, where it names the CPU for the trace
+        API: `device = "cpu"` (or `torch.device("cpu")`) bound once in the function, then `x = x.to(device)` and
+        `trace(model, x)`. Returns the name, its assignment and the "cpu" string in it."""
+        ctx = self.ctx
+        example = arg(traced.node, 1, "example_inputs")
+        scope = traced.occ.scope
+        if example is None or type(example.value) is not cst.Name or scope.kind != "function":
+            return None
+        for value in self._assigned(example.value.value, scope):
+            device = self._to_target(value)
+            if device is None:
+                continue
+            owner = ctx.analysis.lookup(device, scope)
+            values = self._assigned(device, scope) if owner is scope else []
+            if len(values) != 1 or len(owner.bindings[device]) != 1 or owner.bindings[device][0].conditional:
+                continue
+            text = values[0]
+            if type(text) is cst.Call and ctx.qualname(text.func) == "torch.device" and len(text.args) == 1:
+                text = text.args[0].value  # torch.device("cpu")
+            assign = ctx.analysis.parents.get(values[0])
+            if string_value(text) == "cpu" and type(text) is cst.SimpleString and type(assign) is cst.Assign:
+                return device, assign, text
+        return None
+
+    def _assigned(self, name: str, scope: Scope) -> list[cst.BaseExpression]:
+        """The values `name = <value>` assigns in `scope` (plain single-target assignments only)."""
+        values = []
+        for binding in scope.bindings.get(name, []):
+            if binding.kind != "assign":
+                continue
+            node = self.ctx.analysis.parents.get(binding.node)
+            if type(node) is cst.AssignTarget:
+                node = self.ctx.analysis.parents.get(node)
+            if type(node) is cst.Assign and len(node.targets) == 1 and node.targets[0].target is binding.node:
+                values.append(node.value)
+        return values
+
+    @staticmethod
+    def _to_target(value: cst.BaseExpression) -> str | None:
+        """`<x>.to(device)`: the device name."""
+        if type(value) is cst.Call and type(value.func) is cst.Attribute and value.func.attr.value == "to" \
+                and len(value.args) == 1 and value.args[0].keyword is None and type(value.args[0].value) is cst.Name:
+            return value.args[0].value.value
+        return None
+
+    def _moved_to(self, expr: cst.BaseExpression, device: str, scope: Scope) -> bool:
+        """`expr` is a name the function binds to `<x>.to(device)` (among its other bindings)."""
+        return type(expr) is cst.Name and any(self._to_target(v) == device for v in self._assigned(expr.value, scope))
+
+    def _place_on_device(self, traced: Traced, cpu: tuple[str, cst.Assign, cst.SimpleString]) -> bool:
+        """The program put the model's inputs on the CPU for the trace API through one device name
+        (`device = "cpu"`): on TorchNeuron that name becomes the `neuron` device, so the model, the example and
+        the data of every call land there together, on every path (a CPU fallback branch included), and the
+        calls stay as written. Only where every call of the traced name passes names moved to that device; the
+        comment above the assignment that speaks of the CPU goes with it."""
+        ctx = self.ctx
+        device, assign, text = cpu
+        scope = traced.occ.scope
+        if traced.name is None:
+            return False
+        for occ, node in self.reads:
+            if node.value != traced.name or ctx.analysis.lookup(traced.name, occ.scope) is not scope:
+                continue
+            parent = occ.parent
+            if _not_a_read(node, parent) or node is traced.model \
+                    or (type(parent) is cst.Attribute and parent.value is node):  # `model.eval()`: no data
+                continue
+            if not (type(parent) is cst.Call and parent.func is node and parent.args
+                    and all(a.star == "" and self._moved_to(a.value, device, scope) for a in parent.args)):
+                return False
+        native = target(ctx).device_type()
+        if string_value(expression(native)) is not None:
+            native = f"{text.quote}{string_value(expression(native))}{text.quote}"  # in the program's quotes
+        ctx.replace(text, expression(native))
+        line = ctx.analysis.parents.get(assign)
+        if type(line) is cst.SimpleStatementLine and any(
+                e.comment is not None and "cpu" in e.comment.value.lower() for e in line.leading_lines):
+            kept = [e for e in line.leading_lines if e.comment is None or "cpu" not in e.comment.value.lower()]
+            ctx.replace(line, lambda new, kept=kept: new.with_changes(leading_lines=kept))
         return True
 
     def _for_its_compile(self, traced: Traced) -> bool:
@@ -513,14 +600,18 @@ class NeuronLibrary(Rule):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.found: dict[str, list] = {}  # library -> [(occurrence, node, module, hint)]
+        # imports of optimum-neuron's trainer classes only: NM508 / NM509 report them, NM506 counts them when they stay
+        self.classes_only: set[cst.CSTNode] = set()
 
     def finish(self) -> None:
         ctx = self.ctx
         taken = ctx.facts.nxd_imports_taken  # removed by NM233 (rules/sharding.py): nothing of the library is left
+        kept = ctx.facts.optimum_classes_kept  # optimum-neuron trainer classes NM509 keeps (rules/huggingface.py)
         for library, imports in self.found.items():
-            imports = [found for found in imports if id(found[1]) not in taken]
-            if not imports:
-                continue
+            imports = [found for found in imports if id(found[1]) not in taken
+                       and (id(found[1]) in kept or found[1] not in self.classes_only)]
+            if all(found[1] in self.classes_only for found in imports):
+                continue  # nothing but the trainer classes: NM509's markers say what to port
             occ, node, module, _ = imports[0]
             ctx.current = occ
             hints = "; ".join(dict.fromkeys(hint for *_, hint in imports))
@@ -539,25 +630,47 @@ class NeuronLibrary(Rule):
             self._module(node, dotted_str(node.module))
 
     def _module(self, node: cst.CSTNode, module: str | None) -> None:
-        if _nxd_inference_import(node, module):
+        classes_only = _optimum_classes_import(node, module)
+        if not classes_only and _nxd_inference_import(node, module):
             return  # NM507 (or NM510) reports it with the documented replacement
         hint = lookup(library_hints(), module)
+        if hint is not None and module.startswith("optimum.neuron") and isinstance(node, cst.ImportFrom) \
+                and not isinstance(node.names, cst.ImportStar):
+            hint = _optimum_hint(node, hint)
         if hint is not None:
-            self.ctx.handled.add(node)
+            if classes_only:
+                self.classes_only.add(node)
+            else:
+                self.ctx.handled.add(node)
             library = next((root for root in LIBRARY_ROOTS if module == root or module.startswith(root + ".")), module)
             self.found.setdefault(library, []).append((self.ctx.current, node, module, hint))
 
 
-def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
-    """An import another rule reports: one that names an NxD Core inference API (NM507), or only optimum-neuron
-    trainer classes (NM508 / NM509)."""
-    if module is None:
-        return False
+def _optimum_hint(node: cst.ImportFrom, hint: str) -> str:
+    """The advice for an optimum-neuron import by the names it imports: its inference classes
+    (`NeuronModelForCausalLM`) are served with vLLM Neuron, not trained with transformers' Trainer."""
+    table = load_data("inference.toml")["optimum_inference"]
+    names = [dotted_str(a.name) or "" for a in node.names]
+    serving = [n for n in names if n.startswith(tuple(table["prefixes"]))]
+    if not serving:
+        return hint
+    return table["hint"] if len(serving) == len(names) else f"{hint}; {table['hint']}"
+
+
+def _optimum_classes_import(node: cst.CSTNode, module: str | None) -> bool:
+    """An import of optimum-neuron's trainer classes only: NM508 / NM509 report it."""
     if module in ("optimum.neuron", "optimum.neuron.trainers") and isinstance(node, cst.ImportFrom) \
             and not isinstance(node.names, cst.ImportStar):
-        from neuron_migrate.rules.huggingface import classes  # NM508 / NM509 report the trainer classes
+        from neuron_migrate.rules.huggingface import classes
 
         return all(f"{module}.{dotted_str(a.name)}" in classes() for a in node.names)
+    return False
+
+
+def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
+    """An import another rule reports: one that names an NxD Core inference API (NM507)."""
+    if module is None:
+        return False
     if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
         return any(f"{module}.{dotted_str(a.name)}" in NXD_TRACE for a in node.names)
     return False
