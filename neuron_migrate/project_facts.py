@@ -39,6 +39,9 @@ class FileProject:
     # the file's folder)
     launches_moving: str | None = None
     launches_staying: tuple[str, ...] = ()  # ... and the programs it launches that do not move (named the same way)
+    # the torch.cuda names a module of the file's program (`torch.cuda.FloatTensor = lambda t: ...`) redefines at
+    # import time, where the file names torch.cuda: the program's own functions, not CUDA's
+    cuda_patched: tuple[str, ...] = ()
     # optimum-neuron Neuron-only training arguments (`--tensor_parallel_size`) a launcher passes the programs that reach
     # the file, as "argument:launcher" (the launcher as shown); NM508 keeps the Neuron class while the program takes them
     neuron_flags: tuple[str, ...] = ()

@@ -80,6 +80,8 @@ _REQ_NEURON = re.compile(r"^[ \t\f]*(?:torch-neuronx|torch_neuronx|neuronx-cc|ne
 # Python statements read from lines (engine/project.py reads every file: it must cost little)
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]+)|import[ \t]+([^\n#;]+))",
                      re.M)
+# `torch.cuda.FloatTensor = lambda t: ...` at a line's start: the program redefines a torch.cuda name at import time
+_CUDA_PATCH = re.compile(r"^torch\.cuda\.([A-Za-z_]\w*)[ \t]*=(?!=)", re.M)
 _INSTALLS_NEURON = re.compile(r"\btorch[-_]neuronx\b")  # a Dockerfile's or pyproject's install of it
 # Dockerfile base images
 _FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
@@ -143,6 +145,7 @@ class Module:
     launches: set[str] = field(default_factory=set)  # absolute paths of the programs it runs (`!torchrun x.py`)
     modules: list[str] = field(default_factory=list)  # those imports' dotted names as written
     importers: list[str] = field(default_factory=list)
+    cuda_patches: set[str] = field(default_factory=set)  # the torch.cuda names it assigns at module level
 
 
 @dataclass
@@ -509,6 +512,10 @@ class Project:
         # at its entry (one NM521 for the program, when any of its files has legacy code)
         told = held and (module.legacy if conflict else any(
             p.entry is module and any(f.legacy for f in p.files) for p in programs))
+        # the torch.cuda names a module of the file's programs (else of its root) redefines at import time
+        modules = {f.full: f for p in programs for f in p.files} if programs else {
+            m.full: m for m in self.modules.values() if m.root == module.root}
+        patched = tuple(sorted({name for m in modules.values() for name in m.cuda_patches}))
         # the Neuron-only training arguments launchers pass, told only to a file that imports optimum-neuron (NM508)
         flags = tuple(sorted({f"{flag}:{launcher}" for p in programs for flag, launcher in p.entry.neuron_flags.items()
                               })) if any(name.startswith("optimum.neuron") for name, _ in module.imports) else ()
@@ -518,7 +525,8 @@ class Project:
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
-                           neuron_flags=flags, sets_env=sets_env)
+                           cuda_patched=patched if "cuda" in self._text(module.full) else (), neuron_flags=flags,
+                           sets_env=sets_env)
 
     def _bf16_set_elsewhere(self, module: Module, programs: list[Program]) -> tuple[str, ...]:
         """The bfloat16 switches that another file of the module's programs turns on: the scripts and notebooks
@@ -794,6 +802,8 @@ def _read_code(module: Module, code: str) -> None:
             module.imports.append((f"{name}.{alias}" if name else alias, level))
     if not module.entry and MAIN_BLOCK.search(code):
         module.entry = True
+    if "torch.cuda." in code:
+        module.cuda_patches.update(m.group(1) for m in _CUDA_PATCH.finditer(code))
 
 
 _HEADER = re.compile(r"^(?:((?:async[ \t]+)?def[ \t]|class[ \t]|@)|[^\s#)\]}])", re.M)

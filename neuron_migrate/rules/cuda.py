@@ -17,10 +17,12 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import DEVICE, XlaDeviceString
-from neuron_migrate.rules.device_names import CUDA, NEURON, XLA, Group
+from neuron_migrate.rules.device_names import CUDA, NEURON, XLA, Group, bound_value
+from neuron_migrate.rules.rewrites import LOCAL, RANKISH, local_rank
 from neuron_migrate.rules.unsupported import (MOVING_TO_NEURON, may_move_to_neuron, moving_to_neuron, reference,
                                               spelled_as)
 from neuron_migrate.syntax.parse import expression
+from neuron_migrate.syntax.walk import children
 
 CUDA_STRING = re.compile(r"^cuda(:\d+)?$")
 # torch.cuda functions with a namesake in torch.neuron (the TorchNeuron device module).
@@ -147,12 +149,47 @@ class TorchCudaApi(Rule):
         if qual is None or not qual.startswith("torch.cuda.") or qual in CUDA_AUTOCAST or not moving_to_neuron(ctx):
             return
         name = qual[len("torch.cuda."):]
+        project = ctx.settings.project
+        if project is not None and name.split(".")[0] in project.cuda_patched:
+            return  # the program redefines it (`torch.cuda.set_device = lambda x: None`): its own function stays
         spelled = dotted_str(node) or qual
         if name in NEURON_NAMESAKES:
             fixed = target(ctx).device_module(name)
-            if ctx.report("NM322", node, name=spelled, fixed=fixed):
+            index = self._global_rank_index(node) if name == "set_device" else None
+            shown = fixed if index is None else f"{fixed}({local_rank(ctx)})" if index[0] is None \
+                else f"{fixed}({index[0]}) with {index[0]} = {local_rank(ctx)}"
+            if ctx.report("NM322", node, name=spelled, fixed=shown):
                 ctx.replace(node, expression(fixed))
+                if index is not None:
+                    inner = [index[1]]
+                    for n in inner:  # the expression goes whole: no rule edits the CUDA names inside it
+                        inner += children(n, tokens=False)
+                    ctx.handled.update(inner)
+                    ctx.replace(index[1], expression(local_rank(ctx)))
         else:
             ctx.report("NM323", node, **spelled_as(node, qual))
+
+    def _global_rank_index(self, node: cst.CSTNode) -> tuple[str | None, cst.BaseExpression] | None:
+        """`torch.cuda.set_device(args.rank % args.gpus_per_node)`, or of a name bound once to that (its name, and
+        the expression): on GPUs the global rank modulo the GPUs of a node. A process binds the NeuronCore of its
+        local rank, which exists on every node whatever the program counts (a patched `device_count`)."""
+        ctx = self.ctx
+        call = ctx.current.parent
+        if type(call) is not cst.Call or call.func is not node or len(call.args) != 1 or call.args[0].keyword \
+                or call.args[0].star:
+            return None
+        value = call.args[0].value
+        held = bound_value(ctx, value) if isinstance(value, cst.Name) else value
+        if not (isinstance(held, cst.BinaryOperation) and isinstance(held.operator, cst.Modulo)):
+            return None
+        read = code(held.left)
+        if not RANKISH.search(read) or LOCAL.search(read):
+            return None
+        inner = [held]
+        for n in inner:
+            inner += children(n, tokens=False)
+        if any((ctx.qualname(n) or "").startswith("torch.cuda.") for n in inner if type(n) is cst.Attribute):
+            return None  # `% torch.cuda.device_count()`: a CUDA query, whose line the code paths leave to the GPU
+        return (value.value if held is not value else None), held
 
     visit_Attribute = visit_Name = _reference

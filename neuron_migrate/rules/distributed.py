@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from neuron_migrate.engine.facts import fact
-from neuron_migrate.engine.names import dotted
+from neuron_migrate.engine.names import dotted, dotted_str
 from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, has_star, respell_device, short,
                                           string_value)
 from neuron_migrate.rules.checkpoint import cpu_copy, holds_no_tensor
@@ -25,6 +25,7 @@ from neuron_migrate.syntax.walk import children
 
 XR = "torch_xla.runtime"
 XMP = "torch_xla.distributed.xla_multiprocessing"
+XLA_BACKEND = "torch_xla.distributed.xla_backend"
 
 RANK_CALLS = {
     f"{XM}.get_ordinal": ("RANK", "0"),
@@ -116,7 +117,29 @@ class ProcessGroup(Rule):
             if string_value(literal) == "xla":
                 self.held.append((ctx.current, node, backend.value, literal))
                 return
+            if string_value(literal) is None and dotted(backend.value) and _registers_xla_backend(ctx):
+                self._map(node, backend.value)
+                return
         self._rewrite(node)
+
+    def _map(self, node: cst.Call, value: cst.BaseExpression) -> None:
+        """`init_process_group(backend=args.distributed_backend)` in a file that registered torch_xla's `xla`
+        backend: the value comes from a launch script, a default or a configuration, and may still be "xla" there;
+        it becomes the neuron backend at the call, each process bound to its NeuronCore first, and any other backend
+        (nccl, gloo) stays as it was passed."""
+        ctx = self.ctx
+        name, xla = code(value), ctx.string("xla")
+        fixed = f"{target(ctx).process_group_backend()} if {name} == {xla} else {name}"
+        pinned = pinned_cores(ctx)
+        bind = _placeable(ctx, node) and not pinned
+        note = f" (no set_device: the program sets {pinned} itself)" if pinned else (
+            f", after binding the process to its own device when it is {xla}" if bind else "")
+        if ctx.report("NM201", node, text=f"{name} == {xla}", fixed=fixed, note=note):
+            ctx.replace(value, expression(fixed))
+            if bind:
+                binding = target(ctx).select_device_statement(local_rank(ctx))
+                ctx.insert_before(ctx.current.statement, f"if {name} == {xla}:\n"
+                                  + "".join(f"    {line}\n" for line in binding.splitlines()))
 
     def finish(self) -> None:
         ctx = self.ctx
@@ -263,6 +286,13 @@ def _block_start(occ) -> cst.CSTNode:
             continue
         return statement
     return occ.statement
+
+
+def _registers_xla_backend(ctx) -> bool:
+    """The file imports `torch_xla.distributed.xla_backend`, which registered the `xla` process-group backend."""
+    return "xla_backend" in ctx.source.text and any(
+        b.kind == "import" and XLA_BACKEND in ((b.qualname or ""), b.alias and dotted_str(b.alias.name))
+        for scope in ctx.analysis.scopes for bindings in scope.bindings.values() for b in bindings)
 
 
 def _placeable(ctx, node: cst.Call) -> bool:
