@@ -357,9 +357,16 @@ def pin_commands(doc: TextDocument, spans: list[tuple[int, int]], present: set[s
         return names
     _check_environments(doc, spans, found)
     has_index = matrix().index_url in doc.text or any(_is_index(u) for c in found for u in c.indexes)
-    for command in found:
+    # the text is one environment: a library built on torch_xla one command installs (a Dockerfile's later
+    # `pip install neuronx-distributed`) holds the other commands' lists as its own list is held
+    libraries = planning.xla_libraries()
+    shown = os.path.basename(doc.path)
+    own = [[f"`{w.value}` ({shown})" for w in c.requirements
+            if (req := planning.parse(w.value)) is not None and req.name in libraries] for c in found]
+    for n, command in enumerate(found):
         line = logical_line_start(doc, command.words[0].start)
-        result = _pin_command(doc, command, names, line, variables or {})
+        beside = tuple(e for m, entries in enumerate(own) if m != n for e in entries)
+        result = _pin_command(doc, command, names, line, variables or {}, beside)
         names |= result
         if not has_index and result & set(matrix().required_packages):
             _add_index(doc, command, line)
@@ -486,13 +493,14 @@ def _resolve(word: Word, variables: dict[str, Variable]) -> Variable | None:
 
 
 def _pin_command(doc: TextDocument, command: PipInstall, present: set[str], line: int,
-                 variables: dict[str, Variable]) -> set[str]:
+                 variables: dict[str, Variable], beside: tuple[str, ...] = ()) -> set[str]:
     resolved = {i: v for i, w in enumerate(command.requirements) if (v := _resolve(w, variables))}
     texts: list[str | None] = [w.value.partition("$")[0] + resolved[i].value if i in resolved else w.value
                                for i, w in enumerate(command.requirements)]
     result = planning.plan(texts, doc.family, present, may_empty=command.other_sources,
                            instance=doc.settings.instance,
-                           unsafe_fixes=doc.settings.unsafe_fixes, beside=planning.environment(doc.settings))
+                           unsafe_fixes=doc.settings.unsafe_fixes,
+                           beside=planning.environment(doc.settings) + beside)
     quote = _preferred_quote(command)
 
     def report(index: int, code: str, fields: dict) -> bool:
