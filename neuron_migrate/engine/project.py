@@ -905,7 +905,7 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
 
 
 # the options of a launch line: `--tensor_parallel_size 8`, `--zero-1`
-_FLAG = re.compile(r"(?<!\S)--([A-Za-z_][\w-]*)")
+_LAUNCH_FLAG = re.compile(r"(?<!\S)--([A-Za-z_][\w-]*)")
 # the keywords of an estimator's call whose dict holds the program's arguments (SageMaker, Metaflow)
 _ARGUMENT_KEYWORDS = frozenset({"hyperparameters", "entrypoint_args"})
 
@@ -927,7 +927,7 @@ def _launch_flags(text: str) -> dict[str, set[str]]:
             continue
         for m in _LAUNCHER.finditer(line):
             rest = re.split(r"[;&|]", line[m.end():], maxsplit=1)[0]
-            out.setdefault(m.group(1), set()).update(f.replace("-", "_") for f in _FLAG.findall(rest))
+            out.setdefault(m.group(1), set()).update(f.replace("-", "_") for f in _LAUNCH_FLAG.findall(rest))
     return out
 
 
