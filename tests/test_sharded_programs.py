@@ -42,20 +42,22 @@ def _migrate(name: str, folder: Path) -> str:
 # gloo on the CPU, upstream: a rank can abort after its last line, when a gloo worker thread drops a finished
 # collective (one the tensor-parallel layers issued asynchronously) while the interpreter finalizes and cannot give
 # it the GIL (https://github.com/pytorch/pytorch/issues/190489; the destroy_process_group the migration registers
-# at exit narrows the window, it cannot close it). About one 2-process run in seven of tp_mlp ends so.
+# at exit narrows the window, it cannot close it). About one 2-process run in seven of tp_mlp ends so, and now and
+# then one of fsdp. The aborting rank is not always the printing one: torchrun then stops rank 0 with SIGTERM, so
+# the runs write their output unbuffered, or the lines rank 0 had printed would be lost with it.
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
-def _run(program: Path, nproc: int, attempts: int = 3) -> list[str]:
-    """The lines with numbers a torchrun of `program` prints; a run that printed its last line and only then hit
-    the gloo teardown abort is run again (at most `attempts` runs), any other failure fails at once."""
+def _run(program: Path, nproc: int, attempts: int = 4) -> list[str]:
+    """The lines with numbers a torchrun of `program` prints; a run that printed its last line and then hit the
+    gloo teardown abort on some rank is run again (at most `attempts` runs), any other failure fails at once."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
-    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
     for _ in range(attempts):
         done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                                "--standalone", program.name], cwd=program.parent, env=env, capture_output=True,
                               text=True, timeout=600)
-        finished = done.stdout.rstrip().rpartition("\n")[2].startswith(("held-out", "parameters"))
+        finished = any(line.startswith(("held-out", "parameters")) for line in done.stdout.splitlines())
         if done.returncode == 0 or not (finished and TEARDOWN_ABORT in done.stderr):
             break
     assert done.returncode == 0, done.stderr[-3000:]
