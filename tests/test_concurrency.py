@@ -49,6 +49,45 @@ def test_a_file_saved_during_the_run_is_not_overwritten(tmp_path):
 
 # -- Ctrl-C ---------------------------------------------------------------------------------------------------------
 
+_HALF_A_RESULT = """
+import multiprocessing, os, struct, time
+from concurrent.futures import ProcessPoolExecutor
+from neuron_migrate.engine import runner
+
+def half_a_result(_):
+    # as a worker ended while it sent a large result: the length of the message, and only its first bytes
+    os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 100)
+    started.set()
+    time.sleep(60)
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("fork")
+    started = context.Event()
+    pool = ProcessPoolExecutor(2, mp_context=context, initializer=runner._worker_start)
+    pool.submit(half_a_result, 0)
+    assert started.wait(30)
+    runner._stop(pool)
+    print("stopped", flush=True)
+"""
+
+
+def test_workers_stopped_while_one_sent_its_results_let_the_process_exit(tmp_path):
+    """The pool's manager thread, reading a message a worker had begun to send when it was ended, is not left
+    waiting for the rest: the interpreter's exit joins it (issue 29: one Ctrl-C in 80 hung `check --jobs 2`)."""
+    import time
+
+    script = tmp_path / "half_a_result.py"
+    script.write_text(_HALF_A_RESULT)
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30,
+                              cwd=Path(__file__).resolve().parents[1])
+    except subprocess.TimeoutExpired:
+        pytest.fail("the process did not exit: its exit waits for the pool's manager thread")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "stopped\n", "")
+    assert time.monotonic() - started < 10
+
+
 def _interrupted_run(command: str, root, delay: float) -> tuple[int | None, float, str]:
     """Run `command` over `root` in worker processes, send Ctrl-C to the whole process group (as a terminal does)
     after `delay` seconds; the exit code (None: it hung), the seconds from the signal to the exit, stderr."""

@@ -156,12 +156,18 @@ def _process_all(targets: list[tuple[Target, Settings]], known: dict[str, bytes]
     chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start)
     try:
-        for part in pool.map(_process_chunk, [(c, rewrite) for c in chunks]):
+        # the first submit forks the workers: Ctrl-C there would leave a worker that the pool does not know yet (and
+        # that the exit then waits for), or a worker that dies of it before `_worker_start`, with a traceback
+        with _signals_held(signal.SIGINT) as received:
+            parts = pool.map(_process_chunk, [(c, rewrite) for c in chunks])
+        if received:
+            signal.raise_signal(received[0])
+        for part in parts:
             yield from part
+        pool.shutdown()
     except BaseException:  # Ctrl-C, or the caller stops early: the workers go now, mid-file or not
         _stop(pool)
         raise
-    pool.shutdown()
 
 
 def _worker_start() -> None:
@@ -172,9 +178,14 @@ def _worker_start() -> None:
 
 def _stop(pool) -> None:
     """End the workers without waiting for their files (the parent is interrupted: their results are not
-    wanted). `shutdown(wait=True)` would wait for each chunk, or for ever on a worker blocked on a pipe."""
+    wanted). `shutdown(wait=True)` would wait for each chunk, or for ever on a worker blocked on a pipe.
+
+    A worker ended while it sent its results leaves part of a message in the pipe of results, and the pool's
+    manager thread waits for the rest; this process holds the other end of that pipe, so no end of file would ever
+    come, and the interpreter's exit joins that thread: closing that end once the workers are gone ends the wait."""
     workers = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)  # shutdown forgets it
+    results = getattr(pool, "_result_queue", None)  # and this
     pool.shutdown(wait=False, cancel_futures=True)
     for worker in workers:
         worker.terminate()
@@ -182,6 +193,9 @@ def _stop(pool) -> None:
         worker.join(timeout=1)
         if worker.is_alive():
             worker.kill()
+            worker.join(timeout=1)
+    if results is not None:
+        results._writer.close()
     if manager is not None:
         manager.join(timeout=1)
         if not manager.is_alive():  # gone with its pipe: concurrent.futures' exit hook must not wake it (on 3.11
@@ -315,7 +329,7 @@ def write_results(run: Run) -> list[tuple[str, str]]:
     global files_written
     failures = []
     written = 0
-    with _interrupts_between_files() as received:
+    with _signals_held(signal.SIGINT, signal.SIGTERM) as received:
         for result in run.changed:
             if received:
                 raise Interrupted(written, received[0])
@@ -336,9 +350,9 @@ def write_results(run: Run) -> list[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def _interrupts_between_files():
-    """The signals received meanwhile (a list, empty while none came): they are handled between files."""
-    signals = (signal.SIGINT, signal.SIGTERM)
+def _signals_held(*signals: int):
+    """`signals` received meanwhile are recorded, not handled (a list, empty while none came): the caller handles
+    them once it is safe (between two files, after the workers started)."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
