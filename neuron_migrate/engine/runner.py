@@ -159,11 +159,12 @@ def _process_all(targets: list[tuple[Target, Settings]], known: dict[str, bytes]
         # the first submit forks the workers: Ctrl-C there would leave a worker that the pool does not know yet (and
         # that the exit then waits for), or a worker that dies of it before `_worker_start`, with a traceback
         with _signals_held(signal.SIGINT) as received:
-            parts = pool.map(_process_chunk, [(c, rewrite) for c in chunks])
+            parts = [pool.submit(_process_chunk, (c, rewrite)) for c in chunks]
         if received:
             signal.raise_signal(received[0])
-        for part in parts:
-            yield from part
+        for i, part in enumerate(parts):
+            parts[i] = None  # its results go once used, not at the end of the run
+            yield from part.result()
         pool.shutdown()
     except BaseException:  # Ctrl-C, or the caller stops early: the workers go now, mid-file or not
         _stop(pool)
@@ -186,7 +187,10 @@ def _stop(pool) -> None:
     workers = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)  # shutdown forgets it
     results = getattr(pool, "_result_queue", None)  # and this
-    pool.shutdown(wait=False, cancel_futures=True)
+    # no future is cancelled (nor by `pool.map`, which cancels the rest when its caller is interrupted): the pool
+    # marks each one broken when it finds its workers gone, and on 3.11 doing so to a cancelled future raises in its
+    # manager thread (InvalidStateError, a traceback at exit; 3.12 ignores it)
+    pool.shutdown(wait=False)
     for worker in workers:
         worker.terminate()
     for worker in workers:
