@@ -854,11 +854,13 @@ class TensorParallel(Rule):
         mesh = _free_name(ctx, "device_mesh", "tp_device_mesh")
         device = target(ctx).device_type()
         q = ctx.quote
-        start = f"{mesh} = {dist(ctx)}.device_mesh.init_device_mesh({device}, ({world_size(ctx)} // "
+        world = world_size(ctx)
+        start = f"{mesh} = {dist(ctx)}.device_mesh.init_device_mesh({device}, ("
 
         def mesh_line(call: cst.Call) -> str:  # the call as the other rules left it (its size rewritten too)
             size = code(arg(call, 0, "tensor_model_parallel_size").value)
-            return f"{start}{paren(size)}, {size}), mesh_dim_names=({q}dp{q}, {q}tp{q}))"
+            data = "1" if size == world else f"{world} // {paren(size)}"  # tensor parallel over every process
+            return f"{start}{data}, {size}), mesh_dim_names=({q}dp{q}, {q}tp{q}))"
         replace_statement(ctx, init_occ.statement, lambda call: [mesh_line(call)])
         occ, _cls, name, _order = build
         ctx.current = occ
