@@ -17,8 +17,7 @@ from neuron_migrate.engine.names import Occurrence, Scope
 from neuron_migrate.rules.patterns import arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import XLA_DEVICE
-from neuron_migrate.rules.misc import _free_name
-from neuron_migrate.rules.rewrites import assigned_name, only_args
+from neuron_migrate.rules.rewrites import assigned_name, free_name, only_args
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.syntax.walk import walk
 
@@ -209,7 +208,7 @@ class DeviceLoaders(Rule):
         ctx = self.ctx
         name = getattr(self, "_class_name", None)
         if name is None:
-            name = self._class_name = _free_name(ctx, "DeviceLoader")
+            name = self._class_name = free_name(ctx, "DeviceLoader")
         if define and not getattr(self, "_class_defined", False):
             self._class_defined = True
             scope = ctx.analysis.module_scope
