@@ -52,6 +52,7 @@ ALL_TO_ALL = frozenset({f"{XM}.all_to_all"})
 RENDEZVOUS = frozenset({f"{XM}.rendezvous"})
 MESH_REDUCE = frozenset({f"{XM}.mesh_reduce"})
 BROADCAST_MASTER_PARAM = frozenset({f"{XM}.broadcast_master_param"})
+FETCH_GRADIENTS = frozenset({f"{XM}._fetch_gradients"})
 # neuronx-distributed's group getters (`get_data_parallel_group(as_list=False)`): the process group, or with
 # `as_list=True` its replica groups for torch_xla's collectives.
 NXD_GROUP_GETTERS = ("neuronx_distributed.parallel_layers.parallel_state.get_",)
@@ -567,6 +568,20 @@ NEEDS_GROUP = frozenset({
 NEEDS_GROUP_MODULES = ("torch.distributed.fsdp.", "torch.distributed._composable.", "torch.distributed.tensor.")
 
 
+def process_group_of(ctx, groups: cst.BaseExpression) -> str | None:
+    """The process group whose replica groups `groups` lists, as code, or None when it is a list of its own
+    (`[[0, 1], [2, 3]]`, a variable): `g._mesh` (torch_xla's xla-backend ProcessGroup) is `g`;
+    `parallel_state.get_data_parallel_group(as_list=True)` (neuronx-distributed) is the same getter without
+    `as_list`, which returns the group."""
+    if isinstance(groups, cst.Attribute) and groups.attr.value == "_mesh":
+        return code(groups.value)
+    if isinstance(groups, cst.Call) and (ctx.qualname(groups.func) or "").startswith(NXD_GROUP_GETTERS) \
+            and len(groups.args) == 1 and groups.args[0].keyword is not None \
+            and groups.args[0].keyword.value == "as_list" and code(groups.args[0].value) == "True":
+        return code(groups.with_changes(args=[]))
+    return None
+
+
 def _under_test(parents: dict, node: cst.CSTNode, test: str) -> bool:
     """`node` lies in the body of an `if` whose test reads `test`."""
     child, parent = node, parents.get(node)
@@ -669,17 +684,18 @@ class Collectives(Rule):
     def _groups(self, node: cst.Call, groups: cst.Arg | None, native: bool = False) -> bool:
         """Replica groups have no one-line equivalent: mark the call and leave it (True). With `native`, the
         replica groups of a process group (`group._mesh`, NxD's `get_*_group(as_list=True)`) are not marked: the
-        caller passes the process group itself (`group_of`)."""
+        caller passes the process group itself (`process_group_of`)."""
         if groups is None or (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
             return False
-        if native and self.group_of(groups.value) is not None:
+        if native and process_group_of(self.ctx, groups.value) is not None:
             return False
         self.ctx.report("NM208", node, call=short(node))
         self.ctx.handled.add(node.args[0].value)
         return True
 
     def _holds_list(self, value: cst.BaseExpression) -> bool:
-        """`value` is a name every binding of which, in its scope, assigns a list display (`bucket = []`)."""
+        """`value` is a name every binding of which, in its scope, assigns a list display (`bucket = []`) or
+        `xm._fetch_gradients(optimizer)` (a list of the gradients)."""
         ctx = self.ctx
         if not isinstance(value, cst.Name):
             return False
@@ -690,28 +706,19 @@ class Collectives(Rule):
             target = parents.get(binding.node) if binding.kind == "assign" else None
             assign = parents.get(target)
             if not isinstance(target, cst.AssignTarget) or target.target is not binding.node \
-                    or not isinstance(assign, cst.Assign) or not isinstance(assign.value, (cst.List, cst.ListComp)):
+                    or not isinstance(assign, cst.Assign) or not self._a_list(assign.value):
                 return False
         return bool(bindings)
 
-    def group_of(self, groups: cst.BaseExpression) -> str | None:
-        """The process group whose replica groups `groups` lists, as code, or None when it is a list of its own
-        (`[[0, 1], [2, 3]]`, a variable): `g._mesh` (torch_xla's xla-backend ProcessGroup) is `g`;
-        `parallel_state.get_data_parallel_group(as_list=True)` (neuronx-distributed) is the same getter without
-        `as_list`, which returns the group."""
-        if isinstance(groups, cst.Attribute) and groups.attr.value == "_mesh":
-            return code(groups.value)
-        if isinstance(groups, cst.Call) and (self.ctx.qualname(groups.func) or "").startswith(NXD_GROUP_GETTERS) \
-                and len(groups.args) == 1 and groups.args[0].keyword is not None \
-                and groups.args[0].keyword.value == "as_list" and code(groups.args[0].value) == "True":
-            return code(groups.with_changes(args=[]))
-        return None
+    def _a_list(self, value: cst.BaseExpression) -> bool:
+        return isinstance(value, (cst.List, cst.ListComp)) \
+            or (isinstance(value, cst.Call) and self.ctx.qualname(value.func) in FETCH_GRADIENTS)
 
     def _group(self, groups: cst.Arg | None) -> str:
         """`, group=<process group>` for a `groups=` argument `_groups(..., native=True)` let through, or nothing."""
         if groups is None or (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
             return ""
-        return f", group={self.group_of(groups.value)}"
+        return f", group={process_group_of(self.ctx, groups.value)}"
 
     def _op(self, reduce_type: cst.BaseExpression) -> str | None:
         value = string_value(reduce_type)
