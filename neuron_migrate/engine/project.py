@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from neuron_migrate.engine.cache import digest
-from neuron_migrate.engine.inputs import head, readme
+from neuron_migrate.engine.inputs import head, infrastructure, readme
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
@@ -111,8 +111,6 @@ _OPTIONS_WITH_VALUE = frozenset({"-r", "--requirement", "-c", "--constraint", "-
                                  "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix", "--root"})
 README_REACH = 2  # the program's folder and the one above: the READMEs and infrastructure files read
 _README_NATIVE = re.compile(r"\btrn[23]\b|Trainium ?[23]", re.I)
-# the infrastructure files of a folder whose instance types tell where its jobs run (shell scripts are discovered)
-_INFRA_FILE = re.compile(r"\.(?:tf|tfvars|ya?ml|json|template)$|^user-?data", re.I)
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
 
 
@@ -197,6 +195,7 @@ class Project:
         self._readmes: dict[str, str | None] = {}
         self._xla_by_folder: dict[str, tuple[str, ...]] = {}
         self._infra: dict[str, list[Evidence]] = {}
+        self._listings: dict[str, list[str]] = {}  # folder -> its infrastructure files' names (`inputs()`)
         self._build()
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -224,7 +223,8 @@ class Project:
 
     def inputs(self) -> dict:
         """What the model has read so far beyond the targets' list, for `unchanged` (JSON)."""
-        return {"files": self._digests, "markers": self._markers, "readmes": self._readmes}
+        return {"files": self._digests, "markers": self._markers, "readmes": self._readmes,
+                "infrastructure": self._listings}
 
     def _build(self) -> None:
         for target in self.files:
@@ -235,7 +235,6 @@ class Project:
                 self._read_module(module, target.kind)
             elif target.kind in ("shell", "dockerfile", "requirements", "pyproject"):
                 self.others.setdefault(target.kind, []).append(full)
-        self._folders_with_readmes()
         self._resolve_imports()
         self._launches()
         self._make_programs()
@@ -310,14 +309,6 @@ class Project:
                     keys = _literal_keys(value) if isinstance(value, ast.Dict) else \
                         dicts.get(value.id, set()) if isinstance(value, ast.Name) else set()
                     module.estimator_flags.setdefault(entry, set()).update(keys)
-
-    def _folders_with_readmes(self) -> None:
-        self.readmes: dict[str, str] = {}
-        folders = {os.path.dirname(m.full) for m in self.modules.values()}
-        for folder in folders:
-            name = self._readmes[folder] = readme(folder)
-            if name is not None:
-                self.readmes[folder] = os.path.join(folder, name)
 
     # -- the import graph ------------------------------------------------------------------------------------
     def _resolve_imports(self) -> None:
@@ -475,8 +466,9 @@ class Project:
                     continue
                 told = next(e for e in sibling.evidence if _of_the_sample(e))
                 program.target, program.moving = sibling.target, False
+                whose = "" if told.place.split(":")[0] == sibling.entry.path else f", for {sibling.entry.path}"
                 program.evidence = [Evidence(sibling.target, FOLDER, told.place,
-                                             f"{told.what}, of {sibling.entry.path}, a script of the same sample")]
+                                             f"{told.what}{whose} (a script of the same sample)")]
                 if program.entry.full not in known:  # a loose script joins as a program
                     self.programs.append(program)
 
@@ -573,13 +565,9 @@ class Project:
 
     def _read_infra(self, folder: str) -> list[Evidence]:
         shells = {full for full in self.others.get("shell", ()) if os.path.dirname(full) == folder}
-        try:
-            names = sorted(e.name for e in os.scandir(folder) if e.is_file() and _INFRA_FILE.search(e.name))
-        except OSError:
-            names = []
+        names = self._listings[folder] = infrastructure(folder)
         found: dict[str, Evidence] = {}
         for full in sorted(shells | {os.path.join(folder, n) for n in names}):
-            self._markers[full] = True
             text = self._text(full)
             if not _HARDWARE_LETTERS.search(text):
                 continue
