@@ -196,6 +196,7 @@ class Project:
         self._xla_by_folder: dict[str, tuple[str, ...]] = {}
         self._infra: dict[str, list[Evidence]] = {}
         self._listings: dict[str, list[str]] = {}  # folder -> its infrastructure files' names (`inputs()`)
+        self._shells: dict[str, set[str]] = {}  # folder -> its launch scripts
         self._build()
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -235,6 +236,8 @@ class Project:
                 self._read_module(module, target.kind)
             elif target.kind in ("shell", "dockerfile", "requirements", "pyproject"):
                 self.others.setdefault(target.kind, []).append(full)
+                if target.kind == "shell":
+                    self._shells.setdefault(os.path.dirname(full), set()).add(full)
         self._resolve_imports()
         self._launches()
         self._make_programs()
@@ -564,12 +567,11 @@ class Project:
         return []
 
     def _read_infra(self, folder: str) -> list[Evidence]:
-        shells = {full for full in self.others.get("shell", ()) if os.path.dirname(full) == folder}
         names = self._listings[folder] = infrastructure(folder)
         found: dict[str, Evidence] = {}
-        for full in sorted(shells | {os.path.join(folder, n) for n in names}):
+        for full in sorted(self._shells.get(folder, set()) | {os.path.join(folder, n) for n in names}):
             text = self._text(full)
-            if not _HARDWARE_LETTERS.search(text):
+            if not INSTANCE_TYPE.search(text):
                 continue
             for line, text_line in enumerate(text.splitlines(), 1):
                 if text_line.lstrip().startswith("#"):
