@@ -592,3 +592,14 @@ def test_a_new_infrastructure_file_is_read_again_with_the_cache_on(tmp_path, mon
     (work / "job_definition.json").write_text('{"instanceTypes": ["trn1.32xlarge"]}\n')
     second = run([str(work)], Settings(), rewrite=False, jobs=1, use_cache=True)
     assert {f.code for f in second.findings} == {"NM521"}
+
+
+def test_the_closest_set_aside_sibling_is_named(tmp_path):
+    """`train_xmp.py` is told by `train.py`, whose name it extends, not by `eval.py`, with which it only shares the
+    model module."""
+    (tmp_path / "model.py").write_text("import torch\n\nMODEL = torch.nn.Linear(2, 2)\n")
+    said = "# XLA: a NeuronCore of the Trn1 instance\n"
+    for name, head_line in (("eval.py", said), ("train.py", said), ("train_xmp.py", "")):
+        (tmp_path / name).write_text(head_line + "from model import MODEL\n" + LEGACY_MAIN)
+    got = _targets_of(tmp_path, "train_xmp.py")
+    assert got["train_xmp.py"] == ("trn1", ["train.py: names `Trn1` (a script of the same sample)"])

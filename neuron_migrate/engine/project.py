@@ -464,8 +464,9 @@ class Project:
             for program in programs:
                 if program.target is not None or program.conflict:
                     continue
-                sibling = next((p for p in aside if p.entry.entry and self._one_family(program, p)), None)
-                if sibling is None:
+                closeness, sibling = max(((self._one_family(program, p), p) for p in aside if p.entry.entry),
+                                         key=lambda pair: pair[0], default=(0, None))
+                if not closeness or sibling is None:
                     continue
                 told = next(e for e in sibling.evidence if _of_the_sample(e))
                 program.target, program.moving = sibling.target, False
@@ -476,13 +477,16 @@ class Project:
                     self.programs.append(program)
 
     @staticmethod
-    def _one_family(program: Program, sibling: Program) -> bool:
-        if sibling.entry.full.endswith(".ipynb") or not program.entry.entry:  # beside a notebook; a loose script
-            return True
+    def _one_family(program: Program, sibling: Program) -> int:
+        """How closely two programs of one folder are one sample, 0 when they are not: one's name extends the
+        other's (3), they import a project module in common (2), the sibling is a notebook or the program a loose
+        script (1). The closest set-aside sibling is the one named in the evidence."""
         stems = [os.path.splitext(os.path.basename(p.entry.full))[0] for p in (program, sibling)]
         if any(a != b and a.startswith(b + "_") for a, b in (stems, stems[::-1])):
-            return True
-        return bool(set(program.entry.edges) & set(sibling.entry.edges))
+            return 3
+        if program.entry.edges & sibling.entry.edges:
+            return 2
+        return int(sibling.entry.full.endswith(".ipynb") or not program.entry.entry)
 
     def _reach(self, entry: Module) -> list[Module]:
         seen = {entry.full}
