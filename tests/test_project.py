@@ -31,8 +31,12 @@ FINDINGS = {
                  "outputs/train_outputs.py": {"NM101", "NM103", "NM107", "NM190"}},
     # one NM521 per program, at its entry: the notebook (compile.py, the helper it imports, keeps its NM510 note)
     # torch_xla features Neuron's XLA stack never ran (GSPMD, Pallas kernels) say TPU; plain data parallelism moves
+    # a program that stops unless it runs on TPU, and a demo of torch_xla's scan, are TPU's too; a sibling that only
+    # compares with a TPU baseline moves, and a TPU-only feature of one script is not told to the scripts beside it
     "tpu_features": {"train_gspmd.py": {"NM521"}, "train_flash.py": {"NM521"},
                      "train_dp.py": {"NM101", "NM105", "NM106", "NM190"},
+                     "train_amp.py": {"NM521"}, "mnist_amp.py": {"NM521"}, "scan_demo.py": {"NM521"},
+                     "train_amp_dtype.py": {"NM101", "NM103", "NM190"},
                      # scripts no program imports: the one whose prose says TPU is set aside, the other moves
                      "tutorials/bf16_demo.py": {"NM521"}, "tutorials/fp32_demo.py": {"NM101", "NM190"}},
     "inf2_project": {"hf_vit_inference_on_inf2.ipynb": {"NM521"}, "compile.py": {"NM510"}},
@@ -77,6 +81,17 @@ FINDINGS = {
     # a moving program (NM616 on each); the native venv's notebook and an Inf2 notebook's venv (set aside) stay
     "notebook_venv": {"finetune.ipynb": {"NM616"}, "train.py": {"NM101", "NM103", "NM107", "NM190"},
                       "serve/serve_vit_on_inf2.ipynb": {"NM510", "NM521"}},
+    # where a sample runs, told by files no import links to it: the README one folder up, the instance types of the
+    # job definition beside the container's folder; the scripts of one sample (`train_torchrun.py` beside
+    # `train.py`, a loose `build.py`) follow the one that names Trn1. The look-alikes (a README that names Trn2
+    # too, a job definition on trn2.48xlarge, a sample whose script names Trn2) move
+    "sample_folders": {"samples/bert/pretrain.py": {"NM521"}, "batch/docker/allreduce.py": {"NM521"},
+                       "mlp/train.py": {"NM521"}, "mlp/train_torchrun.py": {"NM521"}, "mlp/build.py": {"NM521"},
+                       "samples_v2/bert/pretrain.py": {"NM101", "NM103", "NM107", "NM190"},
+                       "batch_next/docker/allreduce.py": {"NM101", "NM103", "NM190", "NM201", "NM204", "NM205"},
+                       "mlp_next/train.py": {"NM101", "NM103", "NM107", "NM190"},
+                       "mlp_next/train_torchrun.py": {"NM101", "NM103", "NM105", "NM106", "NM107", "NM190",
+                                                      "NM201"}},
     "shared_helper": {"train.py": {"NM101", "NM103", "NM190"}, "train_tpu.py": {"NM521"}, "common.py": {"NM522"}},
     # a script run.sh starts (no `__main__` block) imports torch_xla inside `main`: a program that moves, its CUDA
     # calls with it (in the first run, as a second would); its helper's GPU functions serve the GPU trainers
@@ -300,12 +315,12 @@ def test_a_trn1_program_is_set_aside_whether_it_trains_or_infers(tmp_path):
     for name in ("pretrained_train.py", "infer.py"):
         facts = project.of(str(tmp_path / name), "python")
         assert facts.target == "trn1" and [e.split(os.sep)[-1] for e in facts.evidence] == [
-            "README.md: names `trn1.32xlarge`"]
+            "README.md:1: names `trn1.32xlarge`"]
     result = run([str(tmp_path)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
     assert not result.changed
     notes = {os.path.basename(f.path): f.message for f in result.findings if f.code == "NM521"}
     assert sorted(notes) == ["infer.py", "pretrained_train.py"]
-    assert "Trainium 1 (Trn1)" in notes["pretrained_train.py"] and "README.md: names `trn1.32xlarge`" in notes["infer.py"]
+    assert "Trainium 1 (Trn1)" in notes["pretrained_train.py"] and "README.md:1: names `trn1.32xlarge`" in notes["infer.py"]
     # the user says the job goes to Trn2: both move
     project = Project([str(tmp_path)], targets, Settings(unsafe_fixes=True, instance="trn2"))
     assert project.of(str(tmp_path / "pretrained_train.py"), "python").target is None
@@ -498,3 +513,93 @@ def test_an_install_list_named_alone_is_held_by_its_folders_xla_library(tmp_path
     pinned = cli("pin", "--diff", str(notebook))
     assert "NM613" not in pinned.stdout and "neuronx-cc==2.*" in pinned.stdout
     assert "Upgrade to neuronx-cc 2.21.x" in notebook.read_text()  # --diff writes nothing
+
+
+LEGACY_MAIN = "import torch_xla.core.xla_model as xm\n\nif __name__ == '__main__':\n    print(xm.xla_device())\n"
+
+
+def _targets_of(tmp_path, *names):
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    project = Project([str(tmp_path)], targets, Settings())
+    out = {}
+    for name in names:
+        facts = project.of(str(tmp_path / name), "python")
+        out[name] = (facts.target, [e.replace(str(tmp_path) + os.sep, "") for e in facts.evidence]) if facts else None
+    return out
+
+
+def test_the_nearest_readme_that_names_hardware_decides_within_one_folder_up(tmp_path):
+    """The README of the program's folder beats the one above; a README naming Trn2 ends the search; a README two
+    folders up speaks of the whole repository and is not read."""
+    for folder, text in (("", "Samples for trn1.32xlarge.\n"), ("inf", "Serve it on an inf2.xlarge.\n"),
+                         ("both", "Written on trn1.32xlarge, run on trn2.48xlarge.\n")):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / "README.md").write_text(text)
+    for name in ("inf/serve/app.py", "inf/app.py", "both/train/app.py", "deep/er/app.py", "top/app.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(LEGACY_MAIN)
+    got = _targets_of(tmp_path, "inf/serve/app.py", "inf/app.py", "both/train/app.py", "deep/er/app.py",
+                      "top/app.py")
+    assert got["inf/serve/app.py"] == ("inf2", ["inf/README.md:1: names `inf2.xlarge`"])
+    assert got["inf/app.py"] == ("inf2", ["inf/README.md:1: names `inf2.xlarge`"])
+    assert got["both/train/app.py"] == (None, [])  # moves: its README names Trn2 too
+    assert got["deep/er/app.py"] == (None, [])  # the README two folders up is not read
+    assert got["top/app.py"] == ("trn1", ["README.md:1: names `trn1.32xlarge`"])
+
+
+def test_a_converter_beside_a_trn1_notebook_is_one_sample_with_it(tmp_path):
+    """A script beside a notebook whose prose names Trn1 is set aside with it; beside a notebook that only its name
+    ties to Trn1 (`_trn1` says that notebook is the Trn1 variant), it moves."""
+    cell = {"cell_type": "markdown", "metadata": {}, "source": ["Run this notebook on a Trn1 instance."]}
+    code = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+            "source": ["import torch_xla.core.xla_model as xm\n", "device = xm.xla_device()\n"]}
+    for folder, cells, name in (("told", [cell, code], "finetune.ipynb"), ("named", [code], "finetune_trn1.ipynb")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                                          "nbformat_minor": 5}))
+        (tmp_path / folder / "convert.py").write_text(LEGACY_MAIN)
+    got = _targets_of(tmp_path, "told/convert.py", "named/convert.py")
+    assert got["told/convert.py"] == ("trn1", [
+        "told/finetune.ipynb: names `Trn1` (a script of the same sample)"])
+    assert got["named/convert.py"] == (None, [])
+
+
+def test_infrastructure_beside_the_container_folder_names_the_instance(tmp_path):
+    """A CloudFormation template one folder up names the instance type; a commented-out one, or one in a folder
+    two up, does not."""
+    (tmp_path / "job" / "docker").mkdir(parents=True)
+    (tmp_path / "job" / "stack.yaml").write_text("Resources:\n  Compute:\n    Properties:\n"
+                                                  "      InstanceTypes: [trn1.32xlarge]\n")
+    (tmp_path / "job" / "docker" / "run.py").write_text(LEGACY_MAIN)
+    (tmp_path / "old" / "docker").mkdir(parents=True)
+    (tmp_path / "old" / "userdata.sh").write_text("#!/bin/bash\n# was: trn1.32xlarge\necho ready\n")
+    (tmp_path / "old" / "docker" / "run.py").write_text(LEGACY_MAIN)
+    (tmp_path / "main.tf").write_text('resource "aws_instance" "x" {\n  instance_type = "inf2.xlarge"\n}\n')
+    got = _targets_of(tmp_path, "job/docker/run.py", "old/docker/run.py")
+    assert got["job/docker/run.py"] == ("trn1", ["job/stack.yaml:4: its infrastructure names `trn1.32xlarge`"])
+    assert got["old/docker/run.py"] == (None, [])
+
+
+def test_a_new_infrastructure_file_is_read_again_with_the_cache_on(tmp_path, monkeypatch):
+    """The model's cached facts hold the folders' infrastructure listings: a job definition added beside the
+    container's folder sets its program aside on the next run."""
+    monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "cache"))
+    work = tmp_path / "job"
+    (work / "docker").mkdir(parents=True)
+    (work / "docker" / "run.py").write_text(LEGACY_MAIN)
+    first = run([str(work)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert "NM101" in {f.code for f in first.findings}
+    (work / "job_definition.json").write_text('{"instanceTypes": ["trn1.32xlarge"]}\n')
+    second = run([str(work)], Settings(), rewrite=False, jobs=1, use_cache=True)
+    assert {f.code for f in second.findings} == {"NM521"}
+
+
+def test_the_closest_set_aside_sibling_is_named(tmp_path):
+    """`train_xmp.py` is told by `train.py`, whose name it extends, not by `eval.py`, with which it only shares the
+    model module."""
+    (tmp_path / "model.py").write_text("import torch\n\nMODEL = torch.nn.Linear(2, 2)\n")
+    said = "# XLA: a NeuronCore of the Trn1 instance\n"
+    for name, head_line in (("eval.py", said), ("train.py", said), ("train_xmp.py", "")):
+        (tmp_path / name).write_text(head_line + "from model import MODEL\n" + LEGACY_MAIN)
+    got = _targets_of(tmp_path, "train_xmp.py")
+    assert got["train_xmp.py"] == ("trn1", ["train.py: names `Trn1` (a script of the same sample)"])

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 from neuron_migrate.engine.cache import digest
-from neuron_migrate.engine.inputs import head, readme
+from neuron_migrate.engine.inputs import head, infrastructure, readme
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
@@ -66,7 +66,15 @@ TPU_PROSE = re.compile(r"\bTPU[ -]?v\d|\bTPU VMs?\b|\bCloud TPU|\btpu-v\d|\bTPU\
 # torch_xla features Neuron's XLA stack never ran: a program built on them was written for TPU (GSPMD: "PyTorch
 # NeuronX currently does not support GSPMD", Neuron 2.27 release notes; Pallas kernels are TPU / GPU kernels)
 TPU_ONLY_MODULES = (("torch_xla.distributed.spmd", "GSPMD, which Neuron's XLA stack never ran"),
-                    ("torch_xla.experimental.custom_kernel", "Pallas kernels, which Neuron's XLA stack never ran"))
+                    ("torch_xla.experimental.custom_kernel", "Pallas kernels, which Neuron's XLA stack never ran"),
+                    # torch_xla's scan (and scan_layers, built on it) lowers a loop to one XLA While op: a demo of it
+                    # has no native counterpart to move to, and torch_xla documents it for TPU
+                    ("torch_xla.experimental.scan", "torch_xla's XLA-only scan, which has no native counterpart"),
+                    ("torch_xla.experimental.scan_layers", "torch_xla's XLA-only scan, which has no native counterpart"))
+# a program that stops unless torch_xla runs on TPU: `if device_hw == 'TPU': ... else: sys.exit(1)`, or the message
+# pytorch/xla's AMP tests print then ("Only TPU supported for AMP")
+_TPU_ONLY_MESSAGE = re.compile(r"""["']Only TPU supported\b[^"'\n]{0,40}["']""")
+_EXITS = frozenset({"exit", "_exit", "abort"})
 PJRT_TPU = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?TPU\b""")
 PJRT_NEURON = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?NEURON\b""")
 # a launch line: the Python program it runs
@@ -101,6 +109,8 @@ ENVIRONMENT_KINDS = ("requirements", "shell", "notebook")
 _PIP_INSTALL = re.compile(r"\bpip3?[ \t]+install\b([^\n;&|]*)")
 _OPTIONS_WITH_VALUE = frozenset({"-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-i", "--index-url",
                                  "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix", "--root"})
+README_REACH = 2  # the program's folder and the one above: the READMEs and infrastructure files read
+_README_NATIVE = re.compile(r"\btrn[23]\b|Trainium ?[23]", re.I)
 _README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
 
 
@@ -113,6 +123,9 @@ class Evidence:
     # a Neuron package install (torch-neuronx): the XLA-based torch-neuronx also runs on Inf2 and Trn1, so it says
     # a Neuron project, never Trn2 / Trn3 against an Inf2 or Trn1 instance named beside it
     package: bool = False
+    # what one program's code does (a TPU-only feature or check), not where the sample runs: it is not told to the
+    # sibling scripts of its folder (`Project._families`)
+    feature: bool = False
 
     def text(self) -> str:
         return f"{self.place}: {self.what}"
@@ -181,6 +194,9 @@ class Project:
         self._markers: dict[str, bool] = {}
         self._readmes: dict[str, str | None] = {}
         self._xla_by_folder: dict[str, tuple[str, ...]] = {}
+        self._infra: dict[str, list[Evidence]] = {}
+        self._listings: dict[str, list[str]] = {}  # folder -> its infrastructure files' names (`inputs()`)
+        self._shells: dict[str, set[str]] = {}  # folder -> its launch scripts
         self._build()
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -208,7 +224,8 @@ class Project:
 
     def inputs(self) -> dict:
         """What the model has read so far beyond the targets' list, for `unchanged` (JSON)."""
-        return {"files": self._digests, "markers": self._markers, "readmes": self._readmes}
+        return {"files": self._digests, "markers": self._markers, "readmes": self._readmes,
+                "infrastructure": self._listings}
 
     def _build(self) -> None:
         for target in self.files:
@@ -219,7 +236,8 @@ class Project:
                 self._read_module(module, target.kind)
             elif target.kind in ("shell", "dockerfile", "requirements", "pyproject"):
                 self.others.setdefault(target.kind, []).append(full)
-        self._folders_with_readmes()
+                if target.kind == "shell":
+                    self._shells.setdefault(os.path.dirname(full), set()).add(full)
         self._resolve_imports()
         self._launches()
         self._make_programs()
@@ -260,8 +278,10 @@ class Project:
             module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
         tpu_only = next((f"imports `{name}`, {why}" for name, _ in module.imports
                          for prefix, why in TPU_ONLY_MODULES if name == prefix or name.startswith(prefix + ".")), None)
+        if tpu_only is None and "TPU" in joined:
+            tpu_only = _tpu_gate(code)
         if tpu_only is not None:
-            module.evidence.append(Evidence(TPU, TEXT, shown, tpu_only))
+            module.evidence.append(Evidence(TPU, TEXT, shown, tpu_only, feature=True))
         m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
         if m:
             module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
@@ -292,14 +312,6 @@ class Project:
                     keys = _literal_keys(value) if isinstance(value, ast.Dict) else \
                         dicts.get(value.id, set()) if isinstance(value, ast.Name) else set()
                     module.estimator_flags.setdefault(entry, set()).update(keys)
-
-    def _folders_with_readmes(self) -> None:
-        self.readmes: dict[str, str] = {}
-        folders = {os.path.dirname(m.full) for m in self.modules.values()}
-        for folder in folders:
-            name = self._readmes[folder] = readme(folder)
-            if name is not None:
-                self.readmes[folder] = os.path.join(folder, name)
 
     # -- the import graph ------------------------------------------------------------------------------------
     def _resolve_imports(self) -> None:
@@ -415,14 +427,66 @@ class Project:
             # a script's own torch_xla import makes its program XLA, whatever its scope (`_mp_fn` imports it
             # inside); a module it imports does when it imports torch_xla outside any function
             moving = target not in SET_ASIDE and any(f.legacy_top or (f.legacy and f.entry) for f in files)
-            program = Program(module, files, target, strongest, conflict, moving)
-            self.programs.append(program)
-            for f in files:
+            self.programs.append(Program(module, files, target, strongest, conflict, moving))
+        self._families(reached)
+        for program in self.programs:
+            for f in program.files:
                 reached_by.setdefault(f.full, []).append(program)
         for full, module in self.modules.items():
             programs = reached_by.get(full, [])
             own = [p for p in programs if p.entry is module]
             self.facts[module.path] = self._file_facts(module, own or programs)
+
+    def _families(self, reached: set[str]) -> None:
+        """One folder of one sample is one program unless the evidence says otherwise: a program with no target of
+        its own takes the Inf1 / Inf2 / Trn1 / TPU target of a sibling set aside by where it runs (a path, its
+        prose, its launcher, its folder; not a TPU-only feature of its own code, nor its own name: `train_tpu.py`
+        says that `train.py` beside it is the other variant) when the two are one family: one's
+        name extends the other's (`train.py`, `train_torchrun.py`, `train_xmp.py`), they import a module of the
+        project in common, or the set-aside one is a notebook (a converter script beside Trn1 notebooks). A script
+        of the folder that no program runs or imports (a `build.py` that compiles the sample's custom op) joins it
+        as a program. Siblings set aside on different targets, or one that moves by its own evidence, tell none."""
+        by_folder: dict[str, list[Program]] = {}
+        for program in self.programs:
+            by_folder.setdefault(os.path.dirname(program.entry.full), []).append(program)
+        known = {p.entry.full for p in self.programs}
+        for module in self.modules.values():  # the folder's loose legacy scripts
+            if module.legacy and module.full not in known and module.full not in reached:
+                folder = os.path.dirname(module.full)
+                if folder in by_folder:
+                    by_folder[folder].append(Program(module, self._reach(module), None, [], [], False))
+        for programs in by_folder.values():
+            aside = [p for p in programs if p.target in SET_ASIDE and not p.conflict
+                     and any(_of_the_sample(e) for e in p.evidence)]
+            if not aside or {p.target for p in aside} != {aside[0].target} or any(
+                    p.target is not None and p.target not in SET_ASIDE for p in programs):
+                continue
+            for program in programs:
+                if program.target is not None or program.conflict:
+                    continue
+                closeness, sibling = max(((self._one_family(program, p), p) for p in aside if p.entry.entry),
+                                         key=lambda pair: pair[0], default=(0, None))
+                if not closeness or sibling is None:
+                    continue
+                told = next(e for e in sibling.evidence if _of_the_sample(e))
+                program.target, program.moving = sibling.target, False
+                whose = "" if told.place.split(":")[0] == sibling.entry.path else f", for {sibling.entry.path}"
+                program.evidence = [Evidence(sibling.target, FOLDER, told.place,
+                                             f"{told.what}{whose} (a script of the same sample)")]
+                if program.entry.full not in known:  # a loose script joins as a program
+                    self.programs.append(program)
+
+    @staticmethod
+    def _one_family(program: Program, sibling: Program) -> int:
+        """How closely two programs of one folder are one sample, 0 when they are not: one's name extends the
+        other's (3), they import a project module in common (2), the sibling is a notebook or the program a loose
+        script (1). The closest set-aside sibling is the one named in the evidence."""
+        stems = [os.path.splitext(os.path.basename(p.entry.full))[0] for p in (program, sibling)]
+        if any(a != b and a.startswith(b + "_") for a, b in (stems, stems[::-1])):
+            return 3
+        if program.entry.edges & sibling.entry.edges:
+            return 2
+        return int(sibling.entry.full.endswith(".ipynb") or not program.entry.entry)
 
     def _reach(self, entry: Module) -> list[Module]:
         seen = {entry.full}
@@ -474,10 +538,53 @@ class Project:
             for full in self.others.get(kind, ()):
                 if os.path.dirname(full) in folders:
                     out += reader(self._text(full), self._shown(full))
-        readme = self.readmes.get(os.path.dirname(module.full))
-        if readme is not None:
-            out += _readme_evidence(self._text(readme), self._shown(readme))
+        out += self._readme_above(folders)
+        out += self._infra_above(folders)
         return out
+
+    def _readme_above(self, folders: tuple[str, ...]) -> list[Evidence]:
+        """The nearest README that names hardware, in the program's folder or the one above (within its root): a
+        sample's folder often has none, and the README of the samples' folder says where they run ("run on
+        trn1.32xlarge"). One that names Trn2 / Trn3, or several targets, ends the search with no evidence. A README
+        further up speaks of a whole repository (a library's "runs on TPU VMs and GPUs"), not of one program."""
+        for folder in folders[:README_REACH]:
+            if folder not in self._readmes:
+                self._readmes[folder] = readme(folder)
+            name = self._readmes[folder]
+            if name is None:
+                continue
+            full = os.path.join(folder, name)
+            named, evidence = _readme_evidence(self._text(full), self._shown(full))
+            if named:
+                return evidence
+        return []
+
+    def _infra_above(self, folders: tuple[str, ...]) -> list[Evidence]:
+        """The instance types that the infrastructure files of the nearest folder (the program's or the one above,
+        within its root) that has any name: Terraform, CloudFormation, a job queue's or job definition's YAML /
+        JSON, a userdata or launch script. They say where the jobs that run the folder's scripts go."""
+        for folder in folders[:README_REACH]:
+            if folder not in self._infra:
+                self._infra[folder] = self._read_infra(folder)
+            if self._infra[folder]:
+                return self._infra[folder]
+        return []
+
+    def _read_infra(self, folder: str) -> list[Evidence]:
+        names = self._listings[folder] = infrastructure(folder)
+        found: dict[str, Evidence] = {}
+        for full in sorted(self._shells.get(folder, set()) | {os.path.join(folder, n) for n in names}):
+            text = self._text(full)
+            if not INSTANCE_TYPE.search(text):
+                continue
+            for line, text_line in enumerate(text.splitlines(), 1):
+                if text_line.lstrip().startswith("#"):
+                    continue
+                for m in INSTANCE_TYPE.finditer(text_line):
+                    target = _INSTANCE_TARGET[m.group(1).lower()]
+                    found.setdefault(target, Evidence(target, FOLDER, f"{self._shown(full)}:{line}",
+                                                      f"its infrastructure names `{m.group(0)}`"))
+        return list(found.values())
 
     def _file_facts(self, module: Module, programs: list[Program]) -> FileProject:
         targets = {p.target for p in programs if p.target is not None}
@@ -720,6 +827,48 @@ def _decide(evidence: list[Evidence]) -> tuple[str | None, list[Evidence], list[
             continue  # prose that names several targets ("runs on Inf2 and Trn2") tells none of them
         return None, [], here
     return None, [], []
+
+
+def _of_the_sample(evidence: Evidence) -> bool:
+    """Evidence that tells where a sample runs, not what one script of it is (`Project._families`)."""
+    return not evidence.feature and evidence.level != NAME
+
+
+def _tpu_gate(code: list[str]) -> str | None:
+    """A program that stops unless torch_xla's device is a TPU: it prints "Only TPU supported ...", or an
+    `if <x> == 'TPU':` whose other branch (`!=`: whose body) ends by raising or exiting, in a file that asks
+    `xla_device_hw`."""
+    for part in code:
+        m = _TPU_ONLY_MESSAGE.search(part)
+        if m:
+            return f"stops unless it runs on TPU ({m.group(0)})"
+        if "xla_device_hw" not in part:
+            continue
+        try:
+            tree = ast.parse(part)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1):
+                continue
+            test = node.test
+            if not any(isinstance(side, ast.Constant) and side.value == "TPU" for side in (test.left, *test.comparators)):
+                continue
+            other = node.orelse if isinstance(test.ops[0], ast.Eq) else node.body if isinstance(
+                test.ops[0], ast.NotEq) else []
+            if other and _stops(other[-1]):
+                return f"stops unless it runs on TPU (line {node.lineno}: `{ast.unparse(test)}`)"
+    return None
+
+
+def _stops(statement: ast.stmt) -> bool:
+    """`raise ...`, `sys.exit(1)`, `exit()`, `os._exit(1)`."""
+    if isinstance(statement, ast.Raise):
+        return True
+    if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
+        return False
+    func = statement.value.func
+    return (func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else "") in _EXITS
 
 
 # `sys.path.insert(0, ...)`, `sys.path.append(...)`, `site.addsitedir(...)`: one statement of one line
@@ -999,16 +1148,20 @@ def _dockerfile_evidence(text: str, shown: str) -> list[Evidence]:
     return out
 
 
-def _readme_evidence(text: str, shown: str) -> list[Evidence]:
-    """A README that names exactly one hardware the native backend does not run on (TPU as `TPU v4` / `TPU VM`,
-    or an Inf1 / Inf2 / Trn1 instance) and neither Trn2 nor Trn3."""
-    if re.search(r"\btrn[23]\b|Trainium ?[23]", text, re.I):
-        return []
-    found = {}
+def _readme_evidence(text: str, shown: str) -> tuple[bool, list[Evidence]]:
+    """Whether a README names hardware, and the evidence it gives: exactly one target the native backend does not
+    run on (TPU as `TPU v4` / `TPU VM`, or an Inf1 / Inf2 / Trn1 instance; Inf2 and Trn1 together, both the
+    maintained XLA stack's), and neither Trn2 nor Trn3 (explicit Trn2 / Trn3 evidence beats Trn1's)."""
+    m = _README_NATIVE.search(text)
+    if m:
+        return True, []
+    found: dict[str, tuple[str, int]] = {}
     for m in _README_WORD.finditer(text):
         word = (m.group(1) or m.group(2)).lower()
-        found.setdefault(_README_TARGETS[word], m.group(0))
-    if len(found) != 1:
-        return []
-    (target, word), = found.items()
-    return [Evidence(target, FOLDER, shown, f"names `{word}`")]
+        found.setdefault(_README_TARGETS[word], (m.group(0), text.count("\n", 0, m.start()) + 1))
+    if not found:
+        return False, []
+    if len(found) != 1 and set(found) != {INF2, TRN1}:
+        return True, []
+    return True, [Evidence(target, FOLDER, f"{shown}:{line}", f"names `{word}`")
+                  for target, (word, line) in found.items()]
