@@ -547,6 +547,19 @@ def test_the_nearest_readme_that_names_hardware_decides_within_one_folder_up(tmp
     assert got["top/app.py"] == ("trn1", ["README.md:1: names `trn1.32xlarge`"])
 
 
+def test_a_readme_one_folder_up_names_tpu_for_no_script(tmp_path):
+    """torch_xla's own README ("connects PyTorch and Cloud TPUs", a TPU VM) one folder above examples written for
+    every XLA device: they move. The same words in the examples' own folder set them aside."""
+    (tmp_path / "README.md").write_text("PyTorch/XLA connects PyTorch and Cloud TPUs: try it on a TPU VM.\n")
+    for name in ("examples/train.py", "cloud/train.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(LEGACY_MAIN)
+    (tmp_path / "cloud" / "README.md").write_text("Run it on a TPU VM.\n")
+    got = _targets_of(tmp_path, "examples/train.py", "cloud/train.py")
+    assert got["examples/train.py"] == (None, [])
+    assert got["cloud/train.py"] == ("tpu", ["cloud/README.md:1: names `TPU VM`"])
+
+
 def test_a_converter_beside_a_trn1_notebook_is_one_sample_with_it(tmp_path):
     """A script beside a notebook whose prose names Trn1 is set aside with it; beside a notebook that only its name
     ties to Trn1 (`_trn1` says that notebook is the Trn1 variant), it moves."""

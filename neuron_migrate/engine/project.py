@@ -546,8 +546,11 @@ class Project:
         """The nearest README that names hardware, in the program's folder or the one above (within its root): a
         sample's folder often has none, and the README of the samples' folder says where they run ("run on
         trn1.32xlarge"). One that names Trn2 / Trn3, or several targets, ends the search with no evidence. A README
-        further up speaks of a whole repository (a library's "runs on TPU VMs and GPUs"), not of one program."""
-        for folder in folders[:README_REACH]:
+        further up speaks of a whole repository (a library's "runs on TPU VMs and GPUs"), not of one program; and
+        the one above names TPU for the folder's scripts only in the folder's own README: one up, TPU is what
+        torch_xla's own repository says of itself ("PyTorch/XLA connects PyTorch and Cloud TPUs"), over examples
+        written for every XLA device, where a Neuron samples folder's README names its instances."""
+        for depth, folder in enumerate(folders[:README_REACH]):
             if folder not in self._readmes:
                 self._readmes[folder] = readme(folder)
             name = self._readmes[folder]
@@ -555,6 +558,8 @@ class Project:
                 continue
             full = os.path.join(folder, name)
             named, evidence = _readme_evidence(self._text(full), self._shown(full))
+            if depth and any(e.target == TPU for e in evidence):
+                named, evidence = False, []
             if named:
                 return evidence
         return []
