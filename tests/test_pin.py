@@ -469,10 +469,20 @@ def test_lexer_keeps_quoted_words_and_continuations():
     ("pip uninstall -y torch-xla", None),
     ("pip download torch-xla", None),
     ("python train.py --pip install", None),
+    ('pip install "torch-neuronx==', None),  # a quote never closed (a truncated file): not read
+    ("pip install 'torch-neuronx==2.14.*' torch-xla 'x", None),
 ])
 def test_pip_install_commands(line, requirements):
     command = pip_install(commands(line)[0])
     assert (command and command.texts()) == requirements
+
+
+def test_a_truncated_install_line_is_left_as_it_is():
+    """A quote opened and never closed: nothing is appended (an append there landed inside the quote, and every
+    later run appended again)."""
+    text = '#!/bin/bash\npip install "torch-neuronx=='
+    assert process_shell("s.sh", text.encode(), Settings(unsafe_fixes=True), True).new_bytes is None
+    assert [w.closed for w in commands(text)[0]] == [True, True, False]
 
 
 def test_notebook_install_line_is_pinned():

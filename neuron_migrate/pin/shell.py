@@ -46,6 +46,7 @@ class Word:
     value: str  # after quote removal
     inner: tuple[int, int] | None = None  # span inside the quotes, when one pair of quotes holds the whole word
     quote: str = ""
+    closed: bool = True  # False: a quote opened in it runs to the end of the text (a truncated or broken line)
 
 
 def commands(text: str, start: int = 0, end: int | None = None) -> list[list[Word]]:
@@ -81,15 +82,17 @@ def _word(text: str, i: int, end: int) -> tuple[Word, int]:
     value = []
     segments = 0
     quoted = None
+    closed = True
     while i < end and text[i] not in " \t\r\n" + _SEPARATORS:
         ch = text[i]
         segments += 1
         if ch in "'\"":
             close = _closing(text, i, end)
+            closed &= i < close < end
             inner = text[i + 1:close]
             value.append(inner if ch == "'" else re.sub(r"\\([\\\"$`])", r"\1", inner))
             quoted = (i + 1, close, ch)
-            i = close + 1
+            i = min(close + 1, end)
         elif ch == "\\" and text[i + 1:i + 2] in ("\n", "\r"):
             break  # a line continuation ends the word
         elif ch == "\\" and i + 1 < end:
@@ -106,11 +109,13 @@ def _word(text: str, i: int, end: int) -> tuple[Word, int]:
                 value.append(text[i])
                 i += 1
     if segments == 1 and quoted is not None:
-        return Word(start, i, "".join(value), (quoted[0], quoted[1]), quoted[2]), i
-    return Word(start, i, "".join(value)), i
+        return Word(start, i, "".join(value), (quoted[0], quoted[1]), quoted[2], closed), i
+    return Word(start, i, "".join(value), closed=closed), i
 
 
 def _closing(text: str, i: int, end: int) -> int:
+    """The index of the quote that closes the one at `i`; where none does, `end` (or, for a quote that is the
+    last character, `i`)."""
     quote = text[i]
     j = i + 1
     while j < end:
@@ -120,7 +125,7 @@ def _closing(text: str, i: int, end: int) -> int:
         if text[j] == quote:
             return j
         j += 1
-    return end - 1 if end > i + 1 else i
+    return end if end > i + 1 else i
 
 
 def _matching_paren(text: str, i: int, end: int) -> int:
@@ -165,8 +170,10 @@ def _without_redirections(words: list[Word]) -> list[Word]:
 
 
 def pip_install(words: list[Word]) -> PipInstall | None:
+    """The `pip install` command `words` make, or None; none where a quote in it is never closed: such a line
+    (a truncated file, a broken edit) is not read, so nothing is added to it."""
     words = _without_redirections(words)
-    if not words:
+    if not words or not all(w.closed for w in words):
         return None
     values = [w.value for w in words]
     i = 0
