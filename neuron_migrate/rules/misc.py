@@ -46,8 +46,6 @@ class MasterPrint(Rule):
         ctx = self.ctx
         if ctx.qualname(node.func) not in MASTER_PRINT or not alone_on_line(ctx, node) or not is_statement(ctx, node):
             return
-        if ctx.enabled("NM245") and prints_only(ctx, node) is not None:
-            return  # printing the metrics report only: NM245 removes the statement
         fd, finalizer = arg(node, None, "fd"), arg(node, None, "finalizer")
         flush = arg(node, None, "flush")
         if any(a.keyword is not None and a not in (fd, finalizer, flush) for a in node.args):
@@ -264,7 +262,8 @@ class Seed(Rule):
 
 class Metrics(Rule):
     """NM228: torch_xla's metrics are read (marked: what to log instead is a person's choice); NM245: a statement
-    that only prints or logs the metrics report goes (unsafe: the program prints less)."""
+    that only prints or logs the metrics report prints the native backend's compilation metrics instead (unsafe:
+    the program prints other figures)."""
 
     codes = ("NM228", "NM245")
     triggers = (b"torch_xla",)
@@ -275,9 +274,9 @@ class Metrics(Rule):
         small = ctx.current.small
         if qual in METRICS_REPORTS and ctx.enabled("NM245") and isinstance(small, cst.Expr) \
                 and isinstance(small.value, cst.Call) and prints_only(ctx, small.value) is node:
-            ctx.handled.update((small.value, small.value.func))  # the print goes with it (no NM199)
-            if ctx.report("NM245", node, call=short(small.value)):
-                ctx.remove(small)
+            fixed = target(ctx).compile_metrics()
+            if ctx.report("NM245", node, call=short(small.value), fixed=fixed):
+                ctx.replace(node, expression(fixed))
         elif qual.startswith(METRICS):
             ctx.report("NM228", node, call=short(node))
 
