@@ -11,6 +11,7 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
+from neuron_migrate.rules.profiler import reads_setting
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
                                            replace_statement, under_rank_zero)
@@ -36,6 +37,31 @@ METRICS = "torch_xla.debug.metrics."
 METRICS_REPORTS = frozenset({f"{METRICS}metrics_report", f"{METRICS}short_metrics_report",
                              "torch_xla._XLAC._xla_metrics_report"})
 LOGGING = frozenset(f"logging.{level}" for level in ("debug", "info", "warning", "error", "critical"))
+
+
+INITIALIZE_CACHE = frozenset({"torch_xla.runtime.initialize_cache"})
+
+
+class CompileCache(Rule):
+    """NM236: `xr.initialize_cache(path, readonly=...)` set up the XLA runtime's persistent compilation cache. The
+    native backend caches every compiled NEFF on disk by itself, so the statement goes where its arguments only
+    read settings (a call among them may do something more: NM199 marks it then)."""
+
+    codes = ("NM236",)
+    triggers = (b"initialize_cache",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) not in INITIALIZE_CACHE:
+            return
+        small = ctx.current.small
+        if type(small) is not cst.Expr or small.value is not node:
+            return  # its result is used: by hand (NM199)
+        if any(a.star or (a.keyword is not None and a.keyword.value not in ("path", "readonly"))
+               or not reads_setting(a.value) for a in node.args):
+            return
+        if ctx.report("NM236", node, call=short(node)):
+            ctx.remove(small)
 
 
 class MasterPrint(Rule):

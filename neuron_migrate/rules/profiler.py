@@ -90,7 +90,7 @@ class Profiler(Rule):
             statement = stack.pop()
             if type(statement) is cst.Assign:
                 if len(statement.targets) == 1 and statement.targets[0].target is target:
-                    return statement if _reads_setting(statement.value) else False
+                    return statement if reads_setting(statement.value) else False
             elif not isinstance(statement, cst.BaseExpression):
                 stack.extend(statement.children)
         return None
@@ -109,20 +109,27 @@ class Profiler(Rule):
         return False
 
 
-SETTING_CALLS = frozenset({"int", "str", "float", "os.getenv", "os.environ.get"})
+SETTING_CALLS = frozenset({"int", "str", "float", "os.getenv", "os.environ.get", "os.path.join"})
 
 
-def _reads_setting(value: cst.BaseExpression) -> bool:
+def reads_setting(value: cst.BaseExpression) -> bool:
     """`value` only reads a setting and converts it: literals, names, `os.environ[...]`, int()/str()/float(),
-    os.getenv()/os.environ.get()."""
+    os.getenv()/os.environ.get(), os.path.join(), and f-strings, concatenations and arithmetic of those."""
     if isinstance(value, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Attribute)):
         return True
+    if type(value) is cst.FormattedString:
+        return all(type(part) is cst.FormattedStringText or (
+            part.format_spec is None and reads_setting(part.expression)) for part in value.parts)
+    if type(value) is cst.ConcatenatedString:
+        return reads_setting(value.left) and reads_setting(value.right)
+    if type(value) is cst.BinaryOperation:
+        return reads_setting(value.left) and reads_setting(value.right)
     if type(value) is cst.Subscript:
         return dotted_str(value.value) == "os.environ" and len(value.slice) == 1 \
-            and type(value.slice[0].slice) is cst.Index and _reads_setting(value.slice[0].slice.value)
+            and type(value.slice[0].slice) is cst.Index and reads_setting(value.slice[0].slice.value)
     if type(value) is cst.Call:
         return dotted_str(value.func) in SETTING_CALLS and all(
-            a.keyword is None and not a.star and _reads_setting(a.value) for a in value.args)
+            a.keyword is None and not a.star and reads_setting(a.value) for a in value.args)
     return False
 
 
