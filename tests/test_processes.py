@@ -110,6 +110,22 @@ def test_ranks_are_read_once_per_module(tmp_path):
     assert "print(RANK, WORLD_SIZE)" in out and "if LOCAL_RANK == 0:" in out and "if RANK == 0:" in out
 
 
+def test_only_the_names_the_module_uses_are_read_in_place(tmp_path):
+    """A function's own `LOCAL_RANK` keeps that variable read in place; "RANK" in a plain string, or in an
+    f-string's text, is no use of the name, so rank and world size are still read once."""
+    text = PROGRAM.replace('if __name__ == "__main__":', 'LOG = "loss-RANK-{RANK}.txt"\nif True:').replace(
+        "    xm.save(", '    LOCAL_RANK = 3\n    print(f"RANK-{LOCAL_RANK}", xm.get_ordinal(), xm.xrt_world_size())\n'
+                       "    xm.save(")
+    out, _ = rewrite(tmp_path, text=text)
+    assert '\nRANK = int(os.environ.get("RANK", "0"))' in out and "LOCAL_RANK = int(" not in out
+    assert 'print(f"RANK-{LOCAL_RANK}", RANK, WORLD_SIZE)' in out and "if RANK == 0:" in out
+    assert 'if int(os.environ.get("LOCAL_RANK", "0")) == 0:' in out
+    # an f-string's field reads the name: RANK stays in place there
+    used = PROGRAM.replace("    xm.save(", '    print(f"{RANK}", xm.get_ordinal())\n    xm.save(')
+    out, _ = rewrite(tmp_path, text=used)
+    assert "\nRANK = int(" not in out and 'int(os.environ.get("RANK", "0"))' in out
+
+
 def test_a_module_that_uses_the_names_reads_the_environment_in_place(tmp_path):
     text = PROGRAM.replace('if __name__ == "__main__":', "WORLD_SIZE = 8\nif True:")
     out, _ = rewrite(tmp_path, text=text)

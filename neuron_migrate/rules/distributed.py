@@ -261,12 +261,15 @@ def destroy_at_exit(ctx) -> str:
     """The group destroyed when the program ends normally (torch_xla's went with its runtime; a process that
     leaves a live gloo group aborts: "terminate called without an active exception").
 
-    No barrier: the handler also runs after an uncaught exception, and a barrier there would hold the failed rank
-    until the process-group timeout (30 min) while the others wait for it in a collective. An uncaught exception
-    sets `sys.last_value` before the handlers run, so the failed rank leaves at once and torchrun stops the rest."""
+    A barrier first: a rank that destroys its group while another still finishes its last collectives (an
+    all-reduce whose send is in flight, FSDP's last reduce-scatter) makes that rank's gloo thread abort the same
+    way; on the CPU about one two-process FSDP run in two ended so without it, none in 24 with it. The handler
+    also runs after an uncaught exception, where a barrier would hold the failed rank until the process-group
+    timeout (30 min) while the others wait for it in a collective: an uncaught exception sets `sys.last_value`
+    before the handlers run, so the failed rank leaves at once and torchrun stops the rest."""
     d = dist(ctx)
     return (f"{ctx.module_ref('atexit')}.register(lambda: {d}.is_initialized() and not hasattr("
-            f"{ctx.module_ref('sys')}, {ctx.string('last_value')}) and {d}.destroy_process_group())")
+            f"{ctx.module_ref('sys')}, {ctx.string('last_value')}) and ({d}.barrier(), {d}.destroy_process_group()))")
 
 
 
@@ -413,9 +416,10 @@ class Spawn(Rule):
                 else:
                     test = several_processes(ctx) + (f" and not {d}.is_initialized()" if others else "")
                     setup += f"if {test}:\n    {torchrun}\n"
-                # the group this rewrite makes is destroyed when the function returns (not when it raises: see
-                # destroy_at_exit), without a barrier, which would hold every rank until the slowest or a failed one
-                ctx.insert_after(ctx.current.statement, f"if {d}.is_initialized():\n    {d}.destroy_process_group()\n")
+                # the group this rewrite makes is destroyed when the function returns (not when it raises), after
+                # the barrier that lets every rank finish its last collectives first (see destroy_at_exit)
+                ctx.insert_after(ctx.current.statement,
+                                 f"if {d}.is_initialized():\n    {d}.barrier()\n    {d}.destroy_process_group()\n")
                 writes = self._downloads_before(ctx.current.statement)
                 if writes:
                     # code that ran once in the spawning parent (a dataset download) now runs in every process

@@ -270,7 +270,7 @@ class GradientAveraging(Rule):
                  f"    for {param} in [p for group in {opt}.param_groups for p in group[{ctx.string('params')}]"
                  f" if p.grad is not None]:\n"
                  f"        {d}.all_reduce({param}.grad)\n"
-                 f"        {param}.grad /= {world_size(ctx) if ctx.facts.rank_names else f'{d}.get_world_size()'}\n")
+                 f"        {param}.grad /= {world_size(ctx) if 'WORLD_SIZE' in ctx.facts.rank_names else f'{d}.get_world_size()'}\n")
         if step.replaces_statement:
             replace_statement(ctx, statement, lambda _call: [block.rstrip()])
         else:

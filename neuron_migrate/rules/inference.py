@@ -422,23 +422,12 @@ class NeuronxTrace(Rule):
         """`traced(<example on the device>)` after the compiled model is bound: the trace compiled the model on
         its example inputs where it was called, and a server warms up there, not at its first request. Only where
         the inputs are plain to see: a tuple of them, or a name bound once to a tensor torch makes."""
-        ctx = self.ctx
-        example = arg(traced.node, 1, "example_inputs")
         small = traced.occ.small
-        if traced.name is None or example is None or not isinstance(small, cst.Assign) \
-                or small.value is not traced.node or len(traced.occ.statement.body) != 1:
+        if traced.name is None or not isinstance(small, cst.Assign) or small.value is not traced.node \
+                or len(traced.occ.statement.body) != 1:
             return None
-        value = example.value
-        if isinstance(value, cst.Tuple):
-            inputs = [e.value for e in value.elements if not isinstance(e, cst.StarredElement)]
-            if len(inputs) != len(value.elements):
-                return None
-        elif isinstance(value, cst.Name) and self._made_tensor(value, traced.occ.scope):
-            inputs = [value]
-        else:
-            return None
-        moved = [self._moved(cst.Arg(value=i), device) or code(i) for i in inputs]
-        return f"{traced.name}({', '.join(moved)})  # compiles here, as the trace did\n"
+        inputs = self._example_inputs(traced, device)
+        return None if inputs is None else f"{traced.name}({inputs})  # compiles here, as the trace did\n"
 
     def _made_tensor(self, name: cst.Name, scope: Scope) -> bool:
         """`name` is bound once in its scope, to `torch.<factory>(...)` (rand, randint, zeros, ...)."""

@@ -109,3 +109,8 @@ def code(node: cst.CSTNode) -> str:
 def short(node: cst.CSTNode, limit: int = 60) -> str:
     text = " ".join(code(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def reads_of(ctx, name: str, scope) -> int:
+    """The reads of `name` anywhere in the file that see its binding in `scope`."""
+    return sum(s.reads.get(name, 0) for s in ctx.analysis.scopes if ctx.analysis.lookup(name, s) is scope)

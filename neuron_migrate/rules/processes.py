@@ -101,12 +101,54 @@ def _read(ctx, path: str) -> str | None:
 
 
 @fact
-def rank_names(ctx) -> bool:
-    """Rewritten code may read `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and `LOCAL_WORLD_SIZE` from names the module
-    binds once after its imports: the file uses none of them itself, and sets none of torchrun's variables (read
-    from the text: `check`'s lean parse must answer as `rewrite`'s full one)."""
+def rank_names(ctx) -> frozenset[str]:
+    """Those of `RANK`, `WORLD_SIZE`, `LOCAL_RANK` and `LOCAL_WORLD_SIZE` that rewritten code may read from names
+    the module binds once after its imports: the ones the file's code does not use as names itself (a function's
+    own `LOCAL_RANK = ...` keeps only that one in place), none where the file sets one of torchrun's variables.
+    Read from the text and its tokens, not the tree: `check`'s lean parse must answer as `rewrite`'s full one."""
     text = ctx.source.text
-    return not SETS_RANKS.search(text) and not RANK_NAME.search(text)
+    if SETS_RANKS.search(text):
+        return frozenset()
+    seen = {m.group() for m in RANK_NAME.finditer(text)}
+    return frozenset(VARIABLES) - (_names_in_code(text, seen) if seen else seen)
+
+
+def _names_in_code(text: str, names: set[str]) -> set[str]:
+    """Those of `names` the code reads or binds: a name token, or a word in an f-string's replacement fields
+    (`f"LOSSES-RANK-{LOCAL_RANK}.txt"` reads LOCAL_RANK; its text and a plain string's `"{RANK}"` are text); all
+    of them where the text does not tokenize."""
+    import io
+    import tokenize
+
+    used: set[str] = set()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.NAME and token.string in names:
+                used.add(token.string)
+            elif token.type == tokenize.STRING and "f" in token.string[:token.string.find(token.string[-1])].lower():
+                used.update(m.group() for m in RANK_NAME.finditer(_fields(token.string)) if m.group() in names)
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return names
+    return used
+
+
+def _fields(fstring: str) -> str:
+    """The replacement fields of an f-string token (`{x!r:>{width}}`), one after another; `{{` is text."""
+    out, depth, i = [], 0, 0
+    while i < len(fstring):
+        c = fstring[i]
+        if depth == 0 and c in "{}" and fstring[i + 1:i + 2] == c:
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}" and depth:
+            depth -= 1
+            out.append(" ")
+        elif depth:
+            out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def env_int(ctx, variable: str, default: str) -> str:
@@ -117,7 +159,7 @@ def env_int(ctx, variable: str, default: str) -> str:
     expression default becomes `str(...)`, which `int` turns back into the same integer."""
     quote = fstring_quote(ctx, ctx.current.node) if ctx.current is not None else None
     quote = quote or ctx.quote
-    if VARIABLES.get(variable) == default and ctx.facts.rank_names and _os_at_top(ctx):
+    if VARIABLES.get(variable) == default and variable in ctx.facts.rank_names and _os_at_top(ctx):
         os_ = ctx.module_ref("os", scope=ctx.analysis.module_scope)
         ctx.define(f"{variable} = int({os_}.environ.get({ctx.string(variable)}, {ctx.string(default)}))")
         return variable

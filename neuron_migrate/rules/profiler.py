@@ -8,7 +8,7 @@ import libcst as cst
 
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules import Rule, names_pattern
-from neuron_migrate.rules.patterns import arg, code, short
+from neuron_migrate.rules.patterns import arg, code, reads_of, short
 from neuron_migrate.rules.rewrites import only_args
 from neuron_migrate.syntax.parse import expression
 
@@ -109,7 +109,7 @@ class Profiler(Rule):
             return None
         name = port.value.value
         bindings = scope.bindings.get(name, ())
-        if _reads(self.ctx, name, scope) != 1 or len(bindings) != 1 or bindings[0].kind != "assign" \
+        if reads_of(self.ctx, name, scope) != 1 or len(bindings) != 1 or bindings[0].kind != "assign" \
                 or name in scope.globals or name in scope.nonlocals:
             return None
         target = bindings[0].node
@@ -160,7 +160,3 @@ def reads_setting(value: cst.BaseExpression) -> bool:
             a.keyword is None and not a.star and reads_setting(a.value) for a in value.args)
     return False
 
-
-def _reads(ctx, name: str, scope) -> int:
-    """The reads of `name` anywhere in the file that see its binding in `scope`."""
-    return sum(s.reads.get(name, 0) for s in ctx.analysis.scopes if ctx.analysis.lookup(name, s) is scope)

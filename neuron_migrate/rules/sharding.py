@@ -13,7 +13,7 @@ import libcst as cst
 from neuron_migrate.engine.facts import fact
 from neuron_migrate.engine.names import Occurrence, dotted_str
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.patterns import arg, code, short, string_value
+from neuron_migrate.rules.patterns import arg, code, reads_of, short, string_value
 from neuron_migrate.rules.rewrites import dist, paren, replace_statement, world_size
 from neuron_migrate.rules.target import target
 from neuron_migrate.syntax.parse import expression
@@ -148,7 +148,7 @@ class DroppedReads:
             scope = scopes[key]
             bindings = scope.bindings.get(name, [])
             if name in self.reused or len(bindings) != 1 or bindings[0].kind != "import" \
-                    or (bindings[0].qualname or "").split(".")[0] == "torch_xla" or _reads(ctx, name, scope) != count:
+                    or (bindings[0].qualname or "").split(".")[0] == "torch_xla" or reads_of(ctx, name, scope) != count:
                 continue  # torch_xla's imports: the engine's tidy-up (NM190)
             statement = bindings[0].node
             if isinstance(statement, (cst.Import, cst.ImportFrom)) and not isinstance(statement.names, cst.ImportStar):
@@ -854,11 +854,13 @@ class TensorParallel(Rule):
         mesh = _free_name(ctx, "device_mesh", "tp_device_mesh")
         device = target(ctx).device_type()
         q = ctx.quote
-        start = f"{mesh} = {dist(ctx)}.device_mesh.init_device_mesh({device}, ({world_size(ctx)} // "
+        world = world_size(ctx)
+        start = f"{mesh} = {dist(ctx)}.device_mesh.init_device_mesh({device}, ("
 
         def mesh_line(call: cst.Call) -> str:  # the call as the other rules left it (its size rewritten too)
             size = code(arg(call, 0, "tensor_model_parallel_size").value)
-            return f"{start}{paren(size)}, {size}), mesh_dim_names=({q}dp{q}, {q}tp{q}))"
+            data = "1" if size == world else f"{world} // {paren(size)}"  # tensor parallel over every process
+            return f"{start}{data}, {size}), mesh_dim_names=({q}dp{q}, {q}tp{q}))"
         replace_statement(ctx, init_occ.statement, lambda call: [mesh_line(call)])
         occ, _cls, name, _order = build
         ctx.current = occ
@@ -875,7 +877,7 @@ class TensorParallel(Rule):
                 continue
             scope = occ.scope
             keep = [a for a in node.names
-                    if not self.uses.get(_bound(a)) or _reads(ctx, _bound(a), scope) != self.uses[_bound(a)]]
+                    if not self.uses.get(_bound(a)) or reads_of(ctx, _bound(a), scope) != self.uses[_bound(a)]]
             if len(keep) == len(node.names):
                 continue
             if not keep:
@@ -885,10 +887,6 @@ class TensorParallel(Rule):
                 kept = [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in keep]
                 ctx.replace(node, lambda old, kept=kept: old.with_changes(names=kept, lpar=None, rpar=None))
 
-
-def _reads(ctx, name: str, scope) -> int:
-    """The reads of `name` anywhere in the file that see its binding in `scope`."""
-    return sum(s.reads.get(name, 0) for s in ctx.analysis.scopes if ctx.analysis.lookup(name, s) is scope)
 
 
 def _bound(alias: cst.ImportAlias) -> str:
