@@ -2,7 +2,8 @@
 
 A device loader is replaced by the loader it wrapped only when every loop that reads its batches is found
 (a `for` over it, or over `enumerate(...)` of it, in the same function, its closures, or a function of the
-same file it is passed to); the move goes at the top of each such loop. Anything else is marked (NM211).
+same file it is passed to); the move goes at the top of each such loop. One kept on an object, or on a name that
+is only iterated, becomes the file's own class that moves each batch (NM247). Anything else is marked (NM211).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from neuron_migrate.engine.names import Occurrence, Scope
 from neuron_migrate.rules.patterns import arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import XLA_DEVICE
-from neuron_migrate.rules.misc import _free_name
-from neuron_migrate.rules.rewrites import assigned_name, only_args
+from neuron_migrate.rules.rewrites import assigned_name, free_name, only_args
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.syntax.walk import walk
 
@@ -26,11 +26,15 @@ MP_DEVICE_LOADER = frozenset({f"{PL}.MpDeviceLoader"})
 PARALLEL_LOADER = frozenset({f"{PL}.ParallelLoader"})
 SEND_TO_DEVICE = frozenset({"torch_xla.core.xla_model.send_cpu_data_to_device"})
 # Keyword arguments of MpDeviceLoader that only tune prefetching.
+# `batches_per_execution` only set how many batches the loader sent and yielded between its own `mark_step`s: no
+# graph is cut natively, so it goes with them.
 PREFETCH = frozenset({"loader_prefetch_size", "device_prefetch_size", "host_to_device_transfer_threads",
-                      "batchdim", "fixed_batch_size"})
+                      "batchdim", "fixed_batch_size", "batches_per_execution"})
+# Built-ins that only iterate a loader or take its length.
+ITERATING = frozenset({"iter", "enumerate", "zip", "len"})
 
-# The stand-in for a device loader whose loops are out of sight (kept on `self`): each batch moved as it is read,
-# as often as it is iterated, with the loader's length. `{pytree}` / `{torch}` are the file's names for the modules.
+# The stand-in for a device loader whose loops are out of sight (kept on `self`, or on a name that is only iterated):
+# each batch moved as it is read, as often as it is iterated, with the loader's length. `{pytree}` / `{torch}` are the file's names for the modules.
 DEVICE_LOADER_CLASS = '''\
 class {name}:
     """The batches of `loader`, each moved to `device` as it is read (torch_xla's MpDeviceLoader, without prefetch)."""
@@ -134,9 +138,7 @@ class DeviceLoaders(Rule):
             if not ctx.report("NM210", found.node, call=short(found.node), fixed=code(found.loader)):
                 continue
             ctx.replace(found.node, _loader_of)
-            ctx.handled.add(found.node.func.value if isinstance(found.node.func, cst.Attribute) else found.node.func)
-            if isinstance(found.node.func, cst.Attribute) and isinstance(found.node.func.value, cst.Call):
-                ctx.handled.add(found.node.func.value.func)
+            self._handled(found)
             device = self._device_code(found)
             for loop in loops:
                 if _moves_batch(loop.node.body, _batch(loop)):
@@ -146,27 +148,59 @@ class DeviceLoaders(Rule):
         ctx.current = None
 
     def _kept(self, found: DeviceLoader) -> bool:
-        """NM247: `self.loader = pl.MpDeviceLoader(loader, device)`, read in other methods: the file's own class
-        that moves each batch to the device as it is read stands in for it. False when it is not kept so."""
+        """NM247: a device loader whose loops are out of sight but that is only ever iterated: kept on an object
+        (`self.loader = pl.MpDeviceLoader(loader, device)`, read in other methods), or bound to a name that is
+        only iterated, measured, deleted, rebound or passed to `iter` / `enumerate` / `zip` or to a function of
+        the file that does the same with it (`train_loop_fn(device_loader, ...)`, `iter(cyclic_iter(loader))`).
+        The file's own class that moves each batch to the device as it is read stands in for it. False when it
+        is not kept so."""
         ctx = self.ctx
         small = found.occ.small
-        if ctx.qualname(found.node.func) not in MP_DEVICE_LOADER or not isinstance(small, cst.Assign) \
-                or small.value is not found.node or len(small.targets) != 1 \
-                or not isinstance(small.targets[0].target, cst.Attribute):
+        if not isinstance(small, cst.Assign) or small.value is not found.node or len(small.targets) != 1:
+            return False
+        target = small.targets[0].target
+        if isinstance(target, cst.Attribute):
+            if ctx.qualname(found.node.func) not in MP_DEVICE_LOADER:
+                return False  # `per_device_loader(...)` also has `next()`, which code out of sight may call
+        elif not isinstance(target, cst.Name) \
+                or not self._iterated_only(target.value, ctx.analysis.lookup(target.value, found.occ.scope), 1):
             return False
         name = self._device_loader_class(define=False)
-        kept = [a for a in found.node.args if a.keyword is None or a.keyword.value in ("loader", "device")]
-
-        def build(call: cst.Call) -> cst.Call:
-            args = [a for a in call.args if a.keyword is None or a.keyword.value in ("loader", "device")]
-            return call.with_changes(func=cst.Name(name), args=[*args[:-1], args[-1].with_changes(
-                comma=cst.MaybeSentinel.DEFAULT)])
-
-        fixed = short(build(found.node.with_changes(args=kept)))
-        if ctx.report("NM247", found.node, call=short(found.node), target=code(small.targets[0].target),
-                      fixed=fixed):
+        fixed = short(_stand_in(found.node, name))
+        if ctx.report("NM247", found.node, call=short(found.node), target=code(target), fixed=fixed):
             self._device_loader_class()
-            ctx.replace(found.node, build)
+            ctx.replace(found.node, lambda call: _stand_in(call, name))
+            self._handled(found)
+        return True
+
+    def _handled(self, found: DeviceLoader) -> None:
+        """The torch_xla names of the replaced construction need no NM199 of their own."""
+        func = found.node.func
+        self.ctx.handled.add(func.value if isinstance(func, cst.Attribute) else func)
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Call):
+            self.ctx.handled.add(func.value.func)
+
+    def _iterated_only(self, name: str, scope: Scope | None, depth: int) -> bool:
+        """Every read of `name` (bound in `scope`) only iterates the loader or takes its length (see `_kept`)."""
+        ctx = self.ctx
+        if scope is None:
+            return False
+        for occ, node in self.reads:
+            if node.value != name or ctx.analysis.lookup(name, occ.scope) is not scope:
+                continue
+            parent = occ.parent
+            if node in self.loops or isinstance(parent, (cst.AssignTarget, cst.Param, cst.Del)):
+                continue
+            if not isinstance(parent, cst.Arg) or parent.keyword is not None or parent.star:
+                return False
+            call = next(self._calls_with_arg(parent), None)
+            if call is None or not isinstance(call.func, cst.Name):
+                return False
+            if call.func.value in ITERATING and ctx.analysis.lookup(call.func.value, occ.scope) is None:
+                continue
+            inner = self._parameter(occ, call) if depth else None
+            if inner is None or not self._iterated_only(*inner, depth - 1):
+                return False
         return True
 
     def _device_loader_class(self, define: bool = True) -> str:
@@ -174,7 +208,7 @@ class DeviceLoaders(Rule):
         ctx = self.ctx
         name = getattr(self, "_class_name", None)
         if name is None:
-            name = self._class_name = _free_name(ctx, "DeviceLoader")
+            name = self._class_name = free_name(ctx, "DeviceLoader")
         if define and not getattr(self, "_class_defined", False):
             self._class_defined = True
             scope = ctx.analysis.module_scope
@@ -232,9 +266,15 @@ class DeviceLoaders(Rule):
 
     def _through_call(self, occ: Occurrence, node: cst.Name, depth: int) -> list[Loop] | None:
         """`train_loop(device_loader, ...)` with `def train_loop(loader, ...)` in this file: its loops."""
-        ctx = self.ctx
         call = next((c for c in self._calls_with_arg(occ.parent)), None)
-        if call is None or not isinstance(call.func, cst.Name):
+        inner = self._parameter(occ, call) if call is not None else None
+        return None if inner is None else self._reads_as_loops(*inner, depth - 1)
+
+    def _parameter(self, occ: Occurrence, call: cst.Call) -> tuple[str, Scope | None] | None:
+        """The parameter of the file's own function `call` calls that receives the positional argument `occ`
+        stands in, and the function's scope; None when the function or the parameter is not found."""
+        ctx = self.ctx
+        if not isinstance(call.func, cst.Name):
             return None
         defs = self.functions.get(call.func.value, [])
         if len(defs) != 1:
@@ -244,14 +284,11 @@ class DeviceLoaders(Rule):
             return None
         positional = [a for a in call.args if a.keyword is None and not a.star]
         position = next((i for i, a in enumerate(positional) if a is occ.parent), None)
-        if position is None:
-            return None
         params = function.params.params
-        if position >= len(params):
+        if position is None or position >= len(params):
             return None
-        param = params[position].name.value
         body_scope = next((s for s in ctx.analysis.scopes if s.node is function), None)
-        return self._reads_as_loops(param, body_scope, depth - 1)
+        return params[position].name.value, body_scope
 
     def _length(self, occ: Occurrence, argument: cst.Arg) -> bool:
         """`argument` is the one argument of the built-in `len` (not a function of the file's own of that name)."""
@@ -389,6 +426,21 @@ class _Movers(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         self.any = self.any or _moves(node)
+
+
+def _stand_in(call: cst.Call, name: str) -> cst.Call:
+    """`name(loader, device)` for `MpDeviceLoader(loader, device, <tuning>...)` or
+    `ParallelLoader(loader, [device], ...).per_device_loader(device)`."""
+    if isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Call):
+        loader, device = call.func.value.args[0], arg(call, 0, "device")
+    else:
+        loader, device = arg(call, 0, "loader"), arg(call, 1, "device")
+    dropped = len(call.args) > 2  # tuning arguments go: what is left fits on the line as the call opens it
+    first = loader if loader.comma != cst.MaybeSentinel.DEFAULT and not dropped \
+        else loader.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    args = [first, device.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+    spacing = {"whitespace_before_args": cst.SimpleWhitespace("")} if dropped else {}
+    return call.with_changes(func=cst.Name(name), args=args, **spacing)
 
 
 def _loader_of(call: cst.Call) -> cst.BaseExpression:

@@ -15,7 +15,8 @@ from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, ha
                                           string_value)
 from neuron_migrate.rules.checkpoint import cpu_copy, holds_no_tensor
 from neuron_migrate.rules.device_names import bound_value
-from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, guard_statement,
+from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, free_name,
+                                     guard_statement,
                                      is_statement, keep_parens, local_rank, loose, one_line_body, only_args, paren,
                                      rank, replace_statement, several_processes, sole_body_if, world_size)
 from neuron_migrate.rules.target import target
@@ -51,6 +52,10 @@ ALL_TO_ALL = frozenset({f"{XM}.all_to_all"})
 RENDEZVOUS = frozenset({f"{XM}.rendezvous"})
 MESH_REDUCE = frozenset({f"{XM}.mesh_reduce"})
 BROADCAST_MASTER_PARAM = frozenset({f"{XM}.broadcast_master_param"})
+FETCH_GRADIENTS = frozenset({f"{XM}._fetch_gradients"})
+# neuronx-distributed's group getters (`get_data_parallel_group(as_list=False)`): the process group, or with
+# `as_list=True` its replica groups for torch_xla's collectives.
+NXD_GROUP_GETTERS = ("neuronx_distributed.parallel_layers.parallel_state.get_",)
 
 
 class RankAndWorldSize(Rule):
@@ -567,6 +572,20 @@ NEEDS_GROUP = frozenset({
 NEEDS_GROUP_MODULES = ("torch.distributed.fsdp.", "torch.distributed._composable.", "torch.distributed.tensor.")
 
 
+def process_group_of(ctx, groups: cst.BaseExpression) -> str | None:
+    """The process group whose replica groups `groups` lists, as code, or None when it is a list of its own
+    (`[[0, 1], [2, 3]]`, a variable): `g._mesh` (torch_xla's xla-backend ProcessGroup) is `g`;
+    `parallel_state.get_data_parallel_group(as_list=True)` (neuronx-distributed) is the same getter without
+    `as_list`, which returns the group."""
+    if isinstance(groups, cst.Attribute) and groups.attr.value == "_mesh":
+        return code(groups.value)
+    if isinstance(groups, cst.Call) and (ctx.qualname(groups.func) or "").startswith(NXD_GROUP_GETTERS) \
+            and len(groups.args) == 1 and groups.args[0].keyword is not None \
+            and groups.args[0].keyword.value == "as_list" and code(groups.args[0].value) == "True":
+        return code(groups.with_changes(args=[]))
+    return None
+
+
 def _under_test(parents: dict, node: cst.CSTNode, test: str) -> bool:
     """`node` lies in the body of an `if` whose test reads `test`."""
     child, parent = node, parents.get(node)
@@ -666,13 +685,44 @@ class Collectives(Rule):
             self._constant(node)
 
     # -- helpers ---------------------------------------------------------------------------------------
-    def _groups(self, node: cst.Call, groups: cst.Arg | None) -> bool:
-        """Replica groups have no one-line equivalent: mark the call and leave it (True)."""
+    def _groups(self, node: cst.Call, groups: cst.Arg | None, native: bool = False) -> bool:
+        """Replica groups have no one-line equivalent: mark the call and leave it (True). With `native`, the
+        replica groups of a process group (`group._mesh`, NxD's `get_*_group(as_list=True)`) are not marked: the
+        caller passes the process group itself (`process_group_of`)."""
         if groups is None or (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
+            return False
+        if native and process_group_of(self.ctx, groups.value) is not None:
             return False
         self.ctx.report("NM208", node, call=short(node))
         self.ctx.handled.add(node.args[0].value)
         return True
+
+    def _holds_list(self, value: cst.BaseExpression) -> bool:
+        """`value` is a name every binding of which, in its scope, assigns a list display (`bucket = []`) or
+        `xm._fetch_gradients(optimizer)` (a list of the gradients)."""
+        ctx = self.ctx
+        if not isinstance(value, cst.Name):
+            return False
+        scope = ctx.analysis.lookup(value.value, ctx.current.scope)
+        bindings = scope.bindings.get(value.value, []) if scope is not None else []
+        parents = ctx.analysis.parents
+        for binding in bindings:
+            target = parents.get(binding.node) if binding.kind == "assign" else None
+            assign = parents.get(target)
+            if not isinstance(target, cst.AssignTarget) or target.target is not binding.node \
+                    or not isinstance(assign, cst.Assign) or not self._a_list(assign.value):
+                return False
+        return bool(bindings)
+
+    def _a_list(self, value: cst.BaseExpression) -> bool:
+        return isinstance(value, (cst.List, cst.ListComp)) \
+            or (isinstance(value, cst.Call) and self.ctx.qualname(value.func) in FETCH_GRADIENTS)
+
+    def _group(self, groups: cst.Arg | None) -> str:
+        """`, group=<process group>` for a `groups=` argument `_groups(..., native=True)` let through, or nothing."""
+        if groups is None or (isinstance(groups.value, cst.Name) and groups.value.value == "None"):
+            return ""
+        return f", group={process_group_of(self.ctx, groups.value)}"
 
     def _op(self, reduce_type: cst.BaseExpression) -> str | None:
         value = string_value(reduce_type)
@@ -741,11 +791,12 @@ class Collectives(Rule):
         pin = arg(node, 4, "pin_layout")
         if reduce_type is None or inputs is None or not only_args(node, reduce_type, inputs, scale, groups, pin):
             return
-        if self._groups(node, groups):
+        if self._groups(node, groups, native=True):
             return
         op = self._op(reduce_type.value)
         if op is None:
             return
+        group = self._group(groups)
         factor = None if scale is None or code(scale.value) in ("1", "1.0") else code(scale.value)
         guard = several_processes(ctx)
         if is_statement(ctx, node) and isinstance(inputs.value, (cst.List, cst.Tuple)):
@@ -754,7 +805,8 @@ class Collectives(Rule):
 
             def in_place(call: cst.Call) -> list[str]:
                 tensors = [code(element.value) for element in arg(call, 1, "inputs").value.elements]
-                lines = [f"if {guard}:", *(f"    {d}.all_reduce({tensor}, op={op})" for tensor in tensors)]
+                lines = [f"if {guard}:", *(f"    {d}.all_reduce({tensor}, op={op}{group})"
+                                           for tensor in tensors)]
                 if factor is not None:
                     lines += [f"{tensor}.mul_({code(arg(call, 2, 'scale').value)})" for tensor in tensors]
                 return ["\n".join(lines)]
@@ -762,14 +814,28 @@ class Collectives(Rule):
             if ctx.report("NM204", node, call=short(node), fixed="; ".join(in_place(node)).replace("\n", " ")):
                 replace_statement(ctx, ctx.current.statement, in_place)
             return
+        if is_statement(ctx, node) and self._holds_list(inputs.value):
+            # `xm.all_reduce("sum", bucket)` with `bucket = []` (appended to): every tensor of it, in place
+            d, t = dist(ctx), free_name(ctx, "tensor")
+
+            def in_loop(call: cst.Call) -> list[str]:
+                tensors = code(arg(call, 1, "inputs").value)
+                lines = [f"if {guard}:", f"    for {t} in {tensors}:", f"        {d}.all_reduce({t}, op={op}{group})"]
+                if factor is not None:
+                    lines += [f"for {t} in {tensors}:", f"    {t}.mul_({code(arg(call, 2, 'scale').value)})"]
+                return ["\n".join(lines)]
+
+            if ctx.report("NM204", node, call=short(node), fixed="; ".join(in_loop(node)).replace("\n", " ")):
+                replace_statement(ctx, ctx.current.statement, in_loop)
+            return
         if is_statement(ctx, node) or isinstance(inputs.value, (cst.List, cst.Tuple)):
-            return  # a list held in a variable, or a list result used: left to NM199
+            return  # a list from elsewhere, or a list result used: left to NM199
         functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
         loose = isinstance(ctx.current.parent, LOOSE_PARENTS)
 
         def build(call: cst.Call) -> str:
             tensor = code(arg(call, 1, "inputs").value)
-            text = f"{functional}.all_reduce({tensor}, op={op}) if {guard} else {paren(tensor)}.clone()"
+            text = f"{functional}.all_reduce({tensor}, op={op}{group}) if {guard} else {paren(tensor)}.clone()"
             if factor is None:
                 return text if loose else f"({text})"
             text = f"({text}) * {paren(code(arg(call, 2, 'scale').value))}"
@@ -784,20 +850,22 @@ class Collectives(Rule):
         dim = arg(node, 1, "dim")
         groups = arg(node, 2, "groups")
         pin = arg(node, 4, "pin_layout")
-        if value is None or not only_args(node, value, dim, groups, pin) or self._groups(node, groups):
+        if value is None or not only_args(node, value, dim, groups, pin) or self._groups(node, groups, native=True):
             return
         torch = ctx.module_ref("torch")
         functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
         loose = isinstance(ctx.current.parent, LOOSE_PARENTS)
         guard = several_processes(ctx)
+        group = self._group(groups)
 
-        def build(tensor: str) -> str:
-            text = (f"{torch}.cat({functional}.all_gather({tensor}), dim={code(dim.value) if dim else 0}) "
-                    f"if {guard} else {paren(tensor)}.clone()")
+        def build(call: cst.Call) -> str:
+            tensor = code(arg(call, 0, "value").value)
+            text = (f"{torch}.cat({functional}.all_gather({tensor}{group}), "
+                    f"dim={code(dim.value) if dim else 0}) if {guard} else {paren(tensor)}.clone()")
             return text if loose else f"({text})"
 
-        if ctx.report("NM204", node, call=short(node), fixed=build(code(value.value))):
-            ctx.replace(node, lambda new: keep_parens(new, build(code(arg(new, 0, "value").value))))
+        if ctx.report("NM204", node, call=short(node), fixed=build(node)):
+            ctx.replace(node, lambda new: keep_parens(new, build(new)))
 
     def _reduce_scatter(self, node: cst.Call) -> None:
         """`y = xm.reduce_scatter(op, x, scale, 0, n)`: this rank's 1/n of the reduced `x`, along dim 0."""

@@ -18,13 +18,15 @@ import libcst as cst
 
 from neuron_migrate.engine.names import Occurrence, Scope
 from neuron_migrate.rules.patterns import XM, arg, code, short
-from neuron_migrate.rules.rewrites import dist, local_rank, neuron_path_test, only_args, replace_statement, world_size
+from neuron_migrate.rules.rewrites import (dist, local_rank, neuron_path_test, only_args, paren, replace_statement,
+                                           world_size)
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
-from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP, SPAWN
+from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP, SPAWN, process_group_of
 from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, step_arguments
 from neuron_migrate.rules import sharding  # noqa: F401  (registers the fully_sharded fact read below)
+from neuron_migrate.syntax.parse import expression
 
 REDUCE_GRADIENTS = frozenset({f"{XM}.reduce_gradients"})
 DDP = "torch.nn.parallel.DistributedDataParallel"
@@ -43,6 +45,7 @@ class Step:
     node: cst.Call
     optimizer: cst.BaseExpression
     replaces_statement: bool  # xm.reduce_gradients(opt): the statement itself goes
+    group: str | None = None  # xm.reduce_gradients(opt, groups=g._mesh): the process group `g`
 
 
 @dataclass
@@ -84,10 +87,12 @@ class GradientAveraging(Rule):
         elif qual in REDUCE_GRADIENTS:
             opt = arg(node, 0, "optimizer")
             groups = arg(node, 1, "groups")
-            if opt is not None and only_args(node, opt, groups, arg(node, 2, "pin_layout")) and groups is None:
+            group = process_group_of(ctx, groups.value) if groups is not None else None
+            if opt is not None and only_args(node, opt, groups, arg(node, 2, "pin_layout")) \
+                    and (groups is None or group is not None):
                 occ = ctx.current
                 if isinstance(occ.small, cst.Expr) and occ.small.value is node and len(occ.statement.body) == 1:
-                    self.steps.append(Step(occ, node, opt.value, True))
+                    self.steps.append(Step(occ, node, opt.value, True, group))
 
     def visit_Assign(self, node: cst.Assign) -> None:
         if len(node.targets) != 1 or not isinstance(node.targets[0].target, cst.Name):
@@ -117,7 +122,8 @@ class GradientAveraging(Rule):
             ctx.current = step.occ
             if self._sharded(step):
                 continue  # FSDP2 reduces the gradients of the model it shards (rules/sharding.py)
-            placement = self._wrappable(step)
+            # over a process group, the legacy call still divided by the whole world size: no DDP does that
+            placement = self._wrappable(step) if step.group is None else None
             if placement is None:
                 self._explicit(step)
                 continue
@@ -269,7 +275,7 @@ class GradientAveraging(Rule):
         block = (f"if {world_size(ctx)} > 1:\n"
                  f"    for {param} in [p for group in {opt}.param_groups for p in group[{ctx.string('params')}]"
                  f" if p.grad is not None]:\n"
-                 f"        {d}.all_reduce({param}.grad)\n"
+                 f"        {d}.all_reduce({param}.grad{f', group={step.group}' if step.group else ''})\n"
                  f"        {param}.grad /= {world_size(ctx) if 'WORLD_SIZE' in ctx.facts.rank_names else f'{d}.get_world_size()'}\n")
         if step.replaces_statement:
             replace_statement(ctx, statement, lambda _call: [block.rstrip()])
@@ -317,3 +323,29 @@ def _on_neuron(ctx, placement: Placement) -> str:
         return ""
     test = neuron_path_test(ctx, call.args[0].value, call)
     return f" and {test}" if test else ""
+
+
+FETCH_GRADIENTS = frozenset({f"{XM}._fetch_gradients"})
+
+
+class FetchGradients(Rule):
+    """NM238: `xm._fetch_gradients(optimizer)`, the list of the gradients its parameters hold."""
+
+    codes = ("NM238",)
+    triggers = (b"_fetch_gradients",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) not in FETCH_GRADIENTS:
+            return
+        opt = arg(node, 0, "optimizer")
+        if opt is None or not only_args(node, opt):
+            return
+
+        def build(call: cst.Call) -> cst.BaseExpression:
+            optimizer = paren(code(arg(call, 0, "optimizer").value))
+            return expression(f"[p.grad for group in {optimizer}.param_groups for p in group[{ctx.string('params')}]"
+                              f" if p.grad is not None]")
+
+        if ctx.report("NM238", node, call=short(node), fixed=code(build(node))):
+            ctx.replace(node, build)

@@ -14,7 +14,7 @@ from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
 from neuron_migrate.rules.profiler import reads_setting
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
-                                           replace_statement, under_rank_zero)
+                                           replace_statement, under_rank_zero, free_name)
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.syntax.walk import children
 
@@ -114,7 +114,7 @@ class MasterPrint(Rule):
         the statement computes the arguments on every rank (`printed = (...)`) and only the print is guarded."""
         ctx = self.ctx
         small, statement = ctx.current.small, ctx.current.statement
-        name = _free_name(ctx, "printed")
+        name = free_name(ctx, "printed")
         keywords = [a for a in node.args if a.keyword is not None]
         printing = build(node.with_changes(args=[cst.Arg(value=cst.Name(name), star="*", comma=cst.Comma(
             whitespace_after=cst.SimpleWhitespace(" "))) if keywords else cst.Arg(value=cst.Name(name), star="*"),
@@ -154,15 +154,6 @@ def _runs_collective(ctx, value: cst.CSTNode) -> bool:
         if not isinstance(node, (cst.Lambda, cst.FunctionDef)):
             stack.extend(children(node, tokens=False))  # no call is held in whitespace, comments or punctuation
     return False
-
-
-def _free_name(ctx, base: str) -> str:
-    """`base`, or `base_2`, `base_3` ...: the first name bound nowhere in the file."""
-    name, n = base, 1
-    while ctx._name_taken(name):
-        n += 1
-        name = f"{base}_{n}"
-    return name
 
 
 class StepClosure(Rule):
@@ -504,7 +495,7 @@ class TestUtilities(Rule):
         ctx = self.ctx
         names = getattr(self, "_summary_names", None)
         if names is None:
-            names = self._summary_names = {key: _free_name(ctx, base) for key, base in HELPER_NAMES.items()}
+            names = self._summary_names = {key: free_name(ctx, base) for key, base in HELPER_NAMES.items()}
         if define:
             clock = ctx.module_ref("time", scope=ctx.analysis.module_scope) if helper in ("writer", "update") else ""
             for key in ("write", helper) if helper != "write" else ("write",):
@@ -517,7 +508,7 @@ class TestUtilities(Rule):
         ctx = self.ctx
         name = getattr(self, "_rate_tracker", None)
         if name is None:
-            name = self._rate_tracker = _free_name(ctx, "RateTracker")
+            name = self._rate_tracker = free_name(ctx, "RateTracker")
             clock = ctx.module_ref("time", scope=ctx.analysis.module_scope)
             ctx.define(RATE_TRACKER_CLASS.format(name=name, clock=clock))
         return name

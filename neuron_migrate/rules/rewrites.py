@@ -33,6 +33,15 @@ def world_size(ctx) -> str:
     return env_int(ctx, "WORLD_SIZE", "1")
 
 
+def free_name(ctx, base: str) -> str:
+    """`base`, or `base_2`, `base_3` ...: the first name bound nowhere in the file."""
+    name, n = base, 1
+    while ctx._name_taken(name):
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
 def several_processes(ctx) -> str:
     """The test that replicas exist: torchrun started more than one process. False in a plain `python train.py`
     and in a one-process torchrun run, where torch_xla's collectives returned the local value."""

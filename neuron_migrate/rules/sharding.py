@@ -22,6 +22,13 @@ FSDP = frozenset({"torch_xla.distributed.fsdp.XlaFullyShardedDataParallel",
                   "torch_xla.distributed.fsdp.xla_fully_sharded_data_parallel.XlaFullyShardedDataParallel"})
 TRANSFORMER_POLICY = frozenset({"torch_xla.distributed.fsdp.wrap.transformer_auto_wrap_policy",
                                 "torch_xla.distributed.fsdp.transformer_auto_wrap_policy"})
+SIZE_POLICY = frozenset({"torch_xla.distributed.fsdp.wrap.size_based_auto_wrap_policy",
+                         "torch_xla.distributed.fsdp.size_based_auto_wrap_policy"})
+# fully_shard takes the modules to shard, not a policy; torch_xla's size-based policy walked the model and wrapped
+# each submodule holding `min_num_params` parameters outside the submodules it had already wrapped (not inside an
+# nn.MultiheadAttention, never an nn.ModuleList / nn.ModuleDict): a recursive walk the program should name itself.
+SIZE_POLICY_WHY = ("a size-based policy has no `fully_shard` counterpart: call `fully_shard` on each block it "
+                   "wrapped (the submodules over `min_num_params` parameters), or name the block classes")
 PARTIAL = frozenset({"functools.partial"})
 CONSOLIDATE = frozenset({f"torch_xla.distributed.fsdp.{m}{f}" for m in ("", "state_dict_utils.")
                          for f in ("consolidate_sharded_model_checkpoints", "consolidate_sharded_state_dicts")})
@@ -336,6 +343,8 @@ class FullyShard(Rule):
             return Policy(marked="only `partial(transformer_auto_wrap_policy, transformer_layer_cls={...})` maps")
         first = arg(value, 0, None)
         classes = arg(value, None, "transformer_layer_cls")
+        if first is not None and ctx.qualname(first.value) in SIZE_POLICY:
+            return Policy(marked=SIZE_POLICY_WHY)
         if first is None or ctx.qualname(first.value) not in TRANSFORMER_POLICY or classes is None \
                 or len(value.args) != 2 or not isinstance(classes.value, (cst.Set, cst.List, cst.Tuple)):
             return Policy(marked="only `partial(transformer_auto_wrap_policy, transformer_layer_cls={...})` maps")
