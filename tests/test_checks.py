@@ -96,6 +96,20 @@ def test_shell_script_rewrite_drops_ignored_settings_and_marks_bf16():
     assert [f.code for f in checked.findings if f.line <= 4] == ["NM900"]
 
 
+def test_shell_script_rewrite_takes_the_comment_that_only_described_a_removed_setting():
+    """A comment right above a removed export goes with it when nothing it could still describe follows (a blank
+    line, the next commented setting); a header over a block that keeps a line, and the file's opening comments,
+    stay; a block removed whole leaves one blank line. The look-alike sets only native variables: never written."""
+    path, result = _env_file("pretrain_node.sh", rewrite=True)
+    expected = path.with_name("pretrain_node.expected.sh").read_bytes()
+    assert result.new_bytes == expected and result.applied == {"NM404": 5}
+    assert b"# Hold at most four" not in expected and b"# Collect the compiler" not in expected
+    assert b"# Runtime and compiler settings\n" in expected and b"# Usage: pretrain_node.sh" in expected
+    assert process_shell(str(path), expected, Settings(), True).new_bytes is None
+    lookalike = path.with_name("pretrain_node_lookalike.sh")
+    assert process_shell(str(lookalike), lookalike.read_bytes(), Settings(), True).new_bytes is None
+
+
 def test_dockerfile_findings_with_lines():
     _, result = _env_file("Dockerfile")
     assert [(f.line, f.code) for f in result.findings] == [

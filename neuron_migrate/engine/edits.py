@@ -171,9 +171,10 @@ class Applier:
                 if lost:
                     updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lost])
                 updated = _without_stale_comments(original, updated)
-        if isinstance(updated, cst.If) and updated.orelse is None and updated.body in self._emptied \
+        if isinstance(updated, cst.If) and updated.body in self._emptied and (updated.orelse is None or (
+                type(updated.orelse) is cst.Else and updated.orelse.body in self._emptied)) \
                 and _pure(updated.test) and not edits.markers.get(original):
-            dropped = True  # `if args.eager: pass` says nothing: the test reads names and computes no call
+            dropped = True  # `if args.eager: pass` (`else: pass`) says nothing: the test reads names, calls nothing
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         present = {marker_code(c) for c in existing_comments(original, self.header if original is self.first else ())}

@@ -27,6 +27,7 @@ from neuron_migrate.suppress import LineSuppressions, line_suppressions
 TRN1 = re.compile(r"(?<![\w.-])(ml\.)?trn1n?\.\d*x?large\b")
 SHELL_COMMENT = re.compile(r"^\s*#")
 SUPPRESSION = re.compile(r"#\s*(noqa\b|neuron-migrate:|shellcheck\s)")
+DIRECTIVE = re.compile(r"#\s*(?:syntax|escape|check)\s*=", re.I)  # a Dockerfile parser directive
 _VALUE = r"""(?P<value>"[^"$`\\]*"|'[^']*'|[^\s"'$`\\;&|<>()#]*)"""
 SHELL_SETTING = re.compile(rf"^\s*(?:export\s+)?(?P<name>[A-Za-z_]\w*)={_VALUE}\s*(?:#.*)?$")
 DOCKER_SETTING = re.compile(rf"^\s*ENV\s+(?P<name>[A-Za-z_]\w*)(?:=|\s+){_VALUE}\s*(?:#.*)?$", re.I)
@@ -53,6 +54,7 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
     policy = Policy(settings, path, rewrite)
     suppressions = line_suppressions(source.text, kind)
     out: list[str] = []
+    removed_at: set[int] = set()  # where in `out` a setting was removed with nothing left in its place
     continued = False
     tpu = drives_tpu(source.text)  # a TPU script's XLA variables are TPU's: only trn1 instance types are reported
     venv = _venv_program(source.text, settings, tpu)
@@ -63,13 +65,16 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
         result.findings.extend(f for f, _ in found)
         if any(d.fix and d.code == REMOVED for _, d in found):
             result.applied[REMOVED] = result.applied.get(REMOVED, 0) + 1
-            out.extend(_kept_comment(line, setting, kind, source.newline))
+            kept = _kept_comment(line, setting, kind, source.newline)
+            if not kept:
+                removed_at.add(len(out))
+            out.extend(kept)
             continue
         if not inside_command:  # a comment line would cut a continued command in two
             indent = line[:len(line) - len(line.lstrip(" \t"))]
             out.extend(indent + d.marker + source.newline for _, d in found if d.mark)
         out.append(line)
-    new_text = "".join(out)
+    new_text = "".join(_without_orphaned_comments(out, removed_at))
     if rewrite and new_text != source.text:
         result.new_bytes = source.encode(new_text)
         result.manual = _marker_findings(new_text, path, settings)
@@ -88,6 +93,35 @@ def _kept_comment(line: str, setting: re.Pattern[str], kind: str, newline: str) 
     if not comment.startswith("#") or SUPPRESSION.search(comment):
         return []
     return [line[:len(line) - len(line.lstrip(" \t"))] + comment + (newline if line.endswith(("\n", "\r")) else "")]
+
+
+def _without_orphaned_comments(out: list[str], removed_at: set[int]) -> list[str]:
+    """`out` without the comment lines right above each place a setting was removed (an index of `removed_at`)
+    that only described it: the place is followed by a blank line, a comment or the end, so the comment explained
+    nothing else (`# Keep only 3 graphs` above `export NEURON_NUM_RECENT_MODELS_TO_KEEP=3` and the next commented
+    setting). A comment over a block that goes on with a kept line, the comments that open the file (after any
+    shebang: a licence, a usage note), a directive, a marker or a suppression stay. Where a whole block between
+    two blank lines went, one blank line stays."""
+    kept = list(out)
+    for at in sorted(removed_at, reverse=True):
+        if at < len(kept) and kept[at].strip() and not SHELL_COMMENT.match(kept[at]):
+            continue
+        start = at
+        while start and _describes(kept[start - 1]):
+            start -= 1
+        if start < at and start and not kept[start - 1].startswith("#!"):  # a file's header is not the setting's
+            del kept[start:at]
+            at = start
+        if 0 < at < len(kept) and not kept[at - 1].strip() and not kept[at].strip():
+            del kept[at]  # the block went whole: one blank line, not two, where it was
+    return kept
+
+
+def _describes(line: str) -> bool:
+    """A plain comment line: not a shebang, a marker, a suppression or a parser directive (`# syntax=...`)."""
+    text = line.strip()
+    return (text.startswith("#") and not text.startswith(("#!", MARKER_PREFIX))
+            and not SUPPRESSION.search(text) and not DIRECTIVE.match(text))
 
 
 def _leaves_marker(code: str) -> bool:

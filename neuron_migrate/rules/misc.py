@@ -11,6 +11,7 @@ from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
+from neuron_migrate.rules.profiler import reads_setting
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
                                            replace_statement, under_rank_zero, free_name)
@@ -38,6 +39,31 @@ METRICS_REPORTS = frozenset({f"{METRICS}metrics_report", f"{METRICS}short_metric
 LOGGING = frozenset(f"logging.{level}" for level in ("debug", "info", "warning", "error", "critical"))
 
 
+INITIALIZE_CACHE = frozenset({"torch_xla.runtime.initialize_cache"})
+
+
+class CompileCache(Rule):
+    """NM236: `xr.initialize_cache(path, readonly=...)` set up the XLA runtime's persistent compilation cache. The
+    native backend caches every compiled NEFF on disk by itself, so the statement goes where its arguments only
+    read settings (a call among them may do something more: NM199 marks it then)."""
+
+    codes = ("NM236",)
+    triggers = (b"initialize_cache",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) not in INITIALIZE_CACHE:
+            return
+        small = ctx.current.small
+        if type(small) is not cst.Expr or small.value is not node:
+            return  # its result is used: by hand (NM199)
+        if any(a.star or (a.keyword is not None and a.keyword.value not in ("path", "readonly"))
+               or not reads_setting(a.value) for a in node.args):
+            return
+        if ctx.report("NM236", node, call=short(node)):
+            ctx.remove(small)
+
+
 class MasterPrint(Rule):
     codes = ("NM223",)
     triggers = (b"torch_xla",)
@@ -46,8 +72,6 @@ class MasterPrint(Rule):
         ctx = self.ctx
         if ctx.qualname(node.func) not in MASTER_PRINT or not alone_on_line(ctx, node) or not is_statement(ctx, node):
             return
-        if ctx.enabled("NM245") and prints_only(ctx, node) is not None:
-            return  # printing the metrics report only: NM245 removes the statement
         fd, finalizer = arg(node, None, "fd"), arg(node, None, "finalizer")
         flush = arg(node, None, "flush")
         if any(a.keyword is not None and a not in (fd, finalizer, flush) for a in node.args):
@@ -255,7 +279,8 @@ class Seed(Rule):
 
 class Metrics(Rule):
     """NM228: torch_xla's metrics are read (marked: what to log instead is a person's choice); NM245: a statement
-    that only prints or logs the metrics report goes (unsafe: the program prints less)."""
+    that only prints or logs the metrics report prints the native backend's compilation metrics instead (unsafe:
+    the program prints other figures)."""
 
     codes = ("NM228", "NM245")
     triggers = (b"torch_xla",)
@@ -266,9 +291,9 @@ class Metrics(Rule):
         small = ctx.current.small
         if qual in METRICS_REPORTS and ctx.enabled("NM245") and isinstance(small, cst.Expr) \
                 and isinstance(small.value, cst.Call) and prints_only(ctx, small.value) is node:
-            ctx.handled.update((small.value, small.value.func))  # the print goes with it (no NM199)
-            if ctx.report("NM245", node, call=short(small.value)):
-                ctx.remove(small)
+            fixed = target(ctx).compile_metrics()
+            if ctx.report("NM245", node, call=short(small.value), fixed=fixed):
+                ctx.replace(node, expression(fixed))
         elif qual.startswith(METRICS):
             ctx.report("NM228", node, call=short(node))
 

@@ -1,5 +1,6 @@
 """NM251: torch_xla's profiler annotations become torch.profiler's; its profiling server goes where nothing
-else reads it."""
+else reads it. NM237: a capture from that server (`xp.trace_detached`, `xp.trace`) is marked once, with the
+torch.profiler block that replaces the pair, and the server stays for it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ PROFILER = "torch_xla.debug.profiler"
 TRACE = frozenset({f"{PROFILER}.Trace"})
 STEP_TRACE = frozenset({f"{PROFILER}.StepTrace"})
 SERVER = frozenset({f"{PROFILER}.start_server"})
+CAPTURE = frozenset({f"{PROFILER}.trace_detached", f"{PROFILER}.trace"})
 
 
 class Profiler(Rule):
@@ -23,9 +25,14 @@ class Profiler(Rule):
     backend does not need). `server = xp.start_server(port)` served the XLA profiler to TensorBoard's capture:
     torch.profiler records in the process, so the statement goes where nothing reads the server."""
 
-    codes = ("NM251",)
+    codes = ("NM251", "NM237")
     triggers = (b"profiler",)
-    pattern = names_pattern({"Trace", "StepTrace", "start_server"})
+    pattern = names_pattern({"Trace", "StepTrace", "start_server", "trace_detached", "trace"})
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.servers: list[tuple] = []  # (occurrence, call): decided in finish, once every capture is known
+        self.captured = False  # the file captures a profile from the server (xp.trace_detached / xp.trace)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -33,7 +40,28 @@ class Profiler(Rule):
         if qual in TRACE or qual in STEP_TRACE:
             self._span(node, qual in STEP_TRACE)
         elif qual in SERVER:
-            self._server(node)
+            self.servers.append((ctx.current, node))
+        elif qual in CAPTURE:
+            self.captured = True
+            self._capture(node)
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for occ, node in self.servers:
+            ctx.current = occ
+            if self.captured:
+                ctx.handled.update((node, node.func))  # the capture's marker names it (one marker, not two)
+            else:
+                self._server(node)
+        ctx.current = None
+
+    def _capture(self, node: cst.Call) -> None:
+        """`xp.trace_detached(address, logdir, duration_ms=...)` asked the process's profiling server for a
+        profile: the native profile is recorded in the process by a `torch.profiler.profile` block around the
+        steps to capture, which a person places. One marker, naming the block; the server stays for the capture."""
+        logdir = arg(node, 1, "logdir")
+        folder = code(logdir.value) if logdir is not None else "logdir"
+        self.ctx.report("NM237", node, call=short(node), logdir=folder)
 
     def _span(self, node: cst.Call, step: bool) -> None:
         ctx = self.ctx
@@ -90,7 +118,7 @@ class Profiler(Rule):
             statement = stack.pop()
             if type(statement) is cst.Assign:
                 if len(statement.targets) == 1 and statement.targets[0].target is target:
-                    return statement if _reads_setting(statement.value) else False
+                    return statement if reads_setting(statement.value) else False
             elif not isinstance(statement, cst.BaseExpression):
                 stack.extend(statement.children)
         return None
@@ -109,19 +137,26 @@ class Profiler(Rule):
         return False
 
 
-SETTING_CALLS = frozenset({"int", "str", "float", "os.getenv", "os.environ.get"})
+SETTING_CALLS = frozenset({"int", "str", "float", "os.getenv", "os.environ.get", "os.path.join"})
 
 
-def _reads_setting(value: cst.BaseExpression) -> bool:
+def reads_setting(value: cst.BaseExpression) -> bool:
     """`value` only reads a setting and converts it: literals, names, `os.environ[...]`, int()/str()/float(),
-    os.getenv()/os.environ.get()."""
+    os.getenv()/os.environ.get(), os.path.join(), and f-strings, concatenations and arithmetic of those."""
     if isinstance(value, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Attribute)):
         return True
+    if type(value) is cst.FormattedString:
+        return all(type(part) is cst.FormattedStringText or (
+            part.format_spec is None and reads_setting(part.expression)) for part in value.parts)
+    if type(value) is cst.ConcatenatedString:
+        return reads_setting(value.left) and reads_setting(value.right)
+    if type(value) is cst.BinaryOperation:
+        return reads_setting(value.left) and reads_setting(value.right)
     if type(value) is cst.Subscript:
         return dotted_str(value.value) == "os.environ" and len(value.slice) == 1 \
-            and type(value.slice[0].slice) is cst.Index and _reads_setting(value.slice[0].slice.value)
+            and type(value.slice[0].slice) is cst.Index and reads_setting(value.slice[0].slice.value)
     if type(value) is cst.Call:
         return dotted_str(value.func) in SETTING_CALLS and all(
-            a.keyword is None and not a.star and _reads_setting(a.value) for a in value.args)
+            a.keyword is None and not a.star and reads_setting(a.value) for a in value.args)
     return False
 

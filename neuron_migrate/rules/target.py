@@ -171,6 +171,16 @@ class Target:
             return f"{torch}.accelerator.{ACCELERATOR_NAMESAKES[name]}"
         return f"{torch}.neuron.{name}"
 
+    def compile_metrics(self) -> str:
+        """The native backend's compilation figures (`torch.neuron.get_dynamo_metrics()`, what a printed torch_xla
+        metrics report becomes); in the portable style an empty dict where the device is not neuron."""
+        torch = self._torch()
+        if not self.portable:
+            return f"{torch}.neuron.get_dynamo_metrics()"
+        device = self.module_device()
+        return f"({torch}.get_device_module({device}).get_dynamo_metrics() if {device}.type == " \
+               f"{self.ctx.string(NEURON)} else {{}})"
+
     # -- backends ----------------------------------------------------------------------------------------
     def compile_backend(self) -> str:
         """The `backend=` value for model.compile: Neuron's on neuron, the default (inductor) elsewhere."""

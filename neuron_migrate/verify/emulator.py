@@ -276,6 +276,15 @@ class Module:
     def reset_peak_memory_stats(device=None) -> None:
         pass
 
+    # The compilation figures (torch.neuron.get_dynamo_metrics): the emulated device compiles nothing.
+    @staticmethod
+    def get_dynamo_metrics() -> dict:
+        return {}
+
+    @staticmethod
+    def reset_dynamo_metrics() -> None:
+        pass
+
 
 class Event:
     """`torch.neuron.Event`: the emulated device runs every operator at once, so an event is always complete."""
