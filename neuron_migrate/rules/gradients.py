@@ -272,11 +272,11 @@ class GradientAveraging(Rule):
         self._join(step)
         param = "param" if not self._taken("param") else "_param"
         d = dist(ctx)
+        world = world_size(ctx) if "WORLD_SIZE" in ctx.facts.rank_names else f"{d}.get_world_size()"
         block = (f"if {world_size(ctx)} > 1:\n"
-                 f"    for {param} in [p for group in {opt}.param_groups for p in group[{ctx.string('params')}]"
-                 f" if p.grad is not None]:\n"
+                 f"    for {param} in {_with_gradients(ctx, opt, 'p')}:\n"
                  f"        {d}.all_reduce({param}.grad{f', group={step.group}' if step.group else ''})\n"
-                 f"        {param}.grad /= {world_size(ctx) if 'WORLD_SIZE' in ctx.facts.rank_names else f'{d}.get_world_size()'}\n")
+                 f"        {param}.grad /= {world}\n")
         if step.replaces_statement:
             replace_statement(ctx, statement, lambda _call: [block.rstrip()])
         else:
@@ -344,8 +344,13 @@ class FetchGradients(Rule):
 
         def build(call: cst.Call) -> cst.BaseExpression:
             optimizer = paren(code(arg(call, 0, "optimizer").value))
-            return expression(f"[p.grad for group in {optimizer}.param_groups for p in group[{ctx.string('params')}]"
-                              f" if p.grad is not None]")
+            return expression(_with_gradients(ctx, optimizer, "p.grad"))
 
         if ctx.report("NM238", node, call=short(node), fixed=code(build(node))):
             ctx.replace(node, build)
+
+
+def _with_gradients(ctx, optimizer: str, item: str) -> str:
+    """`[<item> for ...]` over the parameters of `optimizer` that hold a gradient (`item`: `p`, or `p.grad`)."""
+    return (f"[{item} for group in {optimizer}.param_groups for p in group[{ctx.string('params')}]"
+            f" if p.grad is not None]")
