@@ -63,14 +63,15 @@ _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "tr
 # (case-sensitive: a `tpuv4` preset name in code is not prose)
 TPU_PROSE = re.compile(r"\bTPU[ -]?v\d|\bTPU VMs?\b|\bCloud TPU|\btpu-v\d|\bTPU\b[^\n]{0,20}\bv[2-6][ep]?-\d{1,4}\b"
                        r"|\b[Rr]un(?:s|ning)? (?:this|the) (?:tutorial|notebook|example|script|demo) on (?:a )?TPU\b")
+_SCAN = "torch_xla's XLA-only scan, which has no native counterpart"
 # torch_xla features Neuron's XLA stack never ran: a program built on them was written for TPU (GSPMD: "PyTorch
 # NeuronX currently does not support GSPMD", Neuron 2.27 release notes; Pallas kernels are TPU / GPU kernels)
 TPU_ONLY_MODULES = (("torch_xla.distributed.spmd", "GSPMD, which Neuron's XLA stack never ran"),
                     ("torch_xla.experimental.custom_kernel", "Pallas kernels, which Neuron's XLA stack never ran"),
                     # torch_xla's scan (and scan_layers, built on it) lowers a loop to one XLA While op: a demo of it
                     # has no native counterpart to move to, and torch_xla documents it for TPU
-                    ("torch_xla.experimental.scan", "torch_xla's XLA-only scan, which has no native counterpart"),
-                    ("torch_xla.experimental.scan_layers", "torch_xla's XLA-only scan, which has no native counterpart"))
+                    ("torch_xla.experimental.scan", _SCAN),
+                    ("torch_xla.experimental.scan_layers", _SCAN))
 # a program that stops unless torch_xla runs on TPU: `if device_hw == 'TPU': ... else: sys.exit(1)`, or the message
 # pytorch/xla's AMP tests print then ("Only TPU supported for AMP")
 _TPU_ONLY_MESSAGE = re.compile(r"""["']Only TPU supported\b[^"'\n]{0,40}["']""")
@@ -559,7 +560,7 @@ class Project:
             full = os.path.join(folder, name)
             named, evidence = _readme_evidence(self._text(full), self._shown(full))
             if depth and any(e.target == TPU for e in evidence):
-                named, evidence = False, []
+                continue
             if named:
                 return evidence
         return []
@@ -857,7 +858,8 @@ def _tpu_gate(code: list[str]) -> str | None:
             if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1):
                 continue
             test = node.test
-            if not any(isinstance(side, ast.Constant) and side.value == "TPU" for side in (test.left, *test.comparators)):
+            sides = (test.left, *test.comparators)
+            if not any(isinstance(side, ast.Constant) and side.value == "TPU" for side in sides):
                 continue
             other = node.orelse if isinstance(test.ops[0], ast.Eq) else node.body if isinstance(
                 test.ops[0], ast.NotEq) else []
@@ -1157,8 +1159,7 @@ def _readme_evidence(text: str, shown: str) -> tuple[bool, list[Evidence]]:
     """Whether a README names hardware, and the evidence it gives: exactly one target the native backend does not
     run on (TPU as `TPU v4` / `TPU VM`, or an Inf1 / Inf2 / Trn1 instance; Inf2 and Trn1 together, both the
     maintained XLA stack's), and neither Trn2 nor Trn3 (explicit Trn2 / Trn3 evidence beats Trn1's)."""
-    m = _README_NATIVE.search(text)
-    if m:
+    if _README_NATIVE.search(text):
         return True, []
     found: dict[str, tuple[str, int]] = {}
     for m in _README_WORD.finditer(text):

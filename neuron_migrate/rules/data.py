@@ -34,7 +34,8 @@ PREFETCH = frozenset({"loader_prefetch_size", "device_prefetch_size", "host_to_d
 ITERATING = frozenset({"iter", "enumerate", "zip", "len"})
 
 # The stand-in for a device loader whose loops are out of sight (kept on `self`, or on a name that is only iterated):
-# each batch moved as it is read, as often as it is iterated, with the loader's length. `{pytree}` / `{torch}` are the file's names for the modules.
+# each batch moved as it is read, as often as it is iterated, with the loader's length. `{pytree}` / `{torch}` are
+# the file's names for the modules.
 DEVICE_LOADER_CLASS = '''\
 class {name}:
     """The batches of `loader`, each moved to `device` as it is read (torch_xla's MpDeviceLoader, without prefetch)."""
