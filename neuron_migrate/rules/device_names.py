@@ -241,7 +241,6 @@ class DeviceNames:
     def call(self, node: cst.Call, qual: str | None) -> None:
         """Options, environment reads, configuration loads, calls of the file's own functions, device uses."""
         func = node.func
-        ctx = self.ctx
         if qual in CONFIG_LOADERS:
             self._config_loaded = True
         if qual in ENV_READS:

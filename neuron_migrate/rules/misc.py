@@ -8,10 +8,9 @@ from collections.abc import Callable
 import libcst as cst
 
 from neuron_migrate.engine.names import dotted_str
-from neuron_migrate.rules.patterns import XM, arg, code, short
+from neuron_migrate.rules.patterns import XM, arg, code, reads_setting, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
-from neuron_migrate.rules.profiler import reads_setting
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
                                            replace_statement, under_rank_zero, free_name)

@@ -6,6 +6,7 @@ import re
 
 import libcst as cst
 
+from neuron_migrate.engine.names import dotted_str as _dotted
 from neuron_migrate.syntax.codegen import code as _generated
 
 XM = "torch_xla.core.xla_model"
@@ -114,3 +115,27 @@ def short(node: cst.CSTNode, limit: int = 60) -> str:
 def reads_of(ctx, name: str, scope) -> int:
     """The reads of `name` anywhere in the file that see its binding in `scope`."""
     return sum(s.reads.get(name, 0) for s in ctx.analysis.scopes if ctx.analysis.lookup(name, s) is scope)
+
+
+SETTING_CALLS = frozenset({"int", "str", "float", "os.getenv", "os.environ.get", "os.path.join"})
+
+
+def reads_setting(value: cst.BaseExpression) -> bool:
+    """`value` only reads a setting and converts it: literals, names, `os.environ[...]`, int()/str()/float(),
+    os.getenv()/os.environ.get(), os.path.join(), and f-strings, concatenations and arithmetic of those."""
+    if isinstance(value, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Attribute)):
+        return True
+    if type(value) is cst.FormattedString:
+        return all(type(part) is cst.FormattedStringText or (
+            part.format_spec is None and reads_setting(part.expression)) for part in value.parts)
+    if type(value) is cst.ConcatenatedString:
+        return reads_setting(value.left) and reads_setting(value.right)
+    if type(value) is cst.BinaryOperation:
+        return reads_setting(value.left) and reads_setting(value.right)
+    if type(value) is cst.Subscript:
+        return _dotted(value.value) == "os.environ" and len(value.slice) == 1 \
+            and type(value.slice[0].slice) is cst.Index and reads_setting(value.slice[0].slice.value)
+    if type(value) is cst.Call:
+        return _dotted(value.func) in SETTING_CALLS and all(
+            a.keyword is None and not a.star and reads_setting(a.value) for a in value.args)
+    return False

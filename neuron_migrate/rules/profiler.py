@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules import Rule, names_pattern
-from neuron_migrate.rules.patterns import arg, code, reads_of, short
+from neuron_migrate.rules.patterns import arg, code, reads_of, reads_setting, short
 from neuron_migrate.rules.rewrites import only_args
 from neuron_migrate.syntax.parse import expression
 
@@ -135,28 +134,3 @@ class Profiler(Rule):
                     continue
                 return True
         return False
-
-
-SETTING_CALLS = frozenset({"int", "str", "float", "os.getenv", "os.environ.get", "os.path.join"})
-
-
-def reads_setting(value: cst.BaseExpression) -> bool:
-    """`value` only reads a setting and converts it: literals, names, `os.environ[...]`, int()/str()/float(),
-    os.getenv()/os.environ.get(), os.path.join(), and f-strings, concatenations and arithmetic of those."""
-    if isinstance(value, (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Attribute)):
-        return True
-    if type(value) is cst.FormattedString:
-        return all(type(part) is cst.FormattedStringText or (
-            part.format_spec is None and reads_setting(part.expression)) for part in value.parts)
-    if type(value) is cst.ConcatenatedString:
-        return reads_setting(value.left) and reads_setting(value.right)
-    if type(value) is cst.BinaryOperation:
-        return reads_setting(value.left) and reads_setting(value.right)
-    if type(value) is cst.Subscript:
-        return dotted_str(value.value) == "os.environ" and len(value.slice) == 1 \
-            and type(value.slice[0].slice) is cst.Index and reads_setting(value.slice[0].slice.value)
-    if type(value) is cst.Call:
-        return dotted_str(value.func) in SETTING_CALLS and all(
-            a.keyword is None and not a.star and reads_setting(a.value) for a in value.args)
-    return False
-
