@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -68,7 +69,8 @@ def run(folder, nproc: int) -> tuple[list[dict], int]:
                            f"--master_port={free_port()}", str(folder / "train.py"), str(data)],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # two processes share one pipe, and print writes its text and its newline apart: two records can meet on one line
+    lines = [json.loads(record) for record in re.findall(r"\{[^{}\n]*\}", done.stdout)]
     return lines, (data / "fetches").read_text().count("fetch")
 
 
