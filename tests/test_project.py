@@ -593,6 +593,53 @@ def test_infrastructure_beside_the_container_folder_names_the_instance(tmp_path)
     assert got["old/docker/run.py"] == (None, [])
 
 
+@pytest.mark.parametrize("name, text, expected", [
+    ("batch.yaml", "ComputeResources:\n  InstanceTypes:\n    - trn1.32xlarge\n", ("trn1", "batch.yaml:3", "trn1.32xlarge")),
+    ("launch.sh", "aws ec2 run-instances --image-id ami-1 \\\n  --instance-type inf2.xlarge\n",
+     ("inf2", "launch.sh:2", "inf2.xlarge")),
+    ("nodes.yaml", "nodeSelector:\n  node.kubernetes.io/instance-type: trn1.32xlarge\n",
+     ("trn1", "nodes.yaml:2", "trn1.32xlarge")),
+    ("job.json", '{"jobName": "x", "instanceType": "ml.inf2.xlarge"}\n', ("inf2", "job.json:1", "inf2.xlarge")),
+    ("vars.tfvars", 'instance_type = "trn1.2xlarge"\n', ("trn1", "vars.tfvars:1", "trn1.2xlarge")),
+    # running text names an instance, no key says the jobs go there: a report, a description, a comment
+    ("report.json", json.dumps([{"path": "old/train.py", "line": 1, "code": "NM521",
+                                 "message": "runs on Inf2 (README.md: names `inf2.xlarge`); instance_type="
+                                            "'ml.inf2.xlarge'"}]), None),
+    ("queue.yaml", "Description: a job queue for trn1.32xlarge instances\n", None),
+    ("launch.sh", "# aws ec2 run-instances --instance-type trn1.32xlarge\necho ready\n", None),
+    # one stack for every family tells none
+    ("stacks.yaml", "Inference:\n  InstanceType: inf2.xlarge\nTraining:\n  InstanceType: trn1.32xlarge\n", None),
+])
+def test_only_an_instance_key_of_infrastructure_names_where_jobs_go(tmp_path, name, text, expected):
+    """An infrastructure file beside the program tells its instance where a key names it (a YAML list under the key,
+    an option of a command, a Kubernetes node selector, a JSON key, a Terraform variable), not where an instance
+    type is only mentioned; a file that names several families tells none, as a README does."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / name).write_text(text)
+    (tmp_path / "train.py").write_text(LEGACY_MAIN)
+    got = _targets_of(tmp_path, "train.py")["train.py"]
+    if expected is None:
+        assert got == (None, [])
+    else:
+        target, place, value = expected
+        assert got == (target, [f"{place}: its infrastructure names `{value}`"])
+
+
+def test_a_file_given_alone_reads_no_folder_above_it_without_a_project_marker(tmp_path):
+    """`neuron-migrate check /tmp/job/train.py` with no project marker up to `/` reads the file's own folder: the
+    README and infrastructure of unrelated neighbours one folder up (`/tmp`) say nothing of it. Given with its
+    folder above, they speak (the sample's folder and the one above)."""
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "train.py").write_text(LEGACY_MAIN)
+    (tmp_path / "README.md").write_text("Run the samples on an inf2.xlarge.\n")
+    (tmp_path / "stack.yaml").write_text("InstanceType: inf2.xlarge\n")
+    program = str(tmp_path / "job" / "train.py")
+    alone, _ = discover([program], frozenset(handlers.HANDLERS))
+    facts = Project([program], alone, Settings()).of(program, "python")
+    assert facts is None or facts.target is None, facts
+    assert _targets_of(tmp_path, "job/train.py")["job/train.py"][0] == "inf2"
+
+
 def test_a_new_infrastructure_file_is_read_again_with_the_cache_on(tmp_path, monkeypatch):
     """The model's cached facts hold the folders' infrastructure listings: a job definition added beside the
     container's folder sets its program aside on the next run."""

@@ -57,6 +57,15 @@ INSTANCE_TYPE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?la
 # ... or as prose names it: an instance type, or the family alone ("a NeuronCore on Trn1", "Inf2 instances")
 _PROSE_INSTANCE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)(?:\.\d*x?large|\.metal)?\b", re.I)
 _HARDWARE_LETTERS = re.compile(r"inf|trn", re.I)
+# ... where an infrastructure file's key names it: `InstanceType: trn1.32xlarge`, a YAML list under `InstanceTypes:`,
+# `"instanceTypes": ["trn1.32xlarge"]`, `instance_type = "inf2.xlarge"`, `--instance-type trn1.2xlarge`,
+# `node.kubernetes.io/instance-type: trn1.32xlarge`. The key opens a line (after `- ` or `export `), is a quoted key
+# after `{` or `,` (compact JSON) or is a command's option; an instance type in running text (a report's message, a
+# description) is not where the jobs go. Linear: a match starts only at a line's start, `{`, `,` or `--`, and each
+# repeat ends with its word or its run of separators.
+_KEYED_INSTANCE = re.compile(
+    r"""(?:^[ \t]*(?:-[ \t]+|export[ \t]+)?["']?|[{,][ \t]*"|--)[\w./]*?instance[-_]?types?["']?(?:[ \t]*[:=])?"""
+    r"""[\s"'\[-]*(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b""", re.I | re.M)
 _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
 # TPU named as hardware in prose or comments: "TPU v3-8", "a TPU VM", "Cloud TPU", "TPU v5e", "tpu-v4", "run this
 # tutorial on a TPU"
@@ -177,6 +186,7 @@ class Project:
 
     def __init__(self, paths: Iterable[str], targets: Iterable, settings) -> None:
         self.tops = [os.path.abspath(p) for p in paths]
+        self._given_folders = frozenset(os.path.dirname(p) for p in self.tops if not os.path.isdir(p))
         self.config_targets = tuple(getattr(settings, "targets", ()) or ())
         # `--instance trn2` / `trn3` (or `instance` in the configuration) says where the code goes: Inf2 and Trn1
         # evidence then tells where it ran, and those programs move
@@ -202,15 +212,27 @@ class Project:
 
     # -- reading ---------------------------------------------------------------------------------------------
     def _root(self, folder: str) -> str:
-        if folder in self._roots:
-            return self._roots[folder]
-        if any(self._exists(os.path.join(folder, m)) for m in ROOT_MARKERS) or folder in self.tops:
-            root = folder
+        """The nearest folder at or above `folder` that holds a root marker or was given. With neither up to the
+        filesystem's root, the nearest folder of a given file: `neuron-migrate check /tmp/job/train.py` reads
+        `/tmp/job`, never the unrelated files one folder up in `/tmp`."""
+        chain: list[str] = []
+        root: str | None = None
+        here = folder
+        while here not in self._roots:
+            chain.append(here)
+            if any(self._exists(os.path.join(here, m)) for m in ROOT_MARKERS) or here in self.tops:
+                root = here
+                break
+            parent = os.path.dirname(here)
+            if parent == here:
+                break
+            here = parent
         else:
-            parent = os.path.dirname(folder)
-            root = folder if parent == folder else self._root(parent)
-        self._roots[folder] = root
-        return root
+            root = self._roots[here]
+        for i, step in enumerate(chain):
+            self._roots[step] = root if root is not None else next(
+                (up for up in chain[i:] if up in self._given_folders), step)
+        return self._roots[folder]
 
     def _exists(self, path: str) -> bool:
         found = self._markers[path] = os.path.exists(path)
@@ -583,13 +605,18 @@ class Project:
             text = self._text(full)
             if not INSTANCE_TYPE.search(text):
                 continue
-            for line, text_line in enumerate(text.splitlines(), 1):
-                if text_line.lstrip().startswith("#"):
-                    continue
-                for m in INSTANCE_TYPE.finditer(text_line):
-                    target = _INSTANCE_TARGET[m.group(1).lower()]
-                    found.setdefault(target, Evidence(target, FOLDER, f"{self._shown(full)}:{line}",
-                                                      f"its infrastructure names `{m.group(0)}`"))
+            named: dict[str, Evidence] = {}
+            for m in _KEYED_INSTANCE.finditer(text):
+                start = text.rfind("\n", 0, m.start()) + 1
+                if text[start:m.start()].lstrip().startswith("#"):
+                    continue  # a commented-out key: `# InstanceType: trn1.32xlarge`, `# aws ... --instance-type`
+                target = _INSTANCE_TARGET[m.group(1).lower()]
+                value = text[m.start(1):m.end()]
+                named.setdefault(target, Evidence(target, FOLDER, f"{self._shown(full)}:"
+                                                  f"{text.count(chr(10), 0, m.start(1)) + 1}",
+                                                  f"its infrastructure names `{value}`"))
+            if len(named) == 1:  # a file that names several targets (a stack for every family) tells none
+                found.setdefault(*named.popitem())
         return list(found.values())
 
     def _file_facts(self, module: Module, programs: list[Program]) -> FileProject:
