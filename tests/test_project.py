@@ -560,6 +560,42 @@ def test_a_readme_one_folder_up_names_tpu_for_no_script(tmp_path):
     assert got["cloud/train.py"] == ("tpu", ["cloud/README.md:1: names `TPU VM`"])
 
 
+@pytest.mark.parametrize("prose, expected", [
+    ("Sentence embeddings on AWS Inferentia2 with the XLA stack.", ("inf2", "names `Inferentia2`")),
+    ("Fine-tune it on Trainium 1.", ("trn1", "names `Trainium 1`")),
+    ("Run it on AWS Inferentia 1 (inf1.xlarge).", ("inf1", "names `Inferentia 1`")),
+    # the family without its generation, or a generation the native backend runs on, sets nothing aside
+    ("Embeddings on AWS Inferentia.", None),
+    ("Fine-tune it on Trainium2.", None),
+    ("An Inferentia3 is not a product.", None),
+    # a sentence about the hardware, not about where this notebook runs
+    ("Trainium1 chips feature two NeuronCore-v2 units; Trainium1 offers 32 GiB of device memory.", None),
+])
+def test_a_notebook_naming_a_product_generation_is_set_aside_with_it(tmp_path, prose, expected):
+    """"AWS Inferentia2" in a notebook's markdown says where it runs, as `inf2` would; "Inferentia" alone names no
+    generation, and Trainium2 is where the native backend runs."""
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": [prose]},
+             {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": ["import torch_xla.core.xla_model as xm\n", "device = xm.xla_device()\n"]}]
+    (tmp_path / "embed.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                                      "nbformat_minor": 5}))
+    targets, _ = discover([str(tmp_path)], frozenset(handlers.HANDLERS))
+    facts = Project([str(tmp_path)], targets, Settings()).of(str(tmp_path / "embed.ipynb"), "notebook")
+    if expected is None:
+        assert facts is None or facts.target is None, facts
+    else:
+        shown = [e.replace(str(tmp_path) + os.sep, "") for e in facts.evidence]
+        assert (facts.target, shown) == (expected[0], [f"embed.ipynb: {expected[1]}"])
+
+
+def test_a_readme_naming_inferentia2_sets_the_folder_aside(tmp_path):
+    """A samples folder's README that says "AWS Inferentia2" (not `inf2`) tells its scripts' target."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text("# Serving\n\nThese scripts compile models for AWS Inferentia2.\n")
+    (tmp_path / "serve.py").write_text(LEGACY_MAIN)
+    assert _targets_of(tmp_path, "serve.py")["serve.py"] == ("inf2", ["README.md:3: names `Inferentia2`"])
+
+
 def test_a_converter_beside_a_trn1_notebook_is_one_sample_with_it(tmp_path):
     """A script beside a notebook whose prose names Trn1 is set aside with it; beside a notebook that only its name
     ties to Trn1 (`_trn1` says that notebook is the Trn1 variant), it moves."""

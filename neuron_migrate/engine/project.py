@@ -55,8 +55,13 @@ _NAME_WORDS = {"tpu": TPU, "tpus": TPU, "tpuv2": TPU, "tpuv3": TPU, "tpuv4": TPU
 # an instance type, as a launch script, an estimator or a README writes it
 INSTANCE_TYPE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b")
 # ... or as prose names it: an instance type, or the family alone ("a NeuronCore on Trn1", "Inf2 instances")
-_PROSE_INSTANCE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)(?:\.\d*x?large|\.metal)?\b", re.I)
-_HARDWARE_LETTERS = re.compile(r"inf|trn", re.I)
+# (a product's generation where a sentence runs something on it, "compile it for AWS Inferentia2", "on Trainium 1",
+# counts as its family; "Trainium1 chips feature two NeuronCores" describes the hardware, and "Inferentia" alone is
+# either generation)
+_RUNS_ON = r"\b(?:on|for|to|with)[ \t]+(?:an?[ \t]+)?(?:AWS[ \t]+)?"
+_PROSE_INSTANCE = re.compile(r"\b(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)(?:\.\d*x?large|\.metal)?\b|"
+                             rf"{_RUNS_ON}((Inferentia|Trainium)[ \t]?([123]))\b", re.I)
+_HARDWARE_LETTERS = re.compile(r"inf|trn|trainium", re.I)
 # ... where an infrastructure file's key names it: `InstanceType: trn1.32xlarge`, a YAML list under `InstanceTypes:`,
 # `"instanceTypes": ["trn1.32xlarge"]`, `instance_type = "inf2.xlarge"`, `--instance-type trn1.2xlarge`,
 # `node.kubernetes.io/instance-type: trn1.32xlarge`. The key opens a line (after `- ` or `export `), is a quoted key
@@ -67,6 +72,9 @@ _KEYED_INSTANCE = re.compile(
     r"""(?:^[ \t]*(?:-[ \t]+|export[ \t]+)?["']?|[{,][ \t]*"|--)[\w./]*?instance[-_]?types?["']?(?:[ \t]*[:=])?"""
     r"""[\s"'\[-]*(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b""", re.I | re.M)
 _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
+_FAMILY_TARGET = {"inferentia1": INF1, "inferentia2": INF2, "trainium1": TRN1, "trainium2": NEURON,
+                  "trainium3": NEURON}
+
 # TPU named as hardware in prose or comments: "TPU v3-8", "a TPU VM", "Cloud TPU", "TPU v5e", "tpu-v4", "run this
 # tutorial on a TPU"
 # (case-sensitive: a `tpuv4` preset name in code is not prose)
@@ -103,7 +111,8 @@ _CUDA_PATCH = re.compile(r"^torch\.cuda\.([A-Za-z_]\w*)[ \t]*=(?!=)", re.M)
 _INSTALLS_NEURON = re.compile(r"\btorch[-_]neuronx\b")  # a Dockerfile's or pyproject's install of it
 # Dockerfile base images
 _FROM = re.compile(r"^[ \t\f]*FROM\s+(?:--\S+\s+)*(\S+)", re.I | re.M)
-_README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1}
+_README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1, "inferentia1": INF1, "inferentia2": INF2,
+                   "trainium1": TRN1}
 # a launch environment a file sets up: a DLAMI virtual environment a script activates, an estimator's container,
 # Ray's XLA configuration (files/envfiles.py and rules/launch_env.py judge them; the model says whether a program
 # that moves to neuron is theirs)
@@ -121,7 +130,8 @@ _OPTIONS_WITH_VALUE = frozenset({"-r", "--requirement", "-c", "--constraint", "-
                                  "--extra-index-url", "-f", "--find-links", "-t", "--target", "--prefix", "--root"})
 README_REACH = 2  # the program's folder and the one above: the READMEs and infrastructure files read
 _README_NATIVE = re.compile(r"\btrn[23]\b|Trainium ?[23]", re.I)
-_README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b", re.I)
+_README_WORD = re.compile(r"\b(?:(TPU)s?\b(?:[ -]?v\d|\s+VM|\s+pod)|(inf1|inf2|trn1)(?:n)?(?:\.\d*x?large)?)\b|"
+                          rf"{_RUNS_ON}(Inferentia[ \t]?[12]|Trainium[ \t]?1)\b", re.I)
 
 
 @dataclass
@@ -310,7 +320,9 @@ class Project:
             module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
         named: dict[str, str] = {}
         for m in _PROSE_INSTANCE.finditer(prose) if _HARDWARE_LETTERS.search(prose) else ():
-            named.setdefault(_INSTANCE_TARGET[m.group(1).lower()], m.group(0))
+            target, words = _prose_target(m)
+            if target is not None:
+                named.setdefault(target, words)
         module.evidence += [Evidence(target, TEXT, shown, f"names `{kind}`") for target, kind in named.items()]
 
     @staticmethod
@@ -1182,6 +1194,14 @@ def _dockerfile_evidence(text: str, shown: str) -> list[Evidence]:
     return out
 
 
+def _prose_target(m: re.Match) -> tuple[str | None, str]:
+    """The target a `_PROSE_INSTANCE` match names (None: a product generation that does not exist, `Inferentia3`),
+    and the words that name it."""
+    if m.group(1):
+        return _INSTANCE_TARGET[m.group(1).lower()], m.group(0)
+    return _FAMILY_TARGET.get(m.group(3).lower() + m.group(4)), m.group(2)
+
+
 def _readme_evidence(text: str, shown: str) -> tuple[bool, list[Evidence]]:
     """Whether a README names hardware, and the evidence it gives: exactly one target the native backend does not
     run on (TPU as `TPU v4` / `TPU VM`, or an Inf1 / Inf2 / Trn1 instance; Inf2 and Trn1 together, both the
@@ -1190,8 +1210,8 @@ def _readme_evidence(text: str, shown: str) -> tuple[bool, list[Evidence]]:
         return True, []
     found: dict[str, tuple[str, int]] = {}
     for m in _README_WORD.finditer(text):
-        word = (m.group(1) or m.group(2)).lower()
-        found.setdefault(_README_TARGETS[word], (m.group(0), text.count("\n", 0, m.start()) + 1))
+        word = (m.group(1) or m.group(2) or m.group(3)).lower().replace(" ", "").replace("\t", "")
+        found.setdefault(_README_TARGETS[word], (m.group(3) or m.group(0), text.count("\n", 0, m.start()) + 1))
     if not found:
         return False, []
     if len(found) != 1 and set(found) != {INF2, TRN1}:
