@@ -699,3 +699,41 @@ def test_the_closest_set_aside_sibling_is_named(tmp_path):
         (tmp_path / name).write_text(head_line + "from model import MODEL\n" + LEGACY_MAIN)
     got = _targets_of(tmp_path, "train_xmp.py")
     assert got["train_xmp.py"] == ("trn1", ["train.py: names `Trn1` (a script of the same sample)"])
+
+
+LOOSE_TRAIN = ("import torch\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n"
+               "model = torch.nn.Linear(2, 2).to(device)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+               "model(torch.ones(2, device=device)).sum().backward()\nxm.optimizer_step(opt)\n")
+LOOSE_SERVE = ("import torch\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n"
+               "print(torch.nn.Linear(2, 2).to(device)(torch.ones(2, device=device)))\n")
+USERDATA = '#!/bin/bash\npython -m pip install torch-neuronx=="1.13.1.*" "neuronx-cc==2.*" transformers\n'
+
+
+@pytest.mark.parametrize("readme, moves", [
+    ("Launch a Trn1 instance to train it; SageMaker serves `ml.inf2` models too.\n", False),
+    ("Launch a trn2.48xlarge instance to train it (the Trn1 numbers are for comparison).\n", True),
+])
+def test_loose_scripts_follow_the_readme_above_and_their_instance_setup_follows_them(tmp_path, readme, moves):
+    """Scripts with top-level torch_xla code and no `__main__` block are programs: the README one folder up tells
+    their target. A README naming both Trn1 and Inf2 sets the training script aside as Trn1's and the one that only
+    runs a model as Inf2's; the instance's setup script in a sibling folder (`infra/userdata.sh`) installs their XLA
+    stack and is left as it is. Under a README naming Trn2 the scripts move and the setup script is pinned."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "README.md").write_text(readme)
+    (tmp_path / "examples").mkdir()
+    (tmp_path / "examples" / "train.py").write_text(LOOSE_TRAIN)
+    (tmp_path / "examples" / "serve.py").write_text(LOOSE_SERVE)
+    (tmp_path / "infra").mkdir()
+    (tmp_path / "infra" / "userdata.sh").write_text(USERDATA)
+    got = _targets_of(tmp_path, "examples/train.py", "examples/serve.py")
+    result = run([str(tmp_path)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
+    assert not result.errors
+    write_results(result)
+    userdata = (tmp_path / "infra" / "userdata.sh").read_text()
+    if moves:
+        assert got["examples/train.py"][0] is None and "torch_xla" not in (tmp_path / "examples" / "train.py").read_text()
+        assert userdata != USERDATA and "torch-neuronx==2." in userdata
+    else:
+        assert got["examples/train.py"][0] == "trn1" and got["examples/serve.py"][0] == "inf2"
+        assert {f.code for f in result.findings if f.path.startswith(str(tmp_path / "examples"))} == {"NM521"}
+        assert userdata == USERDATA and (tmp_path / "examples" / "train.py").read_text() == LOOSE_TRAIN

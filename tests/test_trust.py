@@ -106,11 +106,13 @@ def test_an_entry_made_with_another_key_or_for_another_file_is_a_miss(tmp_path, 
     assert len(cache) == 4  # with pyproject.toml, and the project model's facts
     data = LEGACY
     train, other = str(root / "train.py"), str(root / "other.py")
-    assert cache.get(train, cache_mod.digest(data), data) is not None
+    # each entry's key: the file's bytes and its project facts (both are programs: top-level torch_xla code)
+    key_train, key_other = cache.entries[train][0], cache.entries[other][0]
+    assert cache.get(train, key_train, data) is not None and cache.get(other, key_other, data) is not None
     cache.entries[train] = cache.entries[other]  # same bytes, another path: its MAC names the other path
-    assert cache.get(train, cache_mod.digest(data), data) is None
+    assert cache.get(train, key_other, data) is None
     cache.key = b"k" * 32  # another user's secret
-    assert cache.get(other, cache_mod.digest(data), data) is None
+    assert cache.get(other, key_other, data) is None
 
 
 def test_a_key_file_others_may_read_is_not_used(tmp_path, user_cache, monkeypatch):

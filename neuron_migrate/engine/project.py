@@ -71,6 +71,7 @@ _HARDWARE_LETTERS = re.compile(r"inf|trn|trainium", re.I)
 _KEYED_INSTANCE = re.compile(
     r"""(?:^[ \t]*(?:-[ \t]+|export[ \t]+)?["']?|[{,][ \t]*"|--)[\w./]*?instance[-_]?types?["']?(?:[ \t]*[:=])?"""
     r"""[\s"'\[-]*(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b""", re.I | re.M)
+_TRAINS = re.compile(r"\.backward\(|\boptimizer_step\(|\boptimizer\.step\(")
 _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
 _FAMILY_TARGET = {"inferentia1": INF1, "inferentia2": INF2, "trainium1": TRN1, "trainium2": NEURON,
                   "trainium3": NEURON}
@@ -449,12 +450,14 @@ class Project:
         reached = {f.full for files in reach.values() for f in files}
         for module in self.modules.values():
             # an entry point; or a script no program imports (a tutorial's top-level code, run cell by cell) that
-            # says where it runs
-            if not module.entry and (module.full in reached or not module.evidence):
+            # says where it runs or runs torch_xla at its top level (`python train.py` with no `__main__` block)
+            if not module.entry and (module.full in reached or not (module.evidence or module.legacy_top)):
                 continue
             files = reach.get(module.full) or self._reach(module)
             evidence = self._evidence(module)
             target, strongest, conflict = _decide(evidence)
+            if target == INF2 and any(e.target == TRN1 for e in strongest) and self._trains(files):
+                target = TRN1  # Inf2 and Trn1 named together: a training program is Trn1's (Inf2 serves models)
             if target in (INF2, TRN1) and self.native_instance:
                 # the native backend runs on Trn2 / Trn3 only: an Inf2 or Trn1 program, training or inference, keeps
                 # the XLA stack (in maintenance there) unless the user says the job goes to Trn2 / Trn3
@@ -719,13 +722,23 @@ class Project:
                      if p.moving and (p.entry.full in started if started else p.entry.root == root)), None)
 
     # -- what the run asks -------------------------------------------------------------------------------------
+    def _trains(self, files: Iterable[Module]) -> bool:
+        """Whether a program's files train a model (a backward pass, an optimizer step)."""
+        return any(_TRAINS.search(self._text(f.full)) for f in files)
+
     def _installs_for_held(self, full: str) -> FileProject | None:
         """A requirements file, pyproject, Dockerfile or launch script whose programs (those it launches, else those
-        of its folder and below) are all set aside: what it installs is their XLA stack, left as it is."""
+        of its folder and below, else of the nearest folder above within its root that has any: `infra/userdata.sh`
+        sets up the instance that runs `examples/train.py`) are all set aside: what it installs is their XLA stack,
+        left as it is."""
         started = self._started.get(full)
-        prefix = os.path.dirname(full).rstrip(os.sep) + os.sep
-        programs = [p for p in self.programs if (p.entry.full in started if started else p.entry.full.startswith(prefix))
-                    and any(f.legacy for f in p.files)]
+        programs = [p for p in self.programs if started and p.entry.full in started and any(f.legacy for f in p.files)]
+        folder = os.path.dirname(full)
+        for scope in () if started else self._folders_up(folder, self._root(folder)):
+            prefix = scope.rstrip(os.sep) + os.sep
+            programs = [p for p in self.programs if p.entry.full.startswith(prefix) and any(f.legacy for f in p.files)]
+            if programs:
+                break
         if not programs or any(p.target not in SET_ASIDE or p.conflict for p in programs):
             return None
         target = sorted({p.target for p in programs})[0]

@@ -10,6 +10,7 @@ import libcst as cst
 from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import XM, arg, code, reads_setting, short
 from neuron_migrate.rules import Rule
+from neuron_migrate.rules.device import XLA_DEVICE
 from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
@@ -236,9 +237,9 @@ class Seed(Rule):
             name = dotted_str(seed.value) if seed is not None and only_args(node, seed) else None
             if ctx.qualname(node.func, occ.scope) == f"{XM}.set_rng_state" and name is not None:
                 restores.setdefault(name, []).append((occ, node))
-            elif seed is not None and isinstance(seed.value, cst.Integer):
+            elif seed is not None and isinstance(seed.value, (cst.Integer, cst.BinaryOperation)):
                 ctx.current = occ
-                self._seed(node)  # a literal is a seed, whatever else the file does
+                self._seed(node)  # a literal, or arithmetic (`base + rank`), is a seed, whatever else the file does
         for occ, node, saved in self.reads:
             paired = restores.get(saved, []) if saved is not None else []
             if not paired or not self._only_restored(saved, occ, len(paired)):
@@ -269,11 +270,25 @@ class Seed(Rule):
     def _seed(self, node: cst.Call) -> None:
         ctx = self.ctx
         seed = arg(node, 0, "seed")
-        if seed is None or not only_args(node, seed):
-            return  # device=: left to NM199
+        device = arg(node, 1, "device")
+        if seed is None or not only_args(node, seed, device):
+            return
+        if device is not None and not self._process_device(device.value):
+            return  # `device=pick(...)`: a call the tool does not follow is left to NM199
         fixed = target(ctx).manual_seed()
         if ctx.report("NM225", node, call=short(node), fixed=f"{fixed}({code(seed.value)})"):
-            ctx.replace(node.func, expression(fixed))
+            if device is None:
+                ctx.replace(node.func, expression(fixed))
+            else:  # the process's one device, the native generator's current one: `device=` goes
+                ctx.replace(node, node.with_changes(func=expression(fixed), args=[seed.with_changes(
+                    comma=cst.MaybeSentinel.DEFAULT)]))
+
+    def _process_device(self, value: cst.BaseExpression) -> bool:
+        """`device=` of a seed that torch_xla accepted names the process's XLA device (each process has one): a
+        name or attribute that holds it, or `xm.xla_device()` itself. Dropped, nothing else goes unevaluated."""
+        if dotted_str(value) is not None:
+            return True
+        return isinstance(value, cst.Call) and not value.args and self.ctx.qualname(value.func) in XLA_DEVICE
 
 
 class Metrics(Rule):
