@@ -68,6 +68,8 @@ class EditSet:
     before: dict[cst.CSTNode, list[cst.BaseStatement]] = field(default_factory=dict)
     markers: dict[cst.CSTNode, list[str]] = field(default_factory=dict)
     unwrap: set[cst.CSTNode] = field(default_factory=set)  # `with` statements replaced by their body
+    # `if` statements holding an edit whose test is not a constant: where the edits make it one, the live arm
+    fold: set[cst.CSTNode] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.replace or self.remove or self.after or self.before or self.markers or self.unwrap)
@@ -197,6 +199,14 @@ class Applier:
             replacement[0] = replacement[0].with_changes(leading_lines=[
                 *without_xla_comments(list(updated.leading_lines)), *markers, *replacement[0].leading_lines])
             return cst.FlattenSentinel(_isort_gaps(replacement))
+        if original in edits.fold and isinstance(updated, cst.If) and constant(updated.test) is not None:
+            live = self._live_arm(updated)
+            if live is None:  # `if "neuron" == "cpu": ...` with no `else`: nothing of it runs
+                self._dropped.add(updated)
+                return cst.FlattenSentinel(_isort_gaps([*before, *after])) if before or after else updated
+            live[0] = live[0].with_changes(leading_lines=[
+                *without_xla_comments(list(updated.leading_lines)), *markers, *live[0].leading_lines])
+            return cst.FlattenSentinel(_isort_gaps([*before, *live, *after]))
         if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
             body = list(updated.body.body)
             header = self._made(_comment_lines([updated.body.header.comment]))
@@ -213,6 +223,24 @@ class Applier:
         if before or after:
             return cst.FlattenSentinel(_isort_gaps([*before, updated, *after]))
         return updated
+
+    def _live_arm(self, updated: cst.If) -> list[cst.BaseStatement] | None:
+        """The statements of the arm of `updated` that runs, its test being a constant (an `elif` becomes an
+        `if`), or None where none does or it holds nothing (`pass` where the edits emptied it)."""
+        if constant(updated.test):
+            block = updated.body
+        elif type(updated.orelse) is cst.If:
+            return [updated.orelse.with_changes(leading_lines=[])]
+        elif type(updated.orelse) is cst.Else:
+            block = updated.orelse.body
+        else:
+            return None
+        if block in self._emptied:
+            return None
+        if isinstance(block, cst.SimpleStatementSuite):
+            return [cst.SimpleStatementLine(body=[*block.body[:-1],
+                                                  block.body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])]
+        return list(block.body)  # a comment on the `if` line spoke of its test
 
     def _suite(self, original, updated):
         keep = [u for o, u in zip(original.body, updated.body) if o not in self.edits.remove]
@@ -522,27 +550,78 @@ def _parents(root: cst.CSTNode) -> dict[cst.CSTNode, cst.CSTNode]:
     return parent
 
 
-def collapse_identical_arms(edits: EditSet, parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> None:
+def collapse_dead_arms(edits: EditSet, parents: Mapping[cst.CSTNode, cst.CSTNode | None]) -> None:
     """`a if flag else b` whose arms the edits make the same (`syncfree.SGD if f else optim.SGD`, both now
     `optim.SGD`) becomes the arm, where the test has no effect of its own (names, attributes, comparisons of
-    them): a reviewer would not keep the dead test, nor ruff (RUF034). Arms that were already the same stay."""
+    them): a reviewer would not keep the dead test, nor ruff (RUF034). Arms that were already the same stay.
+
+    A comparison the edits make one of two literals (`xr.device_type() == "NEURON"`, now `"neuron" == "neuron"`)
+    becomes its value (`True`), and an `if` statement or expression whose test the edits make a constant becomes
+    its live arm (`Applier._live_arm`); what was a constant already stays."""
     found = []
     for node in edits.targets():
         while node is not None:
-            if type(node) is cst.IfExp and node not in found:
+            if type(node) in (cst.IfExp, cst.If, cst.Comparison) and node not in found:
                 found.append(node)
             node = parents.get(node)
     for node in found:
-        if _code(node.body) != _code(node.orelse) and _pure(node.test):
-            edits.add_replace(node, _one_arm)
+        if type(node) is cst.Comparison:
+            if constant(node) is None:
+                edits.add_replace(node, _truth)
+        elif type(node) is cst.If:
+            if type(parents.get(node)) is not cst.If and constant(node.test) is None:  # an `elif` is its `if`'s
+                edits.fold.add(node)
+        else:
+            differ = _code(node.body) != _code(node.orelse)  # arms that were the same already stay so
+            if (differ and _pure(node.test)) or constant(node.test) is None:
+                edits.add_replace(node, _one_arm if differ else _constant_arm)
+
+
+def _truth(new: cst.CSTNode) -> cst.CSTNode:
+    """`True` / `False` for a comparison the edits made one of two literals (`"neuron" != "cpu"`)."""
+    live = constant(new) if type(new) is cst.Comparison else None
+    return new if live is None else cst.Name(str(live), lpar=new.lpar, rpar=new.rpar)
 
 
 def _one_arm(new: cst.CSTNode) -> cst.CSTNode:
-    if type(new) is not cst.IfExp or _code(new.body) != _code(new.orelse):
+    """The arm of an `a if test else b` the edits made constant or made the same with a test that reads only."""
+    if type(new) is cst.IfExp and constant(new.test) is None and _code(new.body) == _code(new.orelse) \
+            and _pure(new.test):
+        return _arm(new, new.body)
+    return _constant_arm(new)
+
+
+def _constant_arm(new: cst.CSTNode) -> cst.CSTNode:
+    if type(new) is not cst.IfExp or constant(new.test) is None:
         return new
-    if new.lpar:
-        return new.body.with_changes(lpar=new.lpar, rpar=new.rpar)
-    return new.body
+    return _arm(new, new.body if constant(new.test) else new.orelse)
+
+
+def _arm(new: cst.IfExp, arm: cst.BaseExpression) -> cst.BaseExpression:
+    if new.lpar and "\n" in _code(arm):  # the parentheses held the lines together
+        return arm.with_changes(lpar=new.lpar, rpar=new.rpar)
+    return arm
+
+
+def constant(test: cst.BaseExpression) -> bool | None:
+    """The truth of a test that reads nothing (`"neuron" == "neuron"`, `True`, `not False`), or None."""
+    if isinstance(test, cst.Name) and test.value in ("True", "False"):
+        return test.value == "True"
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = constant(test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left, right = constant(test.left), constant(test.right)
+        if left is None or right is None:
+            return None
+        return (left and right) if isinstance(test.operator, cst.And) else (left or right)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+            and isinstance(test.comparisons[0].operator, (cst.Equal, cst.NotEqual)):
+        left, right = test.left, test.comparisons[0].comparator
+        if type(left) is cst.SimpleString and type(right) is cst.SimpleString:
+            same = left.evaluated_value == right.evaluated_value
+            return same if isinstance(test.comparisons[0].operator, cst.Equal) else not same
+    return None
 
 
 def _pure(test: cst.BaseExpression) -> bool:

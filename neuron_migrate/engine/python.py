@@ -23,7 +23,7 @@ import libcst as cst
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
-from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_identical_arms
+from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_dead_arms
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
@@ -303,7 +303,7 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     flags: they become torch_neuronx imports); raises where it cannot be made."""
     module, analysis = ctx.module, ctx.analysis
     made: set = set()  # the comment lines the edits write
-    collapse_identical_arms(edits, analysis.parents)
+    collapse_dead_arms(edits, analysis.parents)
     new_module = apply(module, edits, analysis.parents, made)
     after = Analysis(new_module, reuse=analysis)
     if edits and patches.may_patch(ctx.source.text, analysis):

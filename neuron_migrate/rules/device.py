@@ -500,7 +500,10 @@ class XlaDeviceType(Rule):
             return  # TPU, or a name computed at run time: NM199
         native = ctx.string(NATIVE_TYPES[value])
         operator = "==" if isinstance(node.comparisons[0].operator, cst.Equal) else "!="
-        device_type = "<device>.type" if portable(ctx) else ctx.string("neuron")  # for the message: defines nothing
-        if ctx.report("NM248", call, call=short(node), fixed=f"{device_type} {operator} {native}"):
+        if portable(ctx):
+            fixed = f"<device>.type {operator} {native}"
+        else:  # a constant: the edits keep the arm it picks (edits.collapse_dead_arms)
+            fixed = str((NATIVE_TYPES[value] == "neuron") == (operator == "=="))
+        if ctx.report("NM248", call, call=short(node), fixed=fixed):
             ctx.replace(call, expression(target(ctx).device_type()))
             ctx.replace(name, expression(native))
