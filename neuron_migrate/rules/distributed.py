@@ -190,6 +190,7 @@ class ProcessGroup(Rule):
         # torch_xla's rendezvous worked in a plain `python train.py` too; env:// needs torchrun's variables, so
         # one process started without them gets a group of its own (an in-memory store, rank 0 of 1)
         alone = method is not None and method.value in wrong and is_statement(ctx, node) \
+            and not started_by_torchrun(ctx, node) \
             and not has_star(node) and all(a.keyword is None or a.keyword.value not in ("rank", "world_size", "store")
                                            for a in node.args)
         if alone:
@@ -405,6 +406,15 @@ class Spawn(Rule):
                     self._cover(branch, widen)
                 return
             d, group = dist(ctx), target(ctx)
+            if made is None and started_by_torchrun(ctx, ctx.current.statement) is False:
+                # the arm a plain `python train.py` takes (torchrun's runs take the other): one process, on the
+                # first device; a group of one process only where the file builds what needs one
+                if needs:
+                    backend = f"backend={group.process_group_backend()}"
+                    ctx.insert_before(ctx.current.statement, f"{d}.init_process_group({backend}, "
+                                                             f"store={d}.HashStore(), rank=0, world_size=1)\n")
+                    ctx.insert_after(ctx.current.statement, f"{d}.destroy_process_group()\n")
+                return
             setup = "" if pinned_cores(ctx) else group.select_device_statement(index)
             if made is None:
                 others = "init_process_group" in ctx.source.text  # another path may have made it already
@@ -594,6 +604,59 @@ def _under_test(parents: dict, node: cst.CSTNode, test: str) -> bool:
             return True
         child, parent = parent, parents.get(parent)
     return False
+
+
+# The variables torchrun sets in every process it starts (and a plain `python train.py` does not)
+TORCHRUN_VARIABLES = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                "TORCHELASTIC_RUN_ID"})
+
+
+def started_by_torchrun(ctx, node: cst.CSTNode) -> bool | None:
+    """Whether the `if` tests around `node` say torchrun started the process: True in the body of an `if` that
+    requires one of TORCHRUN_VARIABLES (`if os.environ.get("WORLD_SIZE"):`, `if "RANK" in os.environ:`), False
+    in its `else`; None where no test says (or the program sets those variables itself)."""
+    from neuron_migrate.rules.processes import SETS_RANKS
+
+    if SETS_RANKS.search(ctx.source.text):
+        return None
+    parents = ctx.analysis.parents
+    child, parent = node, parents.get(node)
+    while parent is not None:
+        if type(parent) is cst.If and _requires_torchrun(ctx, parent.test):
+            if parent.body is child:
+                return True
+            if type(parent.orelse) is cst.Else and parent.orelse is child:
+                return False
+        child, parent = parent, parents.get(parent)
+    return None
+
+
+def _requires_torchrun(ctx, test: cst.BaseExpression) -> bool:
+    """`test` holds only where torchrun's variables are set: `os.environ.get(V)` / `os.getenv(V)`, `V in
+    os.environ`, `os.environ.get(V) is not None`, `int(os.environ.get("WORLD_SIZE", ...)) > 1`, or an `and`
+    with one of them."""
+    if type(test) is cst.BooleanOperation and type(test.operator) is cst.And:
+        return _requires_torchrun(ctx, test.left) or _requires_torchrun(ctx, test.right)
+    if type(test) is cst.Call:
+        return _environ_read(ctx, test, default_ok=False)
+    if type(test) is not cst.Comparison or len(test.comparisons) != 1:
+        return False
+    left, op, right = test.left, test.comparisons[0].operator, test.comparisons[0].comparator
+    if type(op) is cst.In:
+        return string_value(left) in TORCHRUN_VARIABLES and ctx.qualname(right) == "os.environ"
+    if type(op) is cst.IsNot:
+        return type(left) is cst.Call and _environ_read(ctx, left, default_ok=False) and code(right) == "None"
+    if type(op) is cst.GreaterThan and code(right) == "1" and type(left) is cst.Call and len(left.args) == 1 \
+            and ctx.qualname(left.func) == "int" and type(left.args[0].value) is cst.Call:
+        return _environ_read(ctx, left.args[0].value, default_ok=True, names=("WORLD_SIZE", "LOCAL_WORLD_SIZE"))
+    return False
+
+
+def _environ_read(ctx, call: cst.Call, default_ok: bool, names=TORCHRUN_VARIABLES) -> bool:
+    """`os.environ.get(V)` or `os.getenv(V)` of one of `names` (with a default only where `default_ok`)."""
+    if ctx.qualname(call.func) not in ("os.environ.get", "os.getenv") or not call.args:
+        return False
+    return string_value(call.args[0].value) in names and (len(call.args) == 1 or default_ok and len(call.args) == 2)
 
 
 def either(test: cst.BaseExpression) -> str:
