@@ -385,10 +385,14 @@ class Spawn(Rule):
         if method is not None:
             reasons.append(f"picks a start method (`{code(method.value)}`): torchrun starts every process afresh, so "
                            f"the code before this call runs in each of them")
-        if reasons:
-            ctx.report("NM242", node, call=short(node), reason="; ".join(reasons), fixed=direct(node),
-                       torchrun=f"torchrun --nproc_per_node={procs} <script>")
+
+        def launcher() -> None:
+            if reasons:
+                ctx.report("NM242", node, call=short(node), reason="; ".join(reasons), fixed=direct(node),
+                           torchrun=f"torchrun --nproc_per_node={procs} <script>")
+
         if not defined or not is_statement(ctx, node):
+            launcher()
             return  # the launcher stays as it is, marked; an expression: left to NM199
         made, init = self._makes_process_group(fn.value)
         branch, widen = self._uncovered(init) if made == "xla" else (None, False)
@@ -397,7 +401,12 @@ class Spawn(Rule):
             f"when torchrun started several processes too (the collectives need it)"
         if needs:
             note = f"; a process group is made for one process too (`{needs}` needs one)"
-        if ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs, note=note):
+        fixed = ctx.report("NM202", node, call=short(node), fixed=direct(node), nprocs=procs, note=note)
+        if not fixed or method is not None:
+            # a count the program computes says nothing more once the direct call is written: NM202's message
+            # names torchrun's `--nproc_per_node`, and a marker would speak of a launch that is gone
+            launcher()
+        if fixed:
             ctx.replace(node, lambda new: expression(direct(new)))
             if made == "xla":
                 # the spawned function makes its group, and NM201 binds the device there; where only some paths
