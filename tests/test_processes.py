@@ -101,6 +101,24 @@ def test_a_program_that_may_run_as_several_processes(tmp_path, change):
     assert not single_process_form(out)
 
 
+@pytest.mark.parametrize("where, importer, several", [
+    ("variants", "from train import main\nimport torch.distributed as dist\n\ndist.init_process_group('gloo')\n", True),
+    (".", "import train\nimport torch_xla.distributed.xla_multiprocessing as xmp\n\nxmp.spawn(train.main)\n", True),
+    ("variants", "from train import main\n\nmain(None)\n", False),  # a one-process variant
+    ("variants", "from trainer import main\nimport torch.distributed\n", False),  # another module
+], ids=["subfolder-group", "beside-spawn", "one-process-variant", "other-module"])
+def test_a_module_a_multi_process_variant_imports(tmp_path, where, importer, several):
+    """A base script that a multi-process variant imports (examples/eager/ extends examples/train_base.py) runs
+    in that variant's processes: `master_print` keeps its rank guard there."""
+    (tmp_path / "model.py").write_text(MODEL)
+    (tmp_path / where).mkdir(exist_ok=True)
+    (tmp_path / where / "variant.py").write_text(importer)
+    out, files_read = rewrite(tmp_path)
+    assert single_process_form(out) is not several, out
+    assert ('if RANK == 0:\n            print("loss", loss.item())' in out) is several
+    assert str(tmp_path / where / "variant.py") in {str(p) for p in map(type(tmp_path), files_read)}
+
+
 def test_ranks_are_read_once_per_module(tmp_path):
     """Several sites share the module's names; each rewritten call stays about as long as the original."""
     text = PROGRAM.replace('if __name__ == "__main__":', "if True:").replace(

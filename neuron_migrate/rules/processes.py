@@ -53,7 +53,8 @@ def single_process(ctx) -> bool:
     """The program this file is cannot run as several processes: it is a program's entry (a `__main__` block,
     or a notebook), neither it nor a local module it imports says a word of several processes, and no file
     beside it (or in the folder above) starts it with a launcher of several processes. The files read for the
-    decision go into the result's `files_read`, so the cache sees their changes."""
+    decision go into the result's `files_read`, so the cache sees their changes. A file of the folder (or of a
+    folder right below it) that imports this one and speaks of several processes makes it one of them too."""
     text = ctx.source.text
     if SEVERAL.search(text):
         return False
@@ -65,6 +66,8 @@ def single_process(ctx) -> bool:
         other = _read(ctx, os.path.join(folder, f"{name}.py"))
         if other is not None and SEVERAL.search(other):
             return False
+    if _imported_by_several(ctx, folder, os.path.basename(path)[:-len(".py")]):
+        return False
     script = os.path.basename(path)
     for place in (folder, os.path.dirname(folder)):
         try:
@@ -77,6 +80,33 @@ def single_process(ctx) -> bool:
                 if other is not None and script in other and _launches(other, script):
                     return False
     return True
+
+
+def _imported_by_several(ctx, folder: str, stem: str) -> bool:
+    """A Python file of `folder` or of a folder right below it imports the module `stem` (a base class a
+    multi-process variant extends: `from train_base import Trainer`) and says a word of several processes: the
+    module's code runs in that program's processes too."""
+    if not stem.isidentifier():
+        return False
+    imports = re.compile(rf"(?m)^[ \t]*(?:from[ \t]+{stem}[ \t]+import\b|import[ \t]+{stem}\b)")
+    places = [folder]
+    try:
+        places += sorted(entry.path for entry in os.scandir(folder) if entry.is_dir() and not entry.name.startswith("."))
+    except OSError:
+        return False
+    for place in places:
+        try:
+            names = sorted(name for name in os.listdir(place) if name.endswith(".py"))
+        except OSError:
+            continue
+        for name in names:
+            other = os.path.join(place, name)
+            if other == os.path.abspath(ctx.path):
+                continue
+            text = _read(ctx, other)
+            if text is not None and imports.search(text) and SEVERAL.search(text):
+                return True
+    return False
 
 
 def _launches(text: str, script: str) -> bool:
