@@ -216,7 +216,11 @@ class ProcessGroup(Rule):
             binding = group.select_device_statement(local_rank(ctx)) if bind and not pinned else ""
             start = _block_start(ctx.current)
             at_exit = ""
-            if bind and is_statement(ctx, node):
+            closing = _closing_barrier(ctx, ctx.current.statement) if bind and is_statement(ctx, node) else None
+            if closing is not None:
+                # the program ends with its own barrier: the group goes after it, on a normal return only
+                ctx.insert_after(closing, f"{dist(ctx)}.destroy_process_group()\n")
+            elif bind and is_statement(ctx, node):
                 at_exit = destroy_at_exit(ctx)
             if alone:
                 first = binding if start is ctx.current.statement else ""
@@ -277,6 +281,54 @@ def destroy_at_exit(ctx) -> str:
     return (f"{ctx.module_ref('atexit')}.register(lambda: {d}.is_initialized() and not hasattr("
             f"{ctx.module_ref('sys')}, {ctx.string('last_value')}) and ({d}.barrier(), {d}.destroy_process_group()))")
 
+
+
+def _closing_barrier(ctx, statement: cst.CSTNode) -> cst.CSTNode | None:
+    """The statement after `statement` with which the program ends on its own barrier, or None: the last of
+    `statement`'s block, a call of a function the file defines whose last statement is `xm.rendezvous(...)` or
+    `dist.barrier()` (`_mp_fn(0, args)`), with nothing after that block up to the module's end (the `if` / `else`
+    arms that hold it are the last statements of theirs). The group can go right after it: every rank has
+    finished its collectives there."""
+    parents = ctx.analysis.parents
+    block = parents.get(statement)
+    if type(block) is not cst.IndentedBlock or block.body[-1] is statement:
+        return None
+    last = block.body[-1]
+    call = last.body[0].value if type(last) is cst.SimpleStatementLine and len(last.body) == 1 \
+        and type(last.body[0]) is cst.Expr else None
+    if type(call) is not cst.Call or not _ends_on_barrier(ctx, call.func):
+        return None
+    node = block
+    while True:
+        owner_node = parents.get(node)
+        if type(owner_node) is cst.Else:
+            owner_node = parents.get(owner_node)
+        if type(owner_node) is not cst.If:
+            return None
+        while type(parents.get(owner_node)) is cst.If:  # an `elif`: its `if`
+            owner_node = parents.get(owner_node)
+        outer = parents.get(owner_node)
+        if outer is ctx.module:
+            return last if ctx.module.body[-1] is owner_node else None
+        if type(outer) is not cst.IndentedBlock or outer.body[-1] is not owner_node:
+            return None
+        node = outer
+
+
+def _ends_on_barrier(ctx, fn: cst.BaseExpression) -> bool:
+    """`fn` names a function the file defines once whose last statement is `xm.rendezvous(...)` or
+    `dist.barrier()`: when it returns, every rank has finished its collectives."""
+    if type(fn) is not cst.Name:
+        return False
+    owner = ctx.analysis.lookup(fn.value, ctx.scope)
+    defs = [b.node for b in owner.bindings[fn.value]] if owner is not None else []
+    if len(defs) != 1 or type(defs[0]) is not cst.FunctionDef or type(defs[0].body) is not cst.IndentedBlock:
+        return False
+    end = defs[0].body.body[-1]
+    call = end.body[0].value if type(end) is cst.SimpleStatementLine and len(end.body) == 1 \
+        and type(end.body[0]) is cst.Expr else None
+    scope = next((sc for sc in ctx.analysis.scopes if sc.node is defs[0]), ctx.scope)  # its own imports count
+    return type(call) is cst.Call and ctx.qualname(call.func, scope) in RENDEZVOUS | {"torch.distributed.barrier"}
 
 
 def _block_start(occ) -> cst.CSTNode:
@@ -441,9 +493,11 @@ class Spawn(Rule):
                     test = several_processes(ctx) + (f" and not {d}.is_initialized()" if others else "")
                     setup += f"if {test}:\n    {torchrun}\n"
                 # the group this rewrite makes is destroyed when the function returns (not when it raises), after
-                # the barrier that lets every rank finish its last collectives first (see destroy_at_exit)
+                # the barrier that lets every rank finish its last collectives first (see destroy_at_exit): the
+                # function's own, where it ends on one
+                barrier = "" if _ends_on_barrier(ctx, fn.value) else f"    {d}.barrier()\n"
                 ctx.insert_after(ctx.current.statement,
-                                 f"if {d}.is_initialized():\n    {d}.barrier()\n    {d}.destroy_process_group()\n")
+                                 f"if {d}.is_initialized():\n{barrier}    {d}.destroy_process_group()\n")
                 writes = self._downloads_before(ctx.current.statement)
                 if writes:
                     # code that ran once in the spawning parent (a dataset download) now runs in every process
