@@ -101,7 +101,9 @@ class MasterPrint(Rule):
                 if extra:
                     ctx.insert_after(ctx.current.statement, "".join(f"{x}\n" for x in extra))
             return
-        if any(_runs_collective(ctx, a.value) for a in node.args if a not in (fd, finalizer, flush)) \
+        # the metrics report printed alone reads this process's figures (NM245 prints the native ones): no hoist
+        if prints_only(ctx, node) is None \
+                and any(_runs_collective(ctx, a.value) for a in node.args if a not in (fd, finalizer, flush)) \
                 and isinstance(ctx.current.small, cst.Expr) and not under_rank_zero(ctx, ctx.current.statement):
             self._hoisted(node, build, condition, extra)
             return
