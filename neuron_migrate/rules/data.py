@@ -140,6 +140,7 @@ class DeviceLoaders(Rule):
                 continue
             ctx.replace(found.node, _loader_of)
             self._handled(found)
+            self._drop_alias(found)
             device = self._device_code(found)
             for loop in loops:
                 if _moves_batch(loop.node.body, _batch(loop)):
@@ -147,6 +148,44 @@ class DeviceLoaders(Rule):
                 ctx.current = loop.occ
                 ctx.insert_before(loop.node.body.body[0], self._move(_batch(loop), device) + "\n")
         ctx.current = None
+
+    def _drop_alias(self, found: DeviceLoader) -> None:
+        """`device_loader = pl.MpDeviceLoader(loader, device)` would leave `device_loader = loader`, a second
+        name for the loader: where the statement stands in a function's (or the module's) own block, the name is
+        bound there once and read only there, and `loader` is a name that block binds only in statements before
+        it, the reads take `loader` and the statement goes."""
+        ctx = self.ctx
+        small, occ = found.occ.small, found.occ
+        if not isinstance(small, cst.Assign) or small.value is not found.node or len(small.targets) != 1 \
+                or not isinstance(alias := small.targets[0].target, cst.Name) \
+                or not isinstance(original := found.loader, cst.Name) or found.node.args[0].value is not original:
+            return
+        scope, block = occ.scope, occ.block
+        owner = ctx.analysis.lookup(alias.value, scope)
+        if owner is not scope or len(scope.bindings.get(alias.value, ())) != 1 \
+                or ctx.analysis.lookup(original.value, scope) is not scope or len(occ.statement.body) != 1 \
+                or block is not getattr(scope.node, "body", None) and block is not scope.node:
+            return
+        body = list(block.body)
+        where = body.index(occ.statement)
+        for binding in scope.bindings[original.value]:
+            top = _top_statement(ctx, binding.node, block)
+            if top is None or body.index(top) >= where:
+                return  # bound again after the alias (or out of sight): the two names differ there
+        reads = []
+        for read_occ, node in self.reads:
+            if node.value != alias.value or node is alias:
+                continue
+            parent = read_occ.parent
+            if isinstance(parent, cst.Attribute) and parent.attr is node \
+                    or isinstance(parent, cst.Arg) and parent.keyword is node:
+                continue  # `x.device_loader`, `f(device_loader=...)`: another name
+            if read_occ.scope is not scope:
+                return  # read in a nested function or class: left as written
+            reads.append(node)
+        ctx.remove(small)
+        for node in reads:
+            ctx.replace(node, cst.Name(original.value))
 
     def _kept(self, found: DeviceLoader) -> bool:
         """NM247: a device loader whose loops are out of sight but that is only ever iterated: kept on an object
@@ -442,6 +481,14 @@ def _stand_in(call: cst.Call, name: str) -> cst.Call:
     args = [first, device.with_changes(comma=cst.MaybeSentinel.DEFAULT)]
     spacing = {"whitespace_before_args": cst.SimpleWhitespace("")} if dropped else {}
     return call.with_changes(func=cst.Name(name), args=args, **spacing)
+
+
+def _top_statement(ctx, node: cst.CSTNode | None, block: cst.CSTNode) -> cst.CSTNode | None:
+    """The statement of `block` that holds `node`, or None."""
+    parents = ctx.analysis.parents
+    while node is not None and parents.get(node) is not block:
+        node = parents.get(node)
+    return node
 
 
 def _loader_of(call: cst.Call) -> cst.BaseExpression:
