@@ -4,10 +4,10 @@ Rules never transform trees themselves: they say "replace this node", "remove th
 these statements after that one", "put this marker above that statement". The Applier carries them out
 bottom-up, so an outer replacement sees the inner ones already made, and keeps what nobody asked to change:
 comments above a removed statement move to the next statement (unless they stood right above it and a blank
-line parts it from the next one: they headed what is gone), the comments on and inside it go with it where
-nothing takes its place and stay as lines of their own above what does (`removed_comments`), a block left empty
-gets `pass`. A comment line the edits put
-right below an import (a marker, a kept comment) is set off from it by a blank line where isort and ruff want one
+line parts it from the next one, or they speak of XLA or of a function it called: they headed what is gone),
+the comments on and inside it go with it where nothing takes its place and stay as lines of their own above what
+does (`removed_comments`), a block left empty gets `pass`, and a test the edits make a constant keeps only the
+arm that runs (`collapse_dead_arms`). A comment line the edits put right below an import (a marker, a kept comment) is set off from it by a blank line where isort and ruff want one
 (`_set_off`).
 """
 
@@ -270,7 +270,7 @@ class Applier:
         segments: list[list[cst.EmptyLine]] = []  # the lines above each removed statement of the run
         for stmt in body:
             if stmt in self._dropped:
-                lines = without_xla_comments(list(stmt.leading_lines))
+                lines = without_xla_comments(list(stmt.leading_lines), _called_words(stmt))
                 segments.append(lines)
                 carried.extend(lines)
                 dropped_before = True
@@ -403,16 +403,45 @@ def _talks_of_xla(comment: cst.Comment | None) -> bool:
         and XLA_TALK.search(comment.value) is not None
 
 
-def without_xla_comments(lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
+def without_xla_comments(lines: list[cst.EmptyLine], subject: frozenset[str] = frozenset()) -> list[cst.EmptyLine]:
     """The lines above a statement the rewrite changed or removed, less the comment block right above it (no
-    blank line between) where every line of it speaks of XLA: it described the XLA code. A block that also says
-    something else stays whole (cut, its other lines would lose their sense); markers and pragmas always stay."""
+    blank line between) where every line of it speaks of XLA, or of the `subject` of a statement removed (a word
+    of a function it called: `# cache init must happen here` above `xr.initialize_cache(...)`): it described the
+    code that is gone. A block that also says something else stays whole (cut, its other lines would lose their
+    sense); markers and pragmas always stay."""
     cut = len(lines)
-    while cut and lines[cut - 1].comment is not None and _talks_of_xla(lines[cut - 1].comment):
+    while cut and lines[cut - 1].comment is not None and (_talks_of_xla(lines[cut - 1].comment) or _talks_of(
+            lines[cut - 1].comment, subject)):
         cut -= 1
     if cut == len(lines) or (cut and lines[cut - 1].comment is not None):
         return lines
     return lines[:cut]
+
+
+_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _talks_of(comment: cst.Comment, subject: frozenset[str]) -> bool:
+    return bool(subject) and not marker_code(comment.value) and not PRAGMA.match(comment.value) \
+        and any(word.lower() in subject for word in _WORD.findall(comment.value))
+
+
+def _called_words(statement: cst.CSTNode) -> frozenset[str]:
+    """The words (four letters or more) of the names of the functions a statement calls (`initialize`, `cache`
+    for `xr.initialize_cache(...)`); none for a compound statement."""
+    if not isinstance(statement, cst.SimpleStatementLine):
+        return frozenset()
+    words: set[str] = set()
+    stack: list[cst.CSTNode] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            func = node.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(
+                func, cst.Name) else ""
+            words.update(w.lower() for w in name.split("_") if len(w) >= 4)
+        stack.extend(children(node))
+    return frozenset(words)
 
 
 def _without_stale_comments(original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
