@@ -218,8 +218,11 @@ class ProcessGroup(Rule):
             at_exit = ""
             closing = _closing_barrier(ctx, ctx.current.statement) if bind and is_statement(ctx, node) else None
             if closing is not None:
-                # the program ends with its own barrier: the group goes after it, on a normal return only
-                ctx.insert_after(closing, f"{dist(ctx)}.destroy_process_group()\n")
+                # the program ends with its own barrier: the group goes after it, on a normal return only (once,
+                # where several arms make the group before that call)
+                destroy = f"{dist(ctx)}.destroy_process_group()"
+                if not any(code(s).strip() == destroy for s in ctx.edits.after.get(closing, ())):
+                    ctx.insert_after(closing, destroy + "\n")
             elif bind and is_statement(ctx, node):
                 at_exit = destroy_at_exit(ctx)
             if alone:
@@ -284,35 +287,36 @@ def destroy_at_exit(ctx) -> str:
 
 
 def _closing_barrier(ctx, statement: cst.CSTNode) -> cst.CSTNode | None:
-    """The statement after `statement` with which the program ends on its own barrier, or None: the last of
-    `statement`'s block, a call of a function the file defines whose last statement is `xm.rendezvous(...)` or
-    `dist.barrier()` (`_mp_fn(0, args)`), with nothing after that block up to the module's end (the `if` / `else`
-    arms that hold it are the last statements of theirs). The group can go right after it: every rank has
-    finished its collectives there."""
+    """The statement with which the program ends on its own barrier once `statement` has run, or None: all
+    that runs after `statement` up to the module's end (the rest of its block, then of the blocks of the `if` /
+    `else` arms that hold it) is one call of a function the file defines whose last statement is
+    `xm.rendezvous(...)` or `dist.barrier()` (`_mp_fn(0, args)`). The group can go right after it: every rank
+    has finished its collectives there."""
     parents = ctx.analysis.parents
-    block = parents.get(statement)
-    if type(block) is not cst.IndentedBlock or block.body[-1] is statement:
+    rest: list[cst.CSTNode] = []
+    node = statement
+    while True:
+        block = parents.get(node)
+        if type(block) not in (cst.IndentedBlock, cst.Module):
+            return None
+        body = list(block.body)
+        rest += body[body.index(node) + 1:]
+        if block is ctx.module:
+            break
+        owner = parents.get(block)
+        if type(owner) is cst.Else:
+            owner = parents.get(owner)
+        if type(owner) is not cst.If:
+            return None
+        while type(parents.get(owner)) is cst.If:  # an `elif`: its `if`
+            owner = parents.get(owner)
+        node = owner
+    if len(rest) != 1:
         return None
-    last = block.body[-1]
+    last = rest[0]
     call = last.body[0].value if type(last) is cst.SimpleStatementLine and len(last.body) == 1 \
         and type(last.body[0]) is cst.Expr else None
-    if type(call) is not cst.Call or not _ends_on_barrier(ctx, call.func):
-        return None
-    node = block
-    while True:
-        owner_node = parents.get(node)
-        if type(owner_node) is cst.Else:
-            owner_node = parents.get(owner_node)
-        if type(owner_node) is not cst.If:
-            return None
-        while type(parents.get(owner_node)) is cst.If:  # an `elif`: its `if`
-            owner_node = parents.get(owner_node)
-        outer = parents.get(owner_node)
-        if outer is ctx.module:
-            return last if ctx.module.body[-1] is owner_node else None
-        if type(outer) is not cst.IndentedBlock or outer.body[-1] is not owner_node:
-            return None
-        node = outer
+    return last if type(call) is cst.Call and _ends_on_barrier(ctx, call.func) else None
 
 
 def _ends_on_barrier(ctx, fn: cst.BaseExpression) -> bool:
