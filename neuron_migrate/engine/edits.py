@@ -175,7 +175,7 @@ class Applier:
                 updated = _without_stale_comments(original, updated)
         if isinstance(updated, cst.If) and updated.body in self._emptied and (updated.orelse is None or (
                 type(updated.orelse) is cst.Else and updated.orelse.body in self._emptied)) \
-                and _pure(updated.test) and not edits.markers.get(original):
+                and pure(updated.test) and not edits.markers.get(original):
             dropped = True  # `if args.eager: pass` (`else: pass`) says nothing: the test reads names, calls nothing
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
@@ -602,7 +602,7 @@ def collapse_dead_arms(edits: EditSet, parents: Mapping[cst.CSTNode, cst.CSTNode
                 edits.fold.add(node)
         else:
             differ = _code(node.body) != _code(node.orelse)  # arms that were the same already stay so
-            if (differ and _pure(node.test)) or constant(node.test) is None:
+            if (differ and pure(node.test)) or constant(node.test) is None:
                 edits.add_replace(node, _one_arm if differ else _constant_arm)
 
 
@@ -615,7 +615,7 @@ def _truth(new: cst.CSTNode) -> cst.CSTNode:
 def _one_arm(new: cst.CSTNode) -> cst.CSTNode:
     """The arm of an `a if test else b` the edits made constant or made the same with a test that reads only."""
     if type(new) is cst.IfExp and constant(new.test) is None and _code(new.body) == _code(new.orelse) \
-            and _pure(new.test):
+            and pure(new.test):
         return _arm(new, new.body)
     return _constant_arm(new)
 
@@ -653,19 +653,19 @@ def constant(test: cst.BaseExpression) -> bool | None:
     return None
 
 
-def _pure(test: cst.BaseExpression) -> bool:
+def pure(test: cst.BaseExpression) -> bool:
     """`test` only reads names and attributes and compares or combines them (no call, no subscript): dropping it
     changes nothing the program does."""
     if isinstance(test, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
         return True
     if isinstance(test, cst.Attribute):
-        return _pure(test.value)
+        return pure(test.value)
     if isinstance(test, cst.UnaryOperation):
-        return _pure(test.expression)
+        return pure(test.expression)
     if isinstance(test, (cst.BooleanOperation, cst.BinaryOperation)):
-        return _pure(test.left) and _pure(test.right)
+        return pure(test.left) and pure(test.right)
     if isinstance(test, cst.Comparison):
-        return _pure(test.left) and all(_pure(c.comparator) for c in test.comparisons)
+        return pure(test.left) and all(pure(c.comparator) for c in test.comparisons)
     return False
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.engine.edits import pure
 from neuron_migrate.engine.facts import fact
 from neuron_migrate.engine.names import dotted, dotted_str
 from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, has_star, respell_device, short,
@@ -464,6 +465,7 @@ class Spawn(Rule):
             launcher()
         if fixed:
             ctx.replace(node, lambda new: expression(direct(new)))
+            self._drop_count(node)
             if made == "xla":
                 # the spawned function makes its group, and NM201 binds the device there; where only some paths
                 # make it, torchrun's several processes make it too
@@ -511,6 +513,29 @@ class Spawn(Rule):
                     ctx.insert_after(writes[-1], f"if {index} == 0 and {several}:\n    {d}.barrier()\n")
                     return
             ctx.insert_before(ctx.current.statement, setup)
+
+    def _drop_count(self, node: cst.Call) -> None:
+        """The process count the direct call no longer takes (`debug_single_process = FLAGS.num_cores == 1`
+        before `torch_xla.launch(..., debug_single_process=debug_single_process)`): its assignment goes where it
+        stands in the spawn's block, computes it from names only, and nothing else reads or binds the name."""
+        ctx = self.ctx
+        given = arg(node, 2, "nprocs") if ctx.qualname(node.func) in SPAWN else arg(node, 3, "debug_single_process")
+        if given is None or type(given.value) is not cst.Name:
+            return
+        name = given.value.value
+        owner = ctx.analysis.lookup(name, ctx.scope)
+        if owner is None or sum(scope.reads.get(name, 0) for scope in ctx.analysis.scopes) != 1 \
+                or sum(len(scope.bindings.get(name, ())) for scope in ctx.analysis.scopes) != 1:
+            return
+        binding = owner.bindings[name][0]
+        target = ctx.analysis.parents.get(binding.node)  # the Name's AssignTarget
+        small = ctx.analysis.parents.get(target)
+        line = ctx.analysis.parents.get(small)
+        if binding.kind != "assign" or type(small) is not cst.Assign or len(small.targets) != 1 \
+                or type(line) is not cst.SimpleStatementLine or len(line.body) != 1 \
+                or ctx.analysis.parents.get(line) is not ctx.current.block or not pure(small.value):
+            return
+        ctx.remove(small)
 
     def _downloads_before(self, statement: cst.CSTNode) -> list[cst.CSTNode]:
         """The statements that run before the spawn `statement` in the program and write files every process
