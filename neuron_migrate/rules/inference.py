@@ -661,7 +661,7 @@ class NeuronLibrary(Rule):
         names = " and ".join(f"`{n}`" for n in served)
         verb = "exports and compiles" if len(served) == 1 else "export and compile"
         if release.xla_inference_maintained(ctx.settings):
-            ctx.report("NM510", node, call=names, what=f"{verb} models for the XLA-based stack with optimum-neuron",
+            ctx.report("NM510", node, call="` and `".join(served), what=f"{verb} models for the XLA-based stack with optimum-neuron",
                        **maintained_fields(ctx.settings))
             return
         routes = [optimum_route(n) for n in served]
@@ -691,6 +691,11 @@ def plain_class(name: str) -> str | None:
     if name.endswith("Pipeline"):
         return "diffusers." + name[len("Neuron"):]
     return None
+
+
+def export_task_class(task: str) -> str | None:
+    """The optimum-neuron class of an `optimum-cli export neuron --task` (`text-generation`: NeuronModelForCausalLM)."""
+    return _optimum_table()["tasks"].get(task)
 
 
 OPTIMUM_ENDED = "XLA inference ended"
