@@ -364,7 +364,8 @@ def _launch_lines(path: str, cells: list[Cell], settings: Settings, rewrite: boo
                 # the markers go above the command, which keeps its continuation lines (`!cmd \` + `  --flag`)
                 count = len(lines_of(magic.text))
                 markers, command = new[:-count], "".join(new[-count:]).rstrip("\n")
-                magic.replacement = "".join(f"{m.rstrip(chr(10))}\n{' ' * magic.indent}" for m in markers) + "!" + command
+                # at the line's indentation (a `! cmd` line's blank after `!` is the command's, not the marker's)
+                magic.replacement = "".join(f"{m.strip()}\n{' ' * magic.indent}" for m in markers) + "!" + command
 
 
 def _comments_above(cell: Cell, magic: Magic) -> list[str]:

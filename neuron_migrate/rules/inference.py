@@ -635,7 +635,7 @@ class NeuronLibrary(Rule):
         if hint is not None and module.startswith("optimum.neuron") and isinstance(node, cst.ImportFrom) \
                 and not isinstance(node.names, cst.ImportStar):
             names = [dotted_str(a.name) or "" for a in node.names]
-            served = [n for n in names if optimum_inference_class(n)]
+            served = [n for n in names if optimum_inference_class(n, module)]
             if served:
                 self._optimum_inference(node, served)
                 self.ctx.handled.add(node)
@@ -675,9 +675,13 @@ def _optimum_table() -> dict:
     return load_data("inference.toml")["optimum_inference"]
 
 
-def optimum_inference_class(name: str) -> bool:
-    """Whether `name` is one of optimum-neuron's inference classes (`NeuronModelForCausalLM`, `NeuronFluxPipeline`)."""
-    return name.startswith(tuple(_optimum_table()["prefixes"]))
+def optimum_inference_class(name: str, module: str = "optimum.neuron") -> bool:
+    """Whether `name`, imported from `module`, is one of optimum-neuron's inference classes
+    (`NeuronModelForCausalLM`, `NeuronFluxPipeline`); its training models (`optimum.neuron.models.training`'s
+    `NeuronModelForCausalLM`, fine-tuned with its trainer) are not."""
+    table = _optimum_table()
+    training = any(module == m or module.startswith(m + ".") for m in table["training_modules"])
+    return not training and name.startswith(tuple(table["prefixes"]))
 
 
 def plain_class(name: str) -> str | None:
