@@ -1,4 +1,5 @@
-"""The sharded fixture programs (tests/data/verify/sharded/: torch_xla FSDP, torch_xla ZeRO-1, an NxD tensor-parallel
+"""The sharded fixture programs (tests/data/verify/sharded/: torch_xla FSDP with a transformer policy (FSDP2) and
+with a size-based one chosen by a flag and checkpointed blocks (FSDP1), torch_xla ZeRO-1, an NxD tensor-parallel
 MLP) migrate with their sharding rewritten, and the migrations train alike at one and two processes.
 
 Each program is migrated with `--device-style accelerator` (its device is then the accelerator there is, the
@@ -27,6 +28,10 @@ torch = pytest.importorskip("torch")
 PROGRAMS = ROOT / "tests" / "data" / "verify" / "sharded"
 # program -> the rewrite its sharding needs (the code in the migration summary)
 CASES = {"fsdp": "NM231", "zero1": "NM232", "tp_mlp": "NM233"}
+# ... and those verify does not compare: its harness reads each model's state_dict() at exit, which FSDP1 gathers
+# with collectives the ranks no longer make then (the 1- and 2-process runs below compare them instead)
+UNVERIFIED = {"fsdp_size": "NM255"}
+MIGRATED = CASES | UNVERIFIED
 NUMBER = re.compile(r"-?\d+\.\d+")
 
 
@@ -67,13 +72,13 @@ def _run(program: Path, nproc: int, attempts: int = 4) -> list[str]:
 @pytest.fixture(scope="module")
 def migrated(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sharded")
-    return {name: (folder / name / "train.py", _migrate(name, folder)) for name in CASES}
+    return {name: (folder / name / "train.py", _migrate(name, folder)) for name in MIGRATED}
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(MIGRATED))
 def test_the_sharding_is_rewritten_and_no_legacy_api_is_left(migrated, name):
     program, summary = migrated[name]
-    assert f"{CASES[name]} x1" in summary
+    assert f"{MIGRATED[name]} x1" in summary
     text = program.read_text()
     assert not re.search(r"^\s*(import|from) (torch_xla|neuronx_distributed)", text, re.M), text
     assert "TODO(neuron-migrate" not in text
@@ -81,7 +86,7 @@ def test_the_sharding_is_rewritten_and_no_legacy_api_is_left(migrated, name):
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without torch.distributed")
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(MIGRATED))
 @pytest.mark.slow  # torchrun at 1 and 2 processes per program
 def test_two_processes_train_like_one(migrated, name):
     program, _ = migrated[name]

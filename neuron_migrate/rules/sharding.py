@@ -295,6 +295,9 @@ class FullyShard(Rule):
         name = None
         if form == "assign" and isinstance(occ.small.targets[0].target, cst.Name):
             name = occ.small.targets[0].target.value
+        # what the model is read as after the wrap (`model`, `self.model`): FSDP reduces its gradients, and NM107 does
+        # not compile it (TorchNeuron compiles SimpleFSDP, not FSDP's hooks)
+        bound = dotted_str(occ.small.targets[0].target) if form == "assign" else None
         keywords, why = self._keywords(node, module)
         policy = self._policy(arg(node, None, "auto_wrap_policy"))
         why = why or policy.marked
@@ -306,6 +309,8 @@ class FullyShard(Rule):
                 self.fsdp1.append((occ, node, name, options, why))
                 if name is not None:
                     self.wrapped[(id(occ.scope), name)] = False  # FSDP1 wraps: `model.module` stays
+                if bound is not None:
+                    ctx.facts.fully_sharded.add(bound)
                 return
             ctx.report("NM230", node, call=short(node), fixed=f"{FSDP_HINT} ({why})", todo=TODO_FSDP)
             self.held = True
@@ -320,7 +325,8 @@ class FullyShard(Rule):
         self.moved = True
         if name is not None:
             self.wrapped[(id(occ.scope), name)] = True
-            ctx.facts.fully_sharded.add(name)
+        if bound is not None:
+            ctx.facts.fully_sharded.add(bound)
         given = arg(node, None, "auto_wrap_policy")
         for inner in _names_in(given.value) if given is not None else ():
             ctx.handled.add(inner)
@@ -428,8 +434,6 @@ class FullyShard(Rule):
             self.held = True
             return
         self.moved = True
-        if name is not None:
-            ctx.facts.fully_sharded.add(name)
         func = expression(f"{ctx.module_ref('torch.distributed.fsdp', 'fsdp')}.FullyShardedDataParallel")
         skip = FSDP_DROPPED | (FSDP1_MAPPED - {"auto_wrap_policy"})
         added = [cst.Arg(value=a.value, keyword=a.keyword, equal=a.equal)
@@ -438,13 +442,14 @@ class FullyShard(Rule):
         def build(old: cst.Call) -> cst.Call:
             kept = [a for a in old.args if a.keyword is None or a.keyword.value not in skip
                     and not (a.keyword.value == "auto_wrap_policy" and _literal(a.value) == "None")]
-            comma = next((a.comma for a in old.args if isinstance(a.comma, cst.Comma)),
-                         cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-            if len(old.args) > 1 and isinstance(old.args[-2].comma, cst.Comma):
-                comma = old.args[-2].comma  # the layout between the arguments, kept for the new ones
-            args = [*kept, *added]
-            last = old.args[-1].comma
-            args = [a.with_changes(comma=comma) for a in args[:-1]] + [args[-1].with_changes(comma=last)]
+            commas = [a.comma for a in old.args[:-1]]
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            if commas and all(isinstance(c, cst.Comma) and isinstance(c.whitespace_after, cst.ParenthesizedWhitespace)
+                              for c in commas):
+                comma = commas[-1]  # one argument a line: so are the new ones
+                kept = [a.with_changes(comma=comma) for a in kept]
+            args = [*kept[:-1], kept[-1].with_changes(comma=comma), *(a.with_changes(comma=comma) for a in added)]
+            args[-1] = args[-1].with_changes(comma=old.args[-1].comma)
             return old.with_changes(func=func, args=args)
         ctx.replace(node, build)
 
