@@ -125,3 +125,26 @@ def test_a_wrong_sharded_migration_does_not_verify(tmp_path):
                           cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert report["verdict"] != "equivalent"
+
+
+def test_the_keywords_fsdp1_is_given_are_its_own():
+    """Every keyword NM255 writes (its fixtures' outputs) is one FSDP1, MixedPrecision and ShardingStrategy take."""
+    import ast
+    import inspect
+
+    from torch.distributed import fsdp
+
+    takes = {"FullyShardedDataParallel": set(inspect.signature(fsdp.FullyShardedDataParallel.__init__).parameters),
+             "MixedPrecision": set(inspect.signature(fsdp.MixedPrecision).parameters)}
+    seen = set()
+    for expected in sorted((ROOT / "fixtures" / "NM255-xla-fsdp1").glob("*.expected.py")):
+        for node in ast.walk(ast.parse(expected.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "ShardingStrategy":
+                assert hasattr(fsdp.ShardingStrategy, node.attr), node.attr
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in takes:
+                for keyword in node.keywords:
+                    assert keyword.arg in takes[node.func.attr], (expected.name, node.func.attr, keyword.arg)
+                    seen.add(keyword.arg)
+    assert {"auto_wrap_policy", "device_id", "mixed_precision", "sharding_strategy", "use_orig_params",
+            "param_dtype", "reduce_dtype", "buffer_dtype"} <= seen

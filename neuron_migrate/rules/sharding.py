@@ -74,7 +74,7 @@ FSDP_DROPPED = frozenset({
 FSDP_MAPPED = frozenset({"reshard_after_forward", "compute_dtype", "fp32_reduce_scatter", "auto_wrap_policy"})
 # FSDP1 (`torch.distributed.fsdp.FullyShardedDataParallel`) takes a wrap policy as torch_xla's FSDP did, and the
 # buffers' dtype in its MixedPrecision: what FSDP2 cannot take, it can.
-FSDP1_MAPPED = FSDP_MAPPED | {"buffer_dtype"}
+FSDP1_MAPPED = FSDP_MAPPED | {"buffer_dtype", "flatten_parameters"}
 FSDP1_HINT = "FSDP1 `torch.distributed.fsdp.FullyShardedDataParallel(module, auto_wrap_policy=...)`, a wrap " \
              "policy moved to torch's of the same name"
 
@@ -391,6 +391,11 @@ class FullyShard(Rule):
             options.append(f"sharding_strategy={grad_op}" if value == "False" else
                            f"sharding_strategy=({fsdp}.ShardingStrategy.FULL_SHARD if {code(reshard.value)} "
                            f"else {grad_op})")
+        flatten = arg(node, None, "flatten_parameters")
+        value = _literal(flatten.value) if flatten is not None else "True"
+        if value != "True":  # the parameters as they were (their names, one group each): FSDP1 keeps them so
+            options.append("use_orig_params=True" if value == "False" else
+                           f"use_orig_params=not {paren(code(flatten.value))}")
         given = {k: arg(node, None, k) for k in ("compute_dtype", "fp32_reduce_scatter", "buffer_dtype")}
         dtypes = {k: (code(a.value) if a is not None and _literal(a.value) != "None" else None)
                   for k, a in given.items()}
