@@ -35,6 +35,7 @@ COVERED_ELSEWHERE = {
     "NM900": "the marker itself: every manual fixture's expected output carries one (tests/test_fixtures.py)",
     "NM901": "unused suppressions: tests/test_suppress.py",
     "NM240": "launch scripts: fixtures/NM241-launch-process-count and tests/test_launch.py",
+    "NM256": "a launch script and the options of the programs it starts: fixtures/projects/bf16_option",
     "NM510": "the inf2/trn1 note: fixtures/NM5xx-inference/serve_inf2.py with instance inf2 (test below)",
     "NM511": "accelerate config files: fixtures/accelerate_config/ (tests/test_huggingface.py)",
     "NM512": "accelerate config files: fixtures/accelerate_config/ (tests/test_huggingface.py)",

@@ -51,6 +51,11 @@ FINDINGS = {
     # another folder's script sets nothing)
     "bf16_reads": {"run_train.sh": {"NM403"}, "optim_utils.py": {"NM405"},
                    "train.py": {"NM101", "NM103", "NM107", "NM190"}},
+    # a launch script turns XLA_USE_BF16 on for a program whose own options (in its arguments module) include
+    # `--bf16`: the setting and its comment go, the launch line passes the option (NM256); the look-alike's program
+    # reads the switch itself, so its setting stays, marked (NM403)
+    "bf16_option": {"gpt/run_pretrain.sh": {"NM256"}, "gpt/pretrain.py": {"NM101", "NM103", "NM107", "NM190"},
+                    "gpt_env/run_pretrain.sh": {"NM403"}, "gpt_env/pretrain.py": {"NM101", "NM107", "NM190"}},
     "neuron_accelerate": {"default_config.yaml": {"NM511"},
                           "requirements.txt": {"NM602", "NM603", "NM604"}},
     "device_crossing": {"train.py": {"NM103", "NM117", "NM190"}, "utils.py": {"NM101", "NM190"}},
@@ -630,7 +635,8 @@ def test_infrastructure_beside_the_container_folder_names_the_instance(tmp_path)
 
 
 @pytest.mark.parametrize("name, text, expected", [
-    ("batch.yaml", "ComputeResources:\n  InstanceTypes:\n    - trn1.32xlarge\n", ("trn1", "batch.yaml:3", "trn1.32xlarge")),
+    ("batch.yaml", "ComputeResources:\n  InstanceTypes:\n    - trn1.32xlarge\n",
+     ("trn1", "batch.yaml:3", "trn1.32xlarge")),
     ("launch.sh", "aws ec2 run-instances --image-id ami-1 \\\n  --instance-type inf2.xlarge\n",
      ("inf2", "launch.sh:2", "inf2.xlarge")),
     ("nodes.yaml", "nodeSelector:\n  node.kubernetes.io/instance-type: trn1.32xlarge\n",
@@ -731,9 +737,54 @@ def test_loose_scripts_follow_the_readme_above_and_their_instance_setup_follows_
     write_results(result)
     userdata = (tmp_path / "infra" / "userdata.sh").read_text()
     if moves:
-        assert got["examples/train.py"][0] is None and "torch_xla" not in (tmp_path / "examples" / "train.py").read_text()
+        assert got["examples/train.py"][0] is None
+        assert "torch_xla" not in (tmp_path / "examples" / "train.py").read_text()
         assert userdata != USERDATA and "torch-neuronx==2." in userdata
     else:
         assert got["examples/train.py"][0] == "trn1" and got["examples/serve.py"][0] == "inf2"
         assert {f.code for f in result.findings if f.path.startswith(str(tmp_path / "examples"))} == {"NM521"}
         assert userdata == USERDATA and (tmp_path / "examples" / "train.py").read_text() == LOOSE_TRAIN
+
+
+BF16_TRAIN = ('import argparse\nimport os\n\nimport torch\nimport torch_xla.core.xla_model as xm\n\n'
+              'parser = argparse.ArgumentParser()\n'
+              'parser.add_argument("--bf16", action="store_true", help="bfloat16")\n'
+              'args = parser.parse_args()\n\n\nif __name__ == "__main__":\n    device = xm.xla_device()\n'
+              '    model = torch.nn.Linear(2, 2).to(device)\n    if args.bf16:\n        model = model.bfloat16()\n')
+BF16_RUN = ("#!/bin/bash\nset -e\n\n# Cast training to BF16 and enable stochastic rounding\nexport XLA_USE_BF16=1\n\n"
+            "torchrun --nproc_per_node 2 train.py \\\n    --epochs 2\n")
+
+
+@pytest.mark.parametrize("program, also, unsafe, passed", [
+    (BF16_TRAIN, "", True, True),
+    # a look-alike: the program has no bfloat16 option of its own
+    (BF16_TRAIN.replace('"--bf16"', '"--fp16"').replace("args.bf16", "args.fp16"), "", True, False),
+    # the program reads the switch itself: it decides with it, the setting stays (marked)
+    (BF16_TRAIN.replace("args.bf16", 'args.bf16 or os.environ.get("XLA_USE_BF16")'), "", True, False),
+    # the script also runs a program without the option
+    (BF16_TRAIN, "python eval.py\n", True, False),
+    # without --unsafe-fixes the setting stays: the option is mixed precision, not XLA_USE_BF16's all-bfloat16
+    (BF16_TRAIN, "", False, False),
+])
+def test_a_launch_scripts_bf16_switch_becomes_its_programs_option(tmp_path, program, also, unsafe, passed):
+    """`export XLA_USE_BF16=1` in a launch script whose programs all take `--bf16` (argparse) and all move: the
+    setting and the comment that described it go, and the launch line passes `--bf16` after the program (NM256,
+    an unsafe fix). Otherwise NM403 marks the setting."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text(program)
+    (tmp_path / "eval.py").write_text('import torch_xla.core.xla_model as xm\n\nif __name__ == "__main__":\n'
+                                      '    print(xm.xla_device())\n')
+    (tmp_path / "run.sh").write_text(BF16_RUN + also)
+    result = run([str(tmp_path)], Settings(unsafe_fixes=unsafe), rewrite=True, jobs=1)
+    assert not result.errors
+    write_results(result)
+    script = (tmp_path / "run.sh").read_text()
+    if passed:
+        assert script == "#!/bin/bash\nset -e\n\ntorchrun --nproc_per_node 2 train.py --bf16 \\\n    --epochs 2\n"
+    else:
+        assert "export XLA_USE_BF16=1" in script and "--bf16" not in script
+        assert "# TODO(neuron-migrate NM403)" in script
+        codes = {f.code for f in result.findings if f.path.endswith("run.sh")}
+        assert ("NM256" in codes) == (not unsafe)  # held back: `--unsafe-fixes` would pass the option
+    again = run([str(tmp_path)], Settings(unsafe_fixes=unsafe), rewrite=True, jobs=1)
+    assert not any(r.changed for r in again.results)

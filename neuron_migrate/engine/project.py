@@ -97,7 +97,7 @@ _EXITS = frozenset({"exit", "_exit", "abort"})
 PJRT_TPU = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?TPU\b""")
 PJRT_NEURON = re.compile(r"""\bPJRT_DEVICE["']?\s*(?:=|,|:)\s*["']?NEURON\b""")
 # a launch line: the Python program it runs
-_LAUNCHER = re.compile(r"(?:^|[\s;&|(!])(?:python3?(?:\.\d+)?|torchrun|neuron_parallel_compile|accelerate launch|"
+LAUNCHER = re.compile(r"(?:^|[\s;&|(!])(?:python3?(?:\.\d+)?|torchrun|neuron_parallel_compile|accelerate launch|"
                        r"deepspeed|%run)\b[^\n;&|]*?([\w./-]+\.py)\b")
 _RUN_MAGIC = re.compile(r"^\s*%run\s+(?:-\S+\s+)*([\w./-]+?)(?:\.py)?\s*$")
 # requirements: the products they install
@@ -124,6 +124,8 @@ _SETS_ENVIRONMENT = re.compile(r"\b(?:framework_version|pytorch_version|image_ur
 BF16_SWITCHES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")  # environment.toml's `bf16` entries (tests/test_project.py)
 _SETS_BF16 = re.compile(rf"""(?<![\w$])({"|".join(BF16_SWITCHES)})(?:=|\\?["']\][ \t]*=[ \t]*)\\?["']?(\w*)""")
 _OFF = frozenset({"0", "", "false", "False", "FALSE"})
+# a program's own bfloat16 option: `parser.add_argument("--bf16", action="store_true", ...)` (Megatron, many trainers)
+_BF16_OPTION = re.compile(r"""\.add_argument\(\s*(["'])(--(?:use[-_])?bf16)\1\s*,[^)]*?\baction\s*=\s*["']store_true["']""")
 # the install lists of one environment: a folder's requirements files, notebooks and shell scripts
 ENVIRONMENT_KINDS = ("requirements", "shell", "notebook")
 _PIP_INSTALL = re.compile(r"\bpip3?[ \t]+install\b([^\n;&|]*)")
@@ -403,7 +405,7 @@ class Project:
             shown = self._shown(full)
             evidence = _launch_evidence(text, shown)
             flags = _launch_flags(_CONTINUED.sub(" ", text)) if "--" in text else {}
-            for program in _LAUNCHER.findall(text):
+            for program in LAUNCHER.findall(text):
                 self._launched(os.path.dirname(full), program, evidence, None, full, flags.get(program, ()))
         for module in list(self.modules.values()):
             folder = os.path.dirname(module.full)
@@ -721,6 +723,26 @@ class Project:
         return next((os.path.relpath(p.entry.full, folder) for p in sorted(self.programs, key=lambda p: p.entry.path)
                      if p.moving and (p.entry.full in started if started else p.entry.root == root)), None)
 
+    def _bf16_option(self, full: str) -> str | None:
+        """The bfloat16 option (`--bf16`, a `store_true` flag of argparse) that every program the launch script at
+        `full` starts defines in one of its files, when each of them moves to neuron and none reads torch_xla's
+        bfloat16 switches (a program that reads `XLA_USE_BF16` decides with it; the launch keeps the setting)."""
+        started = self._started.get(full, set())
+        names = set(LAUNCHER.findall(self._text(full)))
+        programs = [p for p in self.programs if p.entry.full in started]
+        if not programs or len(programs) != len(names) or not all(p.moving for p in programs):
+            return None
+        options = set()
+        for program in programs:
+            texts = [self._text(f.full) for f in program.files]
+            if any(switch in text for text in texts for switch in BF16_SWITCHES):
+                return None
+            found = {m.group(2) for text in texts if "bf16" in text for m in _BF16_OPTION.finditer(text)}
+            if len(found) != 1:
+                return None
+            options |= found
+        return options.pop() if len(options) == 1 else None
+
     # -- what the run asks -------------------------------------------------------------------------------------
     def _trains(self, files: Iterable[Module]) -> bool:
         """Whether a program's files train a model (a backward pass, an optimizer step)."""
@@ -747,6 +769,10 @@ class Project:
 
     def of(self, path: str, kind: str) -> FileProject | None:
         facts = self._of(path, kind)
+        if kind == "shell" and (facts is None or not facts.set_aside) and "BF16" in self._text(os.path.abspath(path)):
+            option = self._bf16_option(os.path.abspath(path))
+            if option is not None:
+                facts = replace(facts or FileProject(), bf16_option=option)
         if kind in ENVIRONMENT_KINDS:
             beside = self._xla_installs(os.path.dirname(os.path.abspath(path)))
             if beside:
@@ -1086,7 +1112,7 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
         kept = []
         first = source.lstrip().split("\n", 1)[0].split()
         if first and first[0] in _SHELL_CELLS:  # a `%%bash` cell: its lines are a launch script's
-            module.runs += [p for p in _LAUNCHER.findall(_CONTINUED.sub(" ", source)) if p not in module.runs]
+            module.runs += [p for p in LAUNCHER.findall(_CONTINUED.sub(" ", source)) if p not in module.runs]
             _record_flags(module, _CONTINUED.sub(" ", source))
             code.append("\n" * source.count("\n"))
             continue
@@ -1096,7 +1122,7 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
                 m = _RUN_MAGIC.match(stripped)
                 if m:
                     module.runs.append(m.group(1))
-                module.runs += [p for p in _LAUNCHER.findall(stripped) if p not in module.runs]
+                module.runs += [p for p in LAUNCHER.findall(stripped) if p not in module.runs]
                 _record_flags(module, stripped)
                 kept.append("")
             else:
@@ -1106,7 +1132,7 @@ def _notebook_text(text: str, module: Module) -> tuple[list[str], str]:
         if "torchrun" in source or "python" in source:  # `RUN_CMD = f"""torchrun ... run_clip.py"""`, then run
             for m in _STRING.finditer(source):
                 command = " " + " ".join((m.group(2) or m.group(3) or "").replace("\\\n", " ").split())
-                module.runs += [p for p in _LAUNCHER.findall(command) if p not in module.runs]
+                module.runs += [p for p in LAUNCHER.findall(command) if p not in module.runs]
                 _record_flags(module, command)
         code.append("\n".join(kept))
     return code, "\n".join(prose)
@@ -1133,7 +1159,7 @@ def _launch_flags(text: str) -> dict[str, set[str]]:
     for line in text.splitlines():
         if "--" not in line:
             continue
-        for m in _LAUNCHER.finditer(line):
+        for m in LAUNCHER.finditer(line):
             rest = re.split(r"[;&|]", line[m.end():], maxsplit=1)[0]
             out.setdefault(m.group(1), set()).update(f.replace("-", "_") for f in _LAUNCH_FLAG.findall(rest))
     return out

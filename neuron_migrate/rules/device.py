@@ -1,4 +1,5 @@
-"""NM101 / NM102: the XLA device becomes the `neuron` device; NM248: a test of the PJRT device kind."""
+"""NM101 / NM102: the XLA device becomes the `neuron` device; NM248: a test of the PJRT device kind; NM239: the
+hardware kind of a device."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import libcst as cst
 from neuron_migrate.rules.patterns import (XM, arg, code, has_star, is_device_string, positional_count, respell_device, short,
                                      string_value)
 from neuron_migrate.engine.context import LEFT
-from neuron_migrate.rules.device_names import CHOICE, EXPORTED, TEST, VALUE, XLA, DeviceNames, Group, Site
+from neuron_migrate.rules.device_names import (CHOICE, EXPORTED, TEST, VALUE, XLA, DeviceNames, Group, Site,
+                                               bound_value)
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
@@ -504,3 +506,29 @@ class XlaDeviceType(Rule):
         if ctx.report("NM248", call, call=short(node), fixed=f"{device_type} {operator} {native}"):
             ctx.replace(call, expression(target(ctx).device_type()))
             ctx.replace(name, expression(native))
+
+
+XLA_DEVICE_HW = frozenset({f"{XM}.xla_device_hw"})
+
+
+class XlaDeviceHardware(Rule):
+    """NM239: `xm.xla_device_hw(device)` answers with the hardware kind of an XLA device ("NEURON", "TPU", "CPU",
+    "CUDA"); after the move the device is a native one, whose type, upper-cased, is that kind."""
+
+    codes = ("NM239",)
+    triggers = (b"xla_device_hw",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) not in XLA_DEVICE_HW or has_star(node) or len(node.args) != 1:
+            return
+        device = node.args[0]
+        if device.keyword is not None and device.keyword.value != "device":
+            return
+        # a name bound once to the XLA device holds a torch.device after the move: its type is read directly
+        bound = bound_value(ctx, device.value)
+        native = isinstance(bound, cst.Call) and ctx.qualname(bound.func) in XLA_DEVICE
+        fixed = f"{code(device.value)}.type.upper()" if native else \
+            f"{ctx.module_ref('torch')}.device({code(device.value)}).type.upper()"
+        if ctx.report("NM239", node, call=short(node), fixed=fixed):
+            ctx.replace(node, expression(fixed))

@@ -322,6 +322,10 @@ def spawn_call(qual: str | None, node: cst.Call) -> tuple[cst.Arg, cst.Arg | Non
     if qual in SPAWN:
         given = [arg(node, i, name) for i, name in enumerate(("fn", "args", "nprocs", "start_method"))]
         fn, args, nprocs, method = given
+        # `join=True` / `daemon=False`, spawn's defaults, say nothing torchrun does not do (a spawn that returns its
+        # context without joining, or starts daemons, is left to a person)
+        given += [a for a in node.args if a.keyword is not None and (a.keyword.value, code(a.value)) in
+                  (("join", "True"), ("daemon", "False"))]
         value = nprocs.value if nprocs is not None else cst.Name("None")
         count = ALL_DEVICES if type(value) is cst.Name and value.value == "None" else \
             value.value if type(value) is cst.Integer else None
