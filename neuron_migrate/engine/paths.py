@@ -42,6 +42,9 @@ BACKENDS = frozenset({CUDA, MPS, XPU, OTHER})  # other accelerators (for the mul
 
 # What a rule family's codes act on (`Rule.acts_on`):
 XLA_REWRITE = "xla-rewrite"  # XLA code and common code; never another hardware path; not at all in multi-backend files
+# a torch_xla query every path may evaluate (the hardware a device is): also in the condition of a branch for
+# another backend, where the path that evaluates the condition is not another backend's; never held for a marker
+XLA_QUERY = "xla-query"
 CUDA_LEFTOVER = "cuda-leftover"  # CUDA code left in a program moving to neuron: XLA-path code, or common code of a
 #                                  file where XLA is not optional; never a CUDA (or other backend) branch or test
 
@@ -140,6 +143,9 @@ class Paths:
         self._scopes = {s.node: s for s in analysis.scopes if s.kind in ("function", "class", "module")}
         self._path: dict[cst.CSTNode, tuple[str, cst.CSTNode | None]] = {}  # node -> (path, XLA branch statement)
         self.detections: set[cst.CSTNode] = set()  # conditions that test for XLA (`xm is not None`, `HAS_XLA`)
+        # conditions that test for another backend, with the path that evaluates them (the `if` statement's own):
+        # a torch_xla query in one (`if xm.xla_device_hw(d) == "TPU":`) runs on that path, not the tested one
+        self.evaluated_on: dict[cst.CSTNode, str] = {}
         self.flags: dict[tuple[int, str], str] = {}  # (owner scope id, name) -> kind it tests
         self.functions: dict[cst.FunctionDef, str] = {}  # local availability functions -> kind
         self.guarded_imports: set[cst.CSTNode] = set()  # torch_xla import small statements inside a try guard
@@ -201,7 +207,21 @@ class Paths:
             if self.multi_backend or path in OTHER_PATHS or self.two_devices or self.neuron_library:
                 return False
             return path == XLA or not self.xla_optional
+        if acts_on == XLA_QUERY:
+            return path not in OTHER_PATHS or self._evaluated_path(node) not in OTHER_PATHS
         return path not in OTHER_PATHS
+
+    def _evaluated_path(self, node: cst.CSTNode) -> str:
+        """The path that evaluates the condition holding `node`, where `node` is in the condition of a branch for
+        another backend (the call in `if xm.xla_device_hw(d) == "TPU":` runs before any branch is taken); else
+        the path `node` is on."""
+        parents = self.ctx.analysis.parents
+        current = node
+        while current is not None and not isinstance(current, (cst.BaseStatement, cst.BaseSmallStatement)):
+            if current in self.evaluated_on:
+                return self.evaluated_on[current]
+            current = parents.get(current)
+        return self.path_of(node)
 
     # -- multi-backend files: one marker per XLA branch ----------------------------------------------------
     def hold(self, node: cst.CSTNode, statement: cst.CSTNode | None, fields: dict, scope: Scope | None) -> None:
@@ -349,6 +369,7 @@ class Paths:
             self._expressions(test, path, branch, scope)
         elif tested is not None and tested in OTHER_PATHS:
             self._set(test, tested, None)
+            self.evaluated_on[test] = path
             self._expressions(test, tested, None, scope)
         else:
             self._expressions(test, path, branch, scope)

@@ -10,6 +10,7 @@ import libcst as cst
 from neuron_migrate.rules.patterns import (XM, arg, code, has_star, is_device_string, positional_count, respell_device, short,
                                      string_value)
 from neuron_migrate.engine.context import LEFT
+from neuron_migrate.engine.paths import XLA_QUERY
 from neuron_migrate.rules.device_names import (CHOICE, EXPORTED, TEST, VALUE, XLA, DeviceNames, Group, Site,
                                                bound_value)
 from neuron_migrate.rules.target import portable, target
@@ -517,6 +518,7 @@ class XlaDeviceHardware(Rule):
 
     codes = ("NM239",)
     triggers = (b"xla_device_hw",)
+    acts_on = XLA_QUERY  # `if xm.xla_device_hw(device) == "TPU":` runs on every path: the test is rewritten too
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

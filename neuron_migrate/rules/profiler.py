@@ -1,21 +1,25 @@
 """NM251: torch_xla's profiler annotations become torch.profiler's; its profiling server goes where nothing
-else reads it. NM237: a capture from that server (`xp.trace_detached`, `xp.trace`) is marked once, with the
-torch.profiler block that replaces the pair, and the server stays for it."""
+else reads it. NM249: a capture that the rest of its block follows (`xp.trace_detached(...)` then the training)
+becomes a torch.profiler profile started there and stopped after the block's last statement. NM237: any other
+capture from that server (`xp.trace`, a capture in an expression, at the end of its block) is marked once, with
+the torch.profiler block that replaces the pair, and the server stays for it."""
 
 from __future__ import annotations
 
 import libcst as cst
 
 from neuron_migrate.rules import Rule, names_pattern
+from neuron_migrate.engine.names import dotted_str
 from neuron_migrate.rules.patterns import arg, code, reads_of, reads_setting, short
-from neuron_migrate.rules.rewrites import only_args
+from neuron_migrate.rules.rewrites import free_name, only_args, replace_statement
 from neuron_migrate.syntax.parse import expression
 
 PROFILER = "torch_xla.debug.profiler"
 TRACE = frozenset({f"{PROFILER}.Trace"})
 STEP_TRACE = frozenset({f"{PROFILER}.StepTrace"})
 SERVER = frozenset({f"{PROFILER}.start_server"})
-CAPTURE = frozenset({f"{PROFILER}.trace_detached", f"{PROFILER}.trace"})
+DETACHED = f"{PROFILER}.trace_detached"
+CAPTURE = frozenset({DETACHED, f"{PROFILER}.trace"})
 
 
 class Profiler(Rule):
@@ -24,14 +28,15 @@ class Profiler(Rule):
     backend does not need). `server = xp.start_server(port)` served the XLA profiler to TensorBoard's capture:
     torch.profiler records in the process, so the statement goes where nothing reads the server."""
 
-    codes = ("NM251", "NM237")
+    codes = ("NM251", "NM237", "NM249")
     triggers = (b"profiler",)
     pattern = names_pattern({"Trace", "StepTrace", "start_server", "trace_detached", "trace"})
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.servers: list[tuple] = []  # (occurrence, call): decided in finish, once every capture is known
-        self.captured = False  # the file captures a profile from the server (xp.trace_detached / xp.trace)
+        self.captured = False  # the file captures a profile from the server that a person moves (NM237)
+        self.spent: dict[str, int] = {}  # names read by the captures NM249 removed: their reads no longer count
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -40,7 +45,7 @@ class Profiler(Rule):
             self._span(node, qual in STEP_TRACE)
         elif qual in SERVER:
             self.servers.append((ctx.current, node))
-        elif qual in CAPTURE:
+        elif qual in CAPTURE and not self._window(node):
             self.captured = True
             self._capture(node)
 
@@ -61,6 +66,55 @@ class Profiler(Rule):
         logdir = arg(node, 1, "logdir")
         folder = code(logdir.value) if logdir is not None else "logdir"
         self.ctx.report("NM237", node, call=short(node), logdir=folder)
+
+    def _window(self, node: cst.Call) -> bool:
+        """NM249: `xp.trace_detached(address, logdir, duration_ms=...)` alone on its line, followed in its block by
+        the statements it was placed to profile (the training), becomes a torch.profiler profile started where the
+        capture was and stopped after the block's last statement, written to the same folder for TensorBoard. The
+        server it captured from goes too (NM251), and the constants only the pair read. Unsafe: the profile covers
+        the rest of the block, not `duration_ms` of it."""
+        ctx = self.ctx
+        occ = ctx.current
+        logdir = arg(node, 1, "logdir")
+        given = [arg(node, i, n) for i, n in enumerate(("service_addr", "logdir", "duration_ms"))]
+        if ctx.qualname(node.func) != DETACHED or logdir is None or given[0] is None or not only_args(
+                node, *given, *[a for a in node.args if a.keyword is not None and a.keyword.value in _DROPPED]):
+            return False
+        statement = occ.statement
+        small = occ.small
+        if type(small) is not cst.Expr or small.value is not node or type(statement) is not cst.SimpleStatementLine \
+                or len(statement.body) != 1:
+            return False
+        block = ctx.analysis.parents.get(statement)
+        body = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
+        rest = body[body.index(statement) + 1:] if statement in body else []
+        if not rest or any(isinstance(s, (cst.FunctionDef, cst.ClassDef)) for s in rest) \
+                or not (dotted_str(logdir.value) or reads_setting(logdir.value)):
+            return False
+        name = free_name(ctx, "profiler")
+        tp = ctx.module_ref("torch.profiler")
+        # one argument a line, one indentation unit in (LibCST puts the block's own indentation before each)
+        inner = ctx.module.default_indent
+        start = (f"{name} = {tp}.profile(\n"
+                 f"{inner}activities=[{tp}.ProfilerActivity.CPU, {tp}.ProfilerActivity.PrivateUse1],\n"
+                 f"{inner}on_trace_ready={tp}.tensorboard_trace_handler({code(logdir.value)}),\n)")
+        if not ctx.report("NM249", node, call=short(node), logdir=code(logdir.value), name=name):
+            return True
+        replace_statement(ctx, statement, lambda _call: [start, f"{name}.start()"])
+        ctx.insert_after(rest[-1], f"{name}.stop()\n")
+        for a in given[0::2]:  # the address and the duration are read no more (the folder is)
+            if a is not None:
+                for part in _names(a.value):
+                    self.spent[part] = self.spent.get(part, 0) + 1
+                self._drop_constant(a.value, occ.scope)
+        return True
+
+    def _drop_constant(self, value: cst.BaseExpression, scope) -> None:
+        """A function's `duration_ms = 30000` that only the removed capture read goes with it (F841 otherwise)."""
+        if type(value) is cst.Name:
+            assignment = self._only_reader(value.value, scope, 0)
+            if assignment:
+                self.ctx.remove(assignment)
 
     def _span(self, node: cst.Call, step: bool) -> None:
         ctx = self.ctx
@@ -104,12 +158,18 @@ class Profiler(Rule):
         a linter flags it unused: F841); None when there is none to take; False when the value may do something
         more than read a setting, so the statement stays with NM199."""
         port = arg(node, 0, "port")
-        if port is None or type(port.value) is not cst.Name or scope.kind != "function":
+        if port is None or type(port.value) is not cst.Name:
             return None
-        name = port.value.value
+        return self._only_reader(port.value.value, scope, 1)
+
+    def _only_reader(self, name: str, scope, reads: int) -> cst.Assign | None | bool:
+        """The assignment of a function's local `name` that `reads` reads being removed leave unread (the reads
+        of captures already removed do not count); None when there is none; False when its value may do more than
+        read a setting."""
         bindings = scope.bindings.get(name, ())
-        if reads_of(self.ctx, name, scope) != 1 or len(bindings) != 1 or bindings[0].kind != "assign" \
-                or name in scope.globals or name in scope.nonlocals:
+        if scope.kind != "function" or reads_of(self.ctx, name, scope) - self.spent.get(name, 0) != reads \
+                or len(bindings) != 1 or bindings[0].kind != "assign" or name in scope.globals \
+                or name in scope.nonlocals:
             return None
         target = bindings[0].node
         stack: list[cst.CSTNode] = [scope.node]
@@ -134,3 +194,17 @@ class Profiler(Rule):
                     continue
                 return True
         return False
+
+
+_DROPPED = frozenset({"duration_ms", "num_tracing_attempts", "host_tracer_level", "device_tracer_level", "delay_ms"})
+
+
+def _names(value: cst.BaseExpression) -> list[str]:
+    """The names an expression reads (`f"localhost:{port}"` reads `port`)."""
+    if type(value) is cst.Name:
+        return [value.value]
+    out: list[str] = []
+    for child in value.children:
+        if isinstance(child, cst.CSTNode):
+            out += _names(child)
+    return out
