@@ -87,7 +87,9 @@ def test_a_partly_used_optimum_import_keeps_the_other_names():
     out = rewrite_bytes(text, path="t.py").decode()
     assert "from optimum.neuron import NeuronModelForCausalLM\n" in out
     assert "transformers.Trainer(model=NeuronModelForCausalLM.from_pretrained('m'), args=None)" in out
-    assert "TODO(neuron-migrate NM506)" in out  # the rest of optimum.neuron still needs a person
+    # the model class that stays still needs a person, with its own route (NM524); nothing else of optimum.neuron
+    assert "TODO(neuron-migrate NM524): XLA inference ended: use vLLM Neuron" in out
+    assert "NM506" not in out
 
 
 def test_use_torch_xla_is_reported_with_accelerates_advice(tmp_path):
@@ -98,15 +100,35 @@ def test_use_torch_xla_is_reported_with_accelerates_advice(tmp_path):
 
 
 def test_the_optimum_neuron_advice_follows_the_names_imported():
-    def advice(source: bytes) -> str:
-        found = [f for f in process_python("t.py", source, Settings(), False).findings if f.code == "NM506"]
-        assert len(found) == 1
-        return found[0].message
+    def advice(source: bytes) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for f in process_python("t.py", source, Settings(), False).findings:
+            found.setdefault(f.code, []).append(f.message)
+        return found
 
-    serving = advice(b"from optimum.neuron import NeuronModelForCausalLM\n\n"
-                     b"m = NeuronModelForCausalLM.from_pretrained('m')\n")
-    assert "vLLM Neuron" in serving and "Trainer" not in serving
+    def route(name: str) -> str:
+        found = advice(f"from optimum.neuron import {name}\n\nm = {name}.from_pretrained('m', export=True)\n".encode())
+        assert set(found) == {"NM524"} and len(found["NM524"]) == 1, found
+        message = found["NM524"][0]
+        assert "Trainer" not in message and "load the original checkpoint" in message and "export=True" in message
+        return message
+
+    assert "serve it with vLLM Neuron" in route("NeuronModelForCausalLM")
+    for name, plain in (("NeuronModelForEmbedding", "`transformers.AutoModel`"),
+                        ("NeuronModelForFeatureExtraction", "`transformers.AutoModel`"),
+                        ("NeuronModelForSequenceClassification", "`transformers.AutoModelForSequenceClassification`"),
+                        ("NeuronModelForSentenceTransformers", "`sentence_transformers.SentenceTransformer`"),
+                        ("NeuronStableDiffusionXLPipeline", "`diffusers.StableDiffusionXLPipeline`")):
+        message = route(name)
+        assert plain in message and "vLLM" not in message and 'torch.compile(model, backend="neuron")' in message
     training = advice(b"from optimum.neuron.distributed import lazy_load_for_parallelism\n")
-    assert "transformers.Trainer" in training and "vLLM" not in training
-    both = advice(b"from optimum.neuron import NeuronModelForCausalLM, NeuronTrainer\n")
-    assert "transformers.Trainer" in both and "vLLM Neuron" in both
+    assert set(training) == {"NM506"} and "transformers.Trainer" in training["NM506"][0]
+    assert "vLLM" not in training["NM506"][0]
+    # an import of a model class and a training helper: each gets its own advice
+    both = advice(b"from optimum.neuron import NeuronModelForCausalLM, NeuronHfArgumentParser\n")
+    assert "vLLM Neuron" in both["NM524"][0] and "NeuronHfArgumentParser" not in both["NM524"][0]
+    assert "transformers.Trainer" in both["NM506"][0] and "vLLM" not in both["NM506"][0]
+    # on an Inf2 target the XLA inference path is maintained: a note, no route and no marker
+    inf2 = process_python("t.py", b"from optimum.neuron import NeuronModelForEmbedding\n", Settings(instance="inf2"),
+                          True)
+    assert {f.code for f in inf2.findings} == {"NM510"} and not inf2.changed

@@ -192,8 +192,13 @@ def test_on_inf2_the_xla_inference_path_is_kept_with_a_note():
     from neuron_migrate.engine.python import process_python
     from neuron_migrate.settings import Settings
 
-    case = FIXTURES / "NM5xx-inference" / "serve_inf2.py"
-    for rewrite in (False, True):
-        result = process_python(str(case), case.read_bytes(), Settings(instance="inf2"), rewrite)
-        assert "NM510" in {f.code for f in result.findings} and "NM501" not in {f.code for f in result.findings}
-    assert not result.changed
+    # torch_neuronx.trace, and optimum-neuron's inference classes (NM524 on a Trn2 / Trn3 target)
+    for name, moved in (("serve_inf2.py", "NM501"), ("optimum_serving_inf2.py", "NM524")):
+        case = FIXTURES / "NM5xx-inference" / name
+        for rewrite in (False, True):
+            result = process_python(str(case), case.read_bytes(), Settings(instance="inf2"), rewrite)
+            codes = {f.code for f in result.findings}
+            assert "NM510" in codes and moved not in codes and "NM506" not in codes, (name, codes)
+        assert not result.changed, name
+        trn2 = {f.code for f in process_python(str(case), case.read_bytes(), Settings(), False).findings}
+        assert moved in trn2 and "NM510" not in trn2, (name, trn2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from neuron_migrate.files.launch import process_shell
 from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES
 
 SPAWNED = """\
 import torch_xla.distributed.xla_multiprocessing as xmp
@@ -78,3 +79,29 @@ def test_check_mode_reports_without_writing(tmp_path):
 def test_spawn_over_every_device_starts_one_process_per_neuron_device(tmp_path):
     out, _ = rewrite(tmp_path, "python train.py\n", SPAWNED.format(nprocs="None"))
     assert out == "torchrun --nproc_per_node=neuron train.py\n"
+
+
+def test_optimum_cli_exports_get_the_route_of_their_task():
+    """`optimum-cli export neuron` exports for the XLA inference path: NM524 above each command (after `sudo -E`,
+    `env VAR=...`, `cd ... &&`), with the route of its `--task` (continuation lines read); a second run adds
+    nothing, and other commands that only name it stay byte-identical."""
+    folder = FIXTURES / "NM5xx-inference" / "exports"
+    case = folder / "export_models.sh"
+    result = process_shell(str(case), case.read_bytes(), Settings(), True)
+    out = result.new_bytes
+    assert out == (folder / "export_models.expected.sh").read_bytes()
+    assert [(f.code, f.line, f.col) for f in result.findings] == [("NM524", 6, 9), ("NM524", 10, 22), ("NM524", 11, 14)]
+    chat, embed, vit = (f.message for f in result.findings)
+    assert "serve it with vLLM Neuron" in chat and "load the original checkpoint" in chat
+    assert "`transformers.AutoModel`" in embed and "vLLM" not in embed
+    assert "vLLM Neuron" in vit and "plain Hugging Face class" in vit  # no --task: both routes
+    assert process_shell(str(case), out, Settings(), True).new_bytes is None
+    lookalikes = folder / "lookalikes.sh"
+    kept = process_shell(str(lookalikes), lookalikes.read_bytes(), Settings(), True)
+    assert kept.new_bytes is None and not kept.findings
+
+
+def test_optimum_cli_exports_on_inf2_are_a_note():
+    case = FIXTURES / "NM5xx-inference" / "exports" / "export_models.sh"
+    result = process_shell(str(case), case.read_bytes(), Settings(instance="inf2"), True)
+    assert result.new_bytes is None and [f.code for f in result.findings] == ["NM510"] * 3

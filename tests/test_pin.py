@@ -675,3 +675,23 @@ def test_python_and_images_are_judged_only_for_torch_or_neuron_projects(name, te
                   "Dockerfile": text.replace("postgresql", "postgresql\nENV NEURON_RT_VISIBLE_CORES=0")}[name]
     assert [f.code for f in process(name, with_torch.encode(), kind_of(name), Settings(), False).findings] == [
         "NM608" if name == "Dockerfile" else "NM607"]
+
+
+@pytest.mark.parametrize("text, name", [
+    ("git+https://github.com/huggingface/optimum-neuron.git", "optimum-neuron"),
+    ("git+https://github.com/huggingface/optimum-neuron.git@v0.4.5", "optimum-neuron"),
+    ("git+ssh://git@github.com/aws-neuron/neuronx-distributed.git", "neuronx-distributed"),
+    ("git+https://example.com/mirror.git#egg=neuronx-distributed-training", "neuronx-distributed-training"),
+    ("https://example.com/wheels/neuronx_distributed-0.11.0-py3-none-any.whl", "neuronx-distributed"),
+    # URLs of anything else are not read as requirements (they were once read as a package named `git` / `https`)
+    ("git+https://github.com/huggingface/transformers.git", None),
+    ("git+https://github.com/myorg/optimum-neuron-dashboards.git", None),
+    ("https://github.com/myorg/tools/archive/main.zip", None),
+])
+def test_a_url_alone_names_the_xla_stack_library_it_installs(text, name):
+    req = planning.parse(text)
+    assert (req.name if req is not None else None) == name
+    if req is not None:
+        assert req.url and req.spec == ""  # never pinned: a URL install is reported, not edited
+        issues = planning.plan([text], matrix().family(None), set()).issues
+        assert [i.code for i in issues] == ["NM613"]

@@ -37,6 +37,7 @@ LIBRARIES = {
     "multibackend_vendored": [("accelerate", "third_party/accelerate", 3), ("Lightning", "third_party/lightning", 4),
                               ("transformers", "third_party/transformers", 2)],
     "lookalike_project": [],
+    "sphinx_docs": [],  # the Sphinx conf.py that imports torch_xla is left alone, the trainer's conf.py is not
     "tpu_project": [],
     "inf1_project": [],
 }
@@ -286,3 +287,13 @@ def test_a_fork_under_another_folder_name_is_told_by_its_package_metadata(tmp_pa
     assert (found.spec.name if found else None) == library
     if library:
         assert found.root == str(root) and ("names the repository" in found.evidence or "declares" in found.evidence)
+
+
+def test_a_sphinx_configuration_is_left_alone_and_says_why(tmp_path):
+    work = copy_case(FIXTURES / "stack" / "sphinx_docs", tmp_path)
+    result = run([str(work)], Settings(unsafe_fixes=True), rewrite=False, jobs=1)
+    by_path = {os.path.relpath(r.path, work): r for r in result.results}
+    docs = by_path[os.path.join("docs", "source", "conf.py")]
+    assert not docs.findings and "Sphinx documentation configuration" in docs.skipped
+    trainer = by_path[os.path.join("trainer", "conf.py")]
+    assert not trainer.skipped and {f.code for f in trainer.findings} >= {"NM101"}

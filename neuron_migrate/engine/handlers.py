@@ -46,6 +46,31 @@ def handlers_for(kind: str) -> tuple[Handler, ...]:
     return tuple(out)
 
 
+SPHINX_CONFIG = "conf.py"
+# the names only a Sphinx configuration sets at module level (with `extensions`)
+SPHINX_SETTINGS = frozenset({"html_theme", "templates_path", "source_suffix", "master_doc", "root_doc",
+                             "exclude_patterns", "html_static_path", "intersphinx_mapping", "autodoc_default_options",
+                             "napoleon_google_docstring", "html_theme_options"})
+SPHINX_SKIPPED = ("a Sphinx documentation configuration (`extensions`, `html_theme`, ...): it builds the documentation, "
+                  "where its imports name what is documented; nothing in it runs on the device, so it was left alone")
+
+
+def _sphinx_configuration(data: bytes) -> bool:
+    """Whether a `conf.py` is Sphinx's: it assigns `extensions` and another Sphinx setting at module level. Such a
+    file runs when the documentation is built (torch_xla's own docs import torch_xla for its `__version__`)."""
+    if b"extensions" not in data:
+        return False
+    import ast
+
+    try:
+        module = ast.parse(data)
+    except (SyntaxError, ValueError):
+        return False
+    names = {t.id for node in module.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+             for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
+    return "extensions" in names and bool(names & SPHINX_SETTINGS)
+
+
 def process_setup_py(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     """The pins of a `setup.py` (pin/setup_py.py), whose modules are imported for a file of that name only: they
     cost every other run 5 ms of start-up."""
@@ -71,6 +96,8 @@ def process(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool
     handlers = handlers_for(kind)
     if not handlers:
         return None
+    if kind == "python" and os.path.basename(path) == SPHINX_CONFIG and _sphinx_configuration(data):
+        return FileResult(path, old_bytes=data, skipped=SPHINX_SKIPPED)
     project = settings.project
     if project is not None and (kind in PROGRAM_KINDS and project.conflict or project.set_aside):
         return _held(path, data, kind, settings, rewrite, project)

@@ -5,6 +5,9 @@ the script or under the working folder, calls `xmp.spawn`. N is the spawn's `npr
 device) the `NEURON_RT_NUM_CORES` the script sets, else `neuron`, which makes torchrun start one process per
 neuron device. A count the program computes is not guessed: the line is marked (NM241). The result depends on
 the program too, so the files looked at are listed in the result (`files_read`) for the cache.
+
+An `optimum-cli export neuron ...` line exports a model for the XLA-based inference path: it gets NM524's marker
+with the native route of the exported task (NM510, a note, on an Inf2 / Trn1 target).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ LAUNCH = re.compile(
     r"(?P<script>[^\s;&|]+\.py)\b"
 )
 NUM_CORES = re.compile(r"\bNEURON_RT_NUM_CORES=[\"']?(\d+)")
+EXPORT_COMMAND = ("optimum-cli", "export", "neuron")  # an ahead-of-time export for the XLA-based stack (NM524)
 
 
 # the programs a notebook's `%%writefile` cells write (absolute path -> text), for its launch lines: the notebook
@@ -94,7 +98,7 @@ def _program(script_path: str, name: str, files_read: dict[str, str | None]) -> 
 
 def process_shell(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
     result = FileResult(path, old_bytes=data)
-    if b"python" not in data.lower() and MARKER_PREFIX.encode() not in data:
+    if b"python" not in data.lower() and b"optimum-cli" not in data and MARKER_PREFIX.encode() not in data:
         return result
     source = decode(data)
     text = source.text
@@ -123,6 +127,10 @@ def _launch_line(policy: Policy, suppressions: LineSuppressions | None, number: 
     line = lines[number - 1]
     if line.lstrip().startswith("#"):
         return line
+    continued = number > 1 and lines[number - 2].rstrip("\r\n").endswith("\\")  # inside a command: no marker here
+    export = _export_command(lines, number) if "optimum-cli" in line and not continued else None
+    if export is not None:
+        return _optimum_export(policy, suppressions, number, lines, export, result)
     match = LAUNCH.search(line)
     if match is None:
         return line
@@ -156,6 +164,56 @@ def _mark(policy: Policy, suppressions: LineSuppressions | None, number: int, li
         return line
     result.findings.append(decision.finding(policy, number, match.start("python") + 1, end_line=number,
                                             end_col=match.end("script") + 1))
+    if not decision.mark:
+        return line
+    indent = line[: len(line) - len(line.lstrip())]
+    newline = "\r\n" if line.endswith("\r\n") else "\n"
+    return f"{indent}{decision.marker}{newline}{line}"
+
+
+def _export_command(lines: list[str], number: int) -> tuple[int, int, str | None] | None:
+    """Where an `optimum-cli export neuron` command starts on line `number` (its words, read with the shell
+    lexer, continuation lines included): the span of those three words and its `--task`; None for any other
+    command (`optimum-cli export onnx`, `echo optimum-cli export neuron`)."""
+    from neuron_migrate.pin.shell import commands, skip_prefixes
+
+    text = lines[number - 1]
+    for following in lines[number:]:  # the command's continuation lines
+        if not text.rstrip("\r\n").endswith("\\"):
+            break
+        text += following
+    end = len(lines[number - 1])
+    for words in commands(text):
+        values = [w.value for w in words]
+        i = skip_prefixes(values)
+        if words[0].start >= end or tuple(os.path.basename(v) for v in values[i:i + 3]) != EXPORT_COMMAND:
+            continue
+        task = next((v.partition("=")[2] or (values[k + 1] if k + 1 < len(values) else None)
+                     for k, v in enumerate(values) if v == "--task" or v.startswith("--task=")), None)
+        return words[i].start, words[i + 2].end, task
+    return None
+
+
+def _optimum_export(policy: Policy, suppressions: LineSuppressions | None, number: int, lines: list[str],
+                    export: tuple[int, int, str | None], result: FileResult) -> str:
+    """NM524 on an `optimum-cli export neuron` command, with the route of the task it exports (its `--task`);
+    NM510 where the target keeps the XLA inference path."""
+    from neuron_migrate.rules import inference, release
+
+    line = lines[number - 1]
+    start, end, task = export
+    command = " ".join(EXPORT_COMMAND)
+    if release.xla_inference_maintained(policy.settings):
+        code, fields = "NM510", {"call": command, "what": "exports a model for the XLA-based stack with optimum-neuron",
+                                 **inference.maintained_fields(policy.settings)}
+    else:
+        route, mark = inference.optimum_route(inference.export_task_class(task) if task else None)
+        code, fields = "NM524", {"subject": f"`{command}` exports and compiles", "route": route, "mark": mark,
+                                 **inference.maintained_fields(policy.settings)}
+    decision = policy.decide(code, number, suppressions, fields, marked=lambda: marked_above(lines[:number - 1], code))
+    if decision is None:
+        return line
+    result.findings.append(decision.finding(policy, number, start + 1, end_line=number, end_col=end + 1))
     if not decision.mark:
         return line
     indent = line[: len(line) - len(line.lstrip())]

@@ -332,6 +332,7 @@ def _env_settings(path: str, cells: list[Cell], settings: Settings, rewrite: boo
 def _launch_lines(path: str, cells: list[Cell], settings: Settings, rewrite: bool, result: FileResult) -> None:
     """`!python train.py` lines, checked as launch lines of a shell script: a program that spawned its own
     workers (on disk beside the notebook, or written by one of its `%%writefile` cells) is started by torchrun;
+    `!optimum-cli export neuron ...` exports for the XLA stack (NM524);
     `!source /opt/aws_neuronx_venv_.../bin/activate`, as a shell script's line that activates a DLAMI venv (NM616)."""
     from neuron_migrate.files import envfiles, launch
 
@@ -339,7 +340,7 @@ def _launch_lines(path: str, cells: list[Cell], settings: Settings, rewrite: boo
         for magic in cell.placeholders.values():
             if not magic.text.startswith("!") or INSTALL_LINE.match(magic.text):
                 continue
-            if "python" in magic.text:
+            if "python" in magic.text or "optimum-cli" in magic.text:  # a launch, or an export for the XLA stack
                 handler = launch.process_shell
             elif "aws_neuronx_venv" in magic.text:  # `!source /opt/aws_neuronx_venv_pytorch_2_8/bin/activate`
                 handler = envfiles.process_shell
@@ -360,8 +361,11 @@ def _launch_lines(path: str, cells: list[Cell], settings: Settings, rewrite: boo
             result.files_read.update(inner.files_read)
             if inner.new_bytes is not None:
                 new = lines_of(inner.new_bytes.decode("utf-8"))[len(above):]
-                *markers, command = [line.rstrip("\n") for line in new]  # NM241's marker goes above the line
-                magic.replacement = "".join(f"{marker}\n{' ' * magic.indent}" for marker in markers) + "!" + command
+                # the markers go above the command, which keeps its continuation lines (`!cmd \` + `  --flag`)
+                count = len(lines_of(magic.text))
+                markers, command = new[:-count], "".join(new[-count:]).rstrip("\n")
+                # at the line's indentation (a `! cmd` line's blank after `!` is the command's, not the marker's)
+                magic.replacement = "".join(f"{m.strip()}\n{' ' * magic.indent}" for m in markers) + "!" + command
 
 
 def _comments_above(cell: Cell, magic: Magic) -> list[str]:

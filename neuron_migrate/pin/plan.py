@@ -12,6 +12,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 from typing import Callable
+from urllib.parse import urlsplit
 
 from packaging.markers import InvalidMarker, Marker
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -47,6 +48,10 @@ class Requirement:
 
 
 def parse(text: str) -> Requirement | None:
+    if _BARE_URL.match(text):  # `git+https://github.com/huggingface/optimum-neuron.git`: no name before it
+        name = url_library(text)
+        end = len(text.rstrip())
+        return Requirement(text, name, end, end, "", url=True, templated=False) if name else None
     m = _REQUIREMENT.fullmatch(text)
     if not m:
         return None
@@ -60,6 +65,32 @@ def parse(text: str) -> Requirement | None:
     end = m.start("rest") + len(spec.rstrip())
     return Requirement(text, canonicalize_name(m.group("name")), start, max(start, end), marker, url=url,
                        templated=bool(_TEMPLATE.search(spec)))
+
+
+# a requirement that is a URL alone (a VCS checkout, an archive, a wheel): `git+https://...`, `https://.../x.whl`
+_BARE_URL = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")
+_CODE_HOSTS = frozenset({"github.com", "gitlab.com", "bitbucket.org", "huggingface.co"})
+
+
+def url_library(text: str) -> str | None:
+    """The library built on torch_xla a bare URL installs, by its `#egg=` name, the repository a code host's URL
+    names (`git+https://github.com/huggingface/optimum-neuron.git@v0.4.5`) or a wheel's file name; None for any
+    other URL (it is not read as a requirement: nothing else is pinned from a URL)."""
+    url = text.strip()
+    egg = re.search(r"[#&]egg=([A-Za-z0-9._-]+)", url)
+    if egg:
+        name = egg.group(1)
+    else:
+        parts = urlsplit(url.partition("+")[2] if "+" in url.partition("://")[0] else url)
+        path = [p for p in parts.path.split("/") if p]
+        if parts.hostname in _CODE_HOSTS and len(path) >= 2:
+            name = path[1].partition("@")[0].removesuffix(".git")
+        elif path and path[-1].endswith(".whl"):
+            name = path[-1].partition("-")[0]
+        else:
+            return None
+    name = canonicalize_name(name)
+    return name if name in xla_libraries() else None
 
 
 def applies_to_target(marker: str, mx: Matrix | None = None) -> bool:
@@ -322,9 +353,17 @@ def _xla_library_beside(texts: list[str | None], beside: tuple[str, ...], mx: Ma
                 "where": f" ({place.rstrip(')')}, the same environment as this install{more})",
                 "until": "; until then this install is left as written: the native packages it would get replace "
                         "the torch and torch-neuronx that library runs on",
-                "mark": f"{place.rstrip(')')} keeps {library.name}"}))
+                "mark": _held_mark(library.name)}))
             return True
     return True
+
+
+def _held_mark(library: str) -> str:
+    """The marker of an install left as written beside a library built on torch_xla: it waits for the library."""
+    from neuron_migrate.engine.edits import marker_room
+
+    mark = f"held until {library} goes"
+    return mark if len(mark) <= marker_room("NM613") else "held until its XLA-stack library goes"
 
 
 def _inferentia1(texts: list[str | None], mx: Matrix, result: Plan) -> None:

@@ -395,9 +395,11 @@ class Environment:
     text: str  # the command, shortened
 
 
-def _skip_prefixes(values: list[str]) -> int:
+def skip_prefixes(values: list[str]) -> int:
+    """The index of a command's own name, after `sudo -E`, `env`, `time` and variable assignments."""
     i = 0
-    while i < len(values) and (values[i] in _PREFIXES or _ASSIGNMENT.match(values[i])):
+    while i < len(values) and (values[i] in _PREFIXES or _ASSIGNMENT.match(values[i])
+                               or (i and values[i - 1] in _PREFIXES and values[i].startswith("-"))):
         i += 1
     return i
 
@@ -406,7 +408,7 @@ def _environment(words: list[Word]) -> Environment | None:
     """The environment a command makes with a named Python: `python3.8 -m venv DIR`, `virtualenv -p python3.8 DIR`
     (or `--python=3.8`), `uv venv --python 3.8 [DIR]`, `conda create -n NAME python=3.8`."""
     values = [w.value for w in words]
-    i = _skip_prefixes(values)
+    i = skip_prefixes(values)
     if i >= len(words):
         return None
     head = os.path.basename(values[i])
@@ -444,7 +446,7 @@ def _shortened(values: list[str]) -> str:
 def _activated(words: list[Word]) -> str | None:
     """The environment a command activates: `source DIR/bin/activate`, `. DIR/bin/activate`, `conda activate NAME`."""
     values = [w.value for w in words]
-    i = _skip_prefixes(values)
+    i = skip_prefixes(values)
     if values[i:i + 1] in (["source"], ["."]) and i + 1 < len(values) and values[i + 1].endswith("/bin/activate"):
         return values[i + 1][:-len("/bin/activate")]
     if i + 2 < len(values) and (os.path.basename(values[i]) in _CONDA or values[i] == "source") \

@@ -585,7 +585,7 @@ class NeuronLibrary(Rule):
     (neuronxcc but its NKI namespace, NM505's): reported where they are imported, one finding per library and file
     (at its first import, with the count and the hints of the parts imported)."""
 
-    codes = ("NM506",)
+    codes = ("NM506", "NM524", "NM510")
     triggers = (b"neuron",)
     context = (b"neuronx_distributed", b"transformers_neuronx", b"optimum", b"libneuronxla", b"neuronxcc")
 
@@ -634,7 +634,18 @@ class NeuronLibrary(Rule):
         hint = lookup(library_hints(), module)
         if hint is not None and module.startswith("optimum.neuron") and isinstance(node, cst.ImportFrom) \
                 and not isinstance(node.names, cst.ImportStar):
-            hint = _optimum_hint(node, hint)
+            names = [dotted_str(a.name) or "" for a in node.names]
+            served = [n for n in names if optimum_inference_class(n, module)]
+            if served:
+                self._optimum_inference(node, served)
+                self.ctx.handled.add(node)
+                rest = [n for n in names if n not in served]
+                if not rest:
+                    return  # NM524 (or NM510) says all there is to say about this import
+                from neuron_migrate.rules.huggingface import classes
+
+                # beside trainer classes only, the import is NM508 / NM509's as the trainer classes' own import is
+                classes_only = all(f"{module}.{n}" in classes() for n in rest)
         if hint is not None:
             if classes_only:
                 self.classes_only.add(node)
@@ -643,16 +654,76 @@ class NeuronLibrary(Rule):
             library = next((root for root in LIBRARY_ROOTS if module == root or module.startswith(root + ".")), module)
             self.found.setdefault(library, []).append((self.ctx.current, node, module, hint))
 
+    def _optimum_inference(self, node: cst.ImportFrom, served: list[str]) -> None:
+        """NM524 on an import of optimum-neuron's inference classes, with the native route of each (NM510 where the
+        target still maintains the XLA inference path)."""
+        ctx = self.ctx
+        names = " and ".join(f"`{n}`" for n in served)
+        verb = "exports and compiles" if len(served) == 1 else "export and compile"
+        if release.xla_inference_maintained(ctx.settings):
+            ctx.report("NM510", node, call="` and `".join(served), what=f"{verb} models for the XLA-based stack with optimum-neuron",
+                       **maintained_fields(ctx.settings))
+            return
+        routes = [optimum_route(n) for n in served]
+        route = routes[0][0] if len(served) == 1 else "; ".join(f"for `{n}`, {r}" for n, (r, _) in zip(served, routes))
+        marks = list(dict.fromkeys(m for _, m in routes))
+        ctx.report("NM524", node, subject=f"{names} {verb}", route=route,
+                   mark=marks[0] if len(marks) == 1 else OPTIMUM_ROUTES, **maintained_fields(ctx.settings))
 
-def _optimum_hint(node: cst.ImportFrom, hint: str) -> str:
-    """The advice for an optimum-neuron import by the names it imports: its inference classes
-    (`NeuronModelForCausalLM`) are served with vLLM Neuron, not trained with transformers' Trainer."""
-    table = load_data("inference.toml")["optimum_inference"]
-    names = [dotted_str(a.name) or "" for a in node.names]
-    serving = [n for n in names if n.startswith(tuple(table["prefixes"]))]
-    if not serving:
-        return hint
-    return table["hint"] if len(serving) == len(names) else f"{hint}; {table['hint']}"
+
+def _optimum_table() -> dict:
+    return load_data("inference.toml")["optimum_inference"]
+
+
+def optimum_inference_class(name: str, module: str = "optimum.neuron") -> bool:
+    """Whether `name`, imported from `module`, is one of optimum-neuron's inference classes
+    (`NeuronModelForCausalLM`, `NeuronFluxPipeline`); its training models (`optimum.neuron.models.training`'s
+    `NeuronModelForCausalLM`, fine-tuned with its trainer) are not."""
+    table = _optimum_table()
+    training = any(module == m or module.startswith(m + ".") for m in table["training_modules"])
+    return not training and name.startswith(tuple(table["prefixes"]))
+
+
+def plain_class(name: str) -> str | None:
+    """The plain Hugging Face class an optimum-neuron inference class stands for (`NeuronModelForMaskedLM`:
+    `transformers.AutoModelForMaskedLM`), or None where its name does not tell."""
+    table = _optimum_table()
+    if name in table["plain"]:
+        return table["plain"][name]
+    if name.startswith("NeuronModelFor"):
+        return "transformers.AutoModelFor" + name[len("NeuronModelFor"):]
+    if name.endswith("Pipeline"):
+        return "diffusers." + name[len("Neuron"):]
+    return None
+
+
+def export_task_class(task: str) -> str | None:
+    """The optimum-neuron class of an `optimum-cli export neuron --task` (`text-generation`: NeuronModelForCausalLM)."""
+    return _optimum_table()["tasks"].get(task)
+
+
+OPTIMUM_ENDED = "XLA inference ended"
+OPTIMUM_ROUTES = "ended on Trn2/3: vLLM or torch.compile"  # the marker of several routes
+
+
+def optimum_route(name: str | None) -> tuple[str, str]:
+    """The native route of an optimum-neuron inference class (None: a model whose kind is not known), and the words
+    of its marker: vLLM Neuron for the language models generated from, the plain class compiled for the others."""
+    table = _optimum_table()
+    compiled = 'compile it with `torch.compile(model, backend="neuron")`'
+    serve = (f"serve it with {table['vllm']}, or, to generate in the script, load it with "
+             f"`transformers.AutoModelForCausalLM`, move it with `.to(\"neuron\")` and {compiled}")
+    if name in table["serve"]:
+        return serve, f"{OPTIMUM_ENDED}: use vLLM Neuron"
+    plain = plain_class(name) if name is not None else None
+    if plain is None:
+        route = (f"serve a language model with {table['vllm']}; load another with its plain Hugging Face class "
+                 f"(`transformers.AutoModel...`), move it with `.to(\"neuron\")` and {compiled}")
+        return route, OPTIMUM_ROUTES
+    short_name = plain.rpartition(".")[2]
+    marks = (f"{OPTIMUM_ENDED}: use {short_name}", f"use {short_name} + torch.compile", f"use {short_name}")
+    return (f"load it with the plain Hugging Face class `{plain}`, move it with `.to(\"neuron\")` and {compiled}",
+            next((m for m in marks if len(m) <= marker_room("NM524")), marks[-1]))
 
 
 def _optimum_classes_import(node: cst.CSTNode, module: str | None) -> bool:
