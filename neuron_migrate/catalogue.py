@@ -13,6 +13,9 @@ semantics) carries its match data as `[[rule.rename]]` rows, interpreted by one 
     neuron = "torch.neuron.device_count"            # the spelling written with --device-style neuron
     accelerator = "torch.accelerator.device_count"  # ... and with --device-style accelerator (default: `neuron`)
     import = "torch"                                # the module the spelling is reached through (default: its parent)
+
+An optional `alias` is the name a long module is imported as where the file has no import of it
+(`alias = "ckpt_wrapper"`: `import torch.distributed.algorithms._checkpoint.checkpoint_wrapper as ckpt_wrapper`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 REQUIRED = ("code", "name", "message", "fix", "link", "summary", "why", "before", "after")
-RENAME_KEYS = frozenset({"names", "neuron", "accelerator", "import"})
+RENAME_KEYS = frozenset({"names", "neuron", "accelerator", "import", "alias"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Rename:
     neuron: str
     accelerator: str
     module: str  # what `import` brings in; both spellings start with it
+    alias: str | None = None  # the name the module is imported as where the file has no import of it (`as alias`)
 
     def spelling(self, portable: bool) -> str:
         return self.accelerator if portable else self.neuron
@@ -131,7 +135,7 @@ def _rename(where: str, code: str, row: dict) -> Rename:
     at = f"{where}: rule {code}: [[rule.rename]]"
     unknown = set(row) - RENAME_KEYS
     if unknown or not row.get("names") or not row.get("neuron"):
-        raise CatalogueError(f"{at} needs `names` and `neuron` (and may have `accelerator`, `import`); "
+        raise CatalogueError(f"{at} needs `names` and `neuron` (and may have `accelerator`, `import`, `alias`); "
                              f"unknown: {', '.join(sorted(unknown)) or 'none'}")
     neuron = row["neuron"]
     accelerator = row.get("accelerator", neuron)
@@ -142,7 +146,7 @@ def _rename(where: str, code: str, row: dict) -> Rename:
     for spelling in (neuron, accelerator):
         if not spelling.startswith(module + "."):
             raise CatalogueError(f"{at}: {spelling} is not reached through the imported module {module}")
-    return Rename(tuple(row["names"]), neuron, accelerator, module)
+    return Rename(tuple(row["names"]), neuron, accelerator, module, row.get("alias"))
 
 
 def renames() -> dict[str, tuple[str, Rename]]:

@@ -51,6 +51,9 @@ def line_paths(text: str, guards: list | None = None) -> dict[int, str]:
     spans = []
     for node, (path, _branch) in found._path.items():
         pos = where.get(node)
+        # the condition of a branch for another backend runs on the path that holds the `if` (NM239 rewrites a
+        # torch_xla query there): its lines are that path's
+        path = found.evaluated_on.get(node, path)
         if pos is not None:
             spans.append((-(pos.end.line - pos.start.line), depth(node), pos.start.line, pos.end.line, path))
     out: dict[int, str] = {}

@@ -127,7 +127,7 @@ class Renamed(Rule):
         if self.patched(row):
             self._bind_early(rule, row, node)
             return
-        fixed = f"{ctx.module_ref(row.module)}.{row.attribute(style)}"
+        fixed = f"{ctx.module_ref(row.module, row.alias)}.{row.attribute(style)}"
         if ctx.report(rule, node, call=code(node), fixed=fixed):
             ctx.replace(node, expression(fixed))
 

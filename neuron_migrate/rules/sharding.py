@@ -29,6 +29,11 @@ SIZE_POLICY = frozenset({"torch_xla.distributed.fsdp.wrap.size_based_auto_wrap_p
 # nn.MultiheadAttention, never an nn.ModuleList / nn.ModuleDict): a recursive walk the program should name itself.
 SIZE_POLICY_WHY = ("a size-based policy has no `fully_shard` counterpart: call `fully_shard` on each block it "
                    "wrapped (the submodules over `min_num_params` parameters), or name the block classes")
+POLICIES = SIZE_POLICY | TRANSFORMER_POLICY
+# torch's policies of the same names take the same keywords (`min_num_params`, `force_leaf_modules`,
+# `exclude_wrap_modules`, `transformer_layer_cls`), but each FSDP calls its own by keyword (torch_xla's with
+# `unwrapped_params=`, torch's with `nonwrapped_numel=`): a policy moves with the FSDP that calls it, never alone.
+TORCH_WRAP = "torch.distributed.fsdp.wrap"
 PARTIAL = frozenset({"functools.partial"})
 CONSOLIDATE = frozenset({f"torch_xla.distributed.fsdp.{m}{f}" for m in ("", "state_dict_utils.")
                          for f in ("consolidate_sharded_model_checkpoints", "consolidate_sharded_state_dicts")})
@@ -45,9 +50,13 @@ ZERO_HINT = "`torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_
 # What an NM230 marker asks for (its few words; the finding and `explain` say the rest).
 TODO_FSDP = "shard with FSDP2 fully_shard by hand"
 TODO_DCP = "save with torch.distributed.checkpoint"
-TODO_CONVERT = "run neuron-migrate checkpoint convert"  # the shards written before the migration
-CONVERT_HINT = "; the shards written before the migration convert without torch_xla: " \
-               "`neuron-migrate checkpoint convert SHARDS_FOLDER model.pt`"
+# The consolidation joins the shards the program itself wrote: once migrated, those are native, and the one file is
+# a full state_dict gathered on the CPU (or DCP's folder made one); the converter is for the shards of old runs.
+TODO_FULL = "save a full state_dict"
+FULL_HINT = "a full state_dict instead of the shards (`torch.save(get_model_state_dict(model, options=" \
+            "StateDictOptions(full_state_dict=True, cpu_offload=True)), path)` on rank 0, every rank calling it), " \
+            "or `dcp.save` and `dcp_to_torch_save` for one file; the shards written before the migration convert " \
+            "without torch_xla: `neuron-migrate checkpoint convert SHARDS_FOLDER model.pt`"
 TODO_ZERO = "use the native ZeRO-1 optimizer by hand"
 TODO_SPMD = "shard with DeviceMesh / DTensor"
 
@@ -63,6 +72,11 @@ FSDP_DROPPED = frozenset({
 # ... and those that change what is computed or where (marked): buffer_dtype, sharding_groups / _rank /
 # _world_size, auto_wrapper_callable, param_init_fn, and any auto_wrap_policy but the transformer one.
 FSDP_MAPPED = frozenset({"reshard_after_forward", "compute_dtype", "fp32_reduce_scatter", "auto_wrap_policy"})
+# FSDP1 (`torch.distributed.fsdp.FullyShardedDataParallel`) takes a wrap policy as torch_xla's FSDP did, and the
+# buffers' dtype in its MixedPrecision: what FSDP2 cannot take, it can.
+FSDP1_MAPPED = FSDP_MAPPED | {"buffer_dtype", "flatten_parameters"}
+FSDP1_HINT = "FSDP1 `torch.distributed.fsdp.FullyShardedDataParallel(module, auto_wrap_policy=...)`, a wrap " \
+             "policy moved to torch's of the same name"
 
 # ZeroRedundancyOptimizer's keywords without a native meaning (dropped) and those that change the result (marked
 # unless they hold their default).
@@ -184,7 +198,7 @@ class FullyShard(Rule):
     """NM231: `XlaFullyShardedDataParallel(model, ...)` -> `fully_shard` on each block the wrap policy names, then
     on the model, on a 1-D DeviceMesh over every process; `model.module` -> `model`; NM230 for the rest."""
 
-    codes = ("NM231", "NM230")
+    codes = ("NM231", "NM255", "NM230")
     triggers = (b"XlaFullyShardedDataParallel", b"consolidate_sharded", b"get_shard_metadata")
 
     def __init__(self, ctx) -> None:
@@ -193,9 +207,52 @@ class FullyShard(Rule):
         self.policies: dict[tuple[int, str], tuple[cst.BaseExpression, cst.CSTNode]] = {}
         self.wrapped: dict[tuple[int, str], bool] = {}  # (scope, name) of FSDP targets -> rewritten
         self.dropped = DroppedReads(ctx)
+        self.assigned: dict[tuple[int, str], list[cst.BaseExpression]] = {}  # every value a plain name is bound to
+        self.policy_reads: list[tuple[Occurrence, cst.CSTNode]] = []  # torch_xla's wrap policies, where read
+        self.moved = False  # an FSDP call was rewritten (FSDP2 or FSDP1)
+        self.held = False  # an FSDP call was marked: torch_xla's policies stay for it
+        self.fsdp1: list[tuple[Occurrence, cst.Call, str | None, list[str]]] = []  # FSDP1's calls, made in finish
 
     def finish(self) -> None:
+        ctx = self.ctx
+        held = self.held  # an FSDP the file keeps calls torch_xla's policies: the others cannot take torch's
+        for occ, node, name, options, why2 in self.fsdp1:
+            ctx.current = occ
+            given = arg(node, None, "auto_wrap_policy")
+            if held and given is not None and _literal(given.value) != "None":
+                why = "another FSDP call of this file stays torch_xla's, and the wrap policies with it"
+                ctx.report("NM230", node, call=short(node), fixed=f"{FSDP1_HINT} ({why})", todo=TODO_FSDP)
+                if name is not None:
+                    self.wrapped[(id(occ.scope), name)] = False
+                continue
+            self._fsdp1(node, name, options, why2)
+        ctx.current = None
         self.dropped.drop_imports()
+        self._move_policies()
+
+    def _move_policies(self) -> None:
+        """torch_xla's wrap policies still read once every FSDP of the file moved: torch's of the same name."""
+        ctx = self.ctx
+        if not self.moved or self.held:
+            return
+        for occ, node in self.policy_reads:
+            if node in ctx.handled:
+                continue  # went with the wrap (FSDP2's blocks)
+            ctx.current = occ
+            ctx.handled.add(node)
+            attribute = ctx.qualname(node).rsplit(".", 1)[-1]
+            ctx.replace(node, expression(f"{ctx.module_ref(TORCH_WRAP, 'fsdp_wrap')}.{attribute}"))
+        ctx.current = None
+
+    def visit_Name(self, node: cst.Name) -> None:
+        occ = self.ctx.current
+        if not (type(occ.parent) is cst.Attribute and occ.parent.value is node):
+            self._policy_read(node)
+
+    def _policy_read(self, node: cst.CSTNode) -> None:
+        occ = self.ctx.current
+        if type(occ.small) not in (cst.Import, cst.ImportFrom) and self.ctx.qualname(node) in POLICIES:
+            self.policy_reads.append((occ, node))
 
     # -- what the file holds ---------------------------------------------------------------------------------
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -203,10 +260,13 @@ class FullyShard(Rule):
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and occ.small is node \
                 and isinstance(occ.statement, cst.SimpleStatementLine) and len(occ.statement.body) == 1:
             self.policies[(id(occ.scope), node.targets[0].target.value)] = (node.value, occ.statement)
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            self.assigned.setdefault((id(occ.scope), node.targets[0].target.value), []).append(node.value)
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         """`model.module` where `model` was wrapped and now is the model itself."""
         ctx = self.ctx
+        self._policy_read(node)
         if node.attr.value != "module" or not isinstance(node.value, cst.Name):
             return
         scope = ctx.analysis.lookup(node.value.value, ctx.current.scope)
@@ -219,7 +279,7 @@ class FullyShard(Rule):
         if qual in FSDP:
             self._fsdp(node)
         elif qual in CONSOLIDATE:
-            ctx.report("NM230", node, call=short(node), fixed=DCP_HINT + CONVERT_HINT, todo=TODO_CONVERT)
+            ctx.report("NM230", node, call=short(node), fixed=FULL_HINT, todo=TODO_FULL)
         elif isinstance(node.func, cst.Attribute) and node.func.attr.value == "get_shard_metadata" \
                 and isinstance(node.func.value, cst.Name):
             scope = ctx.analysis.lookup(node.func.value.value, ctx.current.scope)
@@ -235,23 +295,38 @@ class FullyShard(Rule):
         name = None
         if form == "assign" and isinstance(occ.small.targets[0].target, cst.Name):
             name = occ.small.targets[0].target.value
+        # what the model is read as after the wrap (`model`, `self.model`): FSDP reduces its gradients, and NM107 does
+        # not compile it (TorchNeuron compiles SimpleFSDP, not FSDP's hooks)
+        bound = dotted_str(occ.small.targets[0].target) if form == "assign" else None
         keywords, why = self._keywords(node, module)
         policy = self._policy(arg(node, None, "auto_wrap_policy"))
         why = why or policy.marked
         if not why and policy.classes and form is None:
             why = "the wrap policy needs a statement of its own"
         if why:
+            options, why1 = self._fsdp1_options(node, module)
+            if not why1:  # FSDP1 takes the policy (or the option) FSDP2 has no form for: once the file is read
+                self.fsdp1.append((occ, node, name, options, why))
+                if name is not None:
+                    self.wrapped[(id(occ.scope), name)] = False  # FSDP1 wraps: `model.module` stays
+                if bound is not None:
+                    ctx.facts.fully_sharded.add(bound)
+                return
             ctx.report("NM230", node, call=short(node), fixed=f"{FSDP_HINT} ({why})", todo=TODO_FSDP)
+            self.held = True
             if name is not None:
                 self.wrapped[(id(occ.scope), name)] = False
             return
         if name is not None:
             self.wrapped[(id(occ.scope), name)] = False
         if not ctx.report("NM231", node, call=short(node), fixed=FSDP_HINT):
+            self.held = True
             return
+        self.moved = True
         if name is not None:
             self.wrapped[(id(occ.scope), name)] = True
-            ctx.facts.fully_sharded.add(name)
+        if bound is not None:
+            ctx.facts.fully_sharded.add(bound)
         given = arg(node, None, "auto_wrap_policy")
         for inner in _names_in(given.value) if given is not None else ():
             ctx.handled.add(inner)
@@ -291,6 +366,97 @@ class FullyShard(Rule):
             new[0] = new[0].with_changes(leading_lines=old.leading_lines)
             return cst.FlattenSentinel(new)
         ctx.replace(statement, build)
+
+    def _fsdp1_options(self, node: cst.Call, module: cst.Arg | None) -> tuple[list[str], str]:
+        """The keywords FSDP1 takes for the legacy ones (`mixed_precision=...`), or why they cannot be mapped."""
+        ctx = self.ctx
+        if module is None or any(a.star for a in node.args):
+            return [], "the module is not passed plainly"
+        for a in node.args:
+            if a is not module and a.keyword is None:
+                return [], "positional options"
+            key = a.keyword.value if a.keyword is not None else None
+            if key is not None and key not in FSDP_DROPPED and key not in FSDP1_MAPPED:
+                return [], f"`{key}` has no one-to-one counterpart"
+        policy = arg(node, None, "auto_wrap_policy")
+        if policy is not None and not self._known_policy(policy.value):
+            return [], "the wrap policy is not torch_xla's size-based or transformer policy, found in this file"
+        fsdp = ctx.module_ref("torch.distributed.fsdp", "fsdp")
+        torch = ctx.module_ref("torch")
+        options = [f"device_id={target(ctx).current_device()}"]
+        reshard = arg(node, None, "reshard_after_forward")
+        value = _literal(reshard.value) if reshard is not None else "True"
+        if value != "True":  # FSDP1's default, FULL_SHARD, reshards after the forward pass
+            grad_op = f"{fsdp}.ShardingStrategy.SHARD_GRAD_OP"
+            options.append(f"sharding_strategy={grad_op}" if value == "False" else
+                           f"sharding_strategy=({fsdp}.ShardingStrategy.FULL_SHARD if {code(reshard.value)} "
+                           f"else {grad_op})")
+        flatten = arg(node, None, "flatten_parameters")
+        value = _literal(flatten.value) if flatten is not None else "True"
+        if value != "True":  # the parameters as they were (their names, one group each): FSDP1 keeps them so
+            options.append("use_orig_params=True" if value == "False" else
+                           f"use_orig_params=not {paren(code(flatten.value))}")
+        given = {k: arg(node, None, k) for k in ("compute_dtype", "fp32_reduce_scatter", "buffer_dtype")}
+        dtypes = {k: (code(a.value) if a is not None and _literal(a.value) != "None" else None)
+                  for k, a in given.items()}
+        compute = dtypes["compute_dtype"] or f"{torch}.float32"  # torch_xla's defaults: float32, buffers alike
+        fp32 = _literal(given["fp32_reduce_scatter"].value) if given["fp32_reduce_scatter"] is not None else "False"
+        reduce = compute if fp32 == "False" else f"{torch}.float32" if fp32 == "True" \
+            else f"({torch}.float32 if {dtypes['fp32_reduce_scatter']} else {compute})"
+        buffers = dtypes["buffer_dtype"] or compute
+        if {compute, reduce, buffers} != {f"{torch}.float32"}:
+            options.append(f"mixed_precision={fsdp}.MixedPrecision(param_dtype={compute}, reduce_dtype={reduce}, "
+                           f"buffer_dtype={buffers})")
+        return options, ""
+
+    def _known_policy(self, value: cst.BaseExpression, seen: int = 0) -> bool:
+        """None, torch_xla's size-based or transformer policy, `partial(<it>, keyword=...)`, or a name this file
+        binds only to those (and to literals on other paths, `policy = "size_based"` before the branch that
+        chooses: no callable either FSDP could take): what torch's policy of the same name replaces."""
+        ctx = self.ctx
+        if _literal(value) == "None" or ctx.qualname(value) in POLICIES:
+            return True
+        if seen and isinstance(value, (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float)):
+            return True
+        if isinstance(value, cst.Call) and ctx.qualname(value.func) in PARTIAL and value.args \
+                and value.args[0].keyword is None and not value.args[0].star \
+                and ctx.qualname(value.args[0].value) in POLICIES \
+                and all(a.keyword is not None for a in value.args[1:]):
+            return True
+        if not isinstance(value, cst.Name) or seen:
+            return False
+        scope = ctx.analysis.lookup(value.value, ctx.current.scope)
+        bound = scope.bindings.get(value.value, []) if scope is not None else []
+        values = self.assigned.get((id(scope), value.value), [])
+        return bool(bound) and len(bound) == len(values) and all(b.kind == "assign" for b in bound) \
+            and all(self._known_policy(v, 1) for v in values)
+
+    def _fsdp1(self, node: cst.Call, name: str | None, options: list[str], why: str) -> None:
+        """`FullyShardedDataParallel(module, <the options kept>, device_id=..., mixed_precision=...)` in place;
+        `why` FSDP2 could not take the call."""
+        ctx = self.ctx
+        if not ctx.report("NM255", node, call=short(node), fixed=f"{FSDP1_HINT} (for FSDP2: {why})"):
+            self.held = True
+            return
+        self.moved = True
+        func = expression(f"{ctx.module_ref('torch.distributed.fsdp', 'fsdp')}.FullyShardedDataParallel")
+        skip = FSDP_DROPPED | (FSDP1_MAPPED - {"auto_wrap_policy"})
+        added = [cst.Arg(value=a.value, keyword=a.keyword, equal=a.equal)
+                 for a in expression(f"f({', '.join(options)})").args]
+
+        def build(old: cst.Call) -> cst.Call:
+            kept = [a for a in old.args if a.keyword is None or a.keyword.value not in skip
+                    and not (a.keyword.value == "auto_wrap_policy" and _literal(a.value) == "None")]
+            commas = [a.comma for a in old.args[:-1]]
+            comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+            if commas and all(isinstance(c, cst.Comma) and isinstance(c.whitespace_after, cst.ParenthesizedWhitespace)
+                              for c in commas):
+                comma = commas[-1]  # one argument a line: so are the new ones
+                kept = [a.with_changes(comma=comma) for a in kept]
+            args = [*kept[:-1], kept[-1].with_changes(comma=comma), *(a.with_changes(comma=comma) for a in added)]
+            args[-1] = args[-1].with_changes(comma=old.args[-1].comma)
+            return old.with_changes(func=func, args=args)
+        ctx.replace(node, build)
 
     def _take_policy(self, statement: cst.SimpleStatementLine) -> None:
         """The policy's assignment goes with the wrap that read it; its names are handled here (no NM199)."""

@@ -90,6 +90,11 @@ class Target:
         torch = self._torch()
         return f"{torch}.device({ctx.string(NEURON)}, {index})" if index else f"{torch}.device({ctx.string(NEURON)})"
 
+    def current_device(self) -> str:
+        """This process's device with its index (`torch.device("neuron", torch.neuron.current_device())`), for APIs
+        that warn on a device without one; in the portable style the device itself (the CPU has no index)."""
+        return self.device() if self.portable else self.device(f"{self.device_module('current_device')}()")
+
     def device_type(self) -> str:
         """An expression for the target device type (`"neuron"`, or `DEVICE.type`)."""
         return f"{self.module_device()}.type" if self.portable else self.ctx.string(NEURON)
