@@ -573,6 +573,9 @@ def test_a_readme_one_folder_up_names_tpu_for_no_script(tmp_path):
     ("Embeddings on AWS Inferentia.", None),
     ("Fine-tune it on Trainium2.", None),
     ("An Inferentia3 is not a product.", None),
+    # a generation beside a family of any generation names none: a model traced for either
+    ("A model traced ahead of time for Inferentia2 / Trainium.", None),
+    ("Compile it for AWS Trainium and AWS Inferentia2 instances.", None),
     # a sentence about the hardware, not about where this notebook runs
     ("Trainium1 chips feature two NeuronCore-v2 units; Trainium1 offers 32 GiB of device memory.", None),
 ])

@@ -1234,11 +1234,26 @@ def _dockerfile_evidence(text: str, shown: str) -> list[Evidence]:
 
 
 def _prose_target(m: re.Match) -> tuple[str | None, str]:
-    """The target a `_PROSE_INSTANCE` match names (None: a product generation that does not exist, `Inferentia3`),
-    and the words that name it."""
+    """The target a `_PROSE_INSTANCE` match names (None: a product generation that does not exist, `Inferentia3`,
+    or one its sentence names beside a family of any generation: "traced for Inferentia2 / Trainium"), and the
+    words that name it."""
     if m.group(1):
         return _INSTANCE_TARGET[m.group(1).lower()], m.group(0)
+    if _beside_any_generation(m.string, m.start(2), m.end(2)):
+        return None, m.group(2)
     return _FAMILY_TARGET.get(m.group(3).lower() + m.group(4)), m.group(2)
+
+
+_ANY_GENERATION = re.compile(r"\b(?:Trainium|Inferentia)\b(?![ \t]?\d)", re.I)  # "Trainium", not "Trainium 1"
+
+
+def _beside_any_generation(text: str, start: int, end: int) -> bool:
+    """Whether the sentence around text[start:end] (to the nearest `.` or line end, 100 characters at most each
+    way) also names Trainium or Inferentia without a generation: then it names no one generation."""
+    left = max(text.rfind(".", max(0, start - 100), start), text.rfind("\n", max(0, start - 100), start), start - 100)
+    stops = [i for i in (text.find(".", end, end + 100), text.find("\n", end, end + 100)) if i >= 0]
+    right = min(stops) if stops else end + 100
+    return bool(_ANY_GENERATION.search(text, max(left, 0), start) or _ANY_GENERATION.search(text, end, right))
 
 
 def _readme_evidence(text: str, shown: str) -> tuple[bool, list[Evidence]]:
@@ -1249,6 +1264,8 @@ def _readme_evidence(text: str, shown: str) -> tuple[bool, list[Evidence]]:
         return True, []
     found: dict[str, tuple[str, int]] = {}
     for m in _README_WORD.finditer(text):
+        if m.group(3) and _beside_any_generation(text, m.start(3), m.end(3)):
+            continue  # "for Inferentia2 / Trainium": no one generation
         word = (m.group(1) or m.group(2) or m.group(3)).lower().replace(" ", "").replace("\t", "")
         found.setdefault(_README_TARGETS[word], (m.group(3) or m.group(0), text.count("\n", 0, m.start()) + 1))
     if not found:
