@@ -40,8 +40,11 @@ class FileProject:
     launches_moving: str | None = None
     launches_staying: tuple[str, ...] = ()  # ... and the programs it launches that do not move (named the same way)
     # the option (`--bf16`) that every program a launch script starts, all moving to neuron, takes to train in
-    # bfloat16, where none of their files reads torch_xla's bfloat16 switches: NM256 passes it for `XLA_USE_BF16=1`
+    # bfloat16, where none of their files reads torch_xla's bfloat16 switches: NM256's marker names it
     bf16_option: str | None = None
+    # another Python file of the program this entry starts that calls `init_process_group` (Megatron's
+    # `initialize.py`): the group a spawn's function needs is made there, so NM202 makes none before the call
+    group_elsewhere: str | None = None
     # the torch.cuda names a module of the file's program (`torch.cuda.FloatTensor = lambda t: ...`) redefines at
     # import time, where the file names torch.cuda: the program's own functions, not CUDA's
     cuda_patched: tuple[str, ...] = ()

@@ -758,36 +758,59 @@ BF16_RUN = ("#!/bin/bash\nset -e\n\n# Cast training to BF16 and enable stochasti
             "torchrun --nproc_per_node 2 train.py \\\n    --epochs 2\n")
 
 
-@pytest.mark.parametrize("program, also, unsafe, passed", [
-    (BF16_TRAIN, "", True, True),
+@pytest.mark.parametrize("program, also, named", [
+    (BF16_TRAIN, "", True),
     # a look-alike: the program has no bfloat16 option of its own
-    (BF16_TRAIN.replace('"--bf16"', '"--fp16"').replace("args.bf16", "args.fp16"), "", True, False),
-    # the program reads the switch itself: it decides with it, the setting stays (marked)
-    (BF16_TRAIN.replace("args.bf16", 'args.bf16 or os.environ.get("XLA_USE_BF16")'), "", True, False),
+    (BF16_TRAIN.replace('"--bf16"', '"--fp16"').replace("args.bf16", "args.fp16"), "", False),
+    # the program reads the switch itself: it decides with it
+    (BF16_TRAIN.replace("args.bf16", 'args.bf16 or os.environ.get("XLA_USE_BF16")'), "", False),
     # the script also runs a program without the option
-    (BF16_TRAIN, "python eval.py\n", True, False),
-    # without --unsafe-fixes the setting stays: the option is mixed precision, not XLA_USE_BF16's all-bfloat16
-    (BF16_TRAIN, "", False, False),
+    (BF16_TRAIN, "python eval.py\n", False),
 ])
-def test_a_launch_scripts_bf16_switch_becomes_its_programs_option(tmp_path, program, also, unsafe, passed):
+def test_a_launch_scripts_bf16_switch_is_marked_with_its_programs_option(tmp_path, program, also, named):
     """`export XLA_USE_BF16=1` in a launch script whose programs all take `--bf16` (argparse) and all move: the
-    setting and the comment that described it go, and the launch line passes `--bf16` after the program (NM256,
-    an unsafe fix). Otherwise NM403 marks the setting."""
+    marker names the option (NM256), not autocast (NM403); the setting stays for a person, who checks what the
+    option requires. Otherwise NM403 marks it."""
     (tmp_path / ".git").mkdir()
     (tmp_path / "train.py").write_text(program)
     (tmp_path / "eval.py").write_text('import torch_xla.core.xla_model as xm\n\nif __name__ == "__main__":\n'
                                       '    print(xm.xla_device())\n')
     (tmp_path / "run.sh").write_text(BF16_RUN + also)
+    unsafe = True
     result = run([str(tmp_path)], Settings(unsafe_fixes=unsafe), rewrite=True, jobs=1)
     assert not result.errors
     write_results(result)
     script = (tmp_path / "run.sh").read_text()
-    if passed:
-        assert script == "#!/bin/bash\nset -e\n\ntorchrun --nproc_per_node 2 train.py --bf16 \\\n    --epochs 2\n"
-    else:
-        assert "export XLA_USE_BF16=1" in script and "--bf16" not in script
-        assert "# TODO(neuron-migrate NM403)" in script
-        codes = {f.code for f in result.findings if f.path.endswith("run.sh")}
-        assert ("NM256" in codes) == (not unsafe)  # held back: `--unsafe-fixes` would pass the option
+    code = "NM256" if named else "NM403"
+    assert script == BF16_RUN.replace("export XLA_USE_BF16=1", f"# TODO(neuron-migrate {code}): " + (
+        "pass --bf16 to the program instead" if named else "use autocast, not `XLA_USE_BF16`")
+        + f"; neuron-migrate explain {code}\nexport XLA_USE_BF16=1") + also
     again = run([str(tmp_path)], Settings(unsafe_fixes=unsafe), rewrite=True, jobs=1)
     assert not any(r.changed for r in again.results)
+
+
+def test_a_spawned_program_that_makes_its_group_in_another_file_gets_none_before_the_call(tmp_path):
+    """Megatron's shape: the spawned function calls into the project's `initialize.py`, which calls
+    `init_process_group` itself (unconditionally): a group made before the call would be made twice under torchrun
+    (`ValueError: trying to initialize the default process group twice`). The look-alike, whose program makes no
+    group anywhere, gets one before the call."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "initialize.py").write_text(
+        "import os\n\nimport torch.distributed as dist\n\n\ndef setup():\n"
+        "    dist.init_process_group(backend='xla', rank=int(os.environ['RANK']),"
+        " world_size=int(os.environ['WORLD_SIZE']))\n")
+    spawned = ("import os\n\nimport torch_xla.core.xla_model as xm\nimport torch_xla.distributed.xla_multiprocessing"
+               " as xmp\n{imp}\n\ndef run(rank, world_size):\n    os.environ['RANK'] = str(rank)\n{call}"
+               "    xm.rendezvous('ending')\n\n\nif __name__ == '__main__':\n"
+               "    xmp.spawn(run, args=(2,), nprocs=2, join=True)\n")
+    (tmp_path / "pretrain.py").write_text(spawned.format(imp="from initialize import setup\n",
+                                                         call="    setup()\n"))
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "pretrain.py").write_text(spawned.format(imp="", call=""))
+    result = run([str(tmp_path)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
+    assert not result.errors
+    write_results(result)
+    made_elsewhere = (tmp_path / "pretrain.py").read_text()
+    assert "xmp" not in made_elsewhere and "init_process_group" not in made_elsewhere
+    assert "run(int(os.environ.get('LOCAL_RANK', '0')), 2)" in made_elsewhere
+    assert "dist.init_process_group(backend='neuron'" in (tmp_path / "alone" / "pretrain.py").read_text()

@@ -125,7 +125,8 @@ BF16_SWITCHES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")  # environment.toml's `bf1
 _SETS_BF16 = re.compile(rf"""(?<![\w$])({"|".join(BF16_SWITCHES)})(?:=|\\?["']\][ \t]*=[ \t]*)\\?["']?(\w*)""")
 _OFF = frozenset({"0", "", "false", "False", "FALSE"})
 # a program's own bfloat16 option: `parser.add_argument("--bf16", action="store_true", ...)` (Megatron, many trainers)
-_BF16_OPTION = re.compile(r"""\.add_argument\(\s*(["'])(--(?:use[-_])?bf16)\1\s*,[^)]*?\baction\s*=\s*["']store_true["']""")
+_BF16_OPTION = re.compile(r"""\.add_argument\(\s*(["'])(--(?:use[-_])?bf16)\1\s*,[^)]*?"""
+                          r"""\baction\s*=\s*["']store_true["']""")
 # the install lists of one environment: a folder's requirements files, notebooks and shell scripts
 ENVIRONMENT_KINDS = ("requirements", "shell", "notebook")
 _PIP_INSTALL = re.compile(r"\bpip3?[ \t]+install\b([^\n;&|]*)")
@@ -678,12 +679,16 @@ class Project:
                               })) if any(name.startswith("optimum.neuron") for name, _ in module.imports) else ()
         # only what the file's decisions read: a cache key changes with these facts and no others
         sets_env = self._bf16_set_elsewhere(module, programs) if "_BF16" in self._text(module.full) else ()
+        text = self._text(module.full)
+        group = next((self._shown(f.full) for p in programs if p.entry is module for f in p.files
+                      if f is not module and "init_process_group(" in self._text(f.full)), None) \
+            if module.entry and "spawn" in text else None
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
                            cuda_patched=patched if "cuda" in self._text(module.full) else (), neuron_flags=flags,
-                           sets_env=sets_env)
+                           sets_env=sets_env, group_elsewhere=group)
 
     def _bf16_set_elsewhere(self, module: Module, programs: list[Program]) -> tuple[str, ...]:
         """The bfloat16 switches that another file of the module's programs turns on: the scripts and notebooks

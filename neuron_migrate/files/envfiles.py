@@ -13,7 +13,7 @@ import re
 
 from neuron_migrate import catalogue
 from neuron_migrate.engine.edits import MARKER_PREFIX
-from neuron_migrate.engine.project import LAUNCHER, LEGACY_VENV
+from neuron_migrate.engine.project import LEGACY_VENV
 from neuron_migrate.engine.python import MARKER_CODE, MARKER_RE
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.pin.matrix import matrix
@@ -36,7 +36,7 @@ DECLARES = re.compile(r"(?:export|ENV|ARG|env)\s+$", re.I)  # `export NAME`, `EN
 # `RUN`) or the value a variable holds to be run as one (`MAYBE_COMPILE="neuron_parallel_compile"`).
 COMMAND_AT = r"""(?:^[ \t\f]*(?:[A-Za-z_]\w*=\S*\s+)*|[;&|(]\s*|\b(?:exec|time|then|do|else|RUN)\s+|\b[A-Za-z_]\w*=["']?)"""
 REMOVED = "NM404"
-BF16_OPTION = "NM256"  # the setting goes, and the launch lines pass the programs' own bfloat16 option
+BF16_OPTION = "NM256"  # the marker names the programs' own bfloat16 option, not autocast
 OWN_CODES = ("NM4", "NM5")
 
 
@@ -60,16 +60,13 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
     tpu = drives_tpu(source.text)  # a TPU script's XLA variables are TPU's: only trn1 instance types are reported
     venv = _venv_program(source.text, settings, tpu)
     option = settings.project.bf16_option if settings.project is not None and kind == "shell" else None
-    passed = False  # NM256 removed a bfloat16 switch: the launch lines pass the programs' own option instead
     for lineno, line in enumerate(source.text.splitlines(keepends=True), start=1):
         found = [] if SHELL_COMMENT.match(line) else _findings(
             policy, suppressions, lineno, line, None if continued else setting.match(line), out, tpu, venv, option)
         inside_command, continued = continued, line.rstrip("\r\n").endswith("\\")
         result.findings.extend(f for f, _ in found)
-        removed = next((d.code for _, d in found if d.fix and d.code in (REMOVED, BF16_OPTION)), None)
-        if removed is not None:
-            result.applied[removed] = result.applied.get(removed, 0) + 1
-            passed = passed or removed == BF16_OPTION
+        if any(d.fix and d.code == REMOVED for _, d in found):
+            result.applied[REMOVED] = result.applied.get(REMOVED, 0) + 1
             kept = _kept_comment(line, setting, kind, source.newline)
             if not kept:
                 removed_at.add(len(out))
@@ -79,10 +76,7 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
             indent = line[:len(line) - len(line.lstrip(" \t"))]
             out.extend(indent + d.marker + source.newline for _, d in found if d.mark)
         out.append(line)
-    out = _without_orphaned_comments(out, removed_at)
-    if passed and option is not None:
-        out = _with_option(out, option)
-    new_text = "".join(out)
+    new_text = "".join(_without_orphaned_comments(out, removed_at))
     if rewrite and new_text != source.text:
         result.new_bytes = source.encode(new_text)
         result.manual = _marker_findings(new_text, path, settings)
@@ -91,18 +85,6 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
     if suppressions is not None:
         result.used_suppressions = suppressions.used
     return result
-
-
-def _with_option(lines: list[str], option: str) -> list[str]:
-    """The launch lines (`torchrun ... train.py \\`) with `option` after the program they run, where the script
-    does not pass it already."""
-    if re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", "".join(lines)):
-        return lines
-    out = []
-    for line in lines:
-        m = None if SHELL_COMMENT.match(line) else LAUNCHER.search(line)
-        out.append(line if m is None else f"{line[:m.end(1)]} {option}{line[m.end(1):]}")
-    return out
 
 
 def _kept_comment(line: str, setting: re.Pattern[str], kind: str, newline: str) -> list[str]:
@@ -186,20 +168,22 @@ def _findings(policy: Policy, suppressions: LineSuppressions | None, lineno: int
     bfloat16 option of the programs the script launches (None: none they all take)."""
     out = []
     for col, end, code, fields in _line_findings(line, setting, tpu, venv, option):
-        decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: marked_above(above, code))
-        if code == BF16_OPTION and (decision is None or decision.held_back):
-            # the option is not passed in this run (an unsafe fix held back, or NM256 off): the setting is marked as
-            # any other (a second run, where the migrated programs no longer move, marks it the same); a held-back
-            # fix is still reported, so that the user learns of `--unsafe-fixes`
-            if decision is not None:
-                out.append((decision.finding(policy, lineno, col + 1, end_line=lineno, end_col=end + 1), decision))
+        decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: _marked(above, code))
+        if code == BF16_OPTION and decision is None:  # NM256 off: the setting is marked as any other
             code = "NM403"
-            decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: marked_above(above, code))
+            decision = policy.decide(code, lineno, suppressions, fields, marked=lambda: _marked(above, code))
         if decision is not None:
             out.append((decision.finding(policy, lineno, col + 1, end_line=lineno, end_col=end + 1), decision))
     return out
 
 
+def _marked(above: list[str], code: str) -> bool:
+    """A marker of `code` above the line; either bfloat16 marker (NM403, NM256) stands for the other: once the
+    programs are migrated they no longer tell their option, and a second run must not mark the line again."""
+    return any(marked_above(above, c) for c in ((code,) if code not in _BF16_MARKERS else _BF16_MARKERS))
+
+
+_BF16_MARKERS = ("NM403", BF16_OPTION)
 _ASSIGNED = re.compile(rf"={_VALUE}")
 
 

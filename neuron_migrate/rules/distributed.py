@@ -456,6 +456,9 @@ class Spawn(Rule):
             launcher()
             return  # the launcher stays as it is, marked; an expression: left to NM199
         made, init = self._makes_process_group(fn.value)
+        project = ctx.settings.project
+        if made is None and project is not None and project.group_elsewhere:
+            made = "other"  # the program makes its group in another of its files (it is made once, there)
         branch, widen = self._uncovered(init) if made == "xla" else (None, False)
         needs = self._needs_group() if made is None else None
         note = "" if branch is None else f"; the process group made under `if {code(branch.test)}:` is made " \
