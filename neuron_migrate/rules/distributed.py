@@ -713,7 +713,7 @@ TORCHRUN_VARIABLES = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD
 def started_by_torchrun(ctx, node: cst.CSTNode) -> bool | None:
     """Whether the `if` tests around `node` say torchrun started the process: True in the body of an `if` that
     requires one of TORCHRUN_VARIABLES (`if os.environ.get("WORLD_SIZE"):`, `if "RANK" in os.environ:`), False
-    in its `else`; None where no test says (or the program sets those variables itself)."""
+    in its `else` where the test is that alone; None where no test says (or the program sets those variables itself)."""
     from neuron_migrate.rules.processes import SETS_RANKS
 
     if SETS_RANKS.search(ctx.source.text):
@@ -724,7 +724,10 @@ def started_by_torchrun(ctx, node: cst.CSTNode) -> bool | None:
         if type(parent) is cst.If and _requires_torchrun(ctx, parent.test):
             if parent.body is child:
                 return True
-            if type(parent.orelse) is cst.Else and parent.orelse is child:
+            # the `else` of `A and B` also runs under torchrun when B is false (`... and not args.spawn`): only a
+            # test that is torchrun's alone makes its `else` the plain `python` path
+            if type(parent.orelse) is cst.Else and parent.orelse is child and type(parent.test) is not \
+                    cst.BooleanOperation:
                 return False
         child, parent = parent, parents.get(parent)
     return None
