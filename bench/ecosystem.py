@@ -128,7 +128,7 @@ def _rewrite(command: list[str], args: list[str], cwd: Path, env: dict[str, str]
     """`rewrite --unsafe-fixes ARGS`; a tool from before the option (`--compare` with an older commit) made the
     unsafe fixes without it."""
     proc = _tool(command, ["rewrite", UNSAFE_FIXES, *args], cwd, env)
-    if proc.returncode == 2 and f"No such option: {UNSAFE_FIXES}" in proc.stderr:
+    if proc.returncode == 2 and "No such option" in proc.stderr and UNSAFE_FIXES in proc.stderr:
         proc = _tool(command, ["rewrite", *args], cwd, env)
     return proc
 

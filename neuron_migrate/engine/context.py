@@ -8,6 +8,8 @@ commands see the same findings; `rewrite` also says of each whether it was fixed
 
 from __future__ import annotations
 
+import io
+import tokenize
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -136,6 +138,8 @@ class FileContext:
             return module
         if import_target(owner.bindings[root]) != root:
             raise SourceError(f"cannot add an import of {module}: the name {root!r} is taken in this file")
+        if module in TORCH_EXPORTS:
+            return module  # `import torch` binds it already
         if owner.kind == "module":
             self._require(module, None)
         else:
@@ -373,9 +377,33 @@ class FileContext:
         return True
 
     def define(self, code: str) -> None:
-        """A module-level statement that new code relies on, placed once after the imports."""
+        """A module-level statement that new code relies on, placed once after the imports, its one-line strings
+        in the file's quotes."""
+        code = requote(code, self.quote)
         if code not in self.definitions:
             self.definitions.append(code)
+
+
+def requote(code: str, quote: str) -> str:
+    """`code` with each plain one-line string literal in `quote` where its text holds no quote or backslash
+    (docstrings and prefixed strings keep theirs)."""
+    other = "'" if quote == '"' else '"'
+    if other not in code:
+        return code
+    lines = code.splitlines(keepends=True)
+    edits = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            text = tok.string
+            if (tok.type == tokenize.STRING and tok.start[0] == tok.end[0] and text[:1] == other
+                    and not text.startswith(other * 3) and not any(c in text[1:-1] for c in "'\\\"")):
+                edits.append((tok.start, tok.end))
+    except (tokenize.TokenError, SyntaxError):
+        return code
+    for (row, start), (_, end) in reversed(edits):
+        line = lines[row - 1]
+        lines[row - 1] = f"{line[:start]}{quote}{line[start + 1:end - 1]}{quote}{line[end:]}"
+    return "".join(lines)
 
 
 def _enclosing(scope: Scope | None):
@@ -385,6 +413,11 @@ def _enclosing(scope: Scope | None):
 
 
 LAZY_ROOTS = ("torch", "torch_xla", "torch_neuronx")
+# The submodules `import torch` imports and binds as its attributes (`from torch import profiler as profiler` in
+# torch/__init__.py, in every release TorchNeuron runs on): code that names `torch.profiler` needs no import of it.
+TORCH_EXPORTS = frozenset(f"torch.{name}" for name in (
+    "accelerator", "autograd", "backends", "cuda", "distributed", "fft", "jit", "linalg", "multiprocessing", "nn",
+    "optim", "profiler", "utils"))
 
 
 def _imports_torch(scope: Scope) -> bool:

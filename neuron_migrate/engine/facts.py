@@ -102,6 +102,16 @@ class _Attributes(cst.CSTVisitor):
             self.found.append(node)
 
 
+class _Strings(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.counts = {"'": 0, '"': 0}
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        quote = node.quote  # `"""` says nothing (docstrings have it whatever the file's style); `'''` does
+        if quote != '"""':
+            self.counts[quote[0]] += 1
+
+
 @fact
 def inferentia1(ctx: FileContext) -> bool:
     """The file is Inferentia 1 code (torch-neuron, another product): it imports `torch_neuron` or uses an Inf1
@@ -133,8 +143,10 @@ def inferentia1(ctx: FileContext) -> bool:
 @fact
 def quote(ctx: FileContext) -> str:
     """The quote character the file prefers for new string literals."""
-    text = ctx.source.text
-    return "'" if text.count("'") > 2 * text.count('"') else '"'
+    visitor = _Strings()  # string literals: apostrophes in comments and text say nothing
+    walk(ctx.module, visitor, tokens=False)
+    counts = visitor.counts
+    return "'" if counts["'"] > counts['"'] else '"'
 
 
 def fstring_quote(ctx: FileContext, node: cst.CSTNode) -> str | None:

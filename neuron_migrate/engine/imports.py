@@ -745,7 +745,7 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
     or function is set off by two blank lines, as PEP 8 has it."""
     if not definitions:
         return module
-    new = list(cst.parse_module("".join(d + "\n" for d in definitions)).body)
+    new = _constants_first(list(cst.parse_module("".join(d + "\n" for d in definitions)).body))
     body = list(module.body)
     index = 0
     for i, stmt in enumerate(body):
@@ -766,6 +766,16 @@ def _add_definitions(module: cst.Module, definitions: list[str]) -> cst.Module:
         if blank < gap:
             body[index] = body[index].with_changes(leading_lines=_blank_lines(gap - blank) + lines)
     return module.with_changes(body=[*body[:index], *new, *body[index:]])
+
+
+def _constants_first(new: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    """The simple statements (`WORLD_SIZE = ...`) before the classes and functions, as a person groups them, except
+    one that reads a name a class or function among them defines (it stays after that definition)."""
+    compound = [stmt for stmt in new if isinstance(stmt, (cst.ClassDef, cst.FunctionDef))]
+    defined = {stmt.name.value for stmt in compound}
+    early = [stmt for stmt in new if not isinstance(stmt, (cst.ClassDef, cst.FunctionDef))
+             and not defined & set(_names_read([stmt]))]
+    return [*early, *(stmt for stmt in new if all(stmt is not e for e in early))]
 
 
 def _after_late_imports(body: list[cst.BaseStatement], index: int, new: list[cst.BaseStatement]) -> int:

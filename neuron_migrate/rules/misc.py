@@ -14,7 +14,7 @@ from neuron_migrate.rules.device import XLA_DEVICE
 from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
-                                           replace_statement, under_rank_zero, free_name)
+                                           replace_statement, replace_with_guard, under_rank_zero, free_name)
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.syntax.walk import children
 
@@ -388,7 +388,7 @@ def {writer}(logdir):
         from tensorboardX import SummaryWriter
 
         writer = SummaryWriter(log_dir=logdir)
-        {write}(writer, 0, dict_to_write={{"TensorboardStartTimestamp": {clock}.time()}})
+        writer.add_scalar("TensorboardStartTimestamp", {clock}.time(), 0)
         return writer'''
 CLOSE_SUMMARY_WRITER = '''\
 def {close}(summary_writer):
@@ -406,7 +406,8 @@ def {update}(device, step, loss, rate, global_rate, epoch=None, summary_writer=N
     ]
     print("|", " ".join(item for item in update_data if item), flush=True)
     if summary_writer:
-        {write}(summary_writer, dict_to_write={{"examples/sec": rate, "average_examples/sec": global_rate}})'''
+        summary_writer.add_scalar("examples/sec", rate)
+        summary_writer.add_scalar("average_examples/sec", global_rate)'''
 # qualified name -> (helper, its template, the parameters a call may pass)
 SUMMARY_HELPERS = {
     f"{TEST_UTILS}.write_to_summary": ("write", WRITE_TO_SUMMARY,
@@ -490,6 +491,12 @@ class TestUtilities(Rule):
         if not only_args(node, *given):
             return  # a star or an unknown keyword
         xla = given[-1] if params[-1] == "write_xla_metrics" else None
+        code_ = "NM244" if xla is None or isinstance(xla.value, cst.Name) and xla.value.value == "False" else "NM246"
+        if (inline := _inline_summary(ctx, node, helper, given)) is not None:
+            fixed, build_statement = inline
+            if ctx.report(code_, node, call=short(node), fixed=fixed):
+                replace_with_guard(ctx, ctx.current.statement, build_statement)
+            return
         dropped = node.args.index(xla) if xla is not None else None
         name = self.summary_helper(helper, define=False)
 
@@ -500,23 +507,20 @@ class TestUtilities(Rule):
             return call.with_changes(func=cst.Name(name), args=args)
 
         fixed = f"{short(build(node))}`, the file's own copy of `test_utils.{HELPER_NAMES[helper]}"
-        code_ = "NM244" if xla is None or isinstance(xla.value, cst.Name) and xla.value.value == "False" else "NM246"
         if ctx.report(code_, node, call=short(node), fixed=fixed):
             self.summary_helper(helper)
             ctx.replace(node, build)
 
     def summary_helper(self, helper: str, define: bool = True) -> str:
-        """The file's name for a summary-writer helper; defined after the imports (with the helper it calls) when
-        `define`."""
+        """The file's name for a summary-writer helper; defined after the imports when `define`."""
         ctx = self.ctx
         names = getattr(self, "_summary_names", None)
         if names is None:
             names = self._summary_names = {key: free_name(ctx, base) for key, base in HELPER_NAMES.items()}
         if define:
             clock = ctx.module_ref("time", scope=ctx.analysis.module_scope) if helper in ("writer", "update") else ""
-            for key in ("write", helper) if helper != "write" else ("write",):
-                template = next(t for h, t, _ in SUMMARY_HELPERS.values() if h == key)
-                ctx.define(template.format(clock=clock, **names))
+            template = next(t for h, t, _ in SUMMARY_HELPERS.values() if h == helper)
+            ctx.define(template.format(clock=clock, **names))
         return names[helper]
 
     def rate_tracker(self) -> str:
@@ -528,6 +532,44 @@ class TestUtilities(Rule):
             clock = ctx.module_ref("time", scope=ctx.analysis.module_scope)
             ctx.define(RATE_TRACKER_CLASS.format(name=name, clock=clock))
         return name
+
+
+def _inline_summary(ctx, node: cst.Call, helper: str, given: list) -> tuple[str, Callable] | None:
+    """`write_to_summary(writer, step, dict_to_write={"k": v, ...})` and `close_summary_writer(writer)`, alone on
+    their line with the writer a name or an attribute of one, as the native lines they run: `if writer is not None:`
+    and an `add_scalar(k, v, step)` per key of the literal dict, or `writer.close()` (which flushes first). The
+    message and a builder of the new statement from the statement as the other rules left it."""
+    writer = given[0]
+    if helper not in ("write", "close") or writer is None or not is_statement(ctx, node) \
+            or not isinstance(writer.value, (cst.Name, cst.Attribute)) or dotted_str(writer.value) is None:
+        return None
+    if helper == "write":
+        scalars = given[2]
+        if scalars is None or not isinstance(scalars.value, cst.Dict) \
+                or not all(isinstance(e, cst.DictElement) for e in scalars.value.elements):
+            return None
+        step_index = node.args.index(given[1]) if given[1] is not None else None
+        scalars_index = node.args.index(scalars)
+
+        def lines(call: cst.Call) -> list[str]:
+            name, step = code(call.args[0].value), call.args[step_index].value if step_index is not None else None
+            tail = "" if step is None or isinstance(step, cst.Name) and step.value == "None" else f", {code(step)}"
+            return [f"{name}.add_scalar({code(e.key)}, {code(e.value)}{tail})"
+                    for e in call.args[scalars_index].value.elements]
+    else:
+        def lines(call: cst.Call) -> list[str]:
+            return [f"{code(call.args[0].value)}.close()"]
+
+    def build(statement: cst.SimpleStatementLine) -> cst.BaseStatement:
+        call = statement.body[0].value
+        body = cst.parse_module("".join(f"{line}\n" for line in lines(call))).body
+        test = expression(f"{code(call.args[0].value)} is not None")
+        return cst.If(test=test, body=cst.IndentedBlock(body=body, header=statement.trailing_whitespace),
+                      leading_lines=statement.leading_lines)
+
+    shown = lines(node)
+    fixed = f"if {code(writer.value)} is not None: {shown[0]}{'; ...' if len(shown) > 1 else ''}"
+    return fixed, build
 
 
 def update_print(ctx, node: cst.Call, qual: str) -> Callable[[cst.Call], cst.BaseExpression] | None:

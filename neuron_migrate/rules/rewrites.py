@@ -135,11 +135,19 @@ def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str
         if extra:
             ctx.insert_after(statement, "".join(f"{x}\n" for x in extra))
         return
+    def fn(old: cst.CSTNode) -> cst.CSTNode:
+        body = [old.with_changes(leading_lines=[]), *cst.parse_module("".join(f"{x}\n" for x in extra)).body]
+        return cst.If(test=expression(condition), body=cst.IndentedBlock(body=body), leading_lines=old.leading_lines)
+    replace_with_guard(ctx, statement, fn)
+
+
+def replace_with_guard(ctx, statement: cst.CSTNode, build: Callable[[cst.CSTNode], cst.If]) -> None:
+    """Replace `statement` by the `if` that `build` makes of it; such guards made side by side in one block with
+    the same test become one `if`."""
     made = ctx.facts.rank_guards
 
     def fn(old: cst.CSTNode) -> cst.CSTNode:
-        body = [old.with_changes(leading_lines=[]), *cst.parse_module("".join(f"{x}\n" for x in extra)).body]
-        guard = cst.If(test=expression(condition), body=cst.IndentedBlock(body=body), leading_lines=old.leading_lines)
+        guard = build(old)
         made.add(id(guard))
         return guard
     ctx.replace(statement, fn)
