@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="verify compares tensors: needs PyTorch (the [verify] extra)")
 
-from neuron_migrate.verify.compare import compare, compare_losses, precision_of
+from neuron_migrate.verify.compare import compare, compare_losses, precision_of, same_data
 from neuron_migrate.verify.fallbacks import known_fallbacks, predict
 from neuron_migrate.verify.report import Report, recompiles, render_markdown, render_text, timing
 from neuron_migrate.verify.runs import Program, RunResult
@@ -203,3 +203,22 @@ def test_report_lists_markers_of_imported_files_only_with_relative_paths(tmp_pat
     text = render_text(report)
     assert "2 manual items left as TODO markers (1 in files the program does not import)" in text
     assert "    train.py:3: NM230 shards with torch_xla" in text and "export.py" not in text
+
+
+def test_ranks_trained_on_the_single_process_batches_only_when_they_had_or_split_them():
+    def ran(*steps):
+        return {"inputs": [[list(shape), total] for shape, total in steps]}
+    single = ran(((32, 784), 100.0), ((32, 784), 90.0))
+    # every rank saw the whole batch (FSDP / tensor-parallel programs that feed each rank the global batch)
+    assert same_data(single, [single, single])
+    # a global batch split by a DistributedSampler without shuffling: the halves make it up
+    halves = [ran(((16, 784), 60.0), ((16, 784), 40.0)), ran(((16, 784), 40.0), ((16, 784), 50.0))]
+    assert same_data(single, halves)
+    # shuffled shards: each rank draws its own batches, which make up none of the single process's
+    shards = [ran(((32, 784), 97.0), ((32, 784), 91.0)), ran(((32, 784), 103.0), ((32, 784), 88.0))]
+    assert not same_data(single, shards)
+    # the same sums in other shapes are other batches; a later step that differs is enough
+    assert not same_data(single, [ran(((32, 392), 100.0)), ran(((32, 392), 100.0))])
+    assert not same_data(single, [ran(((32, 784), 100.0), ((32, 784), 91.0))] * 2)
+    # a record without inputs (an older harness, or a model never trained) says nothing against it
+    assert same_data(single, [{}, {}]) and same_data({}, shards)

@@ -237,3 +237,24 @@ def test_a_program_torchrun_launches_verifies_against_torch_xla(tmp_path):
     proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--skip-no-neuron", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout
     assert report["runs"][0]["returncode"] == 0 and checks(report)["loss curve"]["count"] == 3
+
+
+@needs_xla
+def test_ranks_that_draw_their_own_batches_are_compared_with_each_other_not_with_one_process(tmp_path):
+    """A shuffling DistributedSampler gives each rank other batches than the single torch_xla process had: rank 0's
+    parameters cannot equal the reference's, so they are not compared (a note says why); the single process is,
+    and the ranks must still agree, which catches a migration that lost the gradient all-reduce."""
+    folder = DATA / "shuffled_shards"
+    proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--nproc", "2", "--max-steps", "4",
+                          "--skip-no-neuron", cwd=folder)
+    assert proc.returncode == 0, proc.stdout
+    names = {c["name"] for c in report["comparison"]["checks"]}
+    assert "final parameters" in names and "2 processes: ranks agree on the final parameters" in names, names
+    assert not any(n.startswith("2 processes, rank 0") for n in names), names
+    assert any("trained on other batches" in n for n in report["notes"]), report["notes"]
+    wrong = migration(folder / "train.py", tmp_path, replace={
+        "ddp_model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)": "ddp_model = model"})
+    proc, report = verify("train.py", "--reference-python", XLA_PYTHON, "--nproc", "2", "--max-steps", "4",
+                          "--skip-no-neuron", "--migrated", str(wrong), cwd=folder)
+    assert proc.returncode == 1, proc.stdout
+    assert not failed(report)["2 processes: ranks agree on the final parameters"]["ok"]

@@ -187,6 +187,25 @@ def compare_parameters(name: str, reference: dict, target: dict, rtol: float | N
     return result
 
 
+def same_data(reference: dict, ranks: list[dict]) -> bool:
+    """The ranks trained on the single process's batches: at each of the first steps each rank had its batch, or
+    the ranks' batches make it up (a global batch split by a DistributedSampler without shuffling). Compared by
+    shape and sum; records without inputs agree."""
+    steps = zip(reference.get("inputs") or (), *((r.get("inputs") or ()) for r in ranks))
+    for (shape, total), *theirs in steps:
+        shapes, sums = [s for s, _ in theirs], [t for _, t in theirs]
+        each = all(s == shape for s in shapes) and all(_same_sum(t, total) for t in sums)
+        split = (bool(shape) and all(len(s) == len(shape) and s[1:] == shape[1:] for s in shapes)
+                 and sum(s[0] for s in shapes) == shape[0] and _same_sum(sum(sums), total))
+        if not (each or split):
+            return False
+    return True
+
+
+def _same_sum(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-3)
+
+
 def ranks_agree(name: str, records: list[dict], rtol: float | None, atol: float | None) -> Check:
     """Data parallelism keeps one model: every rank ends with rank 0's parameters."""
     result = tolerances(records, rtol, atol, False)

@@ -28,6 +28,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 CONFIG_ENV = "NEURON_MIGRATE_VERIFY"
 MAX_OUTPUT_CALLS = 64
+MAX_INPUT_CALLS = 4
 # What a machine without Neuron does not have: the XLA-based stack and torch-neuronx (legacy or native).
 NEURON_PACKAGES = ("torch_xla", "torch_neuronx", "libneuronxla", "neuronx_distributed",
                    "neuronx_distributed_training", "neuronx_distributed_inference", "transformers_neuronx",
@@ -58,6 +59,7 @@ class Recorder:
         self.error: dict | None = None  # the exception the program stopped on
         self.final_params: list[dict] | None = None  # gathered before the process group went away
         self.final_fingerprints: list[list[float]] | None = None
+        self.inputs: list[torch.Tensor] = []  # the first training calls' first tensor input (see on_inputs)
 
     # -- events ------------------------------------------------------------------------------------------
     def on_backward(self, tensor: torch.Tensor) -> None:
@@ -89,7 +91,7 @@ class Recorder:
             self.start_fingerprints.append(_fingerprint(module))
             # Eager calls run the hooks; dynamo traces them as no-ops inside compiled code, where the
             # compiled entry point is wrapped instead (see on_compile).
-            module.register_forward_pre_hook(lambda *args: None if _compiling() else self._start_clock())
+            module.register_forward_pre_hook(lambda m, args: None if _compiling() else self.on_inputs(m, args))
             module.register_forward_hook(lambda m, args, out: None if _compiling() else self.on_call(m, out))
             self.on_compile(module)
         self.register_exit()
@@ -102,13 +104,24 @@ class Recorder:
 
     def wrap(self, module: torch.nn.Module, call):
         def recorded_call(*args, **kwargs):
-            self._start_clock()
+            self.on_inputs(module, args)
             out = call(*args, **kwargs)
             self.on_call(module, out)
             return out
 
         recorded_call._neuron_migrate = True
         return recorded_call
+
+    def on_inputs(self, module: torch.nn.Module, args) -> None:
+        """Keep the first tensor input of the first training calls: which batches the model trained on (a rank of
+        a data-parallel program trains on its shard). Summed only when the record is written, so that no value is
+        read from the device while the program runs (under torch_xla that would cut its graphs)."""
+        self._start_clock()
+        if len(self.inputs) < MAX_INPUT_CALLS and module.training and torch.is_grad_enabled() \
+                and module in self.top_level():
+            first = next(iter(_tensors(args)), None)
+            if first is not None:
+                self.inputs.append(first.detach().clone())
 
     def on_call(self, module: torch.nn.Module, output) -> None:
         self.autocast = self.autocast or _autocast_enabled()
@@ -165,6 +178,7 @@ class Recorder:
             "params": self.final_params if self.final_params is not None else self.params(modules),
             "outputs": [[t.float().cpu() if t.is_floating_point() else t.cpu() for t in call]
                         for call in self.outputs],
+            "inputs": [[list(t.shape), float(t.double().sum().cpu())] for t in self.inputs],
             "autocast": self.autocast,
             "output_dtypes": sorted({str(t.dtype) for call in self.outputs for t in call}),
             "param_dtypes": sorted({str(p.dtype) for m in modules for p in m.parameters()}),

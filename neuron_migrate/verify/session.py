@@ -24,6 +24,7 @@ from neuron_migrate.verify.compare import (
     explain_by_cpu,
     printed_lines,
     ranks_agree,
+    same_data,
 )
 from neuron_migrate.verify.report import EMULATED_TIMING, XLA_TIMING, Report
 from neuron_migrate.verify.runs import (
@@ -142,6 +143,11 @@ def _compare(options: Options, programs: list[Program], runs: list[RunResult]) -
                                    options.rtol, options.atol, True)
         if not reference.records[0]["params"]:  # the reference kept its model on the CPU: nothing to compare
             rank0.checks = []
+        elif not same_data(reference.records[0], parallel.records):
+            rank0.checks = []  # the ranks' agreement below still shows one model
+            main.notes.append(f"{prefix}: the ranks trained on other batches than the single process (each its "
+                              "shard, as a shuffling DistributedSampler deals them): rank 0's parameters are not "
+                              "compared with the reference's; the single process is")
         if cpu is not None and rank0.checks:
             explain_by_cpu(rank0, compare_parameters(rank0.checks[0].name, cpu.records[0], first, options.rtol,
                                                      options.atol, False),
