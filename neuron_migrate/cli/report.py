@@ -185,13 +185,23 @@ def _link(code: str) -> str:
         return ""
 
 
+def _without_explain(message: str) -> str:
+    """The marker's text less its closing `; neuron-migrate explain NMxxx` (without a regex: a search for it
+    would go back over every run of blanks)."""
+    head, sep, code = message.rpartition("neuron-migrate explain NM")
+    if not sep or len(code) != 3 or not (code.isascii() and code.isdigit()):
+        return message
+    head = head.rstrip(" ")
+    return head[:-1] if head.endswith(";") else head
+
+
 def _item(finding, paths: Paths) -> dict:
     """A finding as an item; a marker finding (NM900) as the rule it stands for, with its text."""
     code, message = finding.code, finding.message
     m = MARKER_TEXT.search(message) if code == MARKER_CODE else None
     if m:
         code, message = m.group(1), m.group(2).strip()
-        message = re.sub(r";? *neuron-migrate explain NM\d{3}$", "", message)
+        message = _without_explain(message)
         if ", see " in message:  # a marker of earlier releases
             message = message.rpartition(", see ")[0]
     return {"path": paths(finding.path), "cell": finding.cell, "line": finding.line, "code": code,
