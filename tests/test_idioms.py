@@ -158,10 +158,24 @@ def test_a_saved_rng_state_round_trips_as_a_pair():
     assert "state = torch.neuron.get_rng_state()\ntorch.neuron.set_rng_state(state)\n" in out
     portable = rewrite_bytes(source, device_style="accelerator").decode()
     assert "torch.neuron" not in portable and "get_rng_state()" in portable and "set_rng_state(state)" in portable
-    # the saved value read elsewhere too (its type changes): both calls are left for a person
+    # the saved value read elsewhere too (its type changes): both calls are left for a person, the read marked
+    # with both native reads (NM253), the restore by NM199
     shared = source + b"print(state + 1)\n"
     out = rewrite_bytes(shared).decode()
-    assert out.count("TODO(neuron-migrate NM199)") == 2 and "xm.set_rng_state(state)" in out
+    assert out.count("TODO(neuron-migrate NM253)") == 1 and out.count("TODO(neuron-migrate NM199)") == 1
+    assert "state = xm.get_rng_state()" in out and "xm.set_rng_state(state)" in out
+    assert rewrite_bytes(out.encode()) is None
+
+
+def test_a_seed_only_shown_becomes_the_seed_last_set_and_only_with_unsafe_fixes():
+    source = (b"import torch_xla.core.xla_model as xm\n\ndef seed(s, device):\n"
+              b"    xm.set_rng_state(s, device=device)\n    print(f'seed {xm.get_rng_state(device=device)}')\n")
+    out = rewrite_bytes(source, unsafe_fixes=True).decode()
+    assert "torch.neuron.manual_seed(s)\n" in out and "print(f'seed {torch.neuron.initial_seed()}')" in out
+    assert "torch_xla" not in out and rewrite_bytes(out.encode(), unsafe_fixes=True) is None
+    held = rewrite_bytes(source, unsafe_fixes=False).decode()  # unsafe: held back, listed, not marked
+    assert "xm.get_rng_state(device=device)" in held and "TODO" not in held
+    assert "torch.neuron.manual_seed(s)\n" in held and rewrite_bytes(held.encode(), unsafe_fixes=False) is None
 
 
 SPELLING = re.compile(r"""\}\.(neuron|accelerator)\.|['"]torch\.(neuron|accelerator)\.""")

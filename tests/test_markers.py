@@ -89,6 +89,21 @@ def test_markers_in_if_while_with_bodies_sit_on_their_statement_and_are_not_repe
     assert rewrite_bytes(out.encode()) is None
 
 
+def test_a_marker_of_a_statement_whose_emptied_if_goes_stands_where_the_if_was_once():
+    source = ("import os\n\n\ndef step(model):\n    if 'PORT' in os.environ:\n"
+              "        port = int(os.environ['PORT'])\n        import torch_xla.debug.profiler as xp\n"
+              "        server = xp.start_server(port)\n    return model()\n\n\n"
+              "if __name__ == '__main__':\n    import torch_xla.debug.profiler as xp\n\n    xp.start_server(9012)\n")
+    out = rewrite_text(source)
+    assert "if 'PORT'" not in out and "__main__" not in out and "pass" not in out  # the emptied ifs went
+    assert out.count("TODO(neuron-migrate NM257)") == 2
+    assert "    # TODO(neuron-migrate NM257): `PORT` does nothing now; neuron-migrate explain NM257\n" \
+           "    return model()\n" in out  # at the function's indentation, above what follows
+    assert out.endswith("# TODO(neuron-migrate NM257): profiler server gone: use torch.profiler; "
+                        "neuron-migrate explain NM257\n")  # the module's last statement went: at its end
+    assert rewrite_bytes(out.encode()) is None
+
+
 def test_a_marker_is_recognised_anywhere_in_the_comments_right_above_its_statement():
     out = rewrite_text(LICENSED)
     moved = out.replace("from neuronx_distributed", "# a comment a person added\nfrom neuronx_distributed")

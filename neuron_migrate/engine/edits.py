@@ -177,6 +177,11 @@ class Applier:
                 type(updated.orelse) is cst.Else and updated.orelse.body in self._emptied)) \
                 and pure(updated.test) and not edits.markers.get(original):
             dropped = True  # `if args.eager: pass` (`else: pass`) says nothing: the test reads names, calls nothing
+            # the markers this run put on what the arms held stand where the `if` was
+            lifted = self._markers_in(updated.body) + (
+                self._markers_in(updated.orelse.body) if updated.orelse is not None else [])
+            if lifted:
+                updated = updated.with_changes(leading_lines=[*updated.leading_lines, *lifted])
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         present = {marker_code(c) for c in existing_comments(original, self.header if original is self.first else ())}
@@ -254,6 +259,16 @@ class Applier:
         if emptied:
             self._emptied.add(updated)
         return updated
+
+    def _markers_in(self, block) -> list[cst.EmptyLine]:
+        """The markers made by this run in an emptied block (above its `pass`, or in its footer), once each, as
+        lines to stand one level out."""
+        lines = [*getattr(block, "footer", ())]
+        for stmt in getattr(block, "body", ()):
+            lines = [*getattr(stmt, "leading_lines", ()), *lines]
+        texts = list(dict.fromkeys(line.comment.value for line in lines if line in self.made
+                                   and line.comment is not None and line.comment.value.startswith(MARKER_PREFIX)))
+        return self._made([cst.EmptyLine(indent=True, comment=cst.Comment(text)) for text in texts])
 
     def _made(self, lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
         self.made.update(lines)

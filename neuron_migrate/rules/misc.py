@@ -201,11 +201,13 @@ class Seed(Rule):
     torch_xla's generator state is an integer seed; the native one is a tensor. In a file that also reads the
     state, a save and restore (`saved = xm.get_rng_state()` ... `xm.set_rng_state(saved)`, the saved name read
     nowhere else) becomes the native pair `torch.neuron.get_rng_state()` / `torch.neuron.set_rng_state(saved)`
-    together; a literal seed is still a seed; any other call of either is left to NM199, which marks it with the
-    same hint (a value whose type would change under code the tool does not follow).
+    together; a literal seed is still a seed. NM252: a read that is only shown (an f-string, str(), a print or log
+    argument) becomes the seed last set, `torch.neuron.initial_seed()`. NM253: any other read is marked with both
+    native calls. A `device=` naming the process's device goes; another device is marked (NM253) or, for a seed,
+    left to NM199.
     """
 
-    codes = ("NM225",)
+    codes = ("NM225", "NM252", "NM253")
     triggers = (b"torch_xla",)
 
     def __init__(self, ctx) -> None:
@@ -223,7 +225,7 @@ class Seed(Rule):
             saved = None
             if isinstance(small, cst.Assign) and small.value is node and len(small.targets) == 1:
                 saved = dotted_str(small.targets[0].target)
-            self.reads.append((ctx.current, node, saved if not node.args else None))
+            self.reads.append((ctx.current, node, saved))
         if qual not in SEED:
             return
         if self.reads_state:
@@ -234,32 +236,80 @@ class Seed(Rule):
     def finish(self) -> None:
         ctx = self.ctx
         restores: dict[str, list[tuple[object, cst.Call]]] = {}
+        saved_names = {saved for _occ, _node, saved in self.reads if saved is not None}
         for occ, node in self.seeds:
-            seed = arg(node, 0, "seed")
-            name = dotted_str(seed.value) if seed is not None and only_args(node, seed) else None
-            if ctx.qualname(node.func, occ.scope) == f"{XM}.set_rng_state" and name is not None:
-                restores.setdefault(name, []).append((occ, node))
-            elif seed is not None and isinstance(seed.value, (cst.Integer, cst.BinaryOperation)):
-                ctx.current = occ
-                self._seed(node)  # a literal, or arithmetic (`base + rank`), is a seed, whatever else the file does
-        for occ, node, saved in self.reads:
-            paired = restores.get(saved, []) if saved is not None else []
-            if not paired or not self._only_restored(saved, occ, len(paired)):
-                continue
             ctx.current = occ
-            fixed = target(ctx).get_rng_state()
-            if ctx.report("NM225", node, call=short(node), fixed=fixed):
-                ctx.replace(node, expression(fixed))
-            for set_occ, set_node in paired:
-                ctx.current = set_occ
-                fixed = target(ctx).set_rng_state(saved)
-                if ctx.report("NM225", set_node, call=short(set_node), fixed=fixed):
-                    if is_statement(ctx, set_node):
-                        text = target(ctx).set_rng_state_statement(saved).rstrip()
-                        replace_statement(ctx, set_occ.statement, lambda _call, text=text: [text])
-                    else:
-                        ctx.replace(set_node, expression(fixed))
+            seed, device = arg(node, 0, "seed"), arg(node, 1, "device")
+            name = dotted_str(seed.value) if seed is not None and only_args(node, seed, device) \
+                and (device is None or self._process_device(device.value)) else None
+            if ctx.qualname(node.func, occ.scope) == f"{XM}.set_rng_state" and name in saved_names:
+                restores.setdefault(name, []).append((occ, node))
+            elif seed is not None and (name is not None or isinstance(seed.value, (cst.Integer, cst.BinaryOperation))):
+                # a literal, arithmetic (`base + rank`), or a name no read of the state assigns is a seed, as in a
+                # file that reads no state (the shown reads are gone after a rewrite: the next run decides alike)
+                self._seed(node)
+        for occ, node, saved in self.reads:
+            ctx.current = occ
+            device = arg(node, 0, "device")
+            if not only_args(node, device):
+                continue  # arguments torch_xla's function does not take: left to NM199
+            if device is not None and not self._process_device(device.value):
+                ctx.report("NM253", node, call=short(node), hint="device not followed: pick its generator",
+                           where=f" of a device the tool does not follow (`{code(device.value)}`)")
+                continue
+            paired = restores.get(saved, []) if saved is not None else []
+            if paired and self._only_restored(saved, occ, len(paired)):
+                self._restore(occ, node, saved, paired)
+            elif self._displayed(node):
+                fixed = target(ctx).initial_seed()
+                if ctx.report("NM252", node, call=short(node), fixed=fixed):
+                    ctx.replace(node, expression(fixed))
+            else:
+                ctx.report("NM253", node, call=short(node), hint="initial_seed() (int) or get_rng_state()", where="")
         ctx.current = None
+
+    def _restore(self, occ, node: cst.Call, saved: str, paired: list) -> None:
+        """The save and its restores become the native pair together."""
+        ctx = self.ctx
+        fixed = target(ctx).get_rng_state()
+        if ctx.report("NM225", node, call=short(node), fixed=fixed):
+            ctx.replace(node, expression(fixed))
+        for set_occ, set_node in paired:
+            ctx.current = set_occ
+            fixed = target(ctx).set_rng_state(saved)
+            if ctx.report("NM225", set_node, call=short(set_node), fixed=fixed):
+                if is_statement(ctx, set_node):
+                    text = target(ctx).set_rng_state_statement(saved).rstrip()
+                    replace_statement(ctx, set_occ.statement, lambda _call, text=text: [text])
+                else:
+                    ctx.replace(set_node, expression(fixed))
+
+    def _displayed(self, node: cst.Call) -> bool:
+        """The value read only goes into text: an f-string, str() / repr() / format(), a string's `%` or
+        `.format(...)`, or an argument of print, `xm.master_print` or logging's functions."""
+        ctx = self.ctx
+        parents = ctx.analysis.parents
+        parent = parents.get(node)
+        if type(parent) is cst.FormattedStringExpression:
+            return parent.expression is node
+        if type(parent) is cst.Element and type(parents.get(parent)) is cst.Tuple:  # `"%d %s" % (seed, name)`
+            node, parent = parents.get(parent), parents.get(parents.get(parent))
+        if type(parent) is cst.BinaryOperation:
+            return type(parent.operator) is cst.Modulo and parent.right is node and _is_text(parent.left)
+        if type(parent) is not cst.Arg or parent.value is not node or parent.star:
+            return False
+        call = parents.get(parent)
+        if type(call) is not cst.Call:
+            return False
+        func = call.func
+        if type(func) is cst.Attribute and func.attr.value == "format" and _is_text(func.value):
+            return True
+        if parent.keyword is not None:
+            return False
+        qual = ctx.qualname(func)
+        if type(func) is cst.Name and func.value in SHOWN and qual in (None, func.value):
+            return True
+        return qual in MASTER_PRINT or qual in LOGGING
 
     def _only_restored(self, saved: str, occ, restores: int) -> bool:
         """The saved state is read only by its restores (so its type may change), in the same scope."""
@@ -291,6 +341,14 @@ class Seed(Rule):
         if dotted_str(value) is not None:
             return True
         return isinstance(value, cst.Call) and not value.args and self.ctx.qualname(value.func) in XLA_DEVICE
+
+
+SHOWN = frozenset({"print", "str", "repr", "format"})  # builtins that print a value or turn it into text
+
+
+def _is_text(value: cst.BaseExpression) -> bool:
+    """A string literal (plain, f-string or concatenated)."""
+    return isinstance(value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString))
 
 
 class Metrics(Rule):

@@ -1,16 +1,20 @@
-"""NM251: torch_xla's profiler annotations become torch.profiler's; its profiling server goes where nothing
-else reads it. NM249: a capture that the rest of its block follows (`xp.trace_detached(...)` then the training)
-becomes a torch.profiler profile started there and stopped after the block's last statement. NM237: any other
-capture from that server (`xp.trace`, a capture in an expression, at the end of its block) is marked once, with
-the torch.profiler block that replaces the pair, and the server stays for it."""
+"""NM251: torch_xla's profiler annotations become torch.profiler's. NM257: its profiling server goes where nothing
+else reads it, with a marker that says what records a profile now (or names the environment variable that
+switched the server on, which does nothing any more). NM249: a capture that the rest of its block follows
+(`xp.trace_detached(...)` then the training) becomes a torch.profiler profile started there and stopped after the
+block's last statement. NM237: any other capture from that server (`xp.trace`, a capture in an expression, at the
+end of its block) is marked once, with the torch.profiler block that replaces the pair, and the server stays for
+it."""
 
 from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.catalogue import rule as catalogue_rule
 from neuron_migrate.rules import Rule, names_pattern
+from neuron_migrate.engine.edits import marker_room, marker_text
 from neuron_migrate.engine.names import dotted_str
-from neuron_migrate.rules.patterns import arg, code, reads_of, reads_setting, short
+from neuron_migrate.rules.patterns import arg, code, reads_of, reads_setting, short, string_value
 from neuron_migrate.rules.rewrites import free_name, only_args, replace_statement
 from neuron_migrate.syntax.parse import expression
 
@@ -26,9 +30,10 @@ class Profiler(Rule):
     """`with xp.Trace(name):` / `with xp.StepTrace(name, step_num=...):` name a span of the profile:
     `torch.profiler.record_function(name)` does (StepTrace also ran the step's graph on exit, which the eager
     backend does not need). `server = xp.start_server(port)` served the XLA profiler to TensorBoard's capture:
-    torch.profiler records in the process, so the statement goes where nothing reads the server."""
+    torch.profiler records in the process, so the statement goes where nothing reads the server (NM257), and a
+    marker says so where it was."""
 
-    codes = ("NM251", "NM237", "NM249")
+    codes = ("NM251", "NM237", "NM249", "NM257")
     triggers = (b"profiler",)
     pattern = names_pattern({"Trace", "StepTrace", "start_server", "trace_detached", "trace"})
 
@@ -37,6 +42,7 @@ class Profiler(Rule):
         self.servers: list[tuple] = []  # (occurrence, call): decided in finish, once every capture is known
         self.captured = False  # the file captures a profile from the server that a person moves (NM237)
         self.spent: dict[str, int] = {}  # names read by the captures NM249 removed: their reads no longer count
+        self.windowed = False  # a capture became a torch.profiler profile (NM249): the file still records one
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -71,7 +77,7 @@ class Profiler(Rule):
         """NM249: `xp.trace_detached(address, logdir, duration_ms=...)` alone on its line, followed in its block by
         the statements it was placed to profile (the training), becomes a torch.profiler profile started where the
         capture was and stopped after the block's last statement, written to the same folder for TensorBoard. The
-        server it captured from goes too (NM251), and the constants only the pair read. Unsafe: the profile covers
+        server it captured from goes too (NM257), and the constants only the pair read. Unsafe: the profile covers
         the rest of the block, not `duration_ms` of it."""
         ctx = self.ctx
         occ = ctx.current
@@ -100,6 +106,7 @@ class Profiler(Rule):
                  f"{inner}on_trace_ready={tp}.tensorboard_trace_handler({code(logdir.value)}),\n)")
         if not ctx.report("NM249", node, call=short(node), logdir=code(logdir.value), name=name):
             return True
+        self.windowed = True
         replace_statement(ctx, statement, lambda _call: [start, f"{name}.start()"])
         ctx.insert_after(rest[-1], f"{name}.stop()\n")
         for a in given[0::2]:  # the address and the duration are read no more (the folder is)
@@ -148,10 +155,62 @@ class Profiler(Rule):
         port = self._port_assignment(node, occ.scope)
         if port is False:
             return  # the port is computed by a call that may do something: by hand (NM199)
-        if ctx.report("NM251", node, call=short(node), fixed="nothing: torch.profiler records in the process"):
+        gate = self._gate(occ, port)
+        variable = next(iter(_variables(ctx, gate.test)), None) if gate is not None else None
+        if variable is None and port is not None:  # `port = int(os.environ["PORT"])` goes with the server
+            variable = next(iter(_variables(ctx, port.value)), None)
+        setting = f"; `{variable}` no longer does anything" if variable else ""
+        if ctx.report("NM257", node, call=short(node), setting=setting):
             ctx.remove(small)
             if port is not None:
                 ctx.remove(port)
+            at = occ.statement
+            if gate is not None and variable is not None and _setting_test(ctx, gate.test):
+                ctx.remove(gate)  # `if "PORT" in os.environ:` that held only the server: the marker stands for it
+                at = gate
+            if variable:
+                what = f"`{variable}` does nothing now"
+                what = what if len(what) <= marker_room("NM257") else f"{variable} does nothing now"
+            elif not self.windowed:
+                what = "profiler server gone: use torch.profiler"
+            else:
+                return  # the capture it served became a torch.profiler profile (NM249): nothing is lost
+            ctx.mark(at, marker_text("NM257", what, catalogue_rule("NM257").link))
+
+    def _gate(self, occ, port: cst.Assign | None) -> cst.If | None:
+        """The `if` around the server that holds nothing but the server, its port and the import only the server
+        reads (`if "PORT" in os.environ:`, a block or one line), without an `else`; None otherwise."""
+        parents = self.ctx.analysis.parents
+        statement = occ.statement
+        if type(statement) is cst.If and type(statement.body) is cst.SimpleStatementSuite:
+            gate, parts = statement, [cst.SimpleStatementLine(body=statement.body.body)]  # one line: its smalls
+        else:
+            block = occ.block
+            gate = parents.get(block) if type(block) is cst.IndentedBlock else None
+            if type(gate) is not cst.If or gate.body is not block:
+                return None
+            parts = list(block.body)
+        if gate.orelse is not None or not all(self._goes(s, occ, port) for s in parts):
+            return None
+        return gate
+
+    def _goes(self, statement: cst.CSTNode, occ, port: cst.Assign | None) -> bool:
+        """`statement` goes with the server: the server's own small statement, its port's, or an import of
+        torch_xla whose names only the server reads."""
+        if type(statement) is not cst.SimpleStatementLine:
+            return False
+        for small in statement.body:
+            if small is occ.small or small is port:
+                continue
+            if not isinstance(small, (cst.Import, cst.ImportFrom)) or not _imports_torch_xla(small) \
+                    or isinstance(small.names, cst.ImportStar):
+                return False
+            for alias in small.names:
+                bound = alias.asname.name if alias.asname is not None else alias.name
+                name = (dotted_str(bound) or "").split(".")[0]
+                if reads_of(self.ctx, name, occ.scope) != 1:
+                    return False
+        return True
 
     def _port_assignment(self, node: cst.Call, scope) -> cst.Assign | None | bool:
         """The function's `port = int(os.environ[...])` that only the server read (it goes with the server, else
@@ -194,6 +253,50 @@ class Profiler(Rule):
                     continue
                 return True
         return False
+
+
+def _imports_torch_xla(small: cst.Import | cst.ImportFrom) -> bool:
+    if type(small) is cst.ImportFrom:
+        return not small.relative and small.module is not None \
+            and (dotted_str(small.module) or "").split(".")[0] == "torch_xla"
+    return all((dotted_str(a.name) or "").split(".")[0] == "torch_xla" for a in small.names)
+
+
+def _setting_test(ctx, test: cst.BaseExpression) -> bool:
+    """`test` only reads settings: environment variables, names and literals, compared and combined."""
+    if type(test) is cst.Comparison:
+        return _setting_test(ctx, test.left) and all(_setting_test(ctx, c.comparator) for c in test.comparisons)
+    if type(test) is cst.BooleanOperation:
+        return _setting_test(ctx, test.left) and _setting_test(ctx, test.right)
+    if type(test) is cst.UnaryOperation:
+        return _setting_test(ctx, test.expression)
+    if type(test) is cst.Call:
+        return ctx.qualname(test.func) in ("os.environ.get", "os.getenv", "int", "str", "float") and all(
+            a.keyword is None and not a.star and _setting_test(ctx, a.value) for a in test.args)
+    return reads_setting(test)
+
+
+def _variables(ctx, value: cst.BaseExpression) -> list[str]:
+    """The environment variables `value` reads by name: `os.environ["X"]`, `os.environ.get("X")`,
+    `os.getenv("X")`, `"X" in os.environ`."""
+    found: list[str] = []
+    stack: list[cst.CSTNode] = [value]
+    while stack:
+        node = stack.pop()
+        key = None
+        if type(node) is cst.Subscript and ctx.qualname(node.value) == "os.environ" and len(node.slice) == 1 \
+                and type(node.slice[0].slice) is cst.Index:
+            key = string_value(node.slice[0].slice.value)
+        elif type(node) is cst.Call and node.args and ctx.qualname(node.func) in ("os.environ.get", "os.getenv"):
+            key = string_value(node.args[0].value)
+        elif type(node) is cst.Comparison and len(node.comparisons) == 1 \
+                and type(node.comparisons[0].operator) in (cst.In, cst.NotIn) \
+                and ctx.qualname(node.comparisons[0].comparator) == "os.environ":
+            key = string_value(node.left)
+        if key:
+            found.append(key)
+        stack.extend(reversed(node.children))
+    return found
 
 
 _DROPPED = frozenset({"duration_ms", "num_tracing_attempts", "host_tracer_level", "device_tracer_level", "delay_ms"})

@@ -128,6 +128,12 @@ class Target:
         torch = self._torch()
         return f"{torch}.manual_seed" if self.portable else f"{torch}.neuron.manual_seed"
 
+    def initial_seed(self) -> str:
+        """The seed the device generator was last seeded with, as an expression; in the portable style the CPU
+        generator's (`torch.manual_seed`, what seeds are rewritten to there, seeds both)."""
+        torch = self._torch()
+        return f"{torch}.initial_seed()" if self.portable else f"{torch}.neuron.initial_seed()"
+
     def get_rng_state(self) -> str:
         """The device generator's state (a tensor), as an expression; in the portable style the CPU generator's
         where there is no accelerator."""
