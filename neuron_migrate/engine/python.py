@@ -23,7 +23,8 @@ import libcst as cst
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
-from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_dead_arms
+from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, apply, collapse_dead_arms, effect_free, if_tests,
+                                         same_arms)
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
@@ -303,8 +304,9 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     flags: they become torch_neuronx imports); raises where it cannot be made."""
     module, analysis = ctx.module, ctx.analysis
     made: set = set()  # the comment lines the edits write
+    origins: dict = {}  # each rebuilt `if` statement -> the `if` it was
     collapse_dead_arms(edits, analysis.parents)
-    new_module = apply(module, edits, analysis.parents, made)
+    new_module = apply(module, edits, analysis.parents, made, origins)
     after = Analysis(new_module, reuse=analysis)
     if edits and patches.may_patch(ctx.source.text, analysis):
         patches.self_calls(analysis, after)  # a patched function must not come to call itself
@@ -317,13 +319,82 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
         return None, unused, flags
     orphaned = imports.orphaned_bindings(analysis, after) if fixed and not ctx.facts.paths.multi_backend else []
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
-                              render=renderer.code, fixed=fixed, flags=flags, made=made, orphaned=orphaned)
+                              render=renderer.code, fixed=fixed, flags=flags, made=made, orphaned=orphaned,
+                              origins=origins)
+    if origins and fixed and not ctx.facts.paths.multi_backend:
+        new_module = _merge_same_arms(analysis, new_module, origins, made, renderer)
     rendered = renderer.code(new_module)
     if rendered == original:
         return ctx.source.text, unused, flags  # nothing edited (even where the parser does not give the file back)
     new_text = final_newline(ctx.source, rendered)
     validate(new_text)  # Python accepts the result: the file was Python to begin with
     return new_text, unused, flags
+
+
+def _merge_same_arms(analysis: Analysis, module: cst.Module, origins: dict, made: set,
+                     renderer: Renderer) -> cst.Module:
+    """An `if` / `elif` / `else` whose arms differed and that the fixes (and the import tidy-up) made the same
+    code (`if <torch 2.1>: <torch_xla's checkpoint> else: <torch's>`) becomes its one arm, where its tests have no
+    effect (`edits.effect_free`, names resolved in the file as it was): a reviewer would not keep the dead test.
+    The imports only the tests read (`from packaging import version`) go, as the tidy-up takes the imports the
+    fixes orphan; where a function's variable would be left unread (`is_pt21 = ...` read only by a test, ruff's
+    F841), or an import the tidy-up does not take (a guard's), the tests stay."""
+    scopes = {s.node: s for s in analysis.scopes}
+    merge = set()
+    for new, old in origins.items():
+        if type(analysis.parents.get(old)) is cst.If or same_arms(new) is None or same_arms(old) is not None:
+            continue  # an `elif` is its `if`'s; arms that were the same already stay so
+        tests = if_tests(old)
+        if [_code(t) for t in if_tests(new)] != [_code(t) for t in tests]:
+            continue  # the fixes changed a test: a constant one is folded (edits.collapse_dead_arms)
+        scope = _scope_of(old, analysis, scopes)
+        if all(effect_free(t, lambda e: analysis.qualname(e, scope),
+                           lambda name: analysis.lookup(name, scope) is None) for t in tests):
+            merge.add(new)
+    if not merge:
+        return module
+    merged = apply(module, EditSet(merge=merge), None, made)
+    if merged is module:
+        return module
+    after = Analysis(merged)
+    if _unread_locals(after) - _unread_locals(analysis):
+        return module
+    orphaned = imports.orphaned_bindings(analysis, after)
+    lost = imports.read_aliases(Analysis(module)) - imports.read_aliases(after)
+    if lost - {id(b.alias) for b in orphaned}:
+        return module  # an import the tests read would stay unread (`xm` of a kept `try: import ...` guard)
+    if orphaned:
+        merged = imports.tidy(merged, after, [], [], [], render=renderer.code, fixed=False, flags=[], made=made,
+                              orphaned=orphaned)
+    return merged
+
+
+def _scope_of(node: cst.CSTNode, analysis: Analysis, scopes: dict):
+    while node is not None and node not in scopes:
+        node = analysis.parents.get(node)
+    return scopes.get(node, analysis.module_scope)
+
+
+def _unread_locals(analysis: Analysis) -> set[tuple[str, str]]:
+    """(function, name) of the variables a function assigns and nothing reads."""
+    used = set()
+    for scope in analysis.scopes:
+        for name in scope.reads:
+            owner = analysis.lookup(name, scope)
+            if owner is not None:
+                used.add((id(owner), name))
+    out = set()
+    for scope in analysis.scopes:
+        if scope.kind != "function" or not isinstance(scope.node, cst.FunctionDef):
+            continue
+        for name, bindings in scope.bindings.items():
+            if (id(scope), name) not in used and any(b.kind == "assign" for b in bindings):
+                out.add((scope.node.name.value, name))
+    return out
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
 
 
 def _kept_import(ctx: FileContext, binding) -> bool:
