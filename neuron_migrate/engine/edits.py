@@ -188,6 +188,9 @@ class Applier:
                 type(updated.orelse) is cst.Else and updated.orelse.body in self._emptied)) \
                 and pure(updated.test) and not edits.markers.get(original):
             dropped = True  # `if args.eager: pass` (`else: pass`) says nothing: the test reads names, calls nothing
+            inner = _markers_in(updated)  # a marker put in an arm (what was removed there) stays in its place
+            if inner:
+                updated = updated.with_changes(leading_lines=[*updated.leading_lines, *inner])
         before = list(edits.before.get(original, ()))
         after = list(edits.after.get(original, ()))
         present = {marker_code(c) for c in existing_comments(original, self.header if original is self.first else ())}
@@ -307,7 +310,7 @@ class Applier:
         if not out:
             comments = [line for line in footer if line.comment is not None]
             out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
-            footer = [line for line in updated.footer]
+            footer = [line for line in updated.footer if line.comment is None]  # its comments are above `pass`
             emptied = self._set_off(updated, out, footer, module)
             self._emptied.add(emptied)
             return emptied
@@ -354,6 +357,16 @@ def _set_off(body: list, footer: list, module: bool, made: set[cst.EmptyLine]) -
         else:
             footer = [cst.EmptyLine(indent=False), *lines]
     return body, footer
+
+
+def _markers_in(statement: cst.If) -> list[cst.EmptyLine]:
+    """The marker lines in the blocks of an `if` whose arms the edits emptied (above their `pass`, or at their end)."""
+    out = []
+    for block in (statement.body, getattr(statement.orelse, "body", None)):
+        if isinstance(block, cst.IndentedBlock):
+            lines = [line for s in block.body for line in s.leading_lines] + list(block.footer)
+            out.extend(line for line in lines if line.comment is not None and marker_code(line.comment.value))
+    return out
 
 
 def is_import_line(stmt: cst.CSTNode) -> bool:
