@@ -337,8 +337,9 @@ def _merge_same_arms(analysis: Analysis, module: cst.Module, origins: dict, made
     code (`if <torch 2.1>: <torch_xla's checkpoint> else: <torch's>`) becomes its one arm, where its tests have no
     effect (`edits.effect_free`, names resolved in the file as it was): a reviewer would not keep the dead test.
     The imports only the tests read (`from packaging import version`) go, as the tidy-up takes the imports the
-    fixes orphan; where a function's variable would be left unread (`is_pt21 = ...` read only by a test, ruff's
-    F841), or an import the tidy-up does not take (a guard's), the tests stay."""
+    fixes orphan, and so does a function's variable only the tests read, where its value has no effect
+    (`is_pt21 = version.parse(...) >= ...`; ruff's F841 otherwise). Where such a variable is bound otherwise, or an
+    import the tidy-up does not take (a guard's) would be left unread, the tests stay."""
     scopes = {s.node: s for s in analysis.scopes}
     merge = set()
     for new, old in origins.items():
@@ -357,7 +358,17 @@ def _merge_same_arms(analysis: Analysis, module: cst.Module, origins: dict, made
     if merged is module:
         return module
     after = Analysis(merged)
-    if _unread_locals(after) - _unread_locals(analysis):
+    before = _unread_locals(analysis)
+    for _ in range(3):  # `is_pt21 = version.parse(...) >= ...`, read only by the tests gone, goes too
+        stale = _unread_locals(after) - before
+        if not stale:
+            break
+        gone = _stale_assignments(after, stale)
+        if gone is None:
+            return module
+        merged = apply(merged, EditSet(remove=gone), None, made)
+        after = Analysis(merged)
+    else:
         return module
     orphaned = imports.orphaned_bindings(analysis, after)
     lost = imports.read_aliases(Analysis(module)) - imports.read_aliases(after)
@@ -367,6 +378,30 @@ def _merge_same_arms(analysis: Analysis, module: cst.Module, origins: dict, made
         merged = imports.tidy(merged, after, [], [], [], render=renderer.code, fixed=False, flags=[], made=made,
                               orphaned=orphaned)
     return merged
+
+
+def _stale_assignments(analysis: Analysis, stale: set[tuple[str, str]]) -> set[cst.CSTNode] | None:
+    """The statements `name = <value with no effect>` that bind the unread variables `stale` (function, name),
+    each a line of its own; None where one is bound otherwise (a loop, a tuple, a call in its value)."""
+    out: set[cst.CSTNode] = set()
+    for scope in analysis.scopes:
+        if scope.kind != "function" or not isinstance(scope.node, cst.FunctionDef):
+            continue
+        for name, bindings in scope.bindings.items():
+            if (scope.node.name.value, name) not in stale:
+                continue
+            for b in bindings:
+                target = analysis.parents.get(b.node)
+                assign = analysis.parents.get(target)
+                line = analysis.parents.get(assign)
+                if b.kind != "assign" or type(target) is not cst.AssignTarget or type(assign) is not cst.Assign \
+                        or len(assign.targets) != 1 or type(line) is not cst.SimpleStatementLine \
+                        or len(line.body) != 1 or not effect_free(
+                            assign.value, lambda e: analysis.qualname(e, scope),
+                            lambda n: analysis.lookup(n, scope) is None):
+                    return None
+                out.add(line)
+    return out
 
 
 def _scope_of(node: cst.CSTNode, analysis: Analysis, scopes: dict):
