@@ -764,7 +764,8 @@ def same_code(codes: list[str]) -> bool:
 def same_arms(node: cst.If) -> list[cst.BaseStatement] | None:
     """The statements every arm of an `if` / `elif` / `else` chain runs, where all its arms are the same code:
     the first arm where their text is the same, else the `else` arm (the fallback, with its own comments).
-    None where they differ, where there is no `else`, or where the arm is only `pass`."""
+    None where they differ, where there is no `else`, where another arm holds a marker the kept one has not, or
+    where the arm is only `pass`."""
     arms = if_arms(node)
     if arms is None:
         return None
@@ -772,6 +773,9 @@ def same_arms(node: cst.If) -> list[cst.BaseStatement] | None:
     if not same_code(codes):
         return None
     kept = _arm_statements(arms[0] if len(set(codes)) == 1 else arms[-1])
+    markers = [{line.strip() for line in code.splitlines() if line.strip().startswith(MARKER_PREFIX)} for code in codes]
+    if not set().union(*markers) <= markers[0 if len(set(codes)) == 1 else -1]:
+        return None  # a marker in another arm (what the fix left for a person there) would be lost
     if all(isinstance(s, cst.SimpleStatementLine) and all(type(b) is cst.Pass for b in s.body) for s in kept):
         return None
     return kept

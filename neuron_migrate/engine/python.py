@@ -23,8 +23,9 @@ import libcst as cst
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
-from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, apply, collapse_dead_arms, effect_free, if_tests,
-                                         same_arms)
+from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, apply, collapse_dead_arms, effect_free, if_arms,
+                                         if_tests, same_arms)
+from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
@@ -322,7 +323,7 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
                               render=renderer.code, fixed=fixed, flags=flags, made=made, orphaned=orphaned,
                               origins=origins)
     if origins and fixed and not ctx.facts.paths.multi_backend:
-        new_module = _merge_same_arms(analysis, new_module, origins, made, renderer)
+        new_module = _merge_same_arms(ctx, analysis, new_module, origins, made, renderer)
     rendered = renderer.code(new_module)
     if rendered == original:
         return ctx.source.text, unused, flags  # nothing edited (even where the parser does not give the file back)
@@ -331,20 +332,25 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     return new_text, unused, flags
 
 
-def _merge_same_arms(analysis: Analysis, module: cst.Module, origins: dict, made: set,
+def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, origins: dict, made: set,
                      renderer: Renderer) -> cst.Module:
     """An `if` / `elif` / `else` whose arms differed and that the fixes (and the import tidy-up) made the same
     code (`if <torch 2.1>: <torch_xla's checkpoint> else: <torch's>`) becomes its one arm, where its tests have no
-    effect (`edits.effect_free`, names resolved in the file as it was): a reviewer would not keep the dead test.
+    effect (`edits.effect_free`, names resolved in the file as it was) and its arms are common code, not a device
+    branch (engine/paths.py keeps the other paths as they are): a reviewer would not keep the dead test.
     The imports only the tests read (`from packaging import version`) go, as the tidy-up takes the imports the
     fixes orphan, and so does a function's variable only the tests read, where its value has no effect
     (`is_pt21 = version.parse(...) >= ...`; ruff's F841 otherwise). Where such a variable is bound otherwise, or an
     import the tidy-up does not take (a guard's) would be left unread, the tests stay."""
     scopes = {s.node: s for s in analysis.scopes}
+    paths = ctx.facts.paths
     merge = set()
     for new, old in origins.items():
         if type(analysis.parents.get(old)) is cst.If or same_arms(new) is None or same_arms(old) is not None:
             continue  # an `elif` is its `if`'s; arms that were the same already stay so
+        arms = if_arms(old) or []
+        if any(arm.body and paths.path_of(arm.body[0]) != COMMON for arm in arms):
+            continue  # a device branch (`if use_xla:`): engine/paths.py keeps its other paths as they are
         tests = if_tests(old)
         if [_code(t) for t in if_tests(new)] != [_code(t) for t in tests]:
             continue  # the fixes changed a test: a constant one is folded (edits.collapse_dead_arms)
