@@ -73,7 +73,7 @@ def library_hints() -> dict[str, str]:
     return load_data("inference.toml")["libraries"]
 
 
-HLO_SNAPSHOT = "libneuronxla.register_hlo_snapshot_callback"  # NM257
+HLO_SNAPSHOT = "libneuronxla.register_hlo_snapshot_callback"  # NM258
 LIBRARY_ROOTS = ("neuronx_distributed", "transformers_neuronx", "optimum.neuron", "libneuronxla",
                  "neuronxcc")  # library_hints' top keys
 
@@ -597,10 +597,10 @@ class NeuronLibrary(Rule):
     (at its first import, with the count and the hints of the parts imported).
 
     libneuronxla's HLO snapshot hook, `libneuronxla.register_hlo_snapshot_callback(callback)` as a statement of its
-    own, is NM257: the statement goes, with one marker in its place, and an import of libneuronxla that nothing
+    own, is NM258: the statement goes, with one marker in its place, and an import of libneuronxla that nothing
     else reads is not NM506's (the import tidy-up takes it)."""
 
-    codes = ("NM506", "NM524", "NM510", "NM257")
+    codes = ("NM506", "NM524", "NM510", "NM258")
     triggers = (b"neuron",)
     context = (b"neuronx_distributed", b"transformers_neuronx", b"optimum", b"libneuronxla", b"neuronxcc")
 
@@ -628,10 +628,10 @@ class NeuronLibrary(Rule):
         if owner is None or any(b.kind != "import" or _in_try(b.node, ctx.analysis.parents)
                                 for b in owner.bindings.get(head, ())):
             return  # a guard's import (`except ImportError: libneuronxla = None`): it stays marked (NM506)
-        if ctx.report("NM257", node, call=short(node), marker=False):
-            info = catalogue_rule("NM257")
+        if ctx.report("NM258", node, call=short(node), marker=False):
+            info = catalogue_rule("NM258")
             ctx.remove(occ.small)
-            ctx.mark(occ.statement, marker_text("NM257", info.format_marker(), info.link))
+            ctx.mark(occ.statement, marker_text("NM258", info.format_marker(), info.link))
             key = (id(owner), head)
             self.unhooked[key] = self.unhooked.get(key, 0) + 1
 
@@ -670,7 +670,7 @@ class NeuronLibrary(Rule):
                        and (id(found[1]) in kept or found[1] not in self.classes_only)
                        and not (library == "libneuronxla" and self._unhooked(found[0], found[1]))]
             if not imports:
-                continue  # every import goes with the registrations that read it (NM257)
+                continue  # every import goes with the registrations that read it (NM258)
             if all(found[1] in self.classes_only for found in imports):
                 continue  # nothing but the trainer classes: NM509's markers say what to port
             occ, node, module, _ = imports[0]
