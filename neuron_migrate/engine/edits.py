@@ -7,14 +7,17 @@ comments above a removed statement move to the next statement (unless they stood
 line parts it from the next one, or they speak of XLA or of a function it called: they headed what is gone),
 the comments on and inside it go with it where nothing takes its place and stay as lines of their own above what
 does (`removed_comments`), a block left empty gets `pass`, and a test the edits make a constant keeps only the
-arm that runs (`collapse_dead_arms`). A comment line the edits put right below an import (a marker, a kept comment) is set off from it by a blank line where isort and ruff want one
+arm that runs (`collapse_dead_arms`); an `if` whose arms the edits made the same code is its arm (`same_arms`,
+decided after the import tidy-up in python.py). A comment line the edits put right below an import (a marker, a kept comment) is set off from it by a blank line where isort and ruff want one
 (`_set_off`).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -70,15 +73,18 @@ class EditSet:
     unwrap: set[cst.CSTNode] = field(default_factory=set)  # `with` statements replaced by their body
     # `if` statements holding an edit whose test is not a constant: where the edits make it one, the live arm
     fold: set[cst.CSTNode] = field(default_factory=set)
+    # `if` statements whose arms the edits made the same, with a test that has no effect: the one arm stays
+    merge: set[cst.CSTNode] = field(default_factory=set)
 
     def __bool__(self) -> bool:
-        return bool(self.replace or self.remove or self.after or self.before or self.markers or self.unwrap)
+        return bool(self.replace or self.remove or self.after or self.before or self.markers or self.unwrap
+                    or self.merge)
 
     def add_replace(self, node: cst.CSTNode, fn: Replacer) -> None:
         self.replace.setdefault(node, []).append(fn)
 
     def targets(self) -> set[cst.CSTNode]:
-        return {*self.replace, *self.remove, *self.after, *self.before, *self.markers, *self.unwrap}
+        return {*self.replace, *self.remove, *self.after, *self.before, *self.markers, *self.unwrap, *self.merge}
 
     def add_marker(self, statement: cst.CSTNode, text: str) -> None:
         """One marker per (code, statement): the first one asked for stands for the others."""
@@ -112,8 +118,10 @@ class Applier:
     visiting the subtrees that hold no edit."""
 
     def __init__(self, edits: EditSet, visit: set[cst.CSTNode], module: cst.Module | None = None,
-                 made: set[cst.EmptyLine] | None = None) -> None:
+                 made: set[cst.EmptyLine] | None = None, origins: dict | None = None) -> None:
         self.edits = edits
+        # each rebuilt `if` statement -> the `if` of the file as it was (`same_arms`), where the caller asks
+        self.origins = origins
         # the comment lines this pass (or an earlier one over the same file, which hands its set on) wrote
         self.made = made if made is not None else set()
         self.first = module.body[0] if module is not None and module.body else None  # its comments: the header
@@ -152,7 +160,10 @@ class Applier:
         if isinstance(original_node, cst.SimpleStatementLine):
             return self._statement(original_node, result)
         if isinstance(original_node, cst.BaseCompoundStatement):
-            return self._statement(original_node, result)
+            result = self._statement(original_node, result)
+            if self.origins is not None and type(original_node) is cst.If and type(result) is cst.If:
+                self.origins[result] = self.origins.get(original_node, original_node)
+            return result
         if isinstance(original_node, cst.SimpleStatementSuite):
             return self._suite(original_node, result)
         if isinstance(original_node, (cst.IndentedBlock, cst.Module)):
@@ -212,6 +223,10 @@ class Applier:
             live[0] = live[0].with_changes(leading_lines=[
                 *without_xla_comments(list(updated.leading_lines)), *markers, *live[0].leading_lines])
             return cst.FlattenSentinel(_isort_gaps([*before, *live, *after]))
+        if original in edits.merge and isinstance(updated, cst.If) and (kept := same_arms(updated)) is not None:
+            kept[0] = kept[0].with_changes(leading_lines=[
+                *without_xla_comments(list(updated.leading_lines)), *markers, *kept[0].leading_lines])
+            return cst.FlattenSentinel(_isort_gaps([*before, *kept, *after]))
         if original in edits.unwrap and isinstance(updated, cst.With) and isinstance(updated.body, cst.IndentedBlock):
             body = list(updated.body.body)
             header = self._made(_comment_lines([updated.body.header.comment]))
@@ -307,7 +322,7 @@ class Applier:
         if not out:
             comments = [line for line in footer if line.comment is not None]
             out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
-            footer = [line for line in updated.footer]
+            footer = [line for line in updated.footer if line.comment is None]  # its comments are above `pass`
             emptied = self._set_off(updated, out, footer, module)
             self._emptied.add(emptied)
             return emptied
@@ -558,12 +573,14 @@ def _strip_blank_start(lines: list) -> list:
 
 def apply(module: cst.Module, edits: EditSet,
           parents: Mapping[cst.CSTNode, cst.CSTNode | None] | None = None,
-          made: set[cst.EmptyLine] | None = None) -> cst.Module:
+          made: set[cst.EmptyLine] | None = None, origins: dict | None = None) -> cst.Module:
     """The module with the edits made. `parents` (from the module's Analysis) saves a walk over the tree; `made`
-    collects the comment lines the edits write (a later pass over the result, the import tidy-up, takes it on)."""
+    collects the comment lines the edits write (a later pass over the result, the import tidy-up, takes it on);
+    `origins`, the `if` statement each rebuilt one was in the file as it was (a later pass takes it on too)."""
     if not edits:
         return module
-    return Applier(edits, with_ancestors(module, edits.targets(), parents), module, made).rebuild(module)
+    return Applier(edits, with_ancestors(module, edits.targets(), parents), module, made,
+                   origins).rebuild(module)
 
 
 def with_ancestors(root: cst.CSTNode, nodes: set[cst.CSTNode],
@@ -686,3 +703,151 @@ def pure(test: cst.BaseExpression) -> bool:
 
 def _code(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
+
+
+# Calls a test may make and still be dropped with the `if` whose arms are the same (`same_arms`): they read
+# versions, the environment and attributes, and change nothing.
+EFFECT_FREE_CALLS = frozenset({
+    "packaging.version.parse", "packaging.version.Version", "pkg_resources.parse_version",
+    "pkg_resources.packaging.version.parse", "distutils.version.LooseVersion", "distutils.version.StrictVersion",
+    "looseversion.LooseVersion", "importlib.metadata.version", "importlib_metadata.version", "os.environ.get",
+    "os.getenv", "platform.python_version",
+})
+EFFECT_FREE_BUILTINS = frozenset({"int", "str", "float", "bool", "tuple", "len", "hasattr", "isinstance", "getattr"})
+STRING_CALLS = frozenset({"str", "os.environ.get", "os.getenv", "importlib.metadata.version",
+                          "importlib_metadata.version", "platform.python_version"})
+STRING_METHODS = frozenset({"split", "rsplit", "startswith", "endswith", "lower", "upper", "strip", "lstrip", "rstrip"})
+
+
+def if_arms(node: cst.If) -> list[cst.BaseSuite] | None:
+    """The blocks of an `if` / `elif` ... / `else` chain in order; None where it has no `else`."""
+    arms: list[cst.BaseSuite] = []
+    while True:
+        arms.append(node.body)
+        if type(node.orelse) is cst.If:
+            node = node.orelse
+        elif type(node.orelse) is cst.Else:
+            return [*arms, node.orelse.body]
+        else:
+            return None
+
+
+def if_tests(node: cst.If) -> list[cst.BaseExpression]:
+    tests = [node.test]
+    while type(node.orelse) is cst.If:
+        node = node.orelse
+        tests.append(node.test)
+    return tests
+
+
+def _arm_statements(block: cst.BaseSuite) -> list[cst.BaseStatement]:
+    if isinstance(block, cst.SimpleStatementSuite):
+        return [cst.SimpleStatementLine(body=[*block.body[:-1],
+                                              block.body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)])]
+    return list(block.body)
+
+
+def _arm_code(block: cst.BaseSuite) -> str:
+    return cst.Module(body=_arm_statements(block)).code
+
+
+def same_code(codes: list[str]) -> bool:
+    """The texts are one program: the same text, or the same Python tree (comments and layout aside)."""
+    if len(set(codes)) == 1:
+        return True
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return len({ast.dump(ast.parse(c)) for c in codes}) == 1
+    except (SyntaxError, ValueError, RecursionError):
+        return False
+
+
+def same_arms(node: cst.If) -> list[cst.BaseStatement] | None:
+    """The statements every arm of an `if` / `elif` / `else` chain runs, where all its arms are the same code:
+    the first arm where their text is the same, else the `else` arm (the fallback, with its own comments).
+    None where they differ, where there is no `else`, where another arm holds a marker the kept one has not, or
+    where the arm is only `pass`."""
+    arms = if_arms(node)
+    if arms is None:
+        return None
+    codes = [_arm_code(a) for a in arms]
+    if not same_code(codes):
+        return None
+    kept = _arm_statements(arms[0] if len(set(codes)) == 1 else arms[-1])
+    markers = [{line.strip() for line in code.splitlines() if line.strip().startswith(MARKER_PREFIX)} for code in codes]
+    if not set().union(*markers) <= markers[0 if len(set(codes)) == 1 else -1]:
+        return None  # a marker in another arm (what the fix left for a person there) would be lost
+    if all(isinstance(s, cst.SimpleStatementLine) and all(type(b) is cst.Pass for b in s.body) for s in kept):
+        return None
+    return kept
+
+
+def effect_free(test: cst.BaseExpression, qualname: Callable[[cst.CSTNode], str | None],
+                builtin: Callable[[str], bool]) -> bool:
+    """`test` reads names, attributes, constants and subscripts, compares and combines them, and calls only
+    functions that read versions or the environment (`EFFECT_FREE_CALLS`, resolved by `qualname`; the builtins
+    of `EFFECT_FREE_BUILTINS` where `builtin` says the name is not the file's own; string methods on a version
+    or environment string): dropping it changes nothing the program does."""
+    def free(e: cst.CSTNode) -> bool:
+        t = type(e)
+        if t in (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.Ellipsis):
+            return True
+        if t is cst.ConcatenatedString:
+            return True
+        if t is cst.Attribute:
+            return free(e.value)
+        if t in (cst.Tuple, cst.List):
+            return all(type(el) is cst.Element and free(el.value) for el in e.elements)
+        if t is cst.UnaryOperation:
+            return free(e.expression)
+        if t in (cst.BooleanOperation, cst.BinaryOperation):
+            return free(e.left) and free(e.right)
+        if t is cst.Comparison:
+            return free(e.left) and all(free(c.comparator) for c in e.comparisons)
+        if t is cst.Subscript:
+            return free(e.value) and all(_free_slice(s.slice, free) for s in e.slice)
+        if t is cst.Call:
+            return _free_call(e, free)
+        return False
+
+    def _free_call(call: cst.Call, free) -> bool:
+        if any(a.star for a in call.args) or not all(free(a.value) for a in call.args):
+            return False
+        func = call.func
+        if type(func) is cst.Name and func.value in EFFECT_FREE_BUILTINS and builtin(func.value):
+            if func.value == "getattr":
+                return len(call.args) >= 2 and type(call.args[1].value) is cst.SimpleString
+            return True
+        if qualname(func) in EFFECT_FREE_CALLS:
+            return True
+        return type(func) is cst.Attribute and func.attr.value in STRING_METHODS and stringy(func.value)
+
+    def stringy(e: cst.CSTNode) -> bool:
+        """A version or environment string (or a part of one)."""
+        t = type(e)
+        if t in (cst.SimpleString, cst.ConcatenatedString):
+            return True
+        if t is cst.Attribute:
+            return e.attr.value == "__version__" and free(e.value)
+        if t is cst.Subscript:
+            return free(e) and (stringy(e.value) or (type(e.value) is cst.Call and type(e.value.func) is cst.Attribute
+                                                     and e.value.func.attr.value in ("split", "rsplit")
+                                                     and free(e.value)))
+        if t is cst.Call and free(e):
+            func = e.func
+            if type(func) is cst.Name:
+                return func.value == "str" and builtin("str")
+            if qualname(func) in STRING_CALLS:
+                return True
+            return type(func) is cst.Attribute and func.attr.value in STRING_METHODS - {"startswith", "endswith"} \
+                and stringy(func.value)
+        return False
+
+    return free(test)
+
+
+def _free_slice(s: cst.BaseSlice, free) -> bool:
+    if type(s) is cst.Index:
+        return getattr(s, "star", None) is None and free(s.value)
+    return all(part is None or free(part) for part in (s.lower, s.upper, s.step))

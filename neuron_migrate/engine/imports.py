@@ -66,7 +66,7 @@ def unused_bindings(analysis: Analysis) -> list[Binding]:
     return out
 
 
-def _read_aliases(analysis: Analysis) -> set[int]:
+def read_aliases(analysis: Analysis) -> set[int]:
     """The ids of the import aliases some read resolves to."""
     out: set[int] = set()
     for scope in analysis.scopes:
@@ -82,10 +82,10 @@ def orphaned_bindings(before: Analysis, after: Analysis) -> list[Binding]:
     `synchronize()` became the device's): read in `before`, the file as it was, and no more in `after`. Not the
     imports of a guard (a feature detection), those silenced for linters (`# noqa`), `from __future__`, nor names
     the module exports (`__all__`)."""
-    was_read = _read_aliases(before)
+    was_read = read_aliases(before)
     if not was_read:
         return []
-    now_read = _read_aliases(after)
+    now_read = read_aliases(after)
     exported = _exported(after.module)
     out = []
     for scope in after.scopes:
@@ -201,20 +201,21 @@ def stranded_decisions(ctx, unused: list[Binding], flags: list[Binding]) -> list
 def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
          definitions: list[str], *, render: Callable[[cst.Module], str], fixed: bool = True,
          flags: list[Binding] | None = None, made: set[cst.EmptyLine] | None = None,
-         orphaned: list[Binding] = ()) -> cst.Module:
+         orphaned: list[Binding] = (), origins: dict | None = None) -> cst.Module:
     """Add the imports and definitions the fixed `module` needs, drop the `unused` legacy imports (and the guards
     that only held them) and the `orphaned` imports of other libraries (`orphaned_bindings`). `analysis` is that
     of `module` (see `fix` in python.py); `render` gives a module's code; `fixed`: the rules made edits (a file
     they leave alone keeps its detections as they are); `made`: the comment lines the fixes wrote
-    (`edits.apply`), which stay set off from an import above them."""
+    (`edits.apply`), which stay set off from an import above them; `origins`: as `edits.apply` takes it."""
     made = set() if made is None else made
-    module = _tidy(module, analysis, unused, required, definitions, render, fixed, flags, made, list(orphaned))
+    module = _tidy(module, analysis, unused, required, definitions, render, fixed, flags, made, list(orphaned),
+                   origins)
     return set_off(module, made)
 
 
 def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
           definitions: list[str], render: Callable[[cst.Module], str], fixed: bool, flags: list[Binding] | None,
-          made: set[cst.EmptyLine], orphaned: list[Binding]) -> cst.Module:
+          made: set[cst.EmptyLine], orphaned: list[Binding], origins: dict | None = None) -> cst.Module:
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
@@ -249,7 +250,7 @@ def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], require
     # the imports only a guard that goes read (its `is_torch_xla_available()` test) go with it
     emptied = _drop(edits, module, [*unused, *orphaned, *_read_only_in(gone, module, analysis, parents)], parents)
     _keep_detections(edits, emptied, flags, gone, parents)
-    return apply(module, edits, parents, made)
+    return apply(module, edits, parents, made, origins)
 
 
 def _emptied(bindings: list[Binding]) -> set[cst.CSTNode]:

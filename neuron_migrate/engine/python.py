@@ -23,7 +23,9 @@ import libcst as cst
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
-from neuron_migrate.engine.edits import MARKER_PREFIX, apply, collapse_dead_arms
+from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, apply, collapse_dead_arms, effect_free, if_arms,
+                                         if_tests, same_arms)
+from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.names import Analysis
@@ -303,8 +305,9 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     flags: they become torch_neuronx imports); raises where it cannot be made."""
     module, analysis = ctx.module, ctx.analysis
     made: set = set()  # the comment lines the edits write
+    origins: dict = {}  # each rebuilt `if` statement -> the `if` it was
     collapse_dead_arms(edits, analysis.parents)
-    new_module = apply(module, edits, analysis.parents, made)
+    new_module = apply(module, edits, analysis.parents, made, origins)
     after = Analysis(new_module, reuse=analysis)
     if edits and patches.may_patch(ctx.source.text, analysis):
         patches.self_calls(analysis, after)  # a patched function must not come to call itself
@@ -317,13 +320,122 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
         return None, unused, flags
     orphaned = imports.orphaned_bindings(analysis, after) if fixed and not ctx.facts.paths.multi_backend else []
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
-                              render=renderer.code, fixed=fixed, flags=flags, made=made, orphaned=orphaned)
+                              render=renderer.code, fixed=fixed, flags=flags, made=made, orphaned=orphaned,
+                              origins=origins)
+    if origins and fixed and not ctx.facts.paths.multi_backend:
+        new_module = _merge_same_arms(ctx, analysis, new_module, origins, made, renderer)
     rendered = renderer.code(new_module)
     if rendered == original:
         return ctx.source.text, unused, flags  # nothing edited (even where the parser does not give the file back)
     new_text = final_newline(ctx.source, rendered)
     validate(new_text)  # Python accepts the result: the file was Python to begin with
     return new_text, unused, flags
+
+
+def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, origins: dict, made: set,
+                     renderer: Renderer) -> cst.Module:
+    """An `if` / `elif` / `else` whose arms differed and that the fixes (and the import tidy-up) made the same
+    code (`if <torch 2.1>: <torch_xla's checkpoint> else: <torch's>`) becomes its one arm, where its tests have no
+    effect (`edits.effect_free`, names resolved in the file as it was) and its arms are common code, not a device
+    branch (engine/paths.py keeps the other paths as they are): a reviewer would not keep the dead test.
+    The imports only the tests read (`from packaging import version`) go, as the tidy-up takes the imports the
+    fixes orphan, and so does a function's variable only the tests read, where its value has no effect
+    (`is_pt21 = version.parse(...) >= ...`; ruff's F841 otherwise). Where such a variable is bound otherwise, or an
+    import the tidy-up does not take (a guard's) would be left unread, the tests stay."""
+    scopes = {s.node: s for s in analysis.scopes}
+    paths = ctx.facts.paths
+    merge = set()
+    for new, old in origins.items():
+        if type(analysis.parents.get(old)) is cst.If or same_arms(new) is None or same_arms(old) is not None:
+            continue  # an `elif` is its `if`'s; arms that were the same already stay so
+        arms = if_arms(old) or []
+        if any(arm.body and paths.path_of(arm.body[0]) != COMMON for arm in arms):
+            continue  # a device branch (`if use_xla:`): engine/paths.py keeps its other paths as they are
+        tests = if_tests(old)
+        if [_code(t) for t in if_tests(new)] != [_code(t) for t in tests]:
+            continue  # the fixes changed a test: a constant one is folded (edits.collapse_dead_arms)
+        scope = _scope_of(old, analysis, scopes)
+        if all(effect_free(t, lambda e: analysis.qualname(e, scope),
+                           lambda name: analysis.lookup(name, scope) is None) for t in tests):
+            merge.add(new)
+    if not merge:
+        return module
+    merged = apply(module, EditSet(merge=merge), None, made)
+    if merged is module:
+        return module
+    after = Analysis(merged)
+    before = _unread_locals(analysis)
+    for _ in range(3):  # `is_pt21 = version.parse(...) >= ...`, read only by the tests gone, goes too
+        stale = _unread_locals(after) - before
+        if not stale:
+            break
+        gone = _stale_assignments(after, stale)
+        if gone is None:
+            return module
+        merged = apply(merged, EditSet(remove=gone), None, made)
+        after = Analysis(merged)
+    else:
+        return module
+    orphaned = imports.orphaned_bindings(analysis, after)
+    lost = imports.read_aliases(Analysis(module)) - imports.read_aliases(after)
+    if lost - {id(b.alias) for b in orphaned}:
+        return module  # an import the tests read would stay unread (`xm` of a kept `try: import ...` guard)
+    if orphaned:
+        merged = imports.tidy(merged, after, [], [], [], render=renderer.code, fixed=False, flags=[], made=made,
+                              orphaned=orphaned)
+    return merged
+
+
+def _stale_assignments(analysis: Analysis, stale: set[tuple[str, str]]) -> set[cst.CSTNode] | None:
+    """The statements `name = <value with no effect>` that bind the unread variables `stale` (function, name),
+    each a line of its own; None where one is bound otherwise (a loop, a tuple, a call in its value)."""
+    out: set[cst.CSTNode] = set()
+    for scope in analysis.scopes:
+        if scope.kind != "function" or not isinstance(scope.node, cst.FunctionDef):
+            continue
+        for name, bindings in scope.bindings.items():
+            if (scope.node.name.value, name) not in stale:
+                continue
+            for b in bindings:
+                target = analysis.parents.get(b.node)
+                assign = analysis.parents.get(target)
+                line = analysis.parents.get(assign)
+                if b.kind != "assign" or type(target) is not cst.AssignTarget or type(assign) is not cst.Assign \
+                        or len(assign.targets) != 1 or type(line) is not cst.SimpleStatementLine \
+                        or len(line.body) != 1 or not effect_free(
+                            assign.value, lambda e: analysis.qualname(e, scope),
+                            lambda n: analysis.lookup(n, scope) is None):
+                    return None
+                out.add(line)
+    return out
+
+
+def _scope_of(node: cst.CSTNode, analysis: Analysis, scopes: dict):
+    while node is not None and node not in scopes:
+        node = analysis.parents.get(node)
+    return scopes.get(node, analysis.module_scope)
+
+
+def _unread_locals(analysis: Analysis) -> set[tuple[str, str]]:
+    """(function, name) of the variables a function assigns and nothing reads."""
+    used = set()
+    for scope in analysis.scopes:
+        for name in scope.reads:
+            owner = analysis.lookup(name, scope)
+            if owner is not None:
+                used.add((id(owner), name))
+    out = set()
+    for scope in analysis.scopes:
+        if scope.kind != "function" or not isinstance(scope.node, cst.FunctionDef):
+            continue
+        for name, bindings in scope.bindings.items():
+            if (id(scope), name) not in used and any(b.kind == "assign" for b in bindings):
+                out.add((scope.node.name.value, name))
+    return out
+
+
+def _code(node: cst.CSTNode) -> str:
+    return cst.Module(body=[]).code_for_node(node)
 
 
 def _kept_import(ctx: FileContext, binding) -> bool:

@@ -12,7 +12,7 @@ import libcst as cst
 from neuron_migrate.catalogue import load_data, rule as catalogue_rule
 from neuron_migrate.files.envfiles import TRN1
 from neuron_migrate.engine.edits import marker_room, marker_text
-from neuron_migrate.engine.names import Occurrence, Scope, dotted_str
+from neuron_migrate.engine.names import Occurrence, Scope, dotted, dotted_str
 from neuron_migrate.rules.patterns import arg, code, has_star, short, string_value
 from neuron_migrate.engine.facts import fact, inf1_names
 from neuron_migrate.rules import Rule, release
@@ -73,6 +73,7 @@ def library_hints() -> dict[str, str]:
     return load_data("inference.toml")["libraries"]
 
 
+HLO_SNAPSHOT = "libneuronxla.register_hlo_snapshot_callback"  # NM258
 LIBRARY_ROOTS = ("neuronx_distributed", "transformers_neuronx", "optimum.neuron", "libneuronxla",
                  "neuronxcc")  # library_hints' top keys
 
@@ -580,12 +581,26 @@ def _imports_nki(node: cst.CSTNode) -> bool:
         and any(dotted_str(a.name) == "nki" for a in node.names)
 
 
+def _in_try(node: cst.CSTNode | None, parents) -> bool:
+    """`node` sits in a `try` statement of its function (or module)."""
+    parent = parents.get(node) if node is not None else None
+    while parent is not None and not isinstance(parent, (cst.FunctionDef, cst.ClassDef, cst.Module)):
+        if isinstance(parent, cst.Try):
+            return True
+        parent = parents.get(parent)
+    return False
+
+
 class NeuronLibrary(Rule):
     """neuronx_distributed, transformers_neuronx, optimum.neuron, libneuronxla and the compiler's private modules
     (neuronxcc but its NKI namespace, NM505's): reported where they are imported, one finding per library and file
-    (at its first import, with the count and the hints of the parts imported)."""
+    (at its first import, with the count and the hints of the parts imported).
 
-    codes = ("NM506", "NM524", "NM510")
+    libneuronxla's HLO snapshot hook, `libneuronxla.register_hlo_snapshot_callback(callback)` as a statement of its
+    own, is NM258: the statement goes, with one marker in its place, and an import of libneuronxla that nothing
+    else reads is not NM506's (the import tidy-up takes it)."""
+
+    codes = ("NM506", "NM524", "NM510", "NM258")
     triggers = (b"neuron",)
     context = (b"neuronx_distributed", b"transformers_neuronx", b"optimum", b"libneuronxla", b"neuronxcc")
 
@@ -598,6 +613,53 @@ class NeuronLibrary(Rule):
         self.found: dict[str, list] = {}  # library -> [(occurrence, node, module, hint)]
         # imports of optimum-neuron's trainer classes only: NM508 / NM509 report them, NM506 counts them when they stay
         self.classes_only: set[cst.CSTNode] = set()
+        # (id of the scope that binds a name, the name) -> the reads of it in the snapshot registrations removed
+        self.unhooked: dict[tuple[int, str], int] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        if ctx.qualname(node.func) != HLO_SNAPSHOT:
+            return
+        occ = ctx.current
+        if not (isinstance(occ.small, cst.Expr) and occ.small.value is node):
+            return  # a registration inside an expression: the import stays marked (NM506)
+        head = (dotted(node.func) or [""])[0]
+        owner = ctx.analysis.lookup(head, occ.scope)
+        if owner is None or any(b.kind != "import" or _in_try(b.node, ctx.analysis.parents)
+                                for b in owner.bindings.get(head, ())):
+            return  # a guard's import (`except ImportError: libneuronxla = None`): it stays marked (NM506)
+        if ctx.report("NM258", node, call=short(node), marker=False):
+            info = catalogue_rule("NM258")
+            ctx.remove(occ.small)
+            ctx.mark(occ.statement, marker_text("NM258", info.format_marker(), info.link))
+            key = (id(owner), head)
+            self.unhooked[key] = self.unhooked.get(key, 0) + 1
+
+    def _unhooked(self, occ: Occurrence, node: cst.CSTNode) -> bool:
+        """An import of libneuronxla whose every name is read only by the snapshot registrations removed: the
+        tidy-up takes it (not inside a `try`, where it is a guard's and stays)."""
+        if not self.unhooked:
+            return False
+        if isinstance(node, cst.ImportAlias):  # `import libneuronxla as lnx`: one finding per alias
+            aliases = [node]
+        elif isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
+            aliases = list(node.names)
+        else:
+            return False
+        analysis = self.ctx.analysis
+        if _in_try(node, analysis.parents):
+            return False
+        for alias in aliases:
+            name = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) \
+                else (dotted(alias.name) or [""])[0]
+            owner = analysis.lookup(name, occ.scope)
+            if owner is None:
+                return False
+            reads = sum(scope.reads.get(name, 0) for scope in analysis.scopes
+                        if name in scope.reads and analysis.lookup(name, scope) is owner)
+            if reads != self.unhooked.get((id(owner), name), 0):
+                return False
+        return True
 
     def finish(self) -> None:
         ctx = self.ctx
@@ -605,7 +667,10 @@ class NeuronLibrary(Rule):
         kept = ctx.facts.optimum_classes_kept  # optimum-neuron trainer classes NM509 keeps (rules/huggingface.py)
         for library, imports in self.found.items():
             imports = [found for found in imports if id(found[1]) not in taken
-                       and (id(found[1]) in kept or found[1] not in self.classes_only)]
+                       and (id(found[1]) in kept or found[1] not in self.classes_only)
+                       and not (library == "libneuronxla" and self._unhooked(found[0], found[1]))]
+            if not imports:
+                continue  # every import goes with the registrations that read it (NM258)
             if all(found[1] in self.classes_only for found in imports):
                 continue  # nothing but the trainer classes: NM509's markers say what to port
             occ, node, module, _ = imports[0]
