@@ -23,8 +23,8 @@ import libcst as cst
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
-from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, apply, collapse_dead_arms, effect_free, if_arms,
-                                         if_tests, same_arms)
+from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, _code, apply, collapse_dead_arms, effect_free,
+                                         if_arms, if_tests, same_arms)
 from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
@@ -364,9 +364,9 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
     if merged is module:
         return module
     after = Analysis(merged)
-    before = _unread_locals(analysis)
+    before = set(_unread_locals(analysis))
     for _ in range(3):  # `is_pt21 = version.parse(...) >= ...`, read only by the tests gone, goes too
-        stale = _unread_locals(after) - before
+        stale = {key for where, key in _unread_locals(after).items() if where not in before}
         if not stale:
             break
         gone = _stale_assignments(after, stale)
@@ -386,15 +386,14 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
     return merged
 
 
-def _stale_assignments(analysis: Analysis, stale: set[tuple[str, str]]) -> set[cst.CSTNode] | None:
-    """The statements `name = <value with no effect>` that bind the unread variables `stale` (function, name),
-    each a line of its own; None where one is bound otherwise (a loop, a tuple, a call in its value)."""
+def _stale_assignments(analysis: Analysis, stale: set[tuple[int, str]]) -> set[cst.CSTNode] | None:
+    """The statements `name = <value with no effect>` that bind the unread variables `stale` (id of the function's
+    scope, name), each a line of its own; None where one is bound otherwise (a loop, a tuple, a call in its
+    value)."""
     out: set[cst.CSTNode] = set()
     for scope in analysis.scopes:
-        if scope.kind != "function" or not isinstance(scope.node, cst.FunctionDef):
-            continue
         for name, bindings in scope.bindings.items():
-            if (scope.node.name.value, name) not in stale:
+            if (id(scope), name) not in stale:
                 continue
             for b in bindings:
                 target = analysis.parents.get(b.node)
@@ -416,26 +415,26 @@ def _scope_of(node: cst.CSTNode, analysis: Analysis, scopes: dict):
     return scopes.get(node, analysis.module_scope)
 
 
-def _unread_locals(analysis: Analysis) -> set[tuple[str, str]]:
-    """(function, name) of the variables a function assigns and nothing reads."""
+def _unread_locals(analysis: Analysis) -> dict[tuple[str, str, int], tuple[int, str]]:
+    """The variables a function assigns and nothing reads: (function, name, which function of that name in the
+    file's order) -> (id of its scope, name). The key matches the same variable in another Analysis of the file."""
     used = set()
     for scope in analysis.scopes:
         for name in scope.reads:
             owner = analysis.lookup(name, scope)
             if owner is not None:
                 used.add((id(owner), name))
-    out = set()
+    out = {}
+    seen: dict[str, int] = {}
     for scope in analysis.scopes:
         if scope.kind != "function" or not isinstance(scope.node, cst.FunctionDef):
             continue
+        function = scope.node.name.value
+        nth = seen[function] = seen.get(function, -1) + 1
         for name, bindings in scope.bindings.items():
             if (id(scope), name) not in used and any(b.kind == "assign" for b in bindings):
-                out.add((scope.node.name.value, name))
+                out[(function, name, nth)] = (id(scope), name)
     return out
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
 
 
 def _kept_import(ctx: FileContext, binding) -> bool:
