@@ -400,8 +400,7 @@ class {name}:
     def __init__(self, smooth_factor=None):
         self.smooth_factor = 0.4 if smooth_factor is None else smooth_factor
         self.start = self.last = {clock}.time()
-        self.count = self.total = 0.0
-        self.last_rate = None
+        self.count, self.total, self.last_rate = 0.0, 0.0, None
 
     def add(self, count):
         self.count += count
@@ -457,12 +456,9 @@ def {close}(summary_writer):
 TRAINING_UPDATE_HELPER = '''\
 def {update}(device, step, loss, rate, global_rate, epoch=None, summary_writer=None):
     """Prints the progress line of a training step, and writes the two rates to TensorBoard."""
-    update_data = [
-        "Training", "Device={{}}".format(device), "Epoch={{}}".format(epoch) if epoch is not None else None,
-        "Step={{}}".format(step), "Loss={{:.5f}}".format(loss), "Rate={{:.2f}}".format(rate),
-        "GlobalRate={{:.2f}}".format(global_rate), "Time={{}}".format({clock}.strftime("%H:%M:%S")),
-    ]
-    print("|", " ".join(item for item in update_data if item), flush=True)
+    epoch_text = "" if epoch is None else " Epoch={{}}".format(epoch)
+    print("| Training Device={{}}{{}} Step={{}} Loss={{:.5f}} Rate={{:.2f}} GlobalRate={{:.2f}} Time={{}}".format(
+        device, epoch_text, step, loss, rate, global_rate, {clock}.strftime("%H:%M:%S")), flush=True)
     if summary_writer:
         summary_writer.add_scalar("examples/sec", rate)
         summary_writer.add_scalar("average_examples/sec", global_rate)'''
