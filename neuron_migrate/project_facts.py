@@ -58,6 +58,9 @@ class FileProject:
     # an install list's environment (the requirements files, notebooks and shell scripts of its folder) keeps a
     # library built on torch_xla: "`optimum-neuron[vllm]==0.3.0` (requirements.txt)"; pin leaves the list as written
     xla_beside: tuple[str, ...] = ()
+    # a project module of the same moving programs (dotted, as the file imports it) that defines NM244's RateTracker
+    # class or gets it in this run: the file imports the class from there instead of writing a copy of its own
+    rate_tracker_from: str | None = None
 
     @property
     def set_aside(self) -> bool:

@@ -181,6 +181,7 @@ class Module:
     edges: set[str] = field(default_factory=set)  # absolute paths of the project modules it imports
     launches: set[str] = field(default_factory=set)  # absolute paths of the programs it runs (`!torchrun x.py`)
     modules: list[str] = field(default_factory=list)  # those imports' dotted names as written
+    resolved: dict[str, str] = field(default_factory=dict)  # dotted name as written -> the module's absolute path
     importers: list[str] = field(default_factory=list)
     cuda_patches: set[str] = field(default_factory=set)  # the torch.cuda names it assigns at module level
 
@@ -369,6 +370,7 @@ class Project:
                         continue
                     found = self._find(name, self._search_path(folder, module.root) + tuple(module.paths))
                 if found is not None and found != module.full:
+                    module.resolved.setdefault(("." * level) + name, found)
                     if found not in module.edges:
                         module.edges.add(found)
                         module.modules.append(("." * level) + name)
@@ -683,12 +685,32 @@ class Project:
         group = next((self._shown(f.full) for p in programs if p.entry is module for f in p.files
                       if f is not module and "init_process_group(" in self._text(f.full)), None) \
             if module.entry and "spawn" in text else None
+        shared = self._rate_tracker_from(module, programs) if moving and "RateTracker" in text else None
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
                            cuda_patched=patched if "cuda" in self._text(module.full) else (), neuron_flags=flags,
-                           sets_env=sets_env, group_elsewhere=group)
+                           sets_env=sets_env, group_elsewhere=group, rate_tracker_from=shared)
+
+    def _rate_tracker_from(self, module: Module, programs: list[Program]) -> str | None:
+        """The project module (dotted, as this file imports it) that defines the RateTracker class NM244 writes for
+        `xm.RateTracker()`, or gets it in this run: a module of the same moving programs whose only uses of the name
+        are `xm.RateTracker()` calls without arguments (torch_xla imported at its top, no `noqa` on those lines), or
+        that defines `class RateTracker` at its top (migrated before). The file imports it from there instead of
+        writing a second copy."""
+        files = {f.full for p in programs if p.moving for f in p.files}
+        for dotted, full in sorted(module.resolved.items()):
+            if full not in files or dotted.startswith("."):
+                continue
+            text = self._text(full)
+            if _RATE_TRACKER_CLASS.search(text):
+                return dotted
+            calls = _RATE_TRACKER_CALL.findall(text)
+            if self.modules[full].legacy_top and "xla_model" in text and calls \
+                    and len(calls) == text.count("RateTracker") and not any("noqa" in line for line in calls):
+                return dotted
+        return None
 
     def _bf16_set_elsewhere(self, module: Module, programs: list[Program]) -> tuple[str, ...]:
         """The bfloat16 switches that another file of the module's programs turns on: the scripts and notebooks
@@ -1045,6 +1067,9 @@ def _read_code(module: Module, code: str) -> None:
         module.cuda_patches.update(m.group(1) for m in _CUDA_PATCH.finditer(code))
 
 
+# a module's own RateTracker class (NM244's, at its top), and torch_xla's `xm.RateTracker()` with its line's rest
+_RATE_TRACKER_CLASS = re.compile(r"^class[ \t]+RateTracker\b", re.M)
+_RATE_TRACKER_CALL = re.compile(r"(?<![\w.])\w+\.RateTracker\(\)([^\n]*)")
 _HEADER = re.compile(r"^(?:((?:async[ \t]+)?def[ \t]|class[ \t]|@)|[^\s#)\]}])", re.M)
 
 

@@ -512,7 +512,7 @@ class TestUtilities(Rule):
             smooth = arg(node, 0, "smooth_factor")
             if not only_args(node, smooth):
                 return
-            name = self.rate_tracker()
+            name = self.rate_tracker(define=False)
 
             def build(call: cst.Call) -> cst.BaseExpression:
                 return call.with_changes(func=cst.Name(name))
@@ -534,6 +534,8 @@ class TestUtilities(Rule):
             fixed += "`, a class the fix defines after the imports, with `add(n)`, `rate()` and `global_rate()"
         if ctx.report("NM244", node, call=short(node), fixed=fixed):
             ctx.replace(node, build)  # from the call as the other rules left it (`xr.world_size()` inside)
+            if qual in RATE_TRACKER:
+                self.rate_tracker()
 
 
     def _summary_helper(self, node: cst.Call, qual: str) -> None:
@@ -577,15 +579,57 @@ class TestUtilities(Rule):
             ctx.define(template.format(clock=clock, **names))
         return names[helper]
 
-    def rate_tracker(self) -> str:
-        """The name of the file's RateTracker class (defined once after the imports)."""
+    def rate_tracker(self, define: bool = True) -> str:
+        """The name of the file's RateTracker class; with `define`, made once: imported from the project module
+        that has it (the program's base module, see FileProject.rate_tracker_from), else defined after the
+        imports."""
         ctx = self.ctx
-        name = getattr(self, "_rate_tracker", None)
-        if name is None:
-            name = self._rate_tracker = free_name(ctx, "RateTracker")
-            clock = ctx.module_ref("time", scope=ctx.analysis.module_scope)
-            ctx.define(RATE_TRACKER_CLASS.format(name=name, clock=clock))
+        if getattr(self, "_rate_tracker", None) is None:
+            self._imported = _import_from(ctx, "RateTracker")
+            self._rate_tracker = "RateTracker" if self._imported is not None else free_name(ctx, "RateTracker")
+            self._rate_tracker_made = False
+        name = self._rate_tracker
+        if define and not self._rate_tracker_made:
+            self._rate_tracker_made = True
+            if self._imported is not None:
+                ctx.replace(self._imported, lambda node: _add_name(node, name))
+            else:
+                clock = ctx.module_ref("time", scope=ctx.analysis.module_scope)
+                ctx.define(RATE_TRACKER_CLASS.format(name=name, clock=clock))
         return name
+
+
+def _import_from(ctx, name: str) -> cst.ImportFrom | None:
+    """The file's `from <module> import ...` at its top (outside any `if` / `try`) of the project module that
+    defines `name` for it (FileProject.rate_tracker_from), where the file binds `name` nowhere."""
+    project = ctx.settings.project
+    module = project.rate_tracker_from if project is not None else None
+    if module is None or ctx._name_taken(name):
+        return None
+    for statement in ctx.module.body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                if isinstance(small, cst.ImportFrom) and not small.relative and small.module is not None \
+                        and dotted_str(small.module) == module and not isinstance(small.names, cst.ImportStar):
+                    return small
+    return None
+
+
+def _add_name(node: cst.ImportFrom, name: str) -> cst.ImportFrom:
+    """`from m import B, C` -> `from m import A, B, C`: in order where the names are sorted, else last."""
+    names = list(node.names)
+    keys = [dotted_str(a.name) or "" for a in names]
+    at = len(names)
+    if keys == sorted(keys, key=str.lower):
+        at = next((i for i, key in enumerate(keys) if key.lower() > name.lower()), len(names))
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    new = cst.ImportAlias(name=cst.Name(name))
+    if at == len(names):
+        names[-1] = names[-1].with_changes(comma=comma)
+        names.append(new.with_changes(comma=node.names[-1].comma))
+    else:
+        names.insert(at, new.with_changes(comma=comma))
+    return node.with_changes(names=names)
 
 
 def _inline_summary(ctx, node: cst.Call, helper: str, given: list) -> tuple[str, Callable] | None:
