@@ -82,6 +82,10 @@ def _local_values(ctx, name: str) -> list[cst.BaseExpression] | None:
     while stack:
         node = stack.pop()
         if type(node) is cst.Assign:
+            unpacked = _unpacked(node, targets)
+            if unpacked is not None:  # `total, correct = 0, 0`: the element at the name's place
+                values.append(unpacked)
+                continue
             if any(id(t.target) in targets for t in node.targets):
                 if len(node.targets) != 1 or type(node.targets[0].target) is not cst.Name:
                     return None
@@ -98,6 +102,19 @@ def _local_values(ctx, name: str) -> list[cst.BaseExpression] | None:
         elif not isinstance(node, (cst.BaseExpression, cst.FunctionDef, cst.ClassDef)):
             stack.extend(node.children)
     return values if values and len(values) + skipped == len(bindings) else None
+
+
+def _unpacked(node: cst.Assign, targets: set[int]) -> cst.BaseExpression | None:
+    """The value `a, b = x, y` gives the binding among `targets` (a plain name of the tuple), or None where the
+    statement binds none of them that way (one target, a tuple value as long, no star on either side)."""
+    if len(node.targets) != 1 or type(node.targets[0].target) not in (cst.Tuple, cst.List) \
+            or type(node.value) is not cst.Tuple:
+        return None
+    names, values = node.targets[0].target.elements, node.value.elements
+    if len(names) != len(values) or any(type(e) is not cst.Element for e in (*names, *values)):
+        return None
+    return next((v.value for n, v in zip(names, values) if type(n.value) is cst.Name and id(n.value) in targets),
+                None)
 
 
 def cpu_copy_template(ctx, value: cst.BaseExpression) -> str:

@@ -64,6 +64,16 @@ class CompileCache(Rule):
             ctx.remove(small)
 
 
+# A file with this many `xm.master_print` calls gets one function that prints on rank 0 (six lines with the blank
+# lines around it) instead of an `if` at each call.
+MASTER_PRINT_HELPER_AT = 7
+MASTER_PRINT_HELPER = '''\
+def {name}(*args, **kwargs):
+    """print() on the process of rank 0 only, as xm.master_print printed."""
+    if {condition}:
+        print(*args, **kwargs)'''
+
+
 class MasterPrint(Rule):
     codes = ("NM223",)
     triggers = (b"torch_xla",)
@@ -107,9 +117,32 @@ class MasterPrint(Rule):
                 and isinstance(ctx.current.small, cst.Expr) and not under_rank_zero(ctx, ctx.current.statement):
             self._hoisted(node, build, condition, extra)
             return
+        helper = self._helper(condition) if not extra and not under_rank_zero(ctx, ctx.current.statement) else None
+        if helper is not None:
+            def build_helper(call: cst.Call) -> cst.Call:
+                return build(call).with_changes(func=cst.Name(helper))
+            if ctx.report("NM223", node, call=short(node), fixed=f"{code(build_helper(node))}`, a function the fix "
+                          f"defines that prints on rank 0 only: `{helper}(*args, **kwargs)"):
+                ctx.replace(node, build_helper)
+                ctx.define(MASTER_PRINT_HELPER.format(name=helper, condition=condition))
+            return
         if ctx.report("NM223", node, call=short(node), fixed=f"if {condition}: {code(build(node))}"):
             ctx.replace(node, build)
             guard_statement(ctx, ctx.current.statement, condition, extra)
+
+    def _helper(self, condition: str) -> str | None:
+        """The name of the file's own `master_print` (print on rank 0 only), where the file prints that way often
+        enough (MASTER_PRINT_HELPER_AT calls) that one function reads shorter than an `if` at each, and the rank is
+        a module constant the function can read; else None."""
+        ctx = self.ctx
+        name = getattr(self, "_helper_name", False)
+        if name is False:
+            name = None
+            if condition.split()[0].isidentifier() and \
+                    ctx.source.text.count("master_print(") >= MASTER_PRINT_HELPER_AT:
+                name = free_name(ctx, "master_print")
+            self._helper_name = name
+        return name
 
     def _hoisted(self, node: cst.Call, build, condition: str, extra: list[str]) -> None:
         """A collective in the arguments must still run on every rank, or the others wait for rank 0 for ever:
