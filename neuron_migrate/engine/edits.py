@@ -309,6 +309,8 @@ class Applier:
                 if stmt.leading_lines and stmt.leading_lines[0].comment is None:
                     carried = [line for segment in segments for line in _without_header(segment)]
                 stmt = stmt.with_changes(leading_lines=_merge_lines(carried, stmt.leading_lines, at_start=not out))
+                if module and out and isinstance(out[-1], (cst.ClassDef, cst.FunctionDef)):
+                    stmt = _two_blank_lines_above(stmt)  # the removed code parted it from a class or function
                 segments = []
                 carried, dropped_before = [], False
             out.append(stmt)
@@ -496,6 +498,16 @@ def _without_xla_trailer(statement: cst.SimpleStatementLine) -> cst.SimpleStatem
         return statement
     return statement.with_changes(trailing_whitespace=trailing.with_changes(
         whitespace=cst.SimpleWhitespace(""), comment=None))
+
+
+def _two_blank_lines_above(stmt: cst.BaseStatement) -> cst.BaseStatement:
+    """`stmt` set off by two blank lines from the class or function above it at module level (PEP 8; pycodestyle's
+    E305), where removed statements stood between them."""
+    lines = list(stmt.leading_lines)
+    blank = next((i for i, line in enumerate(lines) if line.comment is not None), len(lines))
+    if blank >= 2:
+        return stmt
+    return stmt.with_changes(leading_lines=[*(cst.EmptyLine(indent=False) for _ in range(2 - blank)), *lines])
 
 
 def removed_comments(statement: cst.CSTNode) -> list[cst.EmptyLine]:

@@ -253,6 +253,13 @@ def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], require
     return apply(module, edits, parents, made, origins)
 
 
+def _fails(small: cst.CSTNode) -> bool:
+    """`assert False, "..."` (or `assert 0`): a raise spelled as an assertion, as a missing-package handler writes it."""
+    return isinstance(small, cst.Assert) and (
+        isinstance(small.test, cst.Name) and small.test.value == "False"
+        or isinstance(small.test, cst.Integer) and small.test.value == "0")
+
+
 def _emptied(bindings: list[Binding]) -> set[cst.CSTNode]:
     """The import statements all of whose aliases are among `bindings`."""
     dead = {id(b.alias) for b in bindings}
@@ -584,7 +591,7 @@ class _Guards:
             if not isinstance(stmt, cst.SimpleStatementLine):
                 return False
             for s in stmt.body:
-                if isinstance(s, (cst.Pass, cst.Raise)) or s in self.emptied:
+                if isinstance(s, (cst.Pass, cst.Raise)) or s in self.emptied or _fails(s):
                     continue
                 if isinstance(s, cst.Expr) and isinstance(s.value, (cst.SimpleString, cst.Ellipsis)):
                     continue
