@@ -23,7 +23,7 @@ from neuron_migrate.rules.rewrites import (dist, local_rank, neuron_path_test, o
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.compile import placed_object
-from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP, SPAWN, process_group_of
+from neuron_migrate.rules.distributed import INIT_PROCESS_GROUP, LAUNCH, SPAWN, process_group_of
 from neuron_migrate.rules.optimizer import OPTIMIZER_STEP, step_arguments
 from neuron_migrate.rules import sharding  # noqa: F401  (registers the fully_sharded fact read below)
 from neuron_migrate.syntax.parse import expression
@@ -69,7 +69,7 @@ class GradientAveraging(Rule):
         self.optimizers: dict[tuple[int, str], str] = {}  # (scope, optimizer name) -> model name
         self.names: list[tuple[Occurrence, cst.Name]] = []
         self.inits: list[tuple[Scope, cst.Name]] = []  # scope and first name of each `init_process_group(...)`
-        self.spawns = 0  # `xmp.spawn(...)` calls: that path gets its process group from NM202
+        self.spawns = 0  # `xmp.spawn(...)` / `torch_xla.launch(...)` calls: that path gets its process group from NM202
         self.joined = False
 
     # -- what the file holds ---------------------------------------------------------------------------
@@ -82,7 +82,7 @@ class GradientAveraging(Rule):
                 self.steps.append(Step(ctx.current, node, found[0].value, False))
         elif qual in INIT_PROCESS_GROUP:
             self.inits.append((ctx.current.scope, _head(node.func)))
-        elif qual in SPAWN:
+        elif qual in SPAWN or qual in LAUNCH:
             self.spawns += 1
         elif qual in REDUCE_GRADIENTS:
             opt = arg(node, 0, "optimizer")
