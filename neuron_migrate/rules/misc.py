@@ -14,7 +14,9 @@ from neuron_migrate.rules.device import XLA_DEVICE
 from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
-                                           replace_statement, replace_with_guard, under_rank_zero, free_name)
+                                           replace_statement, replace_with_guard, under_rank_zero, free_name,
+                                           moved, one_line)
+from neuron_migrate.syntax import positions
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.syntax.walk import children
 
@@ -537,10 +539,13 @@ class TestUtilities(Rule):
             if data is None or count is None or not only_args(node, data, count):
                 return
 
+            delta = _shift(ctx, node, data.value, 1)
+
             def build(call: cst.Call) -> cst.BaseExpression:
                 # one list of `count` references to the same batch: iterated again at every epoch, with a length
+                # (the batch's lines keep their alignment where it moves; the count is written on one line)
                 batch, times = arg(call, 0, "data").value, arg(call, 1, "sample_count").value
-                return expression(f"[{code(batch)}] * {paren(code(times))}")
+                return expression(f"[{moved(code(batch), delta)}] * {paren(one_line(code(times)))}")
         elif qual in RATE_TRACKER:
             smooth = arg(node, 0, "smooth_factor")
             if not only_args(node, smooth):
@@ -663,6 +668,17 @@ def _add_name(node: cst.ImportFrom, name: str) -> cst.ImportFrom:
     else:
         names.insert(at, new.with_changes(comma=comma))
     return node.with_changes(names=names)
+
+
+def _shift(ctx, node: cst.CSTNode, part: cst.CSTNode, offset: int) -> int:
+    """How many columns `part` of `node` moves when the code that replaces `node` starts with it `offset`
+    characters in (0 where it spans one line: nothing to align)."""
+    if "\n" not in code(part):
+        return 0
+    found = positions.positions_of(ctx.module, [(node, ctx.current.statement), (part, ctx.current.statement)])
+    if node not in found or part not in found:
+        return 0
+    return found[node].start.column + offset - found[part].start.column
 
 
 def _inline_summary(ctx, node: cst.Call, helper: str, given: list) -> tuple[str, Callable] | None:

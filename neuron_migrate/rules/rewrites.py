@@ -117,6 +117,26 @@ def paren(text: str) -> str:
     return text if isinstance(expr, simple) else f"({text})"
 
 
+def moved(text: str, delta: int) -> str:
+    """The code of an expression that now starts `delta` columns further right (left, when negative), its
+    continuation lines moved as far, so that what they aligned with inside it stays aligned; as it is where a line
+    would lose code or the expression holds a string over several lines."""
+    lines = text.split("\n")
+    if delta == 0 or len(lines) == 1 or '"""' in text or "'''" in text or "\\\n" in text:
+        return text
+    if delta < 0 and any(line.strip() and len(line) - len(line.lstrip(" ")) < -delta for line in lines[1:]):
+        return text
+    return "\n".join([lines[0], *((" " * delta + line if delta > 0 else line[-delta:]) if line.strip() else line
+                                   for line in lines[1:])])
+
+
+def one_line(text: str) -> str:
+    """An expression over several lines as one line, where it holds no string or comment (whose spaces count)."""
+    if "\n" not in text or any(c in text for c in "#'\"\\"):
+        return text
+    return " ".join(text.split())
+
+
 def keep_parens(old: cst.CSTNode, text: str) -> cst.BaseExpression:
     """The new expression, keeping the parentheses that surrounded the old one."""
     new = expression(text)
