@@ -644,11 +644,13 @@ class ZeroOptimizer(Rule):
         param = _free_name(ctx, "param", "_param")
         d = dist(ctx)
         params = f"[p for group in {opt}.param_groups for p in group[{ctx.string('params')}]]"
-        text = (f"if {world_size(ctx)} > 1:\n"
+        size = world_size(ctx)
+        world = size if "WORLD_SIZE" in ctx.facts.rank_names else f"{d}.get_world_size()"  # one name, as NM106's
+        text = (f"if {size} > 1:\n"
                 f"    for {param} in {params}:\n"
                 f"        if {param}.grad is not None:\n"
                 f"            {d}.all_reduce({param}.grad)\n"
-                f"            {param}.grad /= {d}.get_world_size()\n")
+                f"            {param}.grad /= {world}\n")
         if site.clip is not None:
             text += f"{ctx.module_ref('torch')}.nn.utils.clip_grad_norm_({params}, {site.clip})\n"
         return text
