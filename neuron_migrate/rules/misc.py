@@ -15,7 +15,7 @@ from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
                                            replace_statement, replace_with_guard, under_rank_zero, free_name,
-                                           moved, one_line)
+                                           moved, one_line, shift_lines)
 from neuron_migrate.syntax import positions
 from neuron_migrate.syntax.parse import expression
 from neuron_migrate.syntax.walk import children
@@ -215,8 +215,14 @@ class StepClosure(Rule):
         target = fn.value
         if not isinstance(target, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and not target.lpar:
             target = target.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-        # built from the nodes, so comments between the arguments stay where they were
+        # built from the nodes, so comments between the arguments stay where they were; lines aligned with the
+        # tuple's first element move with it
         fixed = cst.Call(func=target, args=call_args)
+        if call_args and isinstance(args.value, cst.Tuple):
+            first = args.value.elements[0].value
+            delta, start, block = _shift(ctx, node, first, len(code(target)) + 1) if "\n" in code(args.value) \
+                else (0, 0, 0)
+            fixed = fixed.with_changes(args=[shift_lines(a, delta, start, block) for a in call_args])
         said = ", ".join(("*" if a.star else "") + code(a.value) for a in call_args)  # without the comments
         if ctx.report("NM224", node, call=short(node), fixed=f"{code(target)}({said})"):
             ctx.replace(node, fixed)
@@ -539,7 +545,7 @@ class TestUtilities(Rule):
             if data is None or count is None or not only_args(node, data, count):
                 return
 
-            delta = _shift(ctx, node, data.value, 1)
+            delta = _shift(ctx, node, data.value, 1)[0] if "\n" in code(data.value) else 0
 
             def build(call: cst.Call) -> cst.BaseExpression:
                 # one list of `count` references to the same batch: iterated again at every epoch, with a length
@@ -670,15 +676,15 @@ def _add_name(node: cst.ImportFrom, name: str) -> cst.ImportFrom:
     return node.with_changes(names=names)
 
 
-def _shift(ctx, node: cst.CSTNode, part: cst.CSTNode, offset: int) -> int:
+def _shift(ctx, node: cst.CSTNode, part: cst.CSTNode, offset: int) -> tuple[int, int, int]:
     """How many columns `part` of `node` moves when the code that replaces `node` starts with it `offset`
-    characters in (0 where it spans one line: nothing to align)."""
-    if "\n" not in code(part):
-        return 0
-    found = positions.positions_of(ctx.module, [(node, ctx.current.statement), (part, ctx.current.statement)])
-    if node not in found or part not in found:
-        return 0
-    return found[node].start.column + offset - found[part].start.column
+    characters in, the column `part` started at, and the indentation of the statement's block."""
+    statement = ctx.current.statement
+    found = positions.positions_of(ctx.module, [(node, statement), (part, statement), (statement, statement)])
+    if node not in found or part not in found or statement not in found:
+        return 0, 0, 0
+    start = found[part].start.column
+    return found[node].start.column + offset - start, start, found[statement].start.column
 
 
 def _inline_summary(ctx, node: cst.Call, helper: str, given: list) -> tuple[str, Callable] | None:

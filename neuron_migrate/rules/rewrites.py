@@ -130,6 +130,36 @@ def moved(text: str, delta: int) -> str:
                                    for line in lines[1:])])
 
 
+def shift_lines(node: cst.CSTNode, delta: int, start: int, block: int) -> cst.CSTNode:
+    """`node`, which started at column `start` in a block indented by `block` columns, moved `delta` columns right
+    (left, when negative): each of its continuation lines (and comment lines between them) that stood at or right
+    of `start` (aligned with something inside it) moves as far; a line further left (a hanging indent) stays. As it
+    is where a line would lose code. Multi-line strings keep their text."""
+    if delta == 0:
+        return node
+
+    class Shift(cst.CSTTransformer):
+        ok = True
+
+        def _moved(self, ws: cst.SimpleWhitespace, indented: bool) -> cst.SimpleWhitespace:
+            width = len(ws.value) - len(ws.value.lstrip(" "))
+            if width + (block if indented else 0) < start:
+                return ws
+            if delta < 0 and width < -delta:
+                self.ok = False
+                return ws
+            return cst.SimpleWhitespace(" " * delta + ws.value if delta > 0 else ws.value[-delta:])
+
+        def leave_ParenthesizedWhitespace(self, original, updated):
+            lines = [line.with_changes(whitespace=self._moved(line.whitespace, line.indent))
+                     if line.comment is not None else line for line in updated.empty_lines]
+            return updated.with_changes(empty_lines=lines, last_line=self._moved(updated.last_line, updated.indent))
+
+    shift = Shift()
+    moved_node = node.visit(shift)
+    return moved_node if shift.ok else node
+
+
 def one_line(text: str) -> str:
     """An expression over several lines as one line, where it holds no string or comment (whose spaces count)."""
     if "\n" not in text or any(c in text for c in "#'\"\\"):
