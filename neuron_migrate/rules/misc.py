@@ -208,6 +208,16 @@ class StepClosure(Rule):
             call_args = []
         elif isinstance(args.value, cst.Tuple):
             call_args = [_as_arg(e, last=i == len(args.value.elements) - 1) for i, e in enumerate(args.value.elements)]
+            closing = args.value.rpar[-1].whitespace_before if args.value.rpar and call_args else None
+            if isinstance(closing, cst.ParenthesizedWhitespace) and (closing.first_line.comment is not None or any(
+                    line.comment is not None for line in closing.empty_lines)):
+                # the comment after the last element (`args.num_kept, # kept`) stays on its line; `)` goes below,
+                # at the statement's indentation
+                last = args.value.elements[-1].comma
+                call_args[-1] = call_args[-1].with_changes(
+                    comma=last.with_changes(whitespace_after=cst.SimpleWhitespace("")) if isinstance(
+                        last, cst.Comma) else last,
+                    whitespace_after_arg=closing.with_changes(indent=True, last_line=cst.SimpleWhitespace("")))
         else:
             call_args = [cst.Arg(value=args.value, star="*")]
         if closure_update(ctx, node) is not None:
