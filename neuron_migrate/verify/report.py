@@ -380,7 +380,8 @@ def _migration_lines(report: Report) -> list[str]:
 def _checkpoint_said(item: Legacy) -> str:
     """What was done with one legacy checkpoint, in a sentence."""
     given = f" ({item.option})" if item.argument is not None else ""
-    what = f"{item.kind_name}, {plural(item.tensors, 'tensor')}, {human(item.nbytes)}"
+    sharded = f" ({item.sharding.split(' (')[0]})" if item.action == MANUAL else ""
+    what = f"{item.kind_name}{sharded}, {plural(item.tensors, 'tensor')}, {human(item.nbytes)}"
     if item.action == CONVERTED:
         where = ("in each one's own folder, which its argument names" if item.outside else
                  "at the same path in each one's copy")
@@ -388,7 +389,7 @@ def _checkpoint_said(item: Legacy) -> str:
                 f"({', '.join(item.runs) or 'none'}), as the migration reads it with torch.load; the original "
                 "runs read it as it is")
     if item.action == MANUAL:
-        return f"{item.shown}{given}: {what} ({item.sharding}): not converted: {item.detail}"
+        return f"{item.shown}{given}: {what}: not converted: {item.detail}"
     return f"{item.shown}{given}: not converted, it cannot be read: {item.detail}"
 
 
