@@ -170,14 +170,13 @@ def _project_candidates(top: Path):
             yield here, True
             dirs[:] = []
             continue
-        names = set(files)
-        for d in dirs:
-            if d.endswith(".tensors") and d[: -len(".tensors")] in names:
-                yield here / d[: -len(".tensors")], True
+        xser = sorted(set(files) & {d[: -len(".tensors")] for d in dirs if d.endswith(".tensors")})
+        for f in xser:
+            yield here / f, True
         dirs[:] = sorted(d for d in dirs if not d.endswith(".tensors")
                          and not any(fnmatch.fnmatch(d, pattern) for pattern in SKIP_DIRS))
         for f in sorted(files):
-            if Path(f + ".tensors").name in dirs:
+            if f in xser:
                 continue
             if RANK_NAME.search(f) and f.endswith(CHECKPOINT_SUFFIXES):
                 yield here / f, _ranked(here / f)
@@ -239,6 +238,8 @@ def convert(found: list[Legacy], workdir: Path) -> None:
     from neuron_migrate.checkpoint.layouts import open_checkpoint
     from neuron_migrate.checkpoint.reader import CheckpointError
 
+    if any(item.action == CONVERTED for item in found):
+        writers.steady_allocator()
     for i, item in enumerate(found):
         if item.action != CONVERTED:
             continue
