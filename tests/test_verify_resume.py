@@ -125,6 +125,16 @@ def test_broken_xser_checkpoint_is_reported_not_converted(tmp_path):
     assert "tensor_3.pt: missing" in found[0].detail
 
 
+def test_unforeseen_error_in_a_checkpoint_like_folder_is_reported_not_raised(tmp_path):
+    """An NxD trainer folder whose `newest` file is not text: verify goes on and says why it left it."""
+    top = tmp_path / "job"
+    (top / "ckpt" / "step_10" / "model").mkdir(parents=True)
+    (top / "ckpt" / "newest").write_bytes(b"\xff\xfe\x00")
+    found = resume.find(["--resume", "ckpt"], top, top)
+    assert [(c.shown, c.action) for c in found] == [("ckpt", resume.UNREADABLE)]
+    assert "UnicodeDecodeError" in found[0].detail
+
+
 # ---------------------------------------------------------------------------------------------------- placing
 
 def staged_copy(top: Path, folder: Path) -> None:

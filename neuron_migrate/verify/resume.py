@@ -189,7 +189,7 @@ def _pickle_size(path: Path) -> int | None:
     try:
         with zipfile.ZipFile(path) as archive:
             return sum(i.file_size for i in archive.infolist() if i.filename.endswith("data.pkl"))
-    except (zipfile.BadZipFile, OSError):
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError):
         return None
 
 
@@ -208,10 +208,11 @@ def _open(path: Path, shown: str, strong: bool, limit: int | None = None) -> Leg
         if ckpt.kind == "plain" and not any(isinstance(leaf, Stored) and leaf.device
                                             for _, leaf in leaves(read(path))):
             return None  # torch.load reads it in the migrated program as in the original
-    except CheckpointError as exc:
+    except Exception as exc:  # a CheckpointError, or anything unforeseen in a file laid out like one
         if not strong:
             return None
-        return Legacy(path.resolve(), path, shown, "", UNREADABLE, detail=str(exc))
+        detail = str(exc) if isinstance(exc, CheckpointError) else f"{path}: {type(exc).__name__}: {exc}"
+        return Legacy(path.resolve(), path, shown, "", UNREADABLE, detail=detail)
     if ckpt.kind == "dcp":
         return None
     tensors = list(tensor_leaves(ckpt.tree))
@@ -247,8 +248,9 @@ def convert(found: list[Legacy], workdir: Path) -> None:
         out.parent.mkdir(parents=True)
         try:
             writers.write_torch(open_checkpoint(item.path).tree, out, lambda _n: None)
-        except (CheckpointError, OSError) as exc:
-            item.action, item.detail = UNREADABLE, str(exc)
+        except Exception as exc:  # verify goes on; the migrated runs get the checkpoint as it is
+            item.action = UNREADABLE
+            item.detail = str(exc) if isinstance(exc, CheckpointError) else f"{item.path}: {type(exc).__name__}: {exc}"
             shutil.rmtree(out.parent, ignore_errors=True)
             continue
         item.converted = out
