@@ -156,6 +156,7 @@ def _convert(ckpt, dst: Path, target: str, count: int, src: str) -> None:
     from neuron_migrate.checkpoint import writers
     from neuron_migrate.cli.progress import Progress
 
+    writers.steady_allocator()
     parent = dst.resolve().parent
     work = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".partial", dir=parent))
     try:

@@ -55,6 +55,7 @@ class Stored:
     offset: int
     shape: tuple[int, ...]
     stride: tuple[int, ...]
+    device: str | None = None  # the device it was pickled from, when not the CPU (an XLA tensor's "xla:0")
 
     @property
     def dtype(self) -> torch.dtype:
@@ -124,6 +125,13 @@ def _first(data, *rest):
     return data
 
 
+def _from_device(data, dtype=None, device=None, *rest):
+    """`_rebuild_device_tensor_from_cpu_tensor`: the CPU copy, with the device it named."""
+    if isinstance(data, Stored) and device is not None:
+        return Stored(data.storage, data.offset, data.shape, data.stride, str(device))
+    return data
+
+
 def _device(*args):
     return ":".join(str(a) for a in args)
 
@@ -146,7 +154,7 @@ def known_globals() -> dict[tuple[str, str], object]:
         ("torch._utils", "_rebuild_parameter"): _first,
         ("torch._utils", "_rebuild_parameter_with_state"): _first,
         # an XLA tensor pickled without `.cpu()`: its CPU copy, whatever device it named
-        ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor"): _first,
+        ("torch._utils", "_rebuild_device_tensor_from_cpu_tensor"): _from_device,
         ("torch._tensor", "_rebuild_from_type_v2"): _rebuild_from_type,
         ("torch.nn.parameter", "Parameter"): _Parameter, ("torch", "Tensor"): _Parameter,
         ("torch", "Size"): tuple, ("torch", "device"): _device,

@@ -38,6 +38,22 @@ STORAGE_CLASSES = {torch.float32: "FloatStorage", torch.float64: "DoubleStorage"
                    torch.complex128: "ComplexDoubleStorage"}
 
 Advance = Callable[[int], None]
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def steady_allocator() -> None:
+    """Give every allocation of 1 MB or more its own mapping, returned to the system when it is freed.
+
+    glibc raises its mmap threshold (up to 32 MB) each time a mapped block is freed, so after the first tensor
+    the later ones of a few MB come from the heap, which keeps their memory once they are freed: converting a
+    checkpoint of 16 MB tensors then held 5 to 10 tensors more than one (measured, bench/checkpoint_memory.py).
+    A fixed threshold stops that. No effect where the C library has no mallopt."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, 1 << 20)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def materialize(leaf: Leaf, key: str) -> torch.Tensor:

@@ -8,12 +8,14 @@ import re
 import statistics
 from dataclasses import dataclass, field, replace
 
+from neuron_migrate.checkpoint.command import human
 from neuron_migrate.cli.output import plural
 from neuron_migrate.findings import Finding
 from neuron_migrate.verify.closure import Closure
 from neuron_migrate.verify.compare import Check, Comparison
 from neuron_migrate.verify.fallbacks import DATA_FILE, Fallback
 from neuron_migrate.verify.paths import PathCheck
+from neuron_migrate.verify.resume import CONVERTED, MANUAL, Legacy
 from neuron_migrate.verify.runs import Migration, RunResult
 
 EMULATORS = {"cpp": "C++ backend with real storage", "python": "Python backend"}
@@ -60,6 +62,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     no_neuron: PathCheck | None = None  # the no-Neuron path (plain CPU): the original's fallback kept?
     closure: Closure | None = None  # the migrated program's own files, read before the runs
+    checkpoints: list[Legacy] = field(default_factory=list)  # legacy checkpoints it starts on (resume.py)
 
     @property
     def failed_runs(self) -> list[RunResult]:
@@ -275,6 +278,7 @@ def render_text(report: Report) -> str:
         out.append(f"  {r.program.name:<12} {r.program.label} on {_device_name(r)}{_processes(r)}, "
                    f"torch {_torch_version(r)} ({_seconds(r.seconds)}, exit {r.returncode}){_own_env(r)}")
     out += _migration_lines(report)
+    out += _checkpoint_lines(report)
     for r in report.failed_runs:
         out.append(f"\nThe {r.program.role} run failed (exit {r.returncode}):")
         out += [f"  | {line}" for line in _failure_tail(r)]
@@ -373,6 +377,31 @@ def _migration_lines(report: Report) -> list[str]:
     return out
 
 
+def _checkpoint_said(item: Legacy) -> str:
+    """What was done with one legacy checkpoint, in a sentence."""
+    given = f" ({item.option})" if item.argument is not None else ""
+    sharded = f" ({item.sharding.split(' (')[0]})" if item.action == MANUAL else ""
+    what = f"{item.kind_name}{sharded}, {plural(item.tensors, 'tensor')}, {human(item.nbytes)}"
+    if item.action == CONVERTED:
+        where = ("in each one's own folder, which its argument names" if item.outside else
+                 "at the same path in each one's copy")
+        return (f"{item.shown}{given}: {what}: converted to one torch.save file {where} for the migrated runs "
+                f"({', '.join(item.runs) or 'none'}), as the migration reads it with torch.load; the original "
+                "runs read it as it is")
+    if item.action == MANUAL:
+        return f"{item.shown}{given}: {what}: not converted: {item.detail}"
+    return f"{item.shown}{given}: not converted, it cannot be read: {item.detail}"
+
+
+def _checkpoint_lines(report: Report) -> list[str]:
+    if not report.checkpoints:
+        return []
+    converted = sum(1 for c in report.checkpoints if c.action == CONVERTED)
+    out = [f"  checkpoints: {plural(len(report.checkpoints), 'legacy checkpoint')} the program may start on, "
+           f"{converted} converted for the migrated runs"]
+    return out + [f"    {_checkpoint_said(c)}" for c in report.checkpoints]
+
+
 def _performance_lines(report: Report) -> list[str]:
     out = ["\nPerformance (first step includes compilation; steady state is the median of later steps):"]
     for r in report.runs:
@@ -436,6 +465,7 @@ def to_json(report: Report) -> dict:
             "atol": c.atol,
             "checks": [check.to_json() for check in c.checks],
         },
+        "checkpoints": [c.to_json() for c in report.checkpoints],
         "no_neuron": _path_json(report),
         "fallbacks": [{"op": f.op, "count": f.count, "note": f.note} for f in report.fallbacks],
         "notes": report.notes,
@@ -478,6 +508,9 @@ def render_markdown(report: Report) -> str:
                     f"{plural(len(m.manual), 'manual item')} left as TODO markers"
                     + (f" ({hidden} in files the program does not import)." if hidden else ".")]
         out += [f"- `{f.path}:{f.line}` {f.code}: {f.message}" for f in shown]
+    if report.checkpoints:
+        out += ["", "Legacy checkpoints the program may start on:"]
+        out += [f"- {_checkpoint_said(c)}" for c in report.checkpoints]
     for r in report.failed_runs:
         out += ["", f"**The {r.program.role} run failed** (exit {r.returncode}):", "", "```",
                 *_failure_tail(r), "```"]

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -105,6 +106,11 @@ class Program:
     @property
     def name(self) -> str:
         return self.role if self.nproc == 1 else f"{self.role} x{self.nproc}"
+
+    @property
+    def original(self) -> bool:
+        """It runs the legacy program (under torch_xla, or without it on the no-Neuron path)."""
+        return self.device == "xla" or self.role == "plain original"
 
 
 @dataclass
@@ -333,8 +339,13 @@ def _number(name: str) -> int:
 
 
 def run_program(program: Program, args: list[str], workdir: Path, cwd: Path, *, max_steps: int | None, seed: int,
-                strict: bool, timeout: float | None, root: Path | None = None) -> RunResult:
+                strict: bool, timeout: float | None, root: Path | None = None,
+                prepare: Callable[[Program, Staged], list[str]] | None = None) -> RunResult:
+    """Run the program in its own copy; `prepare` readies the copy (the converted checkpoints) and gives the
+    run's arguments."""
     staged = stage(program, cwd, workdir, root)
+    if prepare is not None:
+        args = prepare(program, staged)
     folder, script = staged.folder, staged.script
     out = workdir / "records" / program.name.replace(" ", "-")
     out.mkdir(parents=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from neuron_migrate.cli.output import plural
-from neuron_migrate.verify import closure, fallbacks, paths, unsharded
+from neuron_migrate.verify import closure, fallbacks, paths, resume, unsharded
 from neuron_migrate.verify.compare import (
     Check,
     Comparison,
@@ -31,6 +31,7 @@ from neuron_migrate.verify.runs import (
     Migration,
     Program,
     RunResult,
+    Staged,
     VerifyError,
     check_reference_python,
     inside,
@@ -235,15 +236,26 @@ def verify_script(script: Path, options: Options, workdir: Path, cwd: Path | Non
     program_files = _migrated_closure(script, options, migration, root, cwd)  # before anything starts
     if options.reference_python:
         check_reference_python(options.reference_python, options.reference_env)
+    # legacy checkpoints the program starts on: the original runs read them as they are, the migrated runs get
+    # what the migrated code reads
+    checkpoints = resume.find(options.args, cwd, root)
+    resume.convert(checkpoints, workdir)
+    top = resume.project_top(cwd.resolve(), root)
+
+    def prepare(program: Program, staged: Staged) -> list[str]:
+        if program.original:
+            return options.args
+        return resume.place(checkpoints, program.name, staged.folder, top, workdir, options.args)
+
     runs, plain_runs = [], []
     for program in programs + plain:
         (plain_runs if any(program is p for p in plain) else runs).append(
             run_program(program, options.args, workdir, cwd, max_steps=options.max_steps, seed=options.seed,
-                        strict=options.strict, timeout=options.timeout, root=root))
+                        strict=options.strict, timeout=options.timeout, root=root, prepare=prepare))
     if migration is not None:
         copies = [migration.folder] + [r.root for r in runs if r.root is not None]
         _show_original_paths(runs, copies, root)
-    report = Report(str(script), options.args, runs, migration, closure=program_files)
+    report = Report(str(script), options.args, runs, migration, closure=program_files, checkpoints=checkpoints)
     if plain_runs:
         report.no_neuron = paths.compare_no_neuron(*plain_runs, options.rtol, options.atol)
         report.notes.extend(report.no_neuron.notes)
