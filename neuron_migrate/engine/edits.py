@@ -322,7 +322,9 @@ class Applier:
         if not out:
             comments = [line for line in footer if line.comment is not None]
             out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
-            footer = [line for line in updated.footer if line.comment is None]  # its comments are above `pass`
+            # its comments are above `pass`; the blank lines among them went with them
+            last = max((i for i, line in enumerate(updated.footer) if line.comment is not None), default=-1)
+            footer = list(updated.footer[last + 1:])
             emptied = self._set_off(updated, out, footer, module)
             self._emptied.add(emptied)
             return emptied
@@ -692,6 +694,8 @@ def pure(test: cst.BaseExpression) -> bool:
         return True
     if isinstance(test, cst.Attribute):
         return pure(test.value)
+    if isinstance(test, (cst.List, cst.Tuple)):
+        return all(pure(e.value) for e in test.elements)
     if isinstance(test, cst.UnaryOperation):
         return pure(test.expression)
     if isinstance(test, (cst.BooleanOperation, cst.BinaryOperation)):
