@@ -787,6 +787,50 @@ def same_arms(node: cst.If) -> list[cst.BaseStatement] | None:
     return kept
 
 
+def merged_adjacent_arms(node: cst.If, differed: Callable[[int], bool]) -> cst.If | None:
+    """`if a: X elif b: X else: Y` as `if a or b: X else: Y`: each run of tested arms (not the `else`) that are the
+    same code, two of which differed before the fixes (`differed(i)`: arms i and i + 1), becomes one arm whose test
+    is theirs joined by `or` (in order, so the same test decides); the first arm's block stays. None where
+    no such run exists or where the arm dropped holds a marker the kept one has not."""
+    chain: list[cst.If] = [node]
+    while type(chain[-1].orelse) is cst.If:
+        chain.append(chain[-1].orelse)
+    codes = [_arm_code(link.body) for link in chain]
+    groups: list[list[int]] = [[0]]
+    for i in range(1, len(chain)):
+        if same_code([codes[i - 1], codes[i]]) and _markers(codes[i]) <= _markers(codes[groups[-1][0]]):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    # a run the author wrote the same (no two of its arms differed before the fixes) stays as written
+    groups = [part for g in groups for part in ([g] if any(differed(i) for i in g[:-1]) else [[i] for i in g])]
+    if all(len(g) == 1 for g in groups):
+        return None
+    tail = chain[-1].orelse  # the `else`, or None
+    rebuilt = tail
+    for g in reversed(groups):
+        first = chain[g[0]]
+        test = _or_test([chain[i].test for i in g])
+        rebuilt = first.with_changes(test=test, orelse=rebuilt)
+    return rebuilt
+
+
+def _markers(code: str) -> set[str]:
+    return {line.strip() for line in code.splitlines() if line.strip().startswith(MARKER_PREFIX)}
+
+
+def _or_test(tests: list[cst.BaseExpression]) -> cst.BaseExpression:
+    def operand(t: cst.BaseExpression) -> cst.BaseExpression:
+        if (isinstance(t, (cst.IfExp, cst.Lambda, cst.NamedExpr)) or isinstance(t, cst.BooleanOperation)
+                and isinstance(t.operator, cst.And)) and not t.lpar:
+            return t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # `(a and b) or c` reads plainly
+        return t
+    out = operand(tests[0])
+    for t in tests[1:]:
+        out = cst.BooleanOperation(left=out, operator=cst.Or(), right=operand(t))
+    return out
+
+
 def effect_free(test: cst.BaseExpression, qualname: Callable[[cst.CSTNode], str | None],
                 builtin: Callable[[str], bool]) -> bool:
     """`test` reads names, attributes, constants and subscripts, compares and combines them, and calls only

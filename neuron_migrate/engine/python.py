@@ -24,7 +24,7 @@ from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
 from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, _code, apply, collapse_dead_arms, effect_free,
-                                         if_arms, if_tests, pure, same_arms)
+                                         if_arms, if_tests, merged_adjacent_arms, pure, same_arms)
 from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
@@ -348,9 +348,19 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
     scopes = {s.node: s for s in analysis.scopes}
     paths = ctx.facts.paths
     merge = set()
+    partial: dict[cst.CSTNode, cst.CSTNode] = {}  # `if a: X elif b: X else: Y` -> `if a or b: X else: Y`
     for new, old in origins.items():
-        if type(analysis.parents.get(old)) is cst.If or same_arms(new) is None or same_arms(old) is not None:
-            continue  # an `elif` is its `if`'s; arms that were the same already stay so
+        if type(analysis.parents.get(old)) is cst.If:
+            continue  # an `elif` is its `if`'s
+        whole = same_arms(new) is not None
+        if whole and same_arms(old) is not None:
+            continue  # arms that were the same already stay so
+        old_codes = [_code(cst.Module(body=list(getattr(b, "body", ())))) for b in if_arms(old) or
+                     _tested_arms(old)]
+        joined = None if whole else merged_adjacent_arms(
+            new, lambda i: i + 1 < len(old_codes) and old_codes[i] != old_codes[i + 1])
+        if not whole and joined is None:
+            continue
         arms = if_arms(old) or []
         if any(arm.body and paths.path_of(arm.body[0]) != COMMON for arm in arms):
             continue  # a device branch (`if use_xla:`): engine/paths.py keeps its other paths as they are
@@ -360,10 +370,20 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
         scope = _scope_of(old, analysis, scopes)
         if all(effect_free(t, lambda e: analysis.qualname(e, scope),
                            lambda name: analysis.lookup(name, scope) is None) for t in tests):
-            merge.add(new)
-    if not merge:
+            if whole:
+                merge.add(new)
+            else:
+                partial[new] = joined
+    if not merge and not partial:
         return module
-    merged = apply(module, EditSet(merge=merge), None, made)
+    edits = EditSet(merge=merge)
+    if partial:  # the tidy-up may have rebuilt an `if` around its blocks (its lines above): find it by its body
+        by_body = {id(new.body): joined for new, joined in partial.items()}
+        for node in _statements(module):
+            if type(node) is cst.If and id(node.body) in by_body:
+                joined = by_body[id(node.body)]
+                edits.add_replace(node, lambda n, joined=joined: joined.with_changes(leading_lines=n.leading_lines))
+    merged = apply(module, edits, None, made)
     if merged is module:
         return module
     after = Analysis(merged)
@@ -715,6 +735,33 @@ def _removed_words(analysis: Analysis, removed: set) -> dict[str, set[str]]:
         for name in names:
             out.setdefault(name, set()).update(called)
     return out
+
+
+def _statements(module: cst.Module):
+    """Every statement of the module, in blocks at any depth."""
+    stack = list(module.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for block in (getattr(node, "body", None), getattr(getattr(node, "orelse", None), "body", None)):
+            if isinstance(block, cst.IndentedBlock):
+                stack.extend(block.body)
+        if type(getattr(node, "orelse", None)) is cst.If:
+            stack.append(node.orelse)
+        for handler in getattr(node, "handlers", ()):
+            stack.extend(getattr(handler.body, "body", ()))
+        final = getattr(node, "finalbody", None)
+        if final is not None:
+            stack.extend(getattr(final.body, "body", ()))
+
+
+def _tested_arms(node: cst.If) -> list[cst.BaseSuite]:
+    """The blocks of an `if` / `elif` chain with no `else`."""
+    arms = [node.body]
+    while type(node.orelse) is cst.If:
+        node = node.orelse
+        arms.append(node.body)
+    return arms
 
 
 def _stale_assignments(analysis: Analysis, stale: set[tuple[int, str]]) -> set[cst.CSTNode] | None:
