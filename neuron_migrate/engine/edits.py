@@ -435,19 +435,30 @@ def _talks_of_xla(comment: cst.Comment | None) -> bool:
         and XLA_TALK.search(comment.value) is not None
 
 
-def without_xla_comments(lines: list[cst.EmptyLine], subject: frozenset[str] = frozenset()) -> list[cst.EmptyLine]:
+def without_xla_comments(lines: list[cst.EmptyLine], subject: frozenset[str] = frozenset(),
+                         names: frozenset[str] = frozenset()) -> list[cst.EmptyLine]:
     """The lines above a statement the rewrite changed or removed, less the comment block right above it (no
-    blank line between) where every line of it speaks of XLA, or of the `subject` of a statement removed (a word
-    of a function it called: `# cache init must happen here` above `xr.initialize_cache(...)`): it described the
-    code that is gone. A block that also says something else stays whole (cut, its other lines would lose their
-    sense); markers and pragmas always stay."""
+    blank line between) where it speaks of XLA, of the `subject` of a statement removed (a word of a function it
+    called: `# cache init must happen here` above `xr.initialize_cache(...)`) or of a function the statement
+    called and no longer calls, by its name (`names`: `wait_device_ops`, `# Compile the step fn` above
+    `torch_xla.compile(self.step_fn)`): every line of it, or most (`# Couple things to note` heading
+    a list about `torch_xla.sync()`): it described the code that is gone. A block half of which says something
+    else stays whole (cut, its other lines would lose their sense); markers and pragmas always stay."""
     cut = len(lines)
-    while cut and lines[cut - 1].comment is not None and (_talks_of_xla(lines[cut - 1].comment) or _talks_of(
-            lines[cut - 1].comment, subject)):
+    while cut and lines[cut - 1].comment is not None:
         cut -= 1
-    if cut == len(lines) or (cut and lines[cut - 1].comment is not None):
+    block = lines[cut:]
+    if not block or (cut and lines[cut - 1].comment is not None):
         return lines
-    return lines[:cut]
+    if any(marker_code(line.comment.value) or PRAGMA.match(line.comment.value) for line in block):
+        return lines  # a marker or a pragma in it: the block stays whole
+    talking = sum(1 for line in block if _talks(line.comment, subject, names))
+    return lines[:cut] if talking * 2 > len(block) else lines
+
+
+def _talks(comment: cst.Comment, subject: frozenset[str], names: frozenset[str]) -> bool:
+    return _talks_of_xla(comment) or _talks_of(comment, subject) or (bool(names) and any(
+        re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", comment.value, re.IGNORECASE) for name in names))
 
 
 _WORD = re.compile(r"[A-Za-z]+")
@@ -476,12 +487,28 @@ def _called_words(statement: cst.CSTNode) -> frozenset[str]:
     return frozenset(words)
 
 
+def _called_names(statement: cst.CSTNode) -> frozenset[str]:
+    """The names (four letters or more: `wait_device_ops`, `compile`) of the functions a statement calls."""
+    names: set[str] = set()
+    stack: list[cst.CSTNode] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            func = node.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(
+                func, cst.Name) else ""
+            if len(name) >= 4:
+                names.add(name)
+        stack.extend(children(node))
+    return frozenset(names)
+
+
 def _without_stale_comments(original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
                             ) -> cst.SimpleStatementLine:
     """`updated` less the comments about XLA above it and on its line, where an edit changed the statement (a
     statement rebuilt along an edit's path holds the same code when the edit was elsewhere, or made nothing)."""
     lines = list(updated.leading_lines)
-    kept = without_xla_comments(lines)
+    kept = without_xla_comments(lines, names=_called_names(original) - _called_names(updated))
     if len(kept) == len(lines) and not _talks_of_xla(updated.trailing_whitespace.comment):
         return updated
     if updated.body == original.body or cst.Module(body=[]).code_for_node(updated.with_changes(
