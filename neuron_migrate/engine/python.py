@@ -424,15 +424,21 @@ def _drop_dead_definitions(ctx: FileContext, analysis: Analysis, module: cst.Mod
     comment lines right above them, as do, in turn, a function's variables only they read (where the value only
     computes: `capture_steps = [int(s) for s in flags.steps.split(",")]`), and the prints and log lines of a
     block that held such a definition and announce what went (`print("Enabling snapshotting ...")`) where the
-    block then holds nothing else. A module-level function stays where another module of the project imports
-    this one or `__all__` names it; a decorator that may register the function keeps it."""
+    block then holds nothing else. A module-level function goes only from a script (a `__main__` block) no
+    module of the project imports, and not where `__all__` names it; a decorator that may register the function
+    keeps it."""
     words = _removed_words(analysis, removed)
     removed_words = set().union(*words.values()) if words else set()
+    defined = {name for scope in analysis.scopes if scope.kind in ("module", "function")
+               for name, bindings in scope.bindings.items() if any(b.kind in ("def", "assign") for b in bindings)}
+    if not defined & set(words) and not any(line.comment is not None and line.comment.value.startswith(
+            MARKER_PREFIX) for line in made):
+        return module  # the removed code read no function or variable of the file, and left no marker
     was_read = _read_definitions(analysis)
     project = ctx.settings.project
-    # a module-level function may be imported by another module: only where the project says none imports this
-    # one, or the file is a script and no project was modelled
-    shared = project.imported_by is not None if project is not None else "__main__" not in ctx.source.text
+    # a module-level function may be imported by another module: only in a script (a `__main__` block) that no
+    # module of the project imports
+    shared = not ctx.facts.program or (project is not None and project.imported_by is not None)
     for _ in range(6):  # a helper, or a variable, only a dead function read is dead in turn
         after = Analysis(module)
         exported = imports._exported(module)
