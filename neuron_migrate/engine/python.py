@@ -326,7 +326,7 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     if origins and fixed and not ctx.facts.paths.multi_backend:
         new_module = _merge_same_arms(ctx, analysis, new_module, origins, made, renderer)
     if edits.remove and fixed and not ctx.facts.paths.multi_backend:
-        new_module = _drop_dead_definitions(ctx, analysis, new_module, edits.remove, made)
+        new_module = _drop_dead_definitions(ctx, analysis, new_module, edits, made)
     rendered = renderer.code(new_module)
     if rendered == original:
         return ctx.source.text, unused, flags  # nothing edited (even where the parser does not give the file back)
@@ -412,12 +412,11 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
 # Decorators that only wrap the function they decorate: a def under them registers nothing when it runs.
 WRAPPING_DECORATORS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.enable_grad", "functools.wraps",
                                  "functools.lru_cache", "functools.cache", "staticmethod", "classmethod"})
-# Calls that only announce something (a print, a log line): one that speaks of what went goes with it.
-ANNOUNCING = frozenset({"print", "logging.info", "logging.debug", "logging.warning", "logging.warn"})
-ANNOUNCING_METHODS = frozenset({"info", "debug", "warning", "warn"})  # logger.info(...)
+# The methods of a log line (`logger.info(...)`): beside `print`, the calls that only announce something.
+ANNOUNCING_METHODS = frozenset({"info", "debug", "warning", "warn"})
 
 
-def _drop_dead_definitions(ctx: FileContext, analysis: Analysis, module: cst.Module, removed: set,
+def _drop_dead_definitions(ctx: FileContext, analysis: Analysis, module: cst.Module, edits: EditSet,
                            made: set) -> cst.Module:
     """The functions (a `def`, a name bound to a lambda) that only code the fixes removed referred to
     (`def callback(...)` passed to `libneuronxla.register_hlo_snapshot_callback(callback)`) go too, with the
@@ -427,8 +426,11 @@ def _drop_dead_definitions(ctx: FileContext, analysis: Analysis, module: cst.Mod
     block then holds nothing else. A module-level function goes only from a script (a `__main__` block) no
     module of the project imports, and not where `__all__` names it; a decorator that may register the function
     keeps it."""
-    words = _removed_words(analysis, removed)
-    removed_words = set().union(*words.values()) if words else set()
+    words = _removed_words(edits.remove)
+    # what the removals that left a marker did (`register_hlo_snapshot_callback`): a print beside the marker
+    # that names it announced it
+    marked = [r for r in edits.remove if r in edits.markers or analysis.parents.get(r) in edits.markers]
+    removed_words = set().union(*_removed_words(marked).values()) if marked else set()
     defined = {name for scope in analysis.scopes if scope.kind in ("module", "function")
                for name, bindings in scope.bindings.items() if any(b.kind in ("def", "assign") for b in bindings)}
     if not defined & set(words) and not any(line.comment is not None and line.comment.value.startswith(
@@ -462,10 +464,10 @@ def _drop_dead_definitions(ctx: FileContext, analysis: Analysis, module: cst.Mod
             return module
         dead |= _announcements(after, dead, subjects)
         dead |= _emptied_ifs(after, dead)
-        edits = EditSet(remove=dead)
+        drop = EditSet(remove=dead)
         for stmt in dead:
-            edits.add_replace(stmt, _without_own_comments)
-        module = apply(module, edits, None, made)
+            drop.add_replace(stmt, _without_own_comments)
+        module = apply(module, drop, None, made)
     return module
 
 
@@ -481,7 +483,7 @@ def _emptied_ifs(analysis: Analysis, dead: set) -> set[cst.CSTNode]:
                 node = analysis.parents.get(node)
             if type(node) is not cst.If or node in out or not all(pure(t) for t in if_tests(node)):
                 continue
-            blocks = if_arms(node) or _arms_without_else(node)
+            blocks = if_arms(node) or _tested_arms(node)
             if all(s in dead or s in out or _only_pass(s) for b in blocks for s in getattr(b, "body", ())) and \
                     all(isinstance(b, cst.IndentedBlock) for b in blocks):
                 found.add(node)
@@ -492,14 +494,6 @@ def _emptied_ifs(analysis: Analysis, dead: set) -> set[cst.CSTNode]:
 
 def _only_pass(stmt: cst.CSTNode) -> bool:
     return isinstance(stmt, cst.SimpleStatementLine) and all(type(b) is cst.Pass for b in stmt.body)
-
-
-def _arms_without_else(node: cst.If) -> list[cst.BaseSuite]:
-    arms = [node.body]
-    while type(node.orelse) is cst.If:
-        node = node.orelse
-        arms.append(node.body)
-    return arms
 
 
 def _without_own_comments(stmt: cst.CSTNode) -> cst.CSTNode:
@@ -627,12 +621,10 @@ def _computes(value: cst.CSTNode, analysis: Analysis, scope) -> bool:
     t = type(value)
     if t is cst.Call:
         func = value.func
-        if isinstance(func, cst.Name) and func.value in COMPUTING_BUILTINS and analysis.lookup(func.value, scope) is None:
-            pass
-        elif isinstance(func, cst.Attribute) and func.attr.value in COMPUTING_METHODS:
-            if not _computes(func.value, analysis, scope):
-                return False
-        else:
+        builtin = isinstance(func, cst.Name) and func.value in COMPUTING_BUILTINS and analysis.lookup(
+            func.value, scope) is None
+        method = isinstance(func, cst.Attribute) and func.attr.value in COMPUTING_METHODS
+        if not builtin and not (method and _computes(func.value, analysis, scope)):
             return False
         return all(_computes(a.value, analysis, scope) for a in value.args)
     if t in (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString,
@@ -721,7 +713,7 @@ def _name_words(name: str) -> set[str]:
     return {w.lower() for w in re.split(r"_|(?<=[a-z])(?=[A-Z])", name) if len(w) >= 4}
 
 
-def _removed_words(analysis: Analysis, removed: set) -> dict[str, set[str]]:
+def _removed_words(removed) -> dict[str, set[str]]:
     """For each name the removed statements read: the words of the functions they called
     (`register_hlo_snapshot_callback(callback)`: callback -> register, snapshot, callback)."""
     out: dict[str, set[str]] = {}
