@@ -48,6 +48,10 @@ class FileProject:
     # the torch.cuda names a module of the file's program (`torch.cuda.FloatTensor = lambda t: ...`) redefines at
     # import time, where the file names torch.cuda: the program's own functions, not CUDA's
     cuda_patched: tuple[str, ...] = ()
+    # the attributes a class of a project module the file imports assigns a compiled training step
+    # (`self.compiled_step_fn = torch_xla.compile(self.step_fn)`), where the file switches eager mode on: NM110
+    # compiles the model there, so a subclass's uncompiled step runs it compiled (NM259)
+    base_compiled: tuple[str, ...] = ()
     # optimum-neuron Neuron-only training arguments (`--tensor_parallel_size`) a launcher passes the programs that reach
     # the file, as "argument:launcher" (the launcher as shown); NM508 keeps the Neuron class while the program takes them
     neuron_flags: tuple[str, ...] = ()

@@ -122,6 +122,12 @@ FINDINGS = {
     "patched_cuda": {"pretrain.py": {"NM322", "NM323"}, "evaluate.py": {"NM101", "NM190", "NM323"},
                      "trainer/loop.py": {"NM101", "NM103", "NM190"},
                      "trainer/setup.py": {"NM101", "NM190", "NM201"}},
+    # the base class compiles its training step (NM110: the model is compiled instead); the subclass that runs the
+    # step eagerly under eager mode keeps it eager with set_stance("force_eager") (NM259); the script that keeps
+    # the compiled step only loses its eager-mode switch
+    "eager_subclass": {"examples/trainer_base.py": {"NM101", "NM104", "NM107", "NM110", "NM190"},
+                       "examples/eager/train_eager.py": {"NM103", "NM190", "NM259"},
+                       "examples/eager/train_eager_compiled_step.py": {"NM103", "NM190"}},
 }
 
 

@@ -324,7 +324,9 @@ class Applier:
         if not out:
             comments = [line for line in footer if line.comment is not None]
             out = [cst.SimpleStatementLine([cst.Pass()], leading_lines=_strip_blank_start(comments))]
-            footer = [line for line in updated.footer if line.comment is None]  # its comments are above `pass`
+            # its comments are above `pass`; the blank lines among them went with them
+            last = max((i for i, line in enumerate(updated.footer) if line.comment is not None), default=-1)
+            footer = list(updated.footer[last + 1:])
             emptied = self._set_off(updated, out, footer, module)
             self._emptied.add(emptied)
             return emptied
@@ -435,19 +437,30 @@ def _talks_of_xla(comment: cst.Comment | None) -> bool:
         and XLA_TALK.search(comment.value) is not None
 
 
-def without_xla_comments(lines: list[cst.EmptyLine], subject: frozenset[str] = frozenset()) -> list[cst.EmptyLine]:
+def without_xla_comments(lines: list[cst.EmptyLine], subject: frozenset[str] = frozenset(),
+                         names: frozenset[str] = frozenset()) -> list[cst.EmptyLine]:
     """The lines above a statement the rewrite changed or removed, less the comment block right above it (no
-    blank line between) where every line of it speaks of XLA, or of the `subject` of a statement removed (a word
-    of a function it called: `# cache init must happen here` above `xr.initialize_cache(...)`): it described the
-    code that is gone. A block that also says something else stays whole (cut, its other lines would lose their
-    sense); markers and pragmas always stay."""
+    blank line between) where it speaks of XLA, of the `subject` of a statement removed (a word of a function it
+    called: `# cache init must happen here` above `xr.initialize_cache(...)`) or of a function the statement
+    called and no longer calls, by its name (`names`: `wait_device_ops`, `# Compile the step fn` above
+    `torch_xla.compile(self.step_fn)`): every line of it, or most (`# Couple things to note` heading
+    a list about `torch_xla.sync()`): it described the code that is gone. A block half of which says something
+    else stays whole (cut, its other lines would lose their sense); markers and pragmas always stay."""
     cut = len(lines)
-    while cut and lines[cut - 1].comment is not None and (_talks_of_xla(lines[cut - 1].comment) or _talks_of(
-            lines[cut - 1].comment, subject)):
+    while cut and lines[cut - 1].comment is not None:
         cut -= 1
-    if cut == len(lines) or (cut and lines[cut - 1].comment is not None):
+    block = lines[cut:]
+    if not block or (cut and lines[cut - 1].comment is not None):
         return lines
-    return lines[:cut]
+    if any(marker_code(line.comment.value) or PRAGMA.match(line.comment.value) for line in block):
+        return lines  # a marker or a pragma in it: the block stays whole
+    talking = sum(1 for line in block if _talks(line.comment, subject, names))
+    return lines[:cut] if talking * 2 > len(block) else lines
+
+
+def _talks(comment: cst.Comment, subject: frozenset[str], names: frozenset[str]) -> bool:
+    return _talks_of_xla(comment) or _talks_of(comment, subject) or (bool(names) and any(
+        re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", comment.value, re.IGNORECASE) for name in names))
 
 
 _WORD = re.compile(r"[A-Za-z]+")
@@ -476,12 +489,28 @@ def _called_words(statement: cst.CSTNode) -> frozenset[str]:
     return frozenset(words)
 
 
+def _called_names(statement: cst.CSTNode) -> frozenset[str]:
+    """The names (four letters or more: `wait_device_ops`, `compile`) of the functions a statement calls."""
+    names: set[str] = set()
+    stack: list[cst.CSTNode] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Call):
+            func = node.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(
+                func, cst.Name) else ""
+            if len(name) >= 4:
+                names.add(name)
+        stack.extend(children(node))
+    return frozenset(names)
+
+
 def _without_stale_comments(original: cst.SimpleStatementLine, updated: cst.SimpleStatementLine
                             ) -> cst.SimpleStatementLine:
     """`updated` less the comments about XLA above it and on its line, where an edit changed the statement (a
     statement rebuilt along an edit's path holds the same code when the edit was elsewhere, or made nothing)."""
     lines = list(updated.leading_lines)
-    kept = without_xla_comments(lines)
+    kept = without_xla_comments(lines, names=_called_names(original) - _called_names(updated))
     if len(kept) == len(lines) and not _talks_of_xla(updated.trailing_whitespace.comment):
         return updated
     if updated.body == original.body or cst.Module(body=[]).code_for_node(updated.with_changes(
@@ -704,6 +733,8 @@ def pure(test: cst.BaseExpression) -> bool:
         return True
     if isinstance(test, cst.Attribute):
         return pure(test.value)
+    if isinstance(test, (cst.List, cst.Tuple)):
+        return all(pure(e.value) for e in test.elements)
     if isinstance(test, cst.UnaryOperation):
         return pure(test.expression)
     if isinstance(test, (cst.BooleanOperation, cst.BinaryOperation)):
@@ -793,6 +824,50 @@ def same_arms(node: cst.If) -> list[cst.BaseStatement] | None:
     if all(isinstance(s, cst.SimpleStatementLine) and all(type(b) is cst.Pass for b in s.body) for s in kept):
         return None
     return kept
+
+
+def merged_adjacent_arms(node: cst.If, differed: Callable[[int], bool]) -> cst.If | None:
+    """`if a: X elif b: X else: Y` as `if a or b: X else: Y`: each run of tested arms (not the `else`) that are the
+    same code, two of which differed before the fixes (`differed(i)`: arms i and i + 1), becomes one arm whose test
+    is theirs joined by `or` (in order, so the same test decides); the first arm's block stays. None where
+    no such run exists or where the arm dropped holds a marker the kept one has not."""
+    chain: list[cst.If] = [node]
+    while type(chain[-1].orelse) is cst.If:
+        chain.append(chain[-1].orelse)
+    codes = [_arm_code(link.body) for link in chain]
+    groups: list[list[int]] = [[0]]
+    for i in range(1, len(chain)):
+        if same_code([codes[i - 1], codes[i]]) and _markers(codes[i]) <= _markers(codes[groups[-1][0]]):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    # a run the author wrote the same (no two of its arms differed before the fixes) stays as written
+    groups = [part for g in groups for part in ([g] if any(differed(i) for i in g[:-1]) else [[i] for i in g])]
+    if all(len(g) == 1 for g in groups):
+        return None
+    tail = chain[-1].orelse  # the `else`, or None
+    rebuilt = tail
+    for g in reversed(groups):
+        first = chain[g[0]]
+        test = _or_test([chain[i].test for i in g])
+        rebuilt = first.with_changes(test=test, orelse=rebuilt)
+    return rebuilt
+
+
+def _markers(code: str) -> set[str]:
+    return {line.strip() for line in code.splitlines() if line.strip().startswith(MARKER_PREFIX)}
+
+
+def _or_test(tests: list[cst.BaseExpression]) -> cst.BaseExpression:
+    def operand(t: cst.BaseExpression) -> cst.BaseExpression:
+        if (isinstance(t, (cst.IfExp, cst.Lambda, cst.NamedExpr)) or isinstance(t, cst.BooleanOperation)
+                and isinstance(t.operator, cst.And)) and not t.lpar:
+            return t.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])  # `(a and b) or c` reads plainly
+        return t
+    out = operand(tests[0])
+    for t in tests[1:]:
+        out = cst.BooleanOperation(left=out, operator=cst.Or(), right=operand(t))
+    return out
 
 
 def effect_free(test: cst.BaseExpression, qualname: Callable[[cst.CSTNode], str | None],

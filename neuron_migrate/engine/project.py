@@ -184,6 +184,8 @@ class Module:
     resolved: dict[str, str] = field(default_factory=dict)  # dotted name as written -> the module's absolute path
     importers: list[str] = field(default_factory=list)
     cuda_patches: set[str] = field(default_factory=set)  # the torch.cuda names it assigns at module level
+    # the attributes its methods assign a compiled training step (`self.step = torch_xla.compile(self.step_fn)`)
+    compiled_steps: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -686,12 +688,15 @@ class Project:
                       if f is not module and "init_process_group(" in self._text(f.full)), None) \
             if module.entry and "spawn" in text else None
         shared = self._rate_tracker_from(module, programs) if moving and "RateTracker" in text else None
+        compiled = tuple(sorted({attr for edge in module.edges if edge in self.modules
+                                 for attr in self.modules[edge].compiled_steps})) if "eager_mode" in text else ()
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
                            cuda_patched=patched if "cuda" in self._text(module.full) else (), neuron_flags=flags,
-                           sets_env=sets_env, group_elsewhere=group, rate_tracker_from=shared)
+                           sets_env=sets_env, group_elsewhere=group, rate_tracker_from=shared,
+                           base_compiled=compiled)
 
     def _rate_tracker_from(self, module: Module, programs: list[Program]) -> str | None:
         """The project module (dotted, as this file imports it) that defines the RateTracker class NM244 writes for
@@ -1065,6 +1070,32 @@ def _read_code(module: Module, code: str) -> None:
         module.entry = True
     if "torch.cuda." in code:
         module.cuda_patches.update(m.group(1) for m in _CUDA_PATCH.finditer(code))
+    if module.legacy and ".compile(" in code:
+        module.compiled_steps.update(_compiled_steps(code))
+
+
+# `self.<attr> = <torch_xla or its alias>.compile(self.<method>`, over lines
+_COMPILED_STEP = re.compile(r"\bself\.(\w+)[ \t]*=[ \t]*(\w+)\.compile\(\s*self\.(\w+)")
+_XLA_ALIAS = re.compile(r"^[ \t]*import[ \t]+torch_xla[ \t]+as[ \t]+(\w+)", re.M)
+_STEP_CALLS = re.compile(r"\.(backward|zero_grad|step)\s*\(")
+
+
+def _compiled_steps(code: str) -> set[str]:
+    """The attributes assigned a compiled training step: a method of the file that runs backward() or steps an
+    optimizer, compiled with torch_xla.compile (NM110 compiles the model it calls instead)."""
+    names = {"torch_xla", *_XLA_ALIAS.findall(code)}
+    out = set()
+    for m in _COMPILED_STEP.finditer(code):
+        if m.group(2) not in names:
+            continue
+        start = re.search(rf"^([ \t]*)def[ \t]+{re.escape(m.group(3))}[ \t]*\(", code, re.M)
+        if start is None:
+            continue
+        indent = start.group(1)
+        end = re.compile(rf"^{re.escape(indent)}(?:def|class|@)\b|^\S", re.M).search(code, start.end())
+        if _STEP_CALLS.search(code[start.end():end.start() if end else len(code)]):
+            out.add(m.group(1))
+    return out
 
 
 # a module's own RateTracker class (NM244's, at its top), and torch_xla's `xm.RateTracker()` with its line's rest

@@ -24,7 +24,7 @@ from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
 from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, _code, apply, collapse_dead_arms, effect_free,
-                                         if_arms, if_tests, same_arms)
+                                         if_arms, if_tests, merged_adjacent_arms, pure, same_arms)
 from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
@@ -39,6 +39,7 @@ from neuron_migrate.suppress import UNUSED_CODE as UNUSED_SUPPRESSION
 from neuron_migrate.syntax import positions
 from neuron_migrate.syntax.parse import parse_module
 from neuron_migrate.syntax.codegen import Renderer
+from neuron_migrate.syntax.walk import children
 
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
 MARKER_CODE = "NM900"
@@ -324,6 +325,8 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
                               origins=origins)
     if origins and fixed and not ctx.facts.paths.multi_backend:
         new_module = _merge_same_arms(ctx, analysis, new_module, origins, made, renderer)
+    if edits.remove and fixed and not ctx.facts.paths.multi_backend:
+        new_module = _drop_dead_definitions(ctx, analysis, new_module, edits, made)
     rendered = renderer.code(new_module)
     if rendered == original:
         return ctx.source.text, unused, flags  # nothing edited (even where the parser does not give the file back)
@@ -345,9 +348,19 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
     scopes = {s.node: s for s in analysis.scopes}
     paths = ctx.facts.paths
     merge = set()
+    partial: dict[cst.CSTNode, cst.CSTNode] = {}  # `if a: X elif b: X else: Y` -> `if a or b: X else: Y`
     for new, old in origins.items():
-        if type(analysis.parents.get(old)) is cst.If or same_arms(new) is None or same_arms(old) is not None:
-            continue  # an `elif` is its `if`'s; arms that were the same already stay so
+        if type(analysis.parents.get(old)) is cst.If:
+            continue  # an `elif` is its `if`'s
+        whole = same_arms(new) is not None
+        if whole and same_arms(old) is not None:
+            continue  # arms that were the same already stay so
+        old_codes = [_code(cst.Module(body=list(getattr(b, "body", ())))) for b in if_arms(old) or
+                     _tested_arms(old)]
+        joined = None if whole else merged_adjacent_arms(
+            new, lambda i: i + 1 < len(old_codes) and old_codes[i] != old_codes[i + 1])
+        if not whole and joined is None:
+            continue
         arms = if_arms(old) or []
         if any(arm.body and paths.path_of(arm.body[0]) != COMMON for arm in arms):
             continue  # a device branch (`if use_xla:`): engine/paths.py keeps its other paths as they are
@@ -357,10 +370,20 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
         scope = _scope_of(old, analysis, scopes)
         if all(effect_free(t, lambda e: analysis.qualname(e, scope),
                            lambda name: analysis.lookup(name, scope) is None) for t in tests):
-            merge.add(new)
-    if not merge:
+            if whole:
+                merge.add(new)
+            else:
+                partial[new] = joined
+    if not merge and not partial:
         return module
-    merged = apply(module, EditSet(merge=merge), None, made)
+    edits = EditSet(merge=merge)
+    if partial:  # the tidy-up may have rebuilt an `if` around its blocks (its lines above): find it by its body
+        by_body = {id(new.body): joined for new, joined in partial.items()}
+        for node in _statements(module):
+            if type(node) is cst.If and id(node.body) in by_body:
+                joined = by_body[id(node.body)]
+                edits.add_replace(node, lambda n, joined=joined: joined.with_changes(leading_lines=n.leading_lines))
+    merged = apply(module, edits, None, made)
     if merged is module:
         return module
     after = Analysis(merged)
@@ -384,6 +407,359 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
         merged = imports.tidy(merged, after, [], [], [], render=renderer.code, fixed=False, flags=[], made=made,
                               orphaned=orphaned)
     return merged
+
+
+# Decorators that only wrap the function they decorate: a def under them registers nothing when it runs.
+WRAPPING_DECORATORS = frozenset({"torch.no_grad", "torch.inference_mode", "torch.enable_grad", "functools.wraps",
+                                 "functools.lru_cache", "functools.cache", "staticmethod", "classmethod"})
+# The methods of a log line (`logger.info(...)`): beside `print`, the calls that only announce something.
+ANNOUNCING_METHODS = frozenset({"info", "debug", "warning", "warn"})
+
+
+def _drop_dead_definitions(ctx: FileContext, analysis: Analysis, module: cst.Module, edits: EditSet,
+                           made: set) -> cst.Module:
+    """The functions (a `def`, a name bound to a lambda) that only code the fixes removed referred to
+    (`def callback(...)` passed to `libneuronxla.register_hlo_snapshot_callback(callback)`) go too, with the
+    comment lines right above them, as do, in turn, a function's variables only they read (where the value only
+    computes: `capture_steps = [int(s) for s in flags.steps.split(",")]`), and the prints and log lines of a
+    block that held such a definition and announce what went (`print("Enabling snapshotting ...")`) where the
+    block then holds nothing else. A module-level function goes only from a script (a `__main__` block) no
+    module of the project imports, and not where `__all__` names it; a decorator that may register the function
+    keeps it."""
+    words = _removed_words(edits.remove)
+    # what the removals that left a marker did (`register_hlo_snapshot_callback`): a print beside the marker
+    # that names it announced it
+    marked = [r for r in edits.remove if r in edits.markers or analysis.parents.get(r) in edits.markers]
+    removed_words = set().union(*_removed_words(marked).values()) if marked else set()
+    defined = {name for scope in analysis.scopes if scope.kind in ("module", "function")
+               for name, bindings in scope.bindings.items() if any(b.kind in ("def", "assign") for b in bindings)}
+    if not defined & set(words) and not any(line.comment is not None and line.comment.value.startswith(
+            MARKER_PREFIX) for line in made):
+        return module  # the removed code read no function or variable of the file, and left no marker
+    was_read = _read_definitions(analysis)
+    project = ctx.settings.project
+    # a module-level function may be imported by another module: only in a script (a `__main__` block) that no
+    # module of the project imports
+    shared = not ctx.facts.program or (project is not None and project.imported_by is not None)
+    for _ in range(6):  # a helper, or a variable, only a dead function read is dead in turn
+        after = Analysis(module)
+        exported = imports._exported(module)
+        dead: set[cst.CSTNode] = set()
+        subjects: dict[int, set[str]] = {}  # id of a dead statement's block -> the words of what went there
+        read = _read_definitions(after)
+        for key, (scope, name) in _definitions(after).items():
+            if key not in was_read or key in read or name in exported or _declared_elsewhere(after, name):
+                continue
+            if scope.kind == "module" and shared:
+                continue  # another file may import it
+            statements = _definition_statements(after, scope, name)
+            if statements is None:
+                continue
+            for stmt in statements:
+                dead.add(stmt)
+                block = after.parents.get(stmt)
+                subjects.setdefault(id(block), set()).update(words.get(name, set()) | _name_words(name))
+        dead |= _announced_removals(after, removed_words, made)
+        if not dead:
+            return module
+        dead |= _announcements(after, dead, subjects)
+        dead |= _emptied_ifs(after, dead)
+        drop = EditSet(remove=dead)
+        for stmt in dead:
+            drop.add_replace(stmt, _without_own_comments)
+        module = apply(module, drop, None, made)
+    return module
+
+
+def _emptied_ifs(analysis: Analysis, dead: set) -> set[cst.CSTNode]:
+    """The `if` statements (with their `elif` / `else`) all of whose statements are dead and whose tests only
+    read names: they go whole, with the comment lines right above them, as each level out in turn."""
+    out: set[cst.CSTNode] = set()
+    while True:
+        found = set()
+        for stmt in dead | out:
+            node = analysis.parents.get(analysis.parents.get(stmt))  # statement -> block -> if / else
+            while type(node) is cst.Else or type(node) is cst.If and type(analysis.parents.get(node)) is cst.If:
+                node = analysis.parents.get(node)
+            if type(node) is not cst.If or node in out or not all(pure(t) for t in if_tests(node)):
+                continue
+            blocks = if_arms(node) or _tested_arms(node)
+            if all(s in dead or s in out or _only_pass(s) for b in blocks for s in getattr(b, "body", ())) and \
+                    all(isinstance(b, cst.IndentedBlock) for b in blocks):
+                found.add(node)
+        if not found:
+            return out
+        out |= found
+
+
+def _only_pass(stmt: cst.CSTNode) -> bool:
+    return isinstance(stmt, cst.SimpleStatementLine) and all(type(b) is cst.Pass for b in stmt.body)
+
+
+def _without_own_comments(stmt: cst.CSTNode) -> cst.CSTNode:
+    """`stmt` less the comment lines right above it (they described it); the markers above it and those of
+    this run inside it (an `if` whose arms went) stay above it, once each, to stand where it was."""
+    lines = list(stmt.leading_lines)
+    cut = len(lines)
+    while cut and lines[cut - 1].comment is not None:
+        cut -= 1
+    markers = [line for line in lines[cut:] if line.comment.value.startswith(MARKER_PREFIX)]
+    if isinstance(stmt, cst.If):
+        inner = [line for node in _walk_lines(stmt) for line in node if line.comment is not None
+                 and line.comment.value.startswith(MARKER_PREFIX)]
+        seen = {line.comment.value for line in markers}
+        for line in inner:
+            if line.comment.value not in seen:
+                seen.add(line.comment.value)
+                markers.append(cst.EmptyLine(indent=True, comment=cst.Comment(line.comment.value)))
+    return stmt.with_changes(leading_lines=[*lines[:cut], *markers])
+
+
+def _walk_lines(node: cst.CSTNode):
+    """The comment-line lists inside a compound statement (leading lines of its statements, block footers)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n is not node and hasattr(n, "leading_lines"):
+            yield n.leading_lines
+        if hasattr(n, "footer"):
+            yield n.footer
+        stack.extend(children(n))
+
+
+def _declared_elsewhere(analysis: Analysis, name: str) -> bool:
+    """`global name` / `nonlocal name` somewhere in the file: another scope may bind or read it."""
+    return any(name in scope.globals or name in scope.nonlocals for scope in analysis.scopes)
+
+
+def _read_definitions(analysis: Analysis) -> set[tuple]:
+    """The keys of the names that some scope of the file reads (the key of their binding scope, name)."""
+    keys = _scope_keys(analysis)
+    out = set()
+    for scope in analysis.scopes:
+        for name in scope.reads:
+            owner = analysis.lookup(name, scope)
+            if owner is not None and id(owner) in keys:
+                out.add((keys[id(owner)], name))
+    return out
+
+
+def _scope_keys(analysis: Analysis) -> dict[int, tuple]:
+    """A key for the module and each function scope that another Analysis of the file gives the same scope: the
+    names of the functions it is nested in, each with its place among the functions of that name beside it."""
+    keys: dict[int, tuple] = {}
+    counts: dict[tuple, int] = {}
+    for scope in analysis.scopes:
+        if scope.parent is None:
+            keys[id(scope)] = ()
+            continue
+        parent = keys.get(id(scope.parent))
+        if parent is None or scope.kind not in ("function", "class") or not hasattr(scope.node, "name"):
+            continue
+        name = scope.node.name.value
+        nth = counts[(parent, name)] = counts.get((parent, name), -1) + 1
+        keys[id(scope)] = (*parent, (scope.kind, name, nth))
+    return keys
+
+
+def _definitions(analysis: Analysis) -> dict[tuple, tuple]:
+    """The functions the module and its functions define (not a class's methods): key -> (scope, name)."""
+    keys = _scope_keys(analysis)
+    out = {}
+    for scope in analysis.scopes:
+        if scope.kind not in ("module", "function") or id(scope) not in keys:
+            continue
+        for name, bindings in scope.bindings.items():
+            if any(b.kind in ("def", "assign") for b in bindings):
+                out[(keys[id(scope)], name)] = (scope, name)
+    return out
+
+
+def _definition_statements(analysis: Analysis, scope, name: str) -> list[cst.CSTNode] | None:
+    """The statements that bind `name` in `scope`, where each is a `def` (with decorators that only wrap it and
+    defaults with no effect), `name = lambda ...` on a line of its own, or, in a function, `name = <value that
+    only computes>` on a line of its own; None otherwise (an import, a parameter, a loop or tuple target)."""
+    out = []
+    for b in scope.bindings[name]:
+        if b.kind == "def" and isinstance(b.node, cst.FunctionDef):
+            fn = b.node
+            if fn.asynchronous is not None:
+                return None
+            if any(analysis.qualname(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator, scope)
+                   not in WRAPPING_DECORATORS for d in fn.decorators):
+                return None
+            params = [*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params]
+            if any(p.default is not None and not _computes(p.default, analysis, scope) for p in params):
+                return None
+            out.append(fn)
+            continue
+        target = analysis.parents.get(b.node)
+        assign = analysis.parents.get(target)
+        line = analysis.parents.get(assign)
+        if b.kind != "assign" or type(target) is not cst.AssignTarget or type(assign) is not cst.Assign \
+                or len(assign.targets) != 1 or type(line) is not cst.SimpleStatementLine or len(line.body) != 1:
+            return None
+        if type(assign.value) is not cst.Lambda and (scope.kind != "function"
+                                                     or not _computes(assign.value, analysis, scope)):
+            return None
+        out.append(line)
+    return out
+
+
+# Builtins that only compute a value from their arguments.
+COMPUTING_BUILTINS = frozenset({"int", "str", "float", "bool", "len", "list", "tuple", "set", "dict", "sorted",
+                                "range", "min", "max", "abs", "round", "frozenset"})
+COMPUTING_METHODS = frozenset({"split", "rsplit", "strip", "lstrip", "rstrip", "lower", "upper", "startswith",
+                               "endswith", "join", "replace", "format"})
+
+
+def _computes(value: cst.CSTNode, analysis: Analysis, scope) -> bool:
+    """`value` only computes from what it reads: names, constants, containers, comprehensions, operators, and
+    calls of builtins and string methods that compute (or that read versions or the environment)."""
+    if effect_free(value, lambda e: analysis.qualname(e, scope), lambda n: analysis.lookup(n, scope) is None):
+        return True
+    t = type(value)
+    if t is cst.Call:
+        func = value.func
+        builtin = isinstance(func, cst.Name) and func.value in COMPUTING_BUILTINS and analysis.lookup(
+            func.value, scope) is None
+        method = isinstance(func, cst.Attribute) and func.attr.value in COMPUTING_METHODS
+        if not builtin and not (method and _computes(func.value, analysis, scope)):
+            return False
+        return all(_computes(a.value, analysis, scope) for a in value.args)
+    if t in (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.FormattedString,
+             cst.Lambda, cst.Ellipsis):
+        return True
+    if t is cst.Attribute:
+        return _computes(value.value, analysis, scope)
+    if t in (cst.List, cst.Tuple, cst.Set):
+        return all(_computes(e.value, analysis, scope) for e in value.elements)
+    if t in (cst.ListComp, cst.SetComp, cst.GeneratorExp):
+        f = value.for_in
+        while f is not None:
+            if f.asynchronous is not None or not _computes(f.iter, analysis, scope) \
+                    or not all(_computes(i.test, analysis, scope) for i in f.ifs):
+                return False
+            f = f.inner_for_in
+        return _computes(value.elt, analysis, scope)
+    if t in (cst.BinaryOperation, cst.BooleanOperation):
+        return _computes(value.left, analysis, scope) and _computes(value.right, analysis, scope)
+    if t is cst.UnaryOperation:
+        return _computes(value.expression, analysis, scope)
+    if t is cst.Comparison:
+        return _computes(value.left, analysis, scope) and all(
+            _computes(c.comparator, analysis, scope) for c in value.comparisons)
+    return False
+
+
+def _announcements(analysis: Analysis, dead: set, subjects: dict[int, set[str]]) -> set[cst.CSTNode]:
+    """The print / log lines of a block that held a dead definition, where the block holds nothing else once it
+    goes and each of them names what went (`print("Enabling snapshotting ...")` beside the callback that a
+    removed `register_hlo_snapshot_callback(...)` took)."""
+    out: set[cst.CSTNode] = set()
+    for block_id, subject in subjects.items():
+        stmt = next(iter(s for s in dead if id(analysis.parents.get(s)) == block_id))
+        block = analysis.parents.get(stmt)
+        rest = [s for s in getattr(block, "body", ()) if s not in dead]
+        if rest and all(_announces(analysis, s, subject) for s in rest):
+            out.update(rest)
+    return out
+
+
+def _announced_removals(analysis: Analysis, subject: set[str], made: set) -> set[cst.CSTNode]:
+    """The print / log lines of a block where a fix removed a call and left its marker, where the block holds
+    nothing else and each names what the removed calls did (`print("Enabling HLO snapshots")` beside
+    `register_hlo_snapshot_callback(...)`)."""
+    out: set[cst.CSTNode] = set()
+    if not subject:
+        return out
+    for node in analysis.parents:
+        if type(node) is not cst.IndentedBlock or not node.body:
+            continue
+        lines = [*node.footer, *(line for stmt in node.body for line in getattr(stmt, "leading_lines", ()))]
+        if not any(line in made and line.comment is not None and line.comment.value.startswith(MARKER_PREFIX)
+                   for line in lines):
+            continue
+        if all(_announces(analysis, stmt, subject) for stmt in node.body):
+            out.update(node.body)
+    return out
+
+
+def _announces(analysis: Analysis, stmt: cst.CSTNode, subject: set[str]) -> bool:
+    if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1 or type(stmt.body[0]) is not cst.Expr:
+        return False
+    call = stmt.body[0].value
+    if type(call) is not cst.Call:
+        return False
+    func = call.func
+    if not (isinstance(func, cst.Name) and func.value == "print" or isinstance(func, cst.Attribute)
+            and func.attr.value in ANNOUNCING_METHODS):
+        return False
+    text = " ".join(n.value for n in _strings(call))
+    said = {w.lower() for w in re.findall(r"[A-Za-z]+", text)}
+    return any(w.startswith(s) for w in said for s in subject)
+
+
+def _strings(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (cst.SimpleString, cst.FormattedStringText)):
+            yield n
+        stack.extend(children(n))
+
+
+def _name_words(name: str) -> set[str]:
+    return {w.lower() for w in re.split(r"_|(?<=[a-z])(?=[A-Z])", name) if len(w) >= 4}
+
+
+def _removed_words(removed) -> dict[str, set[str]]:
+    """For each name the removed statements read: the words of the functions they called
+    (`register_hlo_snapshot_callback(callback)`: callback -> register, snapshot, callback)."""
+    out: dict[str, set[str]] = {}
+    for stmt in removed:
+        names: set[str] = set()
+        called: set[str] = set()
+        stack = [stmt]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, cst.Call):
+                f = n.func
+                called |= _name_words(f.attr.value if isinstance(f, cst.Attribute) else getattr(f, "value", "")
+                                      if isinstance(f, cst.Name) else "")
+            elif isinstance(n, cst.Name):
+                names.add(n.value)
+            stack.extend(children(n))
+        for name in names:
+            out.setdefault(name, set()).update(called)
+    return out
+
+
+def _statements(module: cst.Module):
+    """Every statement of the module, in blocks at any depth."""
+    stack = list(module.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        for block in (getattr(node, "body", None), getattr(getattr(node, "orelse", None), "body", None)):
+            if isinstance(block, cst.IndentedBlock):
+                stack.extend(block.body)
+        if type(getattr(node, "orelse", None)) is cst.If:
+            stack.append(node.orelse)
+        for handler in getattr(node, "handlers", ()):
+            stack.extend(getattr(handler.body, "body", ()))
+        final = getattr(node, "finalbody", None)
+        if final is not None:
+            stack.extend(getattr(final.body, "body", ()))
+
+
+def _tested_arms(node: cst.If) -> list[cst.BaseSuite]:
+    """The blocks of an `if` / `elif` chain with no `else`."""
+    arms = [node.body]
+    while type(node.orelse) is cst.If:
+        node = node.orelse
+        arms.append(node.body)
+    return arms
 
 
 def _stale_assignments(analysis: Analysis, stale: set[tuple[int, str]]) -> set[cst.CSTNode] | None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import libcst as cst
 
-from neuron_migrate.rules.patterns import XM, arg, short
+from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules.rewrites import LOOSE_PARENTS
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
+from neuron_migrate.rules.compile import TORCH_XLA_COMPILE, _is_self, training_step
 from neuron_migrate.syntax.parse import expression
+
+
+def short_statement(small: cst.CSTNode) -> str:
+    return " ".join(code(small).split())
 
 MARK_STEP = frozenset({f"{XM}.mark_step", "torch_xla.sync", "torch_xla.torch_xla.sync"})
 WAIT = frozenset({f"{XM}.wait_device_ops"})
@@ -140,3 +145,70 @@ class MarkStep(Rule):
             return
         if ctx.report("NM109", item, statement=node, text=f"with {short(item)}:"):
             ctx.unwrap(node)
+
+
+class EagerStepOfCompiledBase(Rule):
+    """NM259: under `eager_mode(True)`, a subclass assigns the uncompiled step (`self.compiled_step_fn =
+    self.step_fn`) to an attribute its base class assigns a compiled training step: NM110 compiles the base's
+    model instead, so the step runs under `torch.compiler.set_stance("force_eager")` to stay eager."""
+
+    codes = ("NM259",)
+    triggers = (b"eager_mode",)
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self.eager = False
+        self.compiled: set[str] = set()  # attributes this file's classes assign a compiled training step
+        self.overrides: list = []  # (occurrence, value, attribute) of `self.<attr> = self.<method>` in a subclass
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        qual = ctx.qualname(node.func)
+        if qual in EAGER_MODE and _switch(node) and arg(node, 0, "enable").value.value == "True":
+            self.eager = True
+        elif qual in TORCH_XLA_COMPILE and node.args:
+            attr = self._self_attribute_assigned(node)
+            if attr is not None and training_step(ctx, node.args[0].value, ctx.scope) is not None:
+                self.compiled.add(attr)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        attr = self._self_attribute_assigned(node.value)
+        value = node.value
+        if attr is None or not isinstance(value, cst.Attribute) or not isinstance(value.value, cst.Name) \
+                or not _is_self(value.value.value, self.ctx.scope):
+            return
+        scope = self.ctx.scope
+        while scope is not None and scope.kind != "function":
+            scope = scope.parent
+        if scope is not None and scope.parent is not None and scope.parent.kind == "class" \
+                and scope.parent.node.bases:
+            self.overrides.append((self.ctx.current, value, attr, scope.parent.node))
+
+    def _self_attribute_assigned(self, value: cst.CSTNode) -> str | None:
+        """`x` where `value` is the value of `self.x = value`, a statement of its own in a method."""
+        small = self.ctx.current.small
+        if type(small) is not cst.Assign or small.value is not value or len(small.targets) != 1:
+            return None
+        target = small.targets[0].target
+        if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) \
+                and _is_self(target.value.value, self.ctx.scope):
+            return target.attr.value
+        return None
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        if not self.eager or not self.overrides:
+            return
+        project = ctx.settings.project
+        elsewhere = set(project.base_compiled) if project is not None else set()
+        for occ, value, attr, cls in self.overrides:
+            here = attr in self.compiled  # a class of this file compiles that step
+            if attr not in elsewhere and not here:
+                continue
+            ctx.current = occ
+            fixed = f"{ctx.module_ref('torch')}.compiler.set_stance({ctx.string('force_eager')})({code(value)})"
+            base = "NM110 in this file" if here else "NM110 in the module it comes from"
+            if ctx.report("NM259", value, statement=occ.statement, assignment=short_statement(occ.small),
+                          fixed=fixed, base=base):
+                ctx.replace(value, expression(fixed))
+        ctx.current = None
