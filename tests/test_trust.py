@@ -518,7 +518,7 @@ def test_files_read_beside_the_migrated_ones_are_read_only_when_regular(tmp_path
     for args in (["check", "--no-cache", "--output-format", "concise", "."], ["rewrite", "--no-cache", "--diff", "."],
                  ["pin", "--diff", "."]):
         proc = subprocess.run([sys.executable, "-m", "neuron_migrate", *args], cwd=root, capture_output=True,
-                              text=True, timeout=120, preexec_fn=_limited_memory)
+                              text=True, timeout=120, preexec_fn=_limited_memory, check=False)
         assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (args, proc.stderr)
         if args[0] == "check":
             assert "train.py:3:10: NM101" in proc.stdout and "b.py:3:10: NM101" in proc.stdout, proc.stdout
@@ -534,10 +534,11 @@ def test_a_fifo_planted_as_the_cache_file_or_the_key_does_not_block_the_run(tmp_
     def check():
         return subprocess.run([sys.executable, "-m", "neuron_migrate", "check", "--output-format", "concise",
                                "train.py"], cwd=root, env={**os.environ, **env}, capture_output=True, text=True,
-                              timeout=120)
+                              timeout=120, check=False)
     first = check()
     assert first.returncode == 1 and "NM101" in first.stdout, first.stderr
-    for planted in (*(root / ".neuron_migrate_cache").glob("check-*.json"), user_cache / "neuron-migrate" / "cache-key"):
+    key = user_cache / "neuron-migrate" / cache_mod.KEY_FILE
+    for planted in (*(root / ".neuron_migrate_cache").glob("check-*.json"), key):
         planted.unlink()
         os.mkfifo(planted, 0o600)
         again = check()
@@ -636,14 +637,30 @@ def test_a_notebook_with_a_key_twice_is_refused_and_left_as_it_is(tmp_path, twic
     assert path.read_bytes() == data
 
 
-def test_nan_in_a_notebooks_metadata_is_read_like_jupyter_reads_it(tmp_path):
+NAN_PLACES = {
+    "notebook metadata after the cells": lambda cell: _notebook(cell, '{"scores": [NaN, Infinity]}'),
+    "notebook metadata before the cells": lambda cell: (
+        '{"metadata": {"scores": [NaN, -Infinity]}, "cells": [' + cell + '], "nbformat": 4, "nbformat_minor": 5}\n'
+    ).encode(),
+    "cell metadata": lambda cell: _notebook(cell.replace('"metadata": {}', '"metadata": {"score": NaN}')),
+    "an output's metadata": lambda cell: _notebook(cell.replace(
+        '"outputs": []', '"outputs": [{"output_type": "execute_result", "data": {"text/plain": ["x"]}, '
+        '"metadata": {"v": Infinity}, "execution_count": 1}]')),
+}
+
+
+@pytest.mark.parametrize("where", list(NAN_PLACES))
+def test_nan_in_a_notebooks_metadata_is_read_like_jupyter_reads_it(tmp_path, where):
+    """NaN and Infinity (Python's json writes them) where the rewrite's own scan of the notebook meets them (before
+    or in a cell) were an internal error."""
+    cell = _code_cell("import torch_xla.core.xla_model as xm\nxm.mark_step()\n")
+    assert '"metadata": {}' in cell and '"outputs": []' in cell
     path = tmp_path / "nan.ipynb"
-    path.write_bytes(_notebook(_code_cell("import torch_xla.core.xla_model as xm\nxm.mark_step()\n"),
-                               '{"scores": [NaN, Infinity]}'))
+    path.write_bytes(NAN_PLACES[where](cell))
     out = cli("rewrite", "--no-cache", str(path))
-    assert out.returncode in (0, 1) and "Traceback" not in out.stderr, out.stderr
+    assert out.returncode in (0, 1) and "Traceback" not in out.stderr and "error" not in out.stderr, out.stderr
     text = path.read_text(encoding="utf-8")
-    assert "torch_xla" not in text and "NaN" in text and "Infinity" in text
+    assert "torch_xla" not in text and ("NaN" in text or "Infinity" in text)
 
 
 def test_a_cell_line_spelled_like_a_placeholder_stays_code(tmp_path):
