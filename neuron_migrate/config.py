@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterable
 
 from neuron_migrate import catalogue
+from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
 
@@ -51,14 +52,19 @@ class Resolved:
     settings: Settings
     exclude: tuple[str, ...]
     source: Path | None  # the pyproject.toml read, if any
+    # pyproject.toml files that could not be read but cannot hold the table either: told, and the run goes on
+    warnings: tuple[str, ...] = ()
 
 
 LOOKALIKE_DIGITS = str.maketrans("OIL", "011")
 
 
-def find_config(paths: Iterable[str]) -> Path | None:
+def find_config(paths: Iterable[str], warnings: list[str] | None = None) -> Path | None:
     """The nearest pyproject.toml with a [tool.neuron-migrate] table, from the paths' common folder upward. A
-    table spelled otherwise (`[tool.neuron_migrate]`) is an error, not a file without settings."""
+    table spelled otherwise (`[tool.neuron_migrate]`) is an error, not a file without settings. A file that cannot
+    be read (not TOML, nested too deep, too large) is an error when it may hold the table; when its bytes do not
+    even name neuron, its message goes to `warnings` and the search goes on (a broken file of another tool
+    must not stop the run)."""
     starts = [os.path.abspath(p) for p in paths] or [os.getcwd()]
     starts = [p if os.path.isdir(p) else os.path.dirname(p) for p in starts]
     folder = Path(os.path.commonpath(starts))
@@ -66,7 +72,13 @@ def find_config(paths: Iterable[str]) -> Path | None:
         path = candidate / "pyproject.toml"
         if not path.is_file():
             continue
-        tool = _read(path).get("tool", {})
+        try:
+            tool = _read(path).get("tool", {})
+        except ConfigError as exc:
+            if warnings is None or _may_hold_table(path):
+                raise
+            warnings.append(f"{exc}; it holds no [tool.{TABLE}] table, so the run went on without it")
+            continue
         if not isinstance(tool, dict):
             continue
         if TABLE in tool:
@@ -76,6 +88,21 @@ def find_config(paths: Iterable[str]) -> Path | None:
             raise ConfigError(f"{path}: [tool.{misspelt[0]}] is not read; the table is [tool.{TABLE}] "
                               "(with a hyphen): rename it")
     return None
+
+
+def _may_hold_table(path: Path) -> bool:
+    """Whether the bytes of `path` hold "neuron" in any case, as a [tool.neuron-migrate] table however spelled
+    does; read in pieces (the file may be too large to parse)."""
+    tail = b""
+    try:
+        with open(path, "rb") as fh:  # a regular file (is_file): no FIFO
+            while chunk := fh.read(1 << 20):
+                if b"neuron" in (tail + chunk).lower():
+                    return True
+                tail = chunk[-5:]
+    except OSError:
+        return True
+    return False
 
 
 def _squeezed(name: str) -> str:
@@ -98,8 +125,13 @@ def explicit_table(path: Path) -> dict:
 
 def _read(path: Path) -> dict:
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        # a regular file under the limit of its kind: a 50 MB pyproject.toml took a minute and 2.5 GB to parse
+        return tomllib.loads(read_bytes(str(path), size_limit("pyproject"), "pyproject").decode("utf-8"))
+    except SourceError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML (bytes are not valid utf-8 at byte {exc.start}); fix the file "
+                          "or move it aside") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the file or move it aside") from None
     except RecursionError:  # tomllib reads nested arrays and inline tables recursively
@@ -212,12 +244,13 @@ def resolve(paths: Iterable[str], **flags) -> Resolved:
     pyproject.toml found from the paths.
     """
     paths = list(paths)
+    warnings: list[str] = []
     config_file = flags.pop("config_file", None)
     if config_file is not None:
         source = Path(config_file)
         values = parse_table(explicit_table(source), source)
     else:
-        source = find_config(paths)
+        source = find_config(paths, warnings)
         values = parse_table(_read(source)["tool"][TABLE], source) if source is not None else {}
     given = {k: v for k, v in flags.items() if v is not None}
     if "ignore" in given:
@@ -233,4 +266,4 @@ def resolve(paths: Iterable[str], **flags) -> Resolved:
         where = f"{source} [tool.{TABLE}]" if source is not None and not ({"torch", "neuron_sdk"} & given.keys()) \
             else "--neuron-sdk / --torch"
         raise ConfigError(f"{where}: {exc}") from None
-    return Resolved(settings, exclude, source)
+    return Resolved(settings, exclude, source, tuple(warnings))

@@ -4,7 +4,8 @@ A seeded mutator takes files of the fixtures and, when it is there, of the real 
 repository's sibling folder), and makes of each: a truncation, byte flips, UTF-16, Latin-1 and BOM encodings, CRLF
 and CR line ends, deep nesting. Every mutant is migrated in a tree of its own (its name kept, so its kind too), and:
 no internal error; no file takes more than PER_FILE seconds; every file written parses as its kind; a second run
-changes nothing. The counts go to the end of the test run's output.
+changes nothing. The counts (files, mutants, what became of them, problems) go to the end of the test run's
+output.
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def test_fuzzed_files_never_cost_a_traceback_a_hang_or_a_damaged_file(tmp_path, 
                 else:
                     counts["unchanged"] += 1
     request.config.stash[SWEEP_REPORT].append(
-        "fuzz: " + ", ".join(f"{v} {k}" for k, v in counts.items()) + f"; slowest file {slowest:.1f} s; sources: "
+        f"fuzz: {len(checked_originals)} files, " + ", ".join(f"{v} {k}" for k, v in counts.items())
+        + f", {len(problems)} problems; slowest file {slowest:.1f} s; sources: "
         + ", ".join(name for name, _ in sources) + ("" if ecosystem else " (../shared/ecosystem not found)")
         + (f"; originals whose own second run changes them: {unstable}" if unstable else ""))
     assert counts["mutants"] >= len(MUTATIONS) * (per_source or SAMPLE["fixtures"])

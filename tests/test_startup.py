@@ -55,8 +55,8 @@ def test_a_poisoned_start_up_table_in_the_user_cache_runs_nothing(tmp_path):
     target = str(FIXTURES / "NM103-mark-step" / "statement_forms.py")
     for args in (["check", "--no-cache", target], ["check", target], ["rewrite", "--diff", target]):
         out = _check(*args, cwd=tmp_path, cache_home=home)
+        assert not marker.exists(), args  # first: the payload that ran also breaks the run
         assert out.returncode == 1 and "NM103" in out.stdout + out.stderr, out.stderr
-        assert not marker.exists(), args
 
 
 def test_check_without_cache_writes_nothing_to_the_user_cache(tmp_path):

@@ -118,12 +118,15 @@ def _paths(paths: tuple[str, ...], hook: bool, exclude: tuple[str, ...]) -> tupl
 def _settings(paths, select, ignore, exclude, **flags) -> config.Resolved:
     """Settings from `[tool.neuron-migrate]` (or the `--config` file), overridden by the flags that were given."""
     try:
-        return config.resolve(paths, select=config.codes(_codes(select), "--select") if select else None,
-                              ignore=config.codes(_codes(ignore), "--ignore") if ignore else None,
-                              exclude=tuple(exclude) or None, **flags)
+        resolved = config.resolve(paths, select=config.codes(_codes(select), "--select") if select else None,
+                                  ignore=config.codes(_codes(ignore), "--ignore") if ignore else None,
+                                  exclude=tuple(exclude) or None, **flags)
     except config.ConfigError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    for warning in resolved.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return resolved
 
 
 def _usage(message: str) -> NoReturn:

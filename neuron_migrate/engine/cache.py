@@ -35,7 +35,7 @@ from pathlib import Path
 from neuron_migrate import __version__
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import open_folder, write_in_folder
+from neuron_migrate.engine.sources import open_folder, read_regular, write_in_folder
 
 CACHE_DIR_NAME = ".neuron_migrate_cache"
 ENV_DIR = "NEURON_MIGRATE_CACHE_DIR"
@@ -46,7 +46,7 @@ KEY_BYTES = 32
 MAX_CACHE_FILE = 1 << 30  # a larger cache file is not read (it would only cost memory)
 # The entry of the project model's facts (engine/project.py): no file path holds a NUL
 PROJECT_ENTRY = "\0project"
-_OPEN = getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW
+_OPEN = getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW | os.O_NONBLOCK  # a planted FIFO: no wait
 
 
 def digest(data: bytes) -> str:
@@ -195,12 +195,12 @@ class ResultCache:
         if folder is None:
             return {}
         try:
-            fd = os.open(self.name, os.O_RDONLY | _OPEN, dir_fd=folder)
-            with os.fdopen(fd, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size > MAX_CACHE_FILE:
-                    return {}
-                data = json.loads(fh.read())
-        except (OSError, ValueError):
+            # a regular file, not through a link (a FIFO planted under the cache file's name would block the run)
+            raw = read_regular(self.name, MAX_CACHE_FILE, dir_fd=folder, follow=False, whole=True)
+            if raw is None:
+                return {}
+            data = json.loads(raw)
+        except ValueError:
             return {}
         finally:
             os.close(folder)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
-from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit
+from neuron_migrate.engine.sources import SourceError, read_bytes, read_regular, size_limit
 
 if TYPE_CHECKING:
     import pathspec
@@ -82,12 +82,12 @@ def _is_venv(path: Path) -> bool:
 
 
 def _ignore_spec(directory: Path) -> pathspec.PathSpec | None:
-    gi = directory / ".gitignore"
-    try:
-        lines = gi.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    # a regular file under the size limit (a FIFO would block the run, a link to /dev/zero never ends); a
+    # larger one is not read, like one that cannot be read
+    data = read_regular(str(directory / ".gitignore"), size_limit(None), whole=True)
+    if data is None:
         return None
-    return _spec(lines)
+    return _spec(data.decode("utf-8", "replace").splitlines())
 
 
 def _spec(lines: list[str]) -> pathspec.PathSpec:

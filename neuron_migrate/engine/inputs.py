@@ -9,6 +9,7 @@ import os
 import re
 
 from neuron_migrate.engine.cache import digest
+from neuron_migrate.engine.sources import read_regular
 
 README = re.compile(r"^readme(\.\w+)?$", re.I)
 # the infrastructure files whose instance types tell where a folder's jobs run (shell scripts are discovered):
@@ -17,12 +18,8 @@ INFRA_FILE = re.compile(r"\.(?:tf|tfvars|ya?ml|json|template)$|^user-?data", re.
 
 
 def head(full: str) -> bytes | None:
-    """The first MiB of a file the model reads (None when it cannot be read)."""
-    try:
-        with open(full, "rb") as fh:
-            return fh.read(1 << 20)
-    except OSError:
-        return None
+    """The first MiB of a file the model reads (None when it cannot be read or is not a regular file)."""
+    return read_regular(full, 1 << 20)
 
 
 def readme(folder: str) -> str | None:

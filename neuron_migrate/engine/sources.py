@@ -148,6 +148,30 @@ def read_bytes(path: str, limit: int = MAX_BYTES, kind: str | None = None) -> by
     return data
 
 
+def read_regular(path: str, limit: int, dir_fd: int | None = None, follow: bool = True,
+                 whole: bool = False) -> bytes | None:
+    """Up to `limit` bytes of the regular file `path` (a `.gitignore`, a README, `.git/config`, a cache file the
+    run reads beside the files it migrates); None when it cannot be read or is not a regular file: a FIFO would
+    block the run, `/dev/zero` never ends. `follow=False`: None for a link too. `whole`: None for a file larger
+    than `limit`, which is then not read."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (whole and st.st_size > limit):  # a folder too
+            return None
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            data = fh.read(limit + 1 if whole else limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if whole and len(data) > limit else data
+
+
 def _refuse_read_only(name: str, st: os.stat_result, dir_fd: int) -> None:
     """A file its mode or its owner keeps from being written is not replaced, though its folder is writable."""
     mode = stat.S_IMODE(st.st_mode)

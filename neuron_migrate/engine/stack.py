@@ -35,6 +35,7 @@ from typing import Iterable
 
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.pin import canonical_name
+from neuron_migrate.engine.sources import read_regular
 
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 XLA_STACK, MULTI_BACKEND = "xla-stack", "multi-backend"  # built on torch_xla; serving TPUs through it among others
@@ -202,11 +203,8 @@ _REMOTE_URL = re.compile(r"^[ \t]*url[ \t]*=[ \t]*(\S+)", re.M)  # blanks of one
 
 def _remote_urls(repository: str) -> list[str]:
     """The remote URLs in a repository's `.git/config` (none when it cannot be read)."""
-    try:
-        with open(os.path.join(repository, ".git", "config"), encoding="utf-8", errors="replace") as fh:
-            return _REMOTE_URL.findall(fh.read(1 << 16))
-    except OSError:
-        return []
+    data = read_regular(os.path.join(repository, ".git", "config"), 1 << 16)
+    return _REMOTE_URL.findall(data.decode("utf-8", "replace")) if data is not None else []
 
 
 @dataclass(frozen=True)
@@ -259,10 +257,8 @@ def _egg_infos(folder: str) -> list[str]:
 def _metadata_in(path: str) -> tuple[str | None, list[str]]:
     """The project name a project file declares ("" when it declares a project without a readable name, None when
     it declares none: a pyproject.toml that only configures tools) and the URLs it names."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(1 << 20)
-    except OSError:
+    data = read_regular(path, 1 << 20)
+    if data is None:
         return None, []
     base = os.path.basename(path)
     try:

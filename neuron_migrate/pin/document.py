@@ -152,7 +152,18 @@ class TextDocument:
 
     # -- edits ---------------------------------------------------------------------------------------------
     def replace(self, start: int, end: int, text: str) -> None:
+        if start == end and start == self.line_start(start):
+            # new lines go above the markers of the line they are put before: a marker belongs to the line below
+            # it, and a line put between them made the next run mark that line again
+            start = end = self._above_own_markers(start)
         self.edits.append(Edit(start, end, text))
+
+    def _above_own_markers(self, line_start: int) -> int:
+        starts = self.line_starts()
+        index = bisect.bisect_left(starts, line_start)
+        while index > 0 and self.own_markers.match(self.text[starts[index - 1]:starts[index]].strip()):
+            index -= 1
+        return starts[index] if index < len(starts) else line_start
 
     def render(self) -> str:
         out = []
