@@ -426,10 +426,11 @@ PRAGMA = re.compile(r"#\s*(noqa\b|type:\s*ignore|pylint:|pyright:|mypy:|fmt:|iso
                     r"neuron-migrate:|NOQA\b)")
 
 
-# A comment that speaks of the XLA stack (`# XLA: specify the XLA device`, `## xm.mark_step runs the graph`): it is
+# A comment that speaks of the XLA stack (`# XLA: specify the XLA device`, `## xm.mark_step runs the graph`, the
+# launcher's `nprocs`, which torchrun now decides): it is
 # no longer true once the statement under it is rewritten or removed.
 XLA_TALK = re.compile(r"\bxla\b|\btorch_xla\b|\bxm\.|\bxmp\.|\bxrt\b|\bpjrt\b|"
-                      r"\b(?:mark_step|optimizer_step|MpDeviceLoader|ParallelLoader)\b", re.IGNORECASE)
+                      r"\b(?:mark_step|optimizer_step|MpDeviceLoader|ParallelLoader|nprocs)\b", re.IGNORECASE)
 
 
 def _talks_of_xla(comment: cst.Comment | None) -> bool:
