@@ -681,13 +681,36 @@ def _leading_imports(body: list[cst.BaseStatement]) -> list[tuple[int, tuple[int
     return out
 
 
+def _import_blocks(body: list[cst.BaseStatement]) -> list[list[tuple[int, tuple[int, str, bool]]]]:
+    """The blocks of module-level import lines (consecutive lines, a blank or comment line starts the next), each as
+    (index, (block, module, is a `from` import)) of its lines, the leading ones and those after other code
+    (`import torch` below an argument parser's call)."""
+    blocks: list[list[tuple[int, tuple[int, str, bool]]]] = [[]]
+    for i, stmt in enumerate(body):
+        found = _line_section(stmt)
+        if found is None or stmt.leading_lines:
+            blocks.append([])
+        if found is not None:
+            blocks[-1].append((i, found))
+    return [block for block in blocks if block]
+
+
 def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> cst.Module | None:
-    """`new` (an `import name`) in the leading block of its kind, where isort puts it: among the block's
-    `import` lines by name, before its `from` lines; None when the file has no such block. Inserted before the
-    block's first line, it takes that line's blank lines above."""
+    """`new` (an `import name`) in a block of its kind, where isort puts it: among the block's `import` lines by
+    name, before its `from` lines; None when the file has no such block. The block is the first one that imports
+    `name`'s package (`torch.distributed` beside `import torch`, after other code too where that code does not
+    read the name it binds), else the file's leading imports of its kind, else for the standard library the first
+    later block of it (`import time` beside `import os` below an argument parser). Inserted before the block's
+    first line, it takes that line's blank lines above."""
     body = list(module.body)
     kind = section(name)
-    block = [(i, m, is_from) for i, (sec, m, is_from) in _leading_imports(body) if sec == kind]
+    package = name.split(".")[0].lower()
+    bound = _import_names(new)
+    later = [[(i, m, is_from) for i, (sec, m, is_from) in found if sec == kind] for found in _import_blocks(body)]
+    later = [b for b in later if b and not bound & set(_names_read(body[:b[0][0]]))]
+    block = next((b for b in later if any(m.split(".")[0].lower() == package for _i, m, _f in b)), None) \
+        or [(i, m, is_from) for i, (sec, m, is_from) in _leading_imports(body) if sec == kind] \
+        or (later[0] if later and kind == STDLIB else None)
     if not block:
         return None
     key = name.lower()
