@@ -189,6 +189,8 @@ def test_an_import_of_os_below_other_code_is_followed_by_the_names(tmp_path):
     ast.parse(out)
     # above the late `import os`: in place, with the import it needs above it (as before)
     assert 'import os\nSHARDS = int(os.environ.get("WORLD_SIZE", "1"))\n' in out
+    # the new imports join the file's own block below, not the one-line import above SHARDS
+    assert "\nimport os\nimport sys\nimport time\nimport torch\nimport torch.distributed as dist\n" in out
     names = 'RANK = int(os.environ.get("RANK", "0"))\nWORLD_SIZE = int(os.environ.get("WORLD_SIZE", "1"))\n'
     assert out.index("import torch_xla.debug.metrics as met\n\n" + names + "\n" + 'LOG = "log-%d.txt"') > 0
     assert out.count("os.environ.get(") == 3

@@ -699,9 +699,10 @@ def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> 
     """`new` (an `import name`) in a block of its kind, where isort puts it: among the block's `import` lines by
     name, before its `from` lines; None when the file has no such block. The block is the first one that imports
     `name`'s package (`torch.distributed` beside `import torch`, after other code too where that code does not
-    read the name it binds), else the file's leading imports of its kind, else for the standard library the first
-    later block of it (`import time` beside `import os` below an argument parser). Inserted before the block's
-    first line, it takes that line's blank lines above."""
+    read the name it binds), else the file's leading imports of its kind, else for the standard library its
+    largest later block (`import time` beside `import os` and `import sys` below an argument parser, not beside an
+    `import os` put right above the one statement that needed it). Inserted before the block's first line, it
+    takes that line's blank lines above."""
     body = list(module.body)
     kind = section(name)
     package = name.split(".")[0].lower()
@@ -710,7 +711,7 @@ def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> 
     later = [b for b in later if b and not bound & set(_names_read(body[:b[0][0]]))]
     block = next((b for b in later if any(m.split(".")[0].lower() == package for _i, m, _f in b)), None) \
         or [(i, m, is_from) for i, (sec, m, is_from) in _leading_imports(body) if sec == kind] \
-        or (later[0] if later and kind == STDLIB else None)
+        or (max(later, key=len) if later and kind == STDLIB else None)
     if not block:
         return None
     key = name.lower()
