@@ -148,6 +148,29 @@ def test_a_migration_that_trains_before_it_stops_is_another_path():
     assert compare_no_neuron(_run("plain original", 1, xla), _run("plain migration", 1, other)).notes
 
 
+def test_lines_the_migration_prints_past_the_originals_missing_import_are_no_difference():
+    from neuron_migrate.verify.paths import compare_no_neuron
+
+    xla = {"type": "ModuleNotFoundError", "message": "No module named 'torch_xla'", "module": "torch_xla",
+           "where": "train.py:1", "line": "from torch_xla import runtime as xr"}
+    late = {"type": "RuntimeError", "message": "Expected one of cpu, ... device string: neuron", "module": None,
+            "where": "train.py:40", "line": "device = torch.device('neuron')"}
+    # the original stopped at its first line; the migration printed its flags before it needed the device
+    check = compare_no_neuron(_run("plain original", 1, xla),
+                              _run("plain migration", 1, late, stdout="Namespace(batch_size=2, lr=0.1)\n"))
+    assert check.ok, check.summary()
+    # the lines both printed still compare
+    printed = "epoch 1 lr 0.1\n"
+    check = compare_no_neuron(_run("plain original", 1, xla, stdout=printed),
+                              _run("plain migration", 1, late, stdout="epoch 1 lr 0.5\nNamespace()\n"))
+    assert not check.ok and "line 1" in check.failed_checks[0].detail
+    # an original that stopped elsewhere (not for want of torch_xla) prints what the migration prints
+    other = dict(xla, type="IndexError", message="list index out of range", module=None)
+    check = compare_no_neuron(_run("plain original", 1, other),
+                              _run("plain migration", 1, late, stdout="Namespace(batch_size=2, lr=0.1)\n"))
+    assert not check.ok and "the reference printed 0 lines, the target 1" in check.failed_checks[0].detail
+
+
 def test_the_report_says_which_path_each_program_took():
     from neuron_migrate.verify.compare import Comparison
     from neuron_migrate.verify.paths import compare_no_neuron

@@ -26,6 +26,8 @@ from neuron_migrate.verify.runs import RunResult
 # An error raised because the Neuron device or its packages are missing names them (`torch.device("neuron")`,
 # `torch.neuron`, `tensor.neuron()`, backend "neuron", `import torch_neuronx`).
 NAMES_NEURON = re.compile(r"\bneuron\b|\btorch_neuronx\b|\btorch_xla\b")
+# the modules of the XLA stack a program stops at on plain PyTorch
+LEGACY_STACK = frozenset({"torch_xla", "torch_neuronx", "libneuronxla", "neuronx_distributed"})
 DEVICE_FACTS = (("moved_to", "moved tensors to"), ("param_devices", "parameters on"), ("loss_devices", "losses on"),
                 ("call_devices", "outputs on"))
 PROGRESS = (("step_times", "optimizer step", "optimizer steps"), ("losses", "loss", "losses"),
@@ -57,6 +59,12 @@ class Outcome:
         where = f" at {self.error['where']}" if self.error.get("where") else ""
         line = f" `{self.error['line']}`" if self.error.get("line") else ""
         return f"stops{where}{line} ({self.error['type']}: {_short(self.error['message'])})"
+
+    def wants_legacy_stack(self) -> bool:
+        """It stopped at an import of the XLA stack, absent without Neuron (`import torch_xla`)."""
+        error = self.error or {}
+        return error.get("type") in ("ModuleNotFoundError", "ImportError") \
+            and (error.get("module") or "").split(".")[0] in LEGACY_STACK
 
     def names_neuron(self) -> bool:
         text = f"{(self.error or {}).get('message', '')} {(self.error or {}).get('module') or ''} {self.stderr_tail}"
@@ -159,10 +167,15 @@ def compare_no_neuron(original: RunResult, migration: RunResult, rtol: float | N
         return PathCheck(original, migration, True, "both run their fallback, to the same point, on the same devices",
                          comparison)
     comparison = None
-    if printed[0] or printed[1]:
+    ref, tgt = printed
+    if a.wants_legacy_stack() and len(tgt) > len(ref):
+        # the original stopped at an import of the XLA stack: what the migration printed after that point (its
+        # arguments, "preparing data") has no counterpart, only the lines before it compare
+        tgt = tgt[:len(ref)]
+    if ref or tgt:
         comparison = Comparison(*(rtol or 1e-4, atol or 1e-5), "fp32")
-        comparison.checks.append(compare_printed(f"printed before stopping ({plural(len(printed[0]), 'line')})",
-                                                 *printed, comparison.rtol, comparison.atol))
+        comparison.checks.append(compare_printed(f"printed before stopping ({plural(len(ref), 'line')})",
+                                                 ref, tgt, comparison.rtol, comparison.atol))
     detail = "neither runs without its device"
     if differ:
         return PathCheck(original, migration, False, detail + "; but " + "; ".join(differ), comparison)
