@@ -185,10 +185,31 @@ def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str
         if extra:
             ctx.insert_after(statement, "".join(f"{x}\n" for x in extra))
         return
+    sole = None if extra else _sole_statement_of(ctx, statement)
+    if sole is not None:  # `if flag: print(...)` -> `if flag and RANK == 0:`, not an `if` in an `if` (ruff's SIM102)
+        def joined(old: cst.If) -> cst.If:
+            test = old.test
+            if isinstance(test, (cst.IfExp, cst.Lambda, cst.NamedExpr)) or (
+                    isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or)):
+                test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+            return old.with_changes(test=cst.BooleanOperation(left=test, operator=cst.And(),
+                                                              right=expression(condition)))
+        ctx.replace(sole, joined)
+        return
     def fn(old: cst.CSTNode) -> cst.CSTNode:
         body = [old.with_changes(leading_lines=[]), *cst.parse_module("".join(f"{x}\n" for x in extra)).body]
         return cst.If(test=expression(condition), body=cst.IndentedBlock(body=body), leading_lines=old.leading_lines)
     replace_with_guard(ctx, statement, fn)
+
+
+def _sole_statement_of(ctx, statement: cst.CSTNode) -> cst.If | None:
+    """The `if` (without `elif` / `else`) whose body is `statement` alone, with no comment above it; else None."""
+    block = ctx.analysis.parents.get(statement)
+    parent = ctx.analysis.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+    if not isinstance(parent, cst.If) or parent.body is not block or parent.orelse is not None \
+            or len(block.body) != 1 or any(line.comment is not None for line in statement.leading_lines):
+        return None
+    return parent
 
 
 def replace_with_guard(ctx, statement: cst.CSTNode, build: Callable[[cst.CSTNode], cst.If]) -> None:
