@@ -203,11 +203,13 @@ def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str
 
 
 def _sole_statement_of(ctx, statement: cst.CSTNode) -> cst.If | None:
-    """The `if` (without `elif` / `else`) whose body is `statement` alone, with no comment above it; else None."""
+    """The `if` (without `elif` / `else`) whose body is `statement` alone, with no comment above it; else None. Not
+    `if __name__ == "__main__":`, which stays the script's entry as written."""
     block = ctx.analysis.parents.get(statement)
     parent = ctx.analysis.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
     if not isinstance(parent, cst.If) or parent.body is not block or parent.orelse is not None \
-            or len(block.body) != 1 or any(line.comment is not None for line in statement.leading_lines):
+            or len(block.body) != 1 or any(line.comment is not None for line in statement.leading_lines) \
+            or "__name__" in _code(parent.test):
         return None
     return parent
 
