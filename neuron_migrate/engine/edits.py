@@ -427,8 +427,8 @@ PRAGMA = re.compile(r"#\s*(noqa\b|type:\s*ignore|pylint:|pyright:|mypy:|fmt:|iso
 
 
 # A comment that speaks of the XLA stack (`# XLA: specify the XLA device`, `## xm.mark_step runs the graph`, the
-# launcher's `nprocs`, which torchrun now decides): it is
-# no longer true once the statement under it is rewritten or removed.
+# launcher's `nprocs`, which torchrun now decides): it is no longer true once the statement under it is rewritten
+# or removed.
 XLA_TALK = re.compile(r"\bxla\b|\btorch_xla\b|\bxm\.|\bxmp\.|\bxrt\b|\bpjrt\b|"
                       r"\b(?:mark_step|optimizer_step|MpDeviceLoader|ParallelLoader|nprocs)\b", re.IGNORECASE)
 

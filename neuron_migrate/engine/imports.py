@@ -707,8 +707,13 @@ def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> 
     kind = section(name)
     package = name.split(".")[0].lower()
     bound = _import_names(new)
-    later = [[(i, m, is_from) for i, (sec, m, is_from) in found if sec == kind] for found in _import_blocks(body)]
-    later = [b for b in later if b and not bound & set(_names_read(body[:b[0][0]]))]
+    later, read, start = [], set(), 0
+    for found in _import_blocks(body):
+        read.update(_names_read(body[start:found[0][0]]))  # what the code above this block reads
+        start = found[0][0]
+        block = [(i, m, is_from) for i, (sec, m, is_from) in found if sec == kind]
+        if block and not bound & read:
+            later.append(block)
     block = next((b for b in later if any(m.split(".")[0].lower() == package for _i, m, _f in b)), None) \
         or [(i, m, is_from) for i, (sec, m, is_from) in _leading_imports(body) if sec == kind] \
         or (max(later, key=len) if later and kind == STDLIB else None)
