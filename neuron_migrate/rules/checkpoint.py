@@ -8,7 +8,8 @@ import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.rewrites import LOOSE_PARENTS, guard_statement, is_statement, local_rank, only_args, paren, rank
+from neuron_migrate.rules.rewrites import LOOSE_PARENTS, dist, guard_statement, is_statement, local_rank, only_args, \
+    paren, rank, several_processes, under_rank_zero
 from neuron_migrate.syntax.parse import expression
 
 XSER = "torch_xla.utils.serialization"
@@ -217,11 +218,29 @@ class Save(Rule):
             return expression(template.format(value=value, target=target))
 
         fixed = code(build(node)) if condition is None else f"if {condition}: {code(build(node))}"
+        # xm.save ends in a rendezvous: the ranks that do not write wait until the file is written (they may read
+        # it next); one barrier after a run of saves
+        meet = not ctx.facts.single_process and not under_rank_zero(ctx, ctx.current.statement, local=True) \
+            and not self._save_follows(ctx.current.statement)
         code_ = "NM220" if qual.startswith(XM) else "NM221"
-        if ctx.report(code_, node, call=short(node), fixed=fixed):
+        if ctx.report(code_, node, call=short(node), fixed=fixed + ("; then, with several processes, dist.barrier()"
+                                                                    if meet else "")):
+            statement = ctx.current.statement
             ctx.replace(node, build)
             if condition is not None:
-                guard_statement(ctx, ctx.current.statement, condition, local=flags[1] != "True")
+                guard_statement(ctx, statement, condition, local=flags[1] != "True", join=not meet)
+            if meet:
+                ctx.insert_after(statement, f"if {several_processes(ctx)}:\n    {dist(ctx)}.barrier()\n")
+
+
+    def _save_follows(self, statement: cst.CSTNode) -> bool:
+        """The statement after `statement` in its block is another torch_xla save, whose barrier serves both."""
+        body = list(getattr(self.ctx.current.block, "body", ()))
+        following = next((body[i + 1] for i, s in enumerate(body[:-1]) if s is statement), None)
+        if not isinstance(following, cst.SimpleStatementLine) or len(following.body) != 1 \
+                or not isinstance(following.body[0], cst.Expr) or not isinstance(following.body[0].value, cst.Call):
+            return False
+        return self.ctx.qualname(following.body[0].value.func) in SAVE
 
 
 class Load(Rule):

@@ -176,25 +176,19 @@ def keep_parens(old: cst.CSTNode, text: str) -> cst.BaseExpression:
 
 
 def guard_statement(ctx, statement: cst.CSTNode, condition: str, extra: list[str] = (), local: bool = False,
-                    rank_zero: bool = True) -> None:
+                    rank_zero: bool = True, join: bool = True) -> None:
     """Run `statement` (and `extra` lines after it) only on rank 0 (`local`: on each node's local rank 0), where
     `condition` says so: `if <condition>:` around it. Inside an existing rank-0 check no guard is added (unless
     `rank_zero` is False: `condition` tests something else, such as several processes); guards made for statements
-    next to each other in one block become one `if`."""
+    next to each other in one block become one `if`; a statement alone under an `if` gets `and <condition>` in its
+    test instead (unless `join` is False: the caller puts more after the statement, which every rank runs)."""
     if rank_zero and under_rank_zero(ctx, statement, local):
         if extra:
             ctx.insert_after(statement, "".join(f"{x}\n" for x in extra))
         return
-    sole = None if extra else _sole_statement_of(ctx, statement)
+    sole = None if extra or not join else _sole_statement_of(ctx, statement)
     if sole is not None:  # `if flag: print(...)` -> `if flag and RANK == 0:`, not an `if` in an `if` (ruff's SIM102)
-        def joined(old: cst.If) -> cst.If:
-            test = old.test
-            if isinstance(test, (cst.IfExp, cst.Lambda, cst.NamedExpr)) or (
-                    isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or)):
-                test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
-            return old.with_changes(test=cst.BooleanOperation(left=test, operator=cst.And(),
-                                                              right=expression(condition)))
-        ctx.replace(sole, joined)
+        ctx.replace(sole, lambda new: new.with_changes(test=expression(f"{loose(new.test)} and {condition}")))
         return
     def fn(old: cst.CSTNode) -> cst.CSTNode:
         body = [old.with_changes(leading_lines=[]), *cst.parse_module("".join(f"{x}\n" for x in extra)).body]
