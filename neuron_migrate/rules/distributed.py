@@ -7,6 +7,8 @@ just as torch_xla needed none.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from neuron_migrate.engine.edits import pure
@@ -57,6 +59,10 @@ FETCH_GRADIENTS = frozenset({f"{XM}._fetch_gradients"})
 # neuronx-distributed's group getters (`get_data_parallel_group(as_list=False)`): the process group, or with
 # `as_list=True` its replica groups for torch_xla's collectives.
 NXD_GROUP_GETTERS = ("neuronx_distributed.parallel_layers.parallel_state.get_",)
+
+
+# annotations of a value that holds several tensors (`List[torch.Tensor]`, `list[Tensor]`, `Sequence[...]`)
+LIST_ANNOTATION = re.compile(r"\b(?:List|list|Sequence|Tuple|tuple|Iterable|Collection)\b")
 
 
 class RankAndWorldSize(Rule):
@@ -879,6 +885,42 @@ class Collectives(Rule):
                 return False
         return bool(bindings)
 
+    def _may_be_list(self, value: cst.BaseExpression) -> bool:
+        """`value` is a name that may hold a list of tensors: a parameter annotated as a list, tuple or sequence, a
+        binding of a list or tuple display, or a name a `for` loop of its function iterates over."""
+        ctx = self.ctx
+        if not isinstance(value, cst.Name):
+            return False
+        scope = ctx.analysis.lookup(value.value, ctx.current.scope)
+        parents = ctx.analysis.parents
+        for binding in scope.bindings.get(value.value, []) if scope is not None else []:
+            if binding.kind == "param" and isinstance(binding.node, cst.Param) and binding.node.annotation is not None \
+                    and LIST_ANNOTATION.search(code(binding.node.annotation.annotation)):
+                return True
+            target = parents.get(binding.node) if binding.kind == "assign" else None
+            if isinstance(target, cst.AssignTarget) and isinstance(parents.get(target), cst.Assign) \
+                    and isinstance(parents.get(target).value, (cst.List, cst.ListComp, cst.Tuple)):
+                return True
+        function = ctx.current.statement
+        while function is not None and not isinstance(function, (cst.FunctionDef, cst.Module)):
+            function = parents.get(function)
+        stack = [function] if function is not None else []
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.For) and isinstance(node.iter, cst.Name) and node.iter.value == value.value:
+                return True
+            stack.extend(children(node))
+        return False
+
+    def _assigned_back(self, node: cst.Call, value: cst.BaseExpression) -> bool:
+        """`arr = xm.all_reduce(..., arr)`: the statement only binds the result to the name it reduced."""
+        small = self.ctx.current.small
+        return isinstance(small, cst.Assign) and small.value is node and len(small.targets) == 1 \
+            and isinstance(value, cst.Name) and isinstance(small.targets[0].target, cst.Name) \
+            and small.targets[0].target.value == value.value \
+            and isinstance(self.ctx.current.statement, cst.SimpleStatementLine) \
+            and len(self.ctx.current.statement.body) == 1
+
     def _a_list(self, value: cst.BaseExpression) -> bool:
         return isinstance(value, (cst.List, cst.ListComp)) \
             or (isinstance(value, cst.Call) and self.ctx.qualname(value.func) in FETCH_GRADIENTS)
@@ -979,8 +1021,10 @@ class Collectives(Rule):
             if ctx.report("NM204", node, call=short(node), fixed="; ".join(in_place(node)).replace("\n", " ")):
                 replace_statement(ctx, ctx.current.statement, in_place)
             return
-        if is_statement(ctx, node) and self._holds_list(inputs.value):
-            # `xm.all_reduce("sum", bucket)` with `bucket = []` (appended to): every tensor of it, in place
+        listed = self._holds_list(inputs.value) or self._may_be_list(inputs.value)
+        if listed and (is_statement(ctx, node) or self._assigned_back(node, inputs.value)):
+            # `xm.all_reduce("sum", bucket)` with `bucket = []` (appended to), or `arr = xm.all_reduce("sum", arr)`
+            # of a `List[torch.Tensor]`: every tensor of it, in place (what torch_xla did with a list)
             d, t = dist(ctx), free_name(ctx, "tensor")
 
             def in_loop(call: cst.Call) -> list[str]:
@@ -993,7 +1037,7 @@ class Collectives(Rule):
             if ctx.report("NM204", node, call=short(node), fixed="; ".join(in_loop(node)).replace("\n", " ")):
                 replace_statement(ctx, ctx.current.statement, in_loop)
             return
-        if is_statement(ctx, node) or isinstance(inputs.value, (cst.List, cst.Tuple)):
+        if is_statement(ctx, node) or listed or isinstance(inputs.value, (cst.List, cst.Tuple)):
             return  # a list from elsewhere, or a list result used: left to NM199
         functional = ctx.module_ref("torch.distributed.nn.functional", "dist_fn")
         loose = isinstance(ctx.current.parent, LOOSE_PARENTS)
