@@ -258,9 +258,9 @@ class NeuronxTrace(Rule):
             what = f"move {subject} inputs to {where}"
             ctx.mark(traced.occ.statement, marker_text("NM501", what, catalogue_rule("NM501").link))
             return True
-        for call in calls:
+        for call, scope in calls:
             for argument in call.args:
-                moved = self._moved(argument, device)
+                moved = self._moved(argument, device, scope)
                 if moved is not None:
                     ctx.replace(argument.value, expression(moved))
         return True
@@ -393,7 +393,7 @@ class NeuronxTrace(Rule):
             inputs = [value]
         else:
             return None
-        return ", ".join(self._moved(cst.Arg(value=i), device) or code(i) for i in inputs)
+        return ", ".join(self._moved(cst.Arg(value=i), device, traced.occ.scope) or code(i) for i in inputs)
 
     def _mark_saves(self, traced: Traced) -> None:
         """`traced.save(path)`: a TorchScript method the compiled model does not have (AttributeError): marked
@@ -445,10 +445,10 @@ class NeuronxTrace(Rule):
         made = ctx.qualname(node.value.func, owner) or ""
         return made.startswith("torch.") and made.rsplit(".", 1)[-1] in TENSOR_FACTORIES
 
-    def _calls(self, traced: Traced) -> list[cst.Call] | None:
-        """Every call of the traced model, or None when it is used out of sight: not bound to one name, bound to
-        it more than once (a CPU fallback branch binds it too), returned, stored or passed on (`torch.jit.save`
-        of it excepted: NM502 marks that)."""
+    def _calls(self, traced: Traced) -> list[tuple[cst.Call, Scope]] | None:
+        """Every call of the traced model, with the scope it is made in, or None when it is used out of sight: not
+        bound to one name, bound to it more than once (a CPU fallback branch binds it too), returned, stored or
+        passed on (`torch.jit.save` of it excepted: NM502 marks that)."""
         ctx = self.ctx
         name, scope = traced.name, traced.scope
         if name is None or scope is None or len(scope.bindings.get(name, [])) != 1:
@@ -459,7 +459,7 @@ class NeuronxTrace(Rule):
                 continue
             parent = occ.parent
             if isinstance(parent, cst.Call) and parent.func is node:
-                calls.append(parent)
+                calls.append((parent, occ.scope))
             elif _not_a_read(node, parent) or self._saved(occ, parent) or self._method_save(occ, node):
                 continue
             else:
@@ -474,9 +474,10 @@ class NeuronxTrace(Rule):
         return isinstance(call, cst.Call) and call.args[0] is argument \
             and self.ctx.qualname(call.func, occ.scope) == JIT_SAVE
 
-    def _moved(self, argument: cst.Arg, device: str) -> str | None:
+    def _moved(self, argument: cst.Arg, device: str, scope: Scope | None = None) -> str | None:
         """The argument's value on the device (a tensor; with `*`, each tensor of a sequence; with `**`, each value
-        of a mapping), or None for a constant."""
+        of a mapping; a tuple, list or dict of tensors, written there or bound to the name in `scope`, each
+        tensor of it), or None for a constant."""
         value = argument.value
         if isinstance(value, LITERALS) or (isinstance(value, cst.Name) and value.value in ("None", "True", "False")):
             return None
@@ -487,9 +488,23 @@ class NeuronxTrace(Rule):
         if argument.star == "**":
             k, v = next((k, v) for k, v in (("k", "v"), ("key", "value")) if not re.search(rf"\b({k}|{v})\b", text + device))
             return f"{{{k}: {v}.to({device}) for {k}, {v} in {paren(text)}.items()}}"
-        if isinstance(value, (cst.Tuple, cst.List, cst.Dict)):  # a structure of tensors: each one
-            return tree_mover(self.ctx)(device, text, non_blocking=False)
+        if isinstance(value, (cst.Tuple, cst.List, cst.Dict)) or self._bound_structure(value, scope):
+            return tree_mover(self.ctx)(device, text, non_blocking=False)  # a structure of tensors: each one
         return f"{paren(text)}.to({device})"
+
+    def _bound_structure(self, value: cst.BaseExpression, scope: Scope | None) -> bool:
+        """`value` is a name one of whose bindings in `scope` assigns a tuple, list or dict (`inputs = (a, b)`)."""
+        if not isinstance(value, cst.Name) or scope is None:
+            return False
+        owner = self.ctx.analysis.lookup(value.value, scope)
+        parents = self.ctx.analysis.parents
+        for binding in owner.bindings.get(value.value, []) if owner is not None else []:
+            target = parents.get(binding.node) if binding.kind == "assign" else None
+            assign = parents.get(target)
+            if isinstance(target, cst.AssignTarget) and isinstance(assign, cst.Assign) and isinstance(
+                    assign.value, (cst.Tuple, cst.List, cst.Dict, cst.ListComp, cst.DictComp)):
+                return True
+        return False
 
     def _function(self, model: cst.BaseExpression, scope: Scope) -> bool:
         """A traced function (a lambda, or a name bound only by `def`): it has no parameters to move."""
