@@ -7,6 +7,7 @@ import re
 import libcst as cst
 
 from neuron_migrate.engine.names import dotted, dotted_str
+from neuron_migrate.engine.paths import XLA
 from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short, string_value
 from neuron_migrate.rules.rewrites import neuron_path_test
 from neuron_migrate.rules.target import portable, target
@@ -116,7 +117,8 @@ class CompilePlacedModel(Rule):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self.device_names: set[str] = set()  # last components of names assigned a device
+        self.device_names: set[str] = set()  # last components of dotted names assigned a device (`self.device`)
+        self.device_scopes: set[tuple[int, str]] = set()  # (scope, name) of plain names assigned a device there
         self.assigned: list[tuple[object, str, cst.BaseExpression]] = []  # (occurrence, dotted name, value)
         self.annotated: list[tuple[object, str, cst.BaseExpression]] = []  # (occurrence, dotted name, annotation)
         self.used_as_module: set[str] = set()  # dotted names of which a module-only method is called
@@ -125,7 +127,9 @@ class CompilePlacedModel(Rule):
         self.placements: list[tuple[object, cst.CSTNode, str, cst.BaseExpression]] = []
 
     # -- what holds a device, what holds a module ----------------------------------------------------------
-    def _is_device(self, expr: cst.BaseExpression) -> bool:
+    def _is_device(self, expr: cst.BaseExpression, scope=None) -> bool:
+        """The XLA device: its call, an `"xla"` string, or a name assigned one (a plain name: in the scope it is
+        read from, so that a `device = "cpu"` of another function is not it)."""
         if is_device_string(expr):
             return True
         if isinstance(expr, cst.Call):
@@ -135,8 +139,29 @@ class CompilePlacedModel(Rule):
             if qual == "torch.device" and expr.args and is_device_string(expr.args[0].value):
                 return True
             return False
+        if isinstance(expr, cst.IfExp):  # `xm.xla_device() if HAS_XLA else "cpu"`: the XLA device on one path
+            return self._is_device(expr.body, scope) or self._is_device(expr.orelse, scope)
+        if isinstance(expr, cst.Name) and scope is not None:
+            owner = self.ctx.analysis.lookup(expr.value, scope)
+            return owner is not None and (id(owner), expr.value) in self.device_scopes
         parts = dotted(expr)
         return bool(parts) and parts[-1] in self.device_names
+
+    def _either_device(self, expr: cst.BaseExpression, scope) -> bool:
+        """A name bound to `<XLA device> if <test> else <another device>` (or the other way round) in `scope`: the
+        model may be placed on the CPU, where a neuron compile fails."""
+        if not isinstance(expr, cst.Name) or scope is None:
+            return False
+        owner = self.ctx.analysis.lookup(expr.value, scope)
+        parents = self.ctx.analysis.parents
+        for binding in owner.bindings.get(expr.value, []) if owner is not None else []:
+            target = parents.get(binding.node) if binding.kind == "assign" else None
+            assign = parents.get(target)
+            value = assign.value if isinstance(target, cst.AssignTarget) and isinstance(assign, cst.Assign) else None
+            if isinstance(value, cst.IfExp) and self._is_device(value.body, scope) != self._is_device(value.orelse,
+                                                                                                    scope):
+                return True
+        return False
 
     def _module_classes(self) -> set[str]:
         """Names of the file's classes that derive (through each other) from a module class."""
@@ -201,8 +226,12 @@ class CompilePlacedModel(Rule):
         name = dotted_str(target)
         if name is None:
             return
-        if self._is_device(node.value):
+        if self._is_device(node.value, self.ctx.current.scope):
             self.device_names.add(name.split(".")[-1])
+            if isinstance(target, cst.Name):
+                owner = self.ctx.analysis.lookup(target.value, self.ctx.current.scope)
+                if owner is not None:
+                    self.device_scopes.add((id(owner), target.value))
         self.assigned.append((self.ctx.current, name, node.value))
         placed = placed_object(node.value)
         if placed is not None:
@@ -266,7 +295,7 @@ class CompilePlacedModel(Rule):
         for occ, node, name, moved in self.placements:
             ctx.current = occ
             call = node.value
-            if not self._is_device(call.args[0].value) or occ.in_loop:
+            if not self._is_device(call.args[0].value, occ.scope) or occ.in_loop:
                 continue
             if name not in modules and not self._builds_module(moved, occ.scope, classes, modules):
                 continue
@@ -280,6 +309,9 @@ class CompilePlacedModel(Rule):
             done.add(key)
             fixed = f"{name}.compile(backend={target(ctx).compile_backend()}, dynamic=False)"
             guard = neuron_path_test(ctx, call.args[0].value, node)
+            if guard is None and not portable(ctx) and ctx.facts.paths.path_of(node) != XLA \
+                    and self._either_device(call.args[0].value, occ.scope):
+                guard = f"{ctx.module_ref('torch')}.device({code(call.args[0].value)}).type == {ctx.string('neuron')}"
             if ctx.report("NM107", call, statement=occ.statement, target=name, fixed=fixed):
                 ctx.insert_after(occ.statement, f"if {guard}:\n    {fixed}\n" if guard else fixed + "\n")
         ctx.current = None
