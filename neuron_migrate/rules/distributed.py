@@ -458,7 +458,8 @@ class Spawn(Rule):
                 ctx.report("NM242", node, call=short(node), reason="; ".join(reasons), fixed=direct(node),
                            torchrun=f"torchrun --nproc_per_node={procs} <script>")
 
-        if not defined or not is_statement(ctx, node):
+        unused = self._unused_result(node)
+        if not defined or not (is_statement(ctx, node) or unused):
             launcher()
             return  # the launcher stays as it is, marked; an expression: left to NM199
         made, init = self._makes_process_group(fn.value)
@@ -478,6 +479,8 @@ class Spawn(Rule):
             launcher()
         if fixed:
             ctx.replace(node, lambda new: expression(direct(new)))
+            if unused:  # `result = xmp.spawn(...)`, never read: the per-process results have no counterpart
+                ctx.replace(ctx.current.small, lambda new: cst.Expr(value=new.value))
             self._drop_count(node)
             if made == "xla":
                 # the spawned function makes its group, and NM201 binds the device there; where only some paths
@@ -526,6 +529,17 @@ class Spawn(Rule):
                     ctx.insert_after(writes[-1], f"if {index} == 0 and {several}:\n    {d}.barrier()\n")
                     return
             ctx.insert_before(ctx.current.statement, setup)
+
+    def _unused_result(self, node: cst.Call) -> bool:
+        """`result = xmp.spawn(...)` alone on its line, and nothing reads `result`."""
+        ctx = self.ctx
+        small = ctx.current.small
+        if not isinstance(small, cst.Assign) or small.value is not node or len(small.targets) != 1 \
+                or not isinstance(small.targets[0].target, cst.Name) \
+                or not isinstance(ctx.current.statement, cst.SimpleStatementLine) or len(ctx.current.statement.body) != 1:
+            return False
+        name = small.targets[0].target.value
+        return not any(scope.reads.get(name, 0) for scope in ctx.analysis.scopes)
 
     def _drop_count(self, node: cst.Call) -> None:
         """The process count the direct call no longer takes (`debug_single_process = FLAGS.num_cores == 1`
