@@ -16,6 +16,8 @@ XSER = "torch_xla.utils.serialization"
 SAVE = frozenset({f"{XM}.save", f"{XSER}.save"})
 LOAD = frozenset({f"{XSER}.load"})
 TO_CPU = frozenset({f"{XM}._maybe_convert_to_cpu"})
+MEETINGS = frozenset({f"{XM}.rendezvous", "torch.distributed.barrier"})  # every process waits there
+REPORTING = frozenset({"print", "master_print", "info", "debug", "warning", "log"})  # calls that wait for nobody
 
 
 def cpu_copy(ctx, value: str) -> str:
@@ -234,13 +236,23 @@ class Save(Rule):
 
 
     def _save_follows(self, statement: cst.CSTNode) -> bool:
-        """The statement after `statement` in its block is another torch_xla save, whose barrier serves both."""
+        """After `statement` in its block, past prints and log lines, comes another torch_xla save (whose barrier
+        serves both) or a rendezvous / barrier of the program's own."""
         body = list(getattr(self.ctx.current.block, "body", ()))
-        following = next((body[i + 1] for i, s in enumerate(body[:-1]) if s is statement), None)
-        if not isinstance(following, cst.SimpleStatementLine) or len(following.body) != 1 \
-                or not isinstance(following.body[0], cst.Expr) or not isinstance(following.body[0].value, cst.Call):
-            return False
-        return self.ctx.qualname(following.body[0].value.func) in SAVE
+        index = next((i for i, s in enumerate(body) if s is statement), len(body))
+        for following in body[index + 1:]:
+            call = following.body[0].value if isinstance(following, cst.SimpleStatementLine) \
+                and len(following.body) == 1 and isinstance(following.body[0], cst.Expr) \
+                and isinstance(following.body[0].value, cst.Call) else None
+            if call is None:
+                return False
+            qual = self.ctx.qualname(call.func) or ""
+            if qual in SAVE or qual in MEETINGS:
+                return True
+            name = call.func.attr.value if isinstance(call.func, cst.Attribute) else getattr(call.func, "value", "")
+            if name not in REPORTING:
+                return False
+        return False
 
 
 class Load(Rule):
