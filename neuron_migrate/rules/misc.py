@@ -132,16 +132,48 @@ class MasterPrint(Rule):
             ctx.replace(node, build)
             guard_statement(ctx, ctx.current.statement, condition, extra)
 
-    def _helper(self, condition: str) -> str | None:
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "master_print":
+            self._passed_on(node)
+
+    def visit_Name(self, node: cst.Name) -> None:
+        imported = getattr(self, "_imported", None)
+        if imported is None:  # the names the file imports master_print as
+            imported = self._imported = {binding.name for scope in self.ctx.analysis.scopes
+                                         for bindings in scope.bindings.values() for binding in bindings
+                                         if binding.kind == "import" and binding.qualname in MASTER_PRINT}
+        if node.value in imported:
+            self._passed_on(node)
+
+    def _passed_on(self, node: cst.BaseExpression) -> None:
+        """`Logger(log_fn=xm.master_print)`: the function itself, passed on or stored, becomes the file's own
+        `master_print` (print on rank 0 only; `print` in a program of one process)."""
+        ctx = self.ctx
+        parent = ctx.current.parent
+        if (isinstance(parent, cst.Call) and parent.func is node) or isinstance(parent, (
+                cst.Attribute, cst.ImportAlias, cst.AsName)) or ctx.qualname(node) not in MASTER_PRINT:
+            return
+        if ctx.facts.single_process:
+            if ctx.report("NM223", node, call=short(node), fixed="print"):
+                ctx.replace(node, cst.Name("print"))
+            return
+        condition = f"{rank(ctx)} == 0"
+        name = self._helper(condition, always=True)
+        if name is not None and ctx.report("NM223", node, call=short(node), fixed=f"{name}`, a function the fix "
+                                           f"defines that prints on rank 0 only: `{name}(*args, **kwargs)"):
+            ctx.replace(node, cst.Name(name))
+            ctx.define(MASTER_PRINT_HELPER.format(name=name, condition=condition))
+
+    def _helper(self, condition: str, always: bool = False) -> str | None:
         """The name of the file's own `master_print` (print on rank 0 only), where the file prints that way often
         enough (MASTER_PRINT_HELPER_AT calls) that one function reads shorter than an `if` at each, and the rank is
         a module constant the function can read; else None."""
         ctx = self.ctx
         name = getattr(self, "_helper_name", False)
-        if name is False:
+        if name is False or (name is None and always):
             name = None
-            if condition.split()[0].isidentifier() and \
-                    ctx.source.text.count("master_print(") >= MASTER_PRINT_HELPER_AT:
+            if condition.split()[0].isidentifier() and (
+                    always or ctx.source.text.count("master_print(") >= MASTER_PRINT_HELPER_AT):
                 name = free_name(ctx, "master_print")
             self._helper_name = name
         return name
