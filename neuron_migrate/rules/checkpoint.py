@@ -8,8 +8,8 @@ import libcst as cst
 
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules import Rule
-from neuron_migrate.rules.rewrites import LOOSE_PARENTS, dist, guard_statement, is_statement, local_rank, only_args, \
-    paren, rank, several_processes, under_rank_zero
+from neuron_migrate.rules.rewrites import LOOSE_PARENTS, dist, free_name, guard_statement, is_statement, local_rank, \
+    only_args, paren, rank, several_processes, under_rank_zero
 from neuron_migrate.syntax.parse import expression
 
 XSER = "torch_xla.utils.serialization"
@@ -192,11 +192,45 @@ def mark_chosen(ctx, node: cst.Call, qual: str) -> bool:
     return True
 
 
+# `save_function=xm.save`: the function itself, handed to a library that calls it on every process
+SAVE_HELPER = '''\
+def {name}(data, path):
+    """torch.save of a CPU copy on local rank 0{then}, as xm.save did."""
+{body}'''
+
+
 class Save(Rule):
     """`xm.save(obj, path, master_only=True, global_master=False)` and `xser.save(...)` (same arguments)."""
 
     codes = ("NM220", "NM221", "NM222")
     triggers = (b"torch_xla",)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "save":
+            self._passed_on(node)
+
+    def _passed_on(self, node: cst.Attribute) -> None:
+        """`model.save_pretrained(out, save_function=xm.save)`: the function itself, passed on, becomes the file's
+        own `save_on_master` (a CPU copy written on local rank 0, then every process waits)."""
+        ctx = self.ctx
+        parent = ctx.current.parent
+        if (isinstance(parent, cst.Call) and parent.func is node) or isinstance(parent, cst.Attribute) \
+                or ctx.qualname(node) != f"{XM}.save":
+            return
+        name = getattr(self, "_helper_name", None) or free_name(ctx, "save_on_master")
+        if not ctx.report("NM220", node, call=short(node), fixed=f"{name}`, a function the fix defines that saves "
+                          f"a CPU copy on local rank 0{'' if ctx.facts.single_process else ' and waits for every process'}: `{name}(data, path)"):
+            return
+        self._helper_name = name
+        save = f"{ctx.module_ref('torch')}.save({cpu_copy(ctx, 'data')}, path)"
+        if ctx.facts.single_process:
+            body, then = f"    {save}", ""
+        else:
+            body = f"    if {local_rank(ctx)} == 0:\n        {save}\n    if {several_processes(ctx)}:\n" \
+                   f"        {dist(ctx)}.barrier()"
+            then = ", then every process waits for it"
+        ctx.replace(node, cst.Name(name))
+        ctx.define(SAVE_HELPER.format(name=name, then=then, body=body))
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
