@@ -135,6 +135,7 @@ class DeviceLoaders(Rule):
             if loops is None or any(_batch(loop) is None for loop in loops):
                 if not self._kept(found):
                     ctx.report("NM211", found.node, call=short(found.node))
+                    self._handled(found)  # one marker: NM211 says what to do, no NM199 beside it
                 continue
             if not ctx.report("NM210", found.node, call=short(found.node), fixed=code(found.loader)):
                 continue
