@@ -218,8 +218,9 @@ class Save(Rule):
                 or ctx.qualname(node) != f"{XM}.save":
             return
         name = getattr(self, "_helper_name", None) or free_name(ctx, "save_on_master")
+        waits = "" if ctx.facts.single_process else " and waits for every process"
         if not ctx.report("NM220", node, call=short(node), fixed=f"{name}`, a function the fix defines that saves "
-                          f"a CPU copy on local rank 0{'' if ctx.facts.single_process else ' and waits for every process'}: `{name}(data, path)"):
+                          f"a CPU copy on local rank 0{waits}: `{name}(data, path)"):
             return
         self._helper_name = name
         save = f"{ctx.module_ref('torch')}.save({cpu_copy(ctx, 'data')}, path)"
@@ -267,7 +268,6 @@ class Save(Rule):
                 guard_statement(ctx, statement, condition, local=flags[1] != "True", join=not meet)
             if meet:
                 ctx.insert_after(statement, f"if {several_processes(ctx)}:\n    {dist(ctx)}.barrier()\n")
-
 
     def _save_follows(self, statement: cst.CSTNode) -> bool:
         """After `statement` in its block, past prints and log lines, comes another torch_xla save (whose barrier

@@ -533,10 +533,10 @@ class Spawn(Rule):
     def _unused_result(self, node: cst.Call) -> bool:
         """`result = xmp.spawn(...)` alone on its line, and nothing reads `result`."""
         ctx = self.ctx
-        small = ctx.current.small
+        small, statement = ctx.current.small, ctx.current.statement
         if not isinstance(small, cst.Assign) or small.value is not node or len(small.targets) != 1 \
                 or not isinstance(small.targets[0].target, cst.Name) \
-                or not isinstance(ctx.current.statement, cst.SimpleStatementLine) or len(ctx.current.statement.body) != 1:
+                or not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
             return False
         name = small.targets[0].target.value
         return not any(scope.reads.get(name, 0) for scope in ctx.analysis.scopes)
