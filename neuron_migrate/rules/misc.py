@@ -13,8 +13,8 @@ from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_DEVICE
 from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
 from neuron_migrate.rules.target import target
-from neuron_migrate.rules.rewrites import (alone_on_line, guard_statement, is_statement, only_args, paren, rank,
-                                           replace_statement, replace_with_guard, under_rank_zero, free_name,
+from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, guard_statement, is_statement, only_args,
+                                           paren, rank, replace_statement, replace_with_guard, under_rank_zero, free_name,
                                            moved, one_line, shift_lines)
 from neuron_migrate.syntax import positions
 from neuron_migrate.syntax.parse import expression
@@ -801,3 +801,24 @@ def closure_update(ctx, node: cst.Call) -> tuple[cst.Call, Callable[[cst.Call], 
     direct = cst.Call(func=fn.value, args=[cst.Arg(value=e.value) for e in args.value.elements])
     build = update_print(ctx, direct, qual)
     return None if build is None else (direct, build)
+
+
+MODEL_WRAPPER = frozenset({"torch_xla.distributed.xla_multiprocessing.MpModelWrapper"})
+
+
+class ModelWrapper(Rule):
+    """NM260: `xmp.MpModelWrapper(model)` -> `model` (its one method, `.to(device)`, returned the model moved)."""
+
+    codes = ("NM260",)
+    triggers = (b"MpModelWrapper",)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        ctx = self.ctx
+        model = arg(node, 0, "model")
+        if ctx.qualname(node.func) not in MODEL_WRAPPER or model is None or not only_args(node, model):
+            return
+        loose = isinstance(ctx.current.parent, LOOSE_PARENTS)  # `x = <it>`: no parentheses needed there
+        if ctx.report("NM260", node, call=short(node), fixed=code(model.value)):
+            ctx.replace(node, lambda new: expression(code(arg(new, 0, "model").value) if loose
+                                                     else paren(code(arg(new, 0, "model").value))))
+
