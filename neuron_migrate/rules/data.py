@@ -64,6 +64,8 @@ class DeviceLoader:
     node: cst.Call
     loader: cst.BaseExpression
     device: cst.BaseExpression
+    made: cst.Assign | None = None  # `para_loader = pl.ParallelLoader(loader, [device])` the call reads
+    spelled: bool = False  # the loops move batches to `torch.device("neuron")`: the device's name is not theirs
 
 
 def tree_mover(ctx):
@@ -109,7 +111,7 @@ class DeviceLoaders(Rule):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.setdefault(node.name.value, []).append((self.ctx.current, node))
 
-    def _device_loader(self, node: cst.Call) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    def _device_loader(self, node: cst.Call) -> tuple | None:
         qual = self.ctx.qualname(node.func)
         if qual in MP_DEVICE_LOADER:
             loader, device = arg(node, 0, "loader"), arg(node, 1, "device")
@@ -125,21 +127,70 @@ class DeviceLoaders(Rule):
             if loader is None or device is None or not only_args(node, device) or inner.args[0] is not loader:
                 return None
             return loader.value, device.value
+        if isinstance(func, cst.Attribute) and func.attr.value == "per_device_loader" \
+                and isinstance(func.value, cst.Name):
+            made = self._made_just_before(func.value)
+            device = arg(node, 0, "device")
+            if made is None or device is None or not only_args(node, device):
+                return None
+            return made.value.args[0].value, device.value, made
         return None
+
+    def _made_just_before(self, name: cst.Name) -> cst.Assign | None:
+        """`para_loader = pl.ParallelLoader(loader, [device])`, the statement right before the one that reads
+        `para_loader.per_device_loader(device)`, in the same block."""
+        ctx = self.ctx
+        block = getattr(ctx.current.block, "body", ())
+        index = next((i for i, s in enumerate(block) if s is ctx.current.statement), 0)
+        before = block[index - 1] if index > 0 else None
+        small = before.body[0] if isinstance(before, cst.SimpleStatementLine) and len(before.body) == 1 else None
+        if not isinstance(small, cst.Assign) or len(small.targets) != 1 \
+                or not isinstance(small.targets[0].target, cst.Name) or small.targets[0].target.value != name.value \
+                or not isinstance(small.value, cst.Call) or ctx.qualname(small.value.func) not in PARALLEL_LOADER:
+            return None
+        call = small.value
+        loader, devices = arg(call, 0, "loader"), arg(call, 1, "devices")
+        if loader is None or devices is None or not only_args(call, loader, devices) or call.args[0] is not loader \
+                or not isinstance(devices.value, cst.List) or len(devices.value.elements) != 1:
+            return None
+        return small
+
+    def _two_step_alone(self, found: DeviceLoader) -> bool:
+        """The name `para_loader = pl.ParallelLoader(...)` binds is read only by `.per_device_loader(...)` calls,
+        one right after each binding: the binding can go with the call."""
+        ctx = self.ctx
+        name = found.made.targets[0].target.value
+        scope = ctx.analysis.lookup(name, found.occ.scope)
+        if scope is None:
+            return False
+        reads = [(occ, node) for occ, node in self.reads if node.value == name
+                 and ctx.analysis.lookup(name, occ.scope) is scope and not isinstance(occ.parent, cst.AssignTarget)]
+        calls = [found_.node.func.value for found_ in self.loaders if found_.made is not None]
+        return len(reads) == len(scope.bindings.get(name, ())) and all(any(node is c for c in calls)
+                                                                        for _occ, node in reads)
 
     def finish(self) -> None:
         ctx = self.ctx
         for found in self.loaders:
             ctx.current = found.occ
+            if found.made is not None and not self._two_step_alone(found):
+                continue  # the ParallelLoader is read elsewhere too: left to NM199
             loops = self._loops(found) if self._known_device(found) else None
             if loops is None or any(_batch(loop) is None for loop in loops):
-                if not self._kept(found):
+                if found.made is not None or not self._kept(found):
                     ctx.report("NM211", found.node, call=short(found.node))
                     self._handled(found)  # one marker: NM211 says what to do, no NM199 beside it
+                    if found.made is not None:
+                        ctx.handled.add(found.made.value.func)
                 continue
             if not ctx.report("NM210", found.node, call=short(found.node), fixed=code(found.loader)):
                 continue
-            ctx.replace(found.node, _loader_of)
+            if found.made is not None:
+                ctx.replace(found.node, expression(code(found.loader)))
+                ctx.remove(found.made)
+                ctx.handled.add(found.made.value.func)
+            else:
+                ctx.replace(found.node, _loader_of)
             self._handled(found)
             self._drop_alias(found)
             device = self._device_code(found)
@@ -264,7 +315,7 @@ class DeviceLoaders(Rule):
             isinstance(device, cst.Call) and not device.args and self.ctx.qualname(device.func) in XLA_DEVICE)
 
     def _device_code(self, found: DeviceLoader) -> str:
-        if isinstance(found.device, cst.Name):
+        if isinstance(found.device, cst.Name) and not found.spelled:
             return found.device.value
         return f"{self.ctx.module_ref('torch')}.device({self.ctx.string('neuron')})"
 
@@ -276,11 +327,17 @@ class DeviceLoaders(Rule):
             return [self.loops[found.node]]
         name = assigned_name(ctx, found.node)
         if name is None:
-            return None
+            argument = ctx.analysis.parents.get(found.node)
+            call = ctx.analysis.parents.get(argument)
+            if not isinstance(argument, cst.Arg) or argument.star or not isinstance(call, cst.Call):
+                return None
+            inner = self._parameter_of(occ, call, argument)  # `train_loop(pl.MpDeviceLoader(...), ...)`
+            loops = self._reads_as_loops(*inner, depth=0) if inner is not None else None
+            return loops if loops and self._device_usable(found, loops) else None
         loops = self._reads_as_loops(name, ctx.analysis.lookup(name, occ.scope), depth=1)
         if loops is None or not loops:
             return None
-        if not self._device_visible(found, loops):
+        if not self._device_usable(found, loops):
             return None
         return loops
 
@@ -314,6 +371,11 @@ class DeviceLoaders(Rule):
     def _parameter(self, occ: Occurrence, call: cst.Call) -> tuple[str, Scope | None] | None:
         """The parameter of the file's own function `call` calls that receives the positional argument `occ`
         stands in, and the function's scope; None when the function or the parameter is not found."""
+        return self._parameter_of(occ, call, occ.parent)
+
+    def _parameter_of(self, occ: Occurrence, call: cst.Call, argument: cst.Arg) -> tuple[str, Scope | None] | None:
+        """The parameter of the file's own function `call` calls that receives `argument` (by position or by
+        keyword), and the function's scope; None when the function or the parameter is not found."""
         ctx = self.ctx
         if not isinstance(call.func, cst.Name):
             return None
@@ -323,12 +385,15 @@ class DeviceLoaders(Rule):
         def_occ, function = defs[0]
         if ctx.analysis.lookup(call.func.value, occ.scope) is not def_occ.scope:
             return None
-        positional = [a for a in call.args if a.keyword is None and not a.star]
-        position = next((i for i, a in enumerate(positional) if a is occ.parent), None)
         params = function.params.params
+        body_scope = next((s for s in ctx.analysis.scopes if s.node is function), None)
+        if argument.keyword is not None:
+            names = [p.name.value for p in (*params, *function.params.kwonly_params)]
+            return (argument.keyword.value, body_scope) if argument.keyword.value in names else None
+        positional = [a for a in call.args if a.keyword is None and not a.star]
+        position = next((i for i, a in enumerate(positional) if a is argument), None)
         if position is None or position >= len(params):
             return None
-        body_scope = next((s for s in ctx.analysis.scopes if s.node is function), None)
         return params[position].name.value, body_scope
 
     def _length(self, occ: Occurrence, argument: cst.Arg) -> bool:
@@ -343,6 +408,24 @@ class DeviceLoaders(Rule):
             parent = occ.parent
             if isinstance(parent, cst.Call) and parent.func is node and any(a is argument for a in parent.args):
                 yield parent
+
+    def _device_usable(self, found: DeviceLoader, loops: list[Loop]) -> bool:
+        """The loops can name the device: by the loader's own name for it, or, where that name means something else
+        in them (a function's own `device` parameter) and it is bound once to the XLA device, spelled out."""
+        if self._device_visible(found, loops):
+            return True
+        device = found.device
+        owner = self.ctx.analysis.lookup(device.value, found.occ.scope) if isinstance(device, cst.Name) else None
+        bindings = owner.bindings.get(device.value, []) if owner is not None else []
+        if len(bindings) != 1 or bindings[0].kind != "assign":
+            return False
+        target = self.ctx.analysis.parents.get(bindings[0].node)
+        assign = self.ctx.analysis.parents.get(target)
+        value = assign.value if isinstance(target, cst.AssignTarget) and isinstance(assign, cst.Assign) else None
+        if not (isinstance(value, cst.Call) and not value.args and self.ctx.qualname(value.func) in XLA_DEVICE):
+            return False
+        found.spelled = True
+        return True
 
     def _device_visible(self, found: DeviceLoader, loops: list[Loop]) -> bool:
         """The device name means the same thing inside every loop as where the loader was built."""
