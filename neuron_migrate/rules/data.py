@@ -24,6 +24,7 @@ from neuron_migrate.syntax.walk import walk
 PL = "torch_xla.distributed.parallel_loader"
 MP_DEVICE_LOADER = frozenset({f"{PL}.MpDeviceLoader"})
 PARALLEL_LOADER = frozenset({f"{PL}.ParallelLoader"})
+PROGRESS_BARS = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm"})
 SEND_TO_DEVICE = frozenset({"torch_xla.core.xla_model.send_cpu_data_to_device"})
 # Keyword arguments of MpDeviceLoader that only tune prefetching.
 # `batches_per_execution` only set how many batches the loader sent and yielded between its own `mark_step`s: no
@@ -98,12 +99,19 @@ class DeviceLoaders(Rule):
             self.loaders.append(DeviceLoader(self.ctx.current, node, *found))
 
     def visit_For(self, node: cst.For) -> None:
-        iterated = node.iter
+        iterated = self._unwrapped(node.iter)
         enumerated = isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Name) \
             and iterated.func.value == "enumerate" and bool(iterated.args) and iterated.args[0].keyword is None
         if enumerated:
-            iterated = iterated.args[0].value
+            iterated = self._unwrapped(iterated.args[0].value)
         self.loops[iterated] = Loop(self.ctx.current, node, enumerated)
+
+    def _unwrapped(self, iterated: cst.BaseExpression) -> cst.BaseExpression:
+        """The iterable a progress bar wraps (`tqdm(loader, total=...)` yields the loader's items), else itself."""
+        if isinstance(iterated, cst.Call) and iterated.args and iterated.args[0].keyword is None \
+                and not iterated.args[0].star and self.ctx.qualname(iterated.func) in PROGRESS_BARS:
+            return iterated.args[0].value
+        return iterated
 
     def visit_Name(self, node: cst.Name) -> None:
         self.reads.append((self.ctx.current, node))
