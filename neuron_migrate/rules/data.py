@@ -229,6 +229,8 @@ class DeviceLoaders(Rule):
         body = list(block.body)
         where = body.index(occ.statement)
         for binding in scope.bindings[original.value]:
+            if binding.kind == "param":
+                continue  # the function's parameter: bound before any statement of it
             top = _top_statement(ctx, binding.node, block)
             if top is None or body.index(top) >= where:
                 return  # bound again after the alias (or out of sight): the two names differ there
@@ -240,6 +242,8 @@ class DeviceLoaders(Rule):
             if isinstance(parent, cst.Attribute) and parent.attr is node \
                     or isinstance(parent, cst.Arg) and parent.keyword is node:
                 continue  # `x.device_loader`, `f(device_loader=...)`: another name
+            if ctx.analysis.lookup(alias.value, read_occ.scope) is not scope:
+                continue  # another function's own name (`def evaluate(model, device_loader)`)
             if read_occ.scope is not scope:
                 return  # read in a nested function or class: left as written
             reads.append(node)
