@@ -9,7 +9,7 @@ import libcst as cst
 from neuron_migrate.engine.names import dotted, dotted_str
 from neuron_migrate.engine.paths import XLA
 from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short, string_value
-from neuron_migrate.rules.rewrites import neuron_path_test
+from neuron_migrate.rules.rewrites import assigned_values, neuron_path_test
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_IN_DEVICE_POSITION
@@ -150,18 +150,9 @@ class CompilePlacedModel(Rule):
     def _either_device(self, expr: cst.BaseExpression, scope) -> bool:
         """A name bound to `<XLA device> if <test> else <another device>` (or the other way round) in `scope`: the
         model may be placed on the CPU, where a neuron compile fails."""
-        if not isinstance(expr, cst.Name) or scope is None:
-            return False
-        owner = self.ctx.analysis.lookup(expr.value, scope)
-        parents = self.ctx.analysis.parents
-        for binding in owner.bindings.get(expr.value, []) if owner is not None else []:
-            target = parents.get(binding.node) if binding.kind == "assign" else None
-            assign = parents.get(target)
-            value = assign.value if isinstance(target, cst.AssignTarget) and isinstance(assign, cst.Assign) else None
-            if isinstance(value, cst.IfExp) and self._is_device(value.body, scope) != self._is_device(value.orelse,
-                                                                                                    scope):
-                return True
-        return False
+        return isinstance(expr, cst.Name) and any(
+            isinstance(value, cst.IfExp) and self._is_device(value.body, scope) != self._is_device(value.orelse, scope)
+            for value in assigned_values(self.ctx, expr.value, scope))
 
     def _module_classes(self) -> set[str]:
         """Names of the file's classes that derive (through each other) from a module class."""

@@ -18,9 +18,8 @@ from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, ha
                                           string_value)
 from neuron_migrate.rules.checkpoint import cpu_copy, holds_no_tensor
 from neuron_migrate.rules.device_names import bound_value
-from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, dist, env_int, free_name,
-                                     guard_statement,
-                                     is_statement, keep_parens, local_rank, loose, one_line_body, only_args, paren,
+from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, assigned_values, dist, env_int,
+                                     free_name, guard_statement, is_statement, keep_parens, local_rank, loose, one_line_body, only_args, paren,
                                      rank, replace_statement, several_processes, sole_body_if, world_size)
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
@@ -911,10 +910,9 @@ class Collectives(Rule):
             if binding.kind == "param" and isinstance(binding.node, cst.Param) and binding.node.annotation is not None \
                     and LIST_ANNOTATION.search(code(binding.node.annotation.annotation)):
                 return True
-            target = parents.get(binding.node) if binding.kind == "assign" else None
-            if isinstance(target, cst.AssignTarget) and isinstance(parents.get(target), cst.Assign) \
-                    and isinstance(parents.get(target).value, (cst.List, cst.ListComp, cst.Tuple)):
-                return True
+        if any(isinstance(bound, (cst.List, cst.ListComp, cst.Tuple))
+               for bound in assigned_values(ctx, value.value, ctx.current.scope)):
+            return True
         function = ctx.current.statement
         while function is not None and not isinstance(function, (cst.FunctionDef, cst.Module)):
             function = parents.get(function)

@@ -19,7 +19,7 @@ from neuron_migrate.rules import Rule, release
 from neuron_migrate.rules import sharding  # noqa: F401  (registers the nxd_imports_taken fact read below)
 from neuron_migrate.engine.imports import _native_import_line
 from neuron_migrate.rules.data import tree_mover
-from neuron_migrate.rules.rewrites import assigned_name, paren
+from neuron_migrate.rules.rewrites import assigned_name, assigned_values, paren
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
 from neuron_migrate.syntax.parse import expression
@@ -494,8 +494,9 @@ class NeuronxTrace(Rule):
 
     def _bound_structure(self, value: cst.BaseExpression, scope: Scope | None) -> bool:
         """`value` is a name one of whose bindings in `scope` assigns a tuple, list or dict (`inputs = (a, b)`)."""
-        if not isinstance(value, cst.Name) or scope is None:
-            return False
+        return isinstance(value, cst.Name) and any(
+            isinstance(bound, (cst.Tuple, cst.List, cst.Dict, cst.ListComp, cst.DictComp))
+            for bound in assigned_values(self.ctx, value.value, scope))
         owner = self.ctx.analysis.lookup(value.value, scope)
         parents = self.ctx.analysis.parents
         for binding in owner.bindings.get(value.value, []) if owner is not None else []:

@@ -42,6 +42,20 @@ def free_name(ctx, base: str) -> str:
     return name
 
 
+def assigned_values(ctx, name: str, scope) -> list[cst.BaseExpression]:
+    """The values the plain assignments (`name = <value>`) binding `name` where it resolves from `scope` give it;
+    its other bindings (parameters, loops, imports) give none."""
+    owner = ctx.analysis.lookup(name, scope) if scope is not None else None
+    parents = ctx.analysis.parents
+    values = []
+    for binding in owner.bindings.get(name, []) if owner is not None else []:
+        target = parents.get(binding.node) if binding.kind == "assign" else None
+        assign = parents.get(target)
+        if isinstance(target, cst.AssignTarget) and isinstance(assign, cst.Assign):
+            values.append(assign.value)
+    return values
+
+
 def several_processes(ctx) -> str:
     """The test that replicas exist: torchrun started more than one process. False in a plain `python train.py`
     and in a one-process torchrun run, where torch_xla's collectives returned the local value."""
