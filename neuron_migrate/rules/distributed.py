@@ -19,8 +19,9 @@ from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, ha
 from neuron_migrate.rules.checkpoint import cpu_copy, holds_no_tensor
 from neuron_migrate.rules.device_names import bound_value
 from neuron_migrate.rules.rewrites import (LOOSE_PARENTS, alone_on_line, assigned_name, assigned_values, dist, env_int,
-                                     free_name, guard_statement, is_statement, keep_parens, local_rank, loose, one_line_body, only_args, paren,
-                                     rank, replace_statement, several_processes, sole_body_if, world_size)
+                                     free_name, guard_statement, is_statement, keep_parens, local_rank, loose,
+                                     one_line_body, only_args, paren, rank, replace_statement, several_processes,
+                                     sole_body_if, world_size)
 from neuron_migrate.rules.target import target
 from neuron_migrate.rules import Rule
 from neuron_migrate.syntax.parse import expression
