@@ -477,17 +477,7 @@ def _called_words(statement: cst.CSTNode) -> frozenset[str]:
     for `xr.initialize_cache(...)`); none for a compound statement."""
     if not isinstance(statement, cst.SimpleStatementLine):
         return frozenset()
-    words: set[str] = set()
-    stack: list[cst.CSTNode] = [statement]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Call):
-            func = node.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(
-                func, cst.Name) else ""
-            words.update(w.lower() for w in name.split("_") if len(w) >= 4)
-        stack.extend(children(node))
-    return frozenset(words)
+    return frozenset(w.lower() for name in _called_names(statement) for w in name.split("_") if len(w) >= 4)
 
 
 def _called_names(statement: cst.CSTNode) -> frozenset[str]:
