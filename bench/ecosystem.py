@@ -114,6 +114,8 @@ def tool_command(python: str = sys.executable) -> list[str]:
 
 def _tool(command: list[str], args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
     proc = subprocess.run([*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800)
+    if "No module named neuron_migrate" in proc.stderr:  # exit 1, as for findings: the figures would all be 0
+        raise SystemExit(f"the tool does not start with {command[0]}: {proc.stderr.strip()}")
     if proc.returncode not in (0, 1):
         # 2 is "a file could not be processed": the others still are, and the run is still measured
         print(f"note: `neuron-migrate {args[0]}` exited {proc.returncode}: {proc.stderr.strip()[-500:]}",
@@ -264,7 +266,9 @@ def _lint(root: Path, files: list[str], config: Path | None) -> dict[str, Counte
 def lint_introduced(original: Path, migrated: Path, files: list[str], config_root: Path) -> dict[str, list[str]]:
     """Per file, the ruff findings the migrated file has more often than the original (one entry each)."""
     config = _ruff_config(config_root)
-    before, after = _lint(original, files, config), _lint(migrated, files, config)
+    # a file the run created (a module of shared helpers) has nothing before: all its findings are introduced
+    before = _lint(original, [f for f in files if (original / f).is_file()], config)
+    after = _lint(migrated, files, config)
     out = {}
     for name in files:
         extra = after.get(name, Counter()) - before.get(name, Counter())
@@ -332,8 +336,7 @@ def run(corpus: Path, command: list[str], env: dict[str, str] | None = None, job
         for path in changed:
             (migrated / path).write_bytes(first[path])
         for name in sorted({_repository(p) for p in changed}):
-            files = [p for p in changed if _repository(p) == name and p.endswith((".py", ".ipynb"))
-                     and p in before]
+            files = [p for p in changed if _repository(p) == name and p.endswith((".py", ".ipynb"))]
             for path, found in lint_introduced(original, migrated, files, original / name).items():
                 repos[name].lint_introduced += len(found)
                 repos[name].problems += [f"{path}: ruff {what} (introduced)" for what in found]

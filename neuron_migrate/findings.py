@@ -71,6 +71,8 @@ class FileResult:
     used_suppressions: set[tuple[int, str]] = field(default_factory=set)
     # What the handler went past in a file it processed (a notebook cell that is not Python): told, not a failure.
     warnings: list[str] = field(default_factory=list)
+    # a file the run creates (the module of helpers the scripts of a folder share: engine/shared.py)
+    created: bool = False
 
     @property
     def changed(self) -> bool:

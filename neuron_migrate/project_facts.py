@@ -65,6 +65,9 @@ class FileProject:
     # a project module of the same moving programs (dotted, as the file imports it) that defines NM244's RateTracker
     # class or gets it in this run: the file imports the class from there instead of writing a copy of its own
     rate_tracker_from: str | None = None
+    # the module of the file's folder (bare name, `training_progress`) that holds NM244's helpers for the folder's
+    # scripts, written by this run where it does not exist: the file imports them from there (engine/shared.py)
+    shared_helpers: str | None = None
 
     @property
     def set_aside(self) -> bool:

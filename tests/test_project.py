@@ -107,12 +107,21 @@ FINDINGS = {
     "optimum_launchers": {"finetune/run_clm.py": {"NM509"}, "sft/train_sft.py": {"NM509"},
                           "notebook/scripts/train.py": {"NM509"}, "classify/train.py": {"NM508"}},
     # a subclass script imports the trainer module whose `xm.RateTracker()` gets NM244's class in the same run: it
-    # imports the class from there (one copy per program); a module imported whole, and a base whose tracker takes
-    # arguments, leave each file its own copy; an evaluation module without torch_xla stays as it is
+    # imports the class from there; the other files of each folder (a module imported whole, a base whose tracker
+    # takes arguments) import it from the folder's training_progress.py, which the run writes; an evaluation module
+    # without torch_xla stays as it is
     "shared_rate_tracker": {"trainer_base.py": {"NM101", "NM103", "NM107", "NM190", "NM244"},
                             "train_bf16.py": {"NM102", "NM103", "NM190", "NM244"},
                             "train_plain.py": {"NM190", "NM244"}, "own_copy/base.py": {"NM190", "NM244"},
                             "own_copy/run.py": {"NM190", "NM244"}},
+    # two scripts of one folder that use torch_xla's test helpers import them from one module the run writes
+    # there (examples/training_progress.py: only the helpers they import); a script alone in its folder, the
+    # scripts of a package, and those beside a training_progress.py of the project's own keep copies of their own
+    # (that file stays as it is, as does the module whose RateTracker is no torch_xla one)
+    "shared_progress_helpers": {
+        **{f"{folder}/{name}": {"NM101", "NM107", "NM190", "NM244"} for folder in ("examples", "pkg", "vendored")
+           for name in (("train_mnist.py", "train_cifar.py") if folder == "examples" else ("train_a.py", "train_b.py"))},
+        "tools/train_alone.py": {"NM101", "NM107", "NM190", "NM244"}},
     "launched_xla_script": {"pretrain.py": {"NM101", "NM103", "NM107", "NM190", "NM322"},
                             "data_utils.py": {"NM211"}},
     # the trainer package redefines torch.cuda names at import time (a no-op set_device, FloatTensor on the XLA
@@ -162,6 +171,17 @@ def test_rewrite_gives_expected_files(case, tmp_path):
         assert (work / relative).read_bytes().decode() == want.decode(), f"{case.name}/{relative}"
         if relative.suffix == ".py":
             compile((work / relative).read_text(), str(relative), "exec")
+    # the files the run creates (a module of shared helpers): `expected/` holds them, and no input of that name
+    created = {e.relative_to(case / "expected").with_name(e.name.replace(".expected", ""))
+               for e in (case / "expected").rglob("*") if e.is_file()} - {s.relative_to(case) for s in inputs(case)}
+    for relative in sorted(created):
+        expected = case / "expected" / relative.with_name(relative.stem + ".expected" + relative.suffix)
+        if UPDATE:
+            expected.write_bytes((work / relative).read_bytes())
+        assert (work / relative).read_text() == expected.read_text(), f"{case.name}/{relative} (created)"
+        compile((work / relative).read_text(), str(relative), "exec")
+    made = {os.path.relpath(r.path, work) for r in first.changed} - {str(s.relative_to(case)) for s in inputs(case)}
+    assert made == {str(r) for r in created}
     second = run([str(work)], Settings(unsafe_fixes=True), rewrite=True, jobs=1)
     assert [r.path for r in second.changed] == []
 

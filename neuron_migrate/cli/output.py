@@ -122,18 +122,20 @@ def unified_diff(result: FileResult) -> str:
                 and cells[0][1] == cells[1][1]:
             return "".join(_diff(_ended(old), _ended(new), f"{name}:cell {i}")  # a cell has no last newline
                            for i, (old, new) in enumerate(zip(cells[0][0], cells[1][0]), start=1) if old != new)
-    return _diff(_lines(result.old_bytes), _lines(result.new_bytes), name)
+    return _diff(_lines(result.old_bytes), _lines(result.new_bytes), name, created=result.created)
 
 
 def _ended(text: str) -> str:
     return text if not text or text.endswith("\n") else text + "\n"
 
 
-def _diff(old: list[str] | str, new: list[str] | str, name: str) -> str:
+def _diff(old: list[str] | str, new: list[str] | str, name: str, created: bool = False) -> str:
+    """`created`: a new file (git's `--- /dev/null` header)."""
     old = old.splitlines(keepends=True) if isinstance(old, str) else old
     new = new.splitlines(keepends=True) if isinstance(new, str) else new
     out = []
-    for line in difflib.unified_diff(old, new, fromfile=_header(f"a/{name}"), tofile=_header(f"b/{name}")):
+    source = "/dev/null" if created else _header(f"a/{name}")
+    for line in difflib.unified_diff(old, new, fromfile=source, tofile=_header(f"b/{name}")):
         if not line.endswith(("\n", "\r")):
             line += "\n\\ No newline at end of file\n"
         out.append(line)
@@ -248,7 +250,11 @@ def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=(), comm
     for r in changed:
         per_rule.update(r.applied)
     verb = "Would rewrite" if dry_run else "Rewrote"
-    lines = [f"{verb} {plural(len(changed), 'file')} ({plural(sum(per_rule.values()), 'rewrite')})."]
+    created = [r.path for r in changed if r.created]
+    lines = [f"{verb} {plural(len(changed) - len(created), 'file')} ({plural(sum(per_rule.values()), 'rewrite')})."]
+    if created:  # engine/shared.py
+        lines[0] = lines[0][:-1] + f"; {'would create' if dry_run else 'created'} {', '.join(created)}, the " \
+            f"helpers {'its' if len(created) == 1 else 'their'} folder's scripts now import."
     if per_rule:
         lines.append("Rewrites per rule: " + ", ".join(f"{code} x{n}" for code, n in sorted(per_rule.items())))
     from neuron_migrate.cli.report import left_for_a_person

@@ -71,6 +71,7 @@ class FileContext:
     edits: EditSet = field(default_factory=EditSet)
     decisions: list[Decision] = field(default_factory=list)
     required_imports: list[tuple[str, str | None]] = field(default_factory=list)
+    required_from: list[tuple[str, str]] = field(default_factory=list)  # (module, name): `from module import name`
     definitions: list[str] = field(default_factory=list)
     files_read: dict[str, str | None] = field(default_factory=dict)  # other files a decision read (the cache's key)
     current: Occurrence | None = None
@@ -375,6 +376,13 @@ class FileContext:
         self.remove(occ.small)
         self.insert_after(line, code)
         return True
+
+    def import_from(self, module: str, name: str) -> str:
+        """`name`, imported from `module` at the top of the file (`from module import name`) when the rewritten
+        code reads it; the module is no legacy one and the file binds `name` nowhere."""
+        if (module, name) not in self.required_from:
+            self.required_from.append((module, name))
+        return name
 
     def define(self, code: str) -> None:
         """A module-level statement that new code relies on, placed once after the imports, its one-line strings

@@ -201,7 +201,8 @@ def stranded_decisions(ctx, unused: list[Binding], flags: list[Binding]) -> list
 def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
          definitions: list[str], *, render: Callable[[cst.Module], str], fixed: bool = True,
          flags: list[Binding] | None = None, made: set[cst.EmptyLine] | None = None,
-         orphaned: list[Binding] = (), origins: dict | None = None) -> cst.Module:
+         orphaned: list[Binding] = (), origins: dict | None = None,
+         required_from: Sequence[tuple[str, str]] = ()) -> cst.Module:
     """Add the imports and definitions the fixed `module` needs, drop the `unused` legacy imports (and the guards
     that only held them) and the `orphaned` imports of other libraries (`orphaned_bindings`). `analysis` is that
     of `module` (see `fix` in python.py); `render` gives a module's code; `fixed`: the rules made edits (a file
@@ -209,13 +210,14 @@ def tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required
     (`edits.apply`), which stay set off from an import above them; `origins`: as `edits.apply` takes it."""
     made = set() if made is None else made
     module = _tidy(module, analysis, unused, required, definitions, render, fixed, flags, made, list(orphaned),
-                   origins)
+                   origins, required_from)
     return set_off(module, made)
 
 
 def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], required: list[tuple[str, str | None]],
           definitions: list[str], render: Callable[[cst.Module], str], fixed: bool, flags: list[Binding] | None,
-          made: set[cst.EmptyLine], orphaned: list[Binding], origins: dict | None = None) -> cst.Module:
+          made: set[cst.EmptyLine], orphaned: list[Binding], origins: dict | None = None,
+          required_from: Sequence[tuple[str, str]] = ()) -> cst.Module:
     analysed = module
     # only what the rewritten code really reads: a rule may ask for an import and then not make its edit
     unresolved = {name for scope in analysis.scopes for name in scope.reads if analysis.lookup(name, scope) is None}
@@ -233,6 +235,7 @@ def _tidy(module: cst.Module, analysis: Analysis, unused: list[Binding], require
         unresolved |= read
         orphaned = [b for b in orphaned if b.name not in read]  # `os` that `WORLD_SIZE = ...` reads now
     module = _add_imports(module, _still_needed(module, required, unresolved, render))
+    module = _add_from_imports(module, [(m, n) for m, n in required_from if n in unresolved])
     module = _add_definitions(module, definitions)
     flags = (flag_only_bindings(analysis) if flags is None else flags) if fixed else []
     probes = _native_probes(module) if fixed and not _legacy_kept(analysis, unused, flags) else []
@@ -638,6 +641,23 @@ def _add_imports(module: cst.Module, required: list[tuple[str, str | None]]) -> 
     return module
 
 
+def _add_from_imports(module: cst.Module, required: list[tuple[str, str]]) -> cst.Module:
+    """One `from m import a, b` line for each module of `required` (the names sorted, as isort has them), placed as
+    `_add_imports` places an import; over 88 characters, one name a line in parentheses."""
+    names: dict[str, list[str]] = {}
+    for m, n in required:
+        names.setdefault(m, []).append(n)
+    for m, listed in names.items():
+        listed = sorted(set(listed))
+        line = f"from {m} import {', '.join(listed)}\n"
+        if len(line) > 89:
+            line = f"from {m} import (\n" + "".join(f"    {n},\n" for n in listed) + ")\n"
+        statement = cst.parse_statement(line)
+        placed = _into_block(module, statement, m, is_from=True)
+        module = placed if placed is not None else _after_earlier_blocks(module, statement)
+    return module
+
+
 def _after_earlier_blocks(module: cst.Module, new: cst.SimpleStatementLine) -> cst.Module:
     """A third-party import in a file without a third-party block: where the legacy import was, or after the
     leading imports; set off by a blank line when it follows the standard-library block."""
@@ -695,7 +715,8 @@ def _import_blocks(body: list[cst.BaseStatement]) -> list[list[tuple[int, tuple[
     return [block for block in blocks if block]
 
 
-def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> cst.Module | None:
+def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str,
+                is_from: bool = False) -> cst.Module | None:
     """`new` (an `import name`) in a block of its kind, where isort puts it: among the block's `import` lines by
     name, before its `from` lines; None when the file has no such block. The block is the first one that imports
     `name`'s package (`torch.distributed` beside `import torch`, after other code too where that code does not
@@ -720,7 +741,8 @@ def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str) -> 
     if not block:
         return None
     key = name.lower()
-    before = next((i for i, m, is_from in block if is_from or m.lower() > key), None)
+    before = next((i for i, m, from_line in block if (from_line or m.lower() > key) and not (
+        is_from and (not from_line or m.lower() <= key))), None)
     if before is None:
         return module.with_changes(body=[*body[:block[-1][0] + 1], new, *body[block[-1][0] + 1:]])
     if before == block[0][0]:

@@ -35,6 +35,7 @@ from typing import Iterable
 
 from neuron_migrate.engine.cache import digest
 from neuron_migrate.engine.inputs import head, infrastructure, readme
+from neuron_migrate.engine.shared import HELPER_USE, HELPERS_HEADER, HELPERS_IMPORT, HELPERS_MODULE
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
@@ -225,6 +226,8 @@ class Project:
         self._infra: dict[str, list[Evidence]] = {}
         self._listings: dict[str, list[str]] = {}  # folder -> its infrastructure files' names (`inputs()`)
         self._shells: dict[str, set[str]] = {}  # folder -> its launch scripts
+        # folder -> (the shared helpers module, the scripts that import from it), or None (`_shared_helpers`)
+        self._helper_folders: dict[str, tuple[str, frozenset[str]] | None] = {}
         self._build()
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -688,6 +691,7 @@ class Project:
                       if f is not module and "init_process_group(" in self._text(f.full)), None) \
             if module.entry and "spawn" in text else None
         shared = self._rate_tracker_from(module, programs) if moving and "RateTracker" in text else None
+        helpers = self._shared_helpers(module) if moving and HELPER_USE.search(text) else None
         compiled = tuple(sorted({attr for edge in module.edges if edge in self.modules
                                  for attr in self.modules[edge].compiled_steps})) if "eager_mode" in text else ()
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
@@ -696,6 +700,7 @@ class Project:
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
                            cuda_patched=patched if "cuda" in self._text(module.full) else (), neuron_flags=flags,
                            sets_env=sets_env, group_elsewhere=group, rate_tracker_from=shared,
+                           shared_helpers=helpers,
                            base_compiled=compiled)
 
     def _rate_tracker_from(self, module: Module, programs: list[Program]) -> str | None:
@@ -716,6 +721,44 @@ class Project:
                     and len(calls) == text.count("RateTracker") and not any("noqa" in line for line in calls):
                 return dotted
         return None
+
+    def _shared_helpers(self, module: Module) -> str | None:
+        """The module of the file's folder that holds NM244's helpers (RateTracker, the summary writer's) for the
+        folder's scripts, written by this run (engine/shared.py), where two or more scripts of that folder each
+        would get copies: the folder's files that only moving programs started there reach, in a folder that is no
+        package (each script runs with its folder first on the import path, so a bare `from training_progress
+        import ...` finds it) and that the run was given (a run on named files writes no file beside them). A file of that name that this tool did not
+        write keeps every script on copies of its own."""
+        folder = os.path.dirname(module.full)
+        if folder not in self._helper_folders:
+            self._helper_folders[folder] = self._helpers_module(folder)
+        found = self._helper_folders[folder]
+        return found[0] if found is not None and module.full in found[1] else None
+
+    def _helpers_module(self, folder: str) -> tuple[str, frozenset[str]] | None:
+        reaching: dict[str, list[Program]] = {}
+        for p in self.programs:
+            for f in p.files:
+                if os.path.dirname(f.full) == folder and f.full.endswith(".py"):
+                    reaching.setdefault(f.full, []).append(p)
+        # the modules of the folder only its own moving scripts run (a base class the scripts import by its bare
+        # name, as they would import the new module)
+        scripts = frozenset(full for full, programs in reaching.items() if HELPER_USE.search(self._text(full))
+                            and all(p.moving and os.path.dirname(p.entry.full) == folder for p in programs))
+        given = any(folder == top or folder.startswith(top.rstrip(os.sep) + os.sep)
+                    for top in self.tops if os.path.isdir(top))
+        if not scripts or not given or self._exists(os.path.join(folder, "__init__.py")):
+            return None
+        path = os.path.join(folder, f"{HELPERS_MODULE}.py")
+        ours = False
+        if self._exists(path) or os.path.islink(path):
+            if not (os.path.isfile(path) and not os.path.islink(path)
+                    and self._text(path).startswith(HELPERS_HEADER)):
+                return None
+            ours = True
+        # scripts an earlier run (a shard before this one) moved onto the module count as its importers
+        importers = {full for full in reaching if HELPERS_IMPORT.search(self._text(full))} if ours else set()
+        return (HELPERS_MODULE, scripts) if len(scripts | importers) >= 2 else None
 
     def _bf16_set_elsewhere(self, module: Module, programs: list[Program]) -> tuple[str, ...]:
         """The bfloat16 switches that another file of the module's programs turns on: the scripts and notebooks

@@ -201,7 +201,7 @@ def transform(path: str, source: Source, module: cst.Module, rules: list[type[Ru
     decide(ctx, rules, step)
     result.files_read.update(ctx.files_read)
     new_text = None
-    if ctx.edits or ctx.required_imports or ctx.definitions or "torch_xla" in source.text:
+    if ctx.edits or ctx.required_imports or ctx.required_from or ctx.definitions or "torch_xla" in source.text:
         new_text = fix(ctx, renderer, rewrite)
     if may_suppress and settings.enabled(UNUSED_SUPPRESSION, path):  # after NM190, which a comment may silence
         ctx.decisions += unused_suppressions(ctx)
@@ -246,6 +246,7 @@ def decide(ctx: FileContext, rules: list[type[Rule]], step: bool) -> None:
         if found.branches:
             _isolated(ctx, found.mark_branches)
         ctx.required_imports.clear()  # asked for by fixes the paths held back
+        ctx.required_from.clear()
         ctx.definitions.clear()
 
 
@@ -322,7 +323,7 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     orphaned = imports.orphaned_bindings(analysis, after) if fixed and not ctx.facts.paths.multi_backend else []
     new_module = imports.tidy(new_module, after, unused, ctx.required_imports, ctx.definitions,
                               render=renderer.code, fixed=fixed, flags=flags, made=made, orphaned=orphaned,
-                              origins=origins)
+                              origins=origins, required_from=ctx.required_from)
     if origins and fixed and not ctx.facts.paths.multi_backend:
         new_module = _merge_same_arms(ctx, analysis, new_module, origins, made, renderer)
     if edits.remove and fixed and not ctx.facts.paths.multi_backend:

@@ -253,7 +253,12 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
             outcomes.close()  # interrupted between two outcomes: the workers stop now, not when collected
     if cache is not None:
         cache.save()
-    return Run(results=[results[i] for i in range(len(targets))], problems=problems, libraries=libraries,
+    ordered = [results[i] for i in range(len(targets))]
+    if rewrite:  # the module of helpers the changed scripts of a folder now import (engine/shared.py)
+        from neuron_migrate.engine import shared
+
+        ordered += shared.modules(ordered, facts)
+    return Run(results=ordered, problems=problems, libraries=libraries,
                reals={t.path: t.real for t in targets if t.real}, project=project)
 
 
@@ -333,16 +338,25 @@ def write_results(run: Run) -> list[tuple[str, str]]:
     global files_written
     failures = []
     written = 0
+    failed_folders: set[str] = set()  # where a module of shared helpers could not be written
     with _signals_held(signal.SIGINT, signal.SIGTERM) as received:
-        for result in run.changed:
+        # a created module first: the scripts that import it are not written without it
+        for result in sorted(run.changed, key=lambda r: not r.created):
             if received:
                 raise Interrupted(written, received[0])
             assert result.new_bytes is not None
+            if not result.created and result.path.endswith(".py") and os.path.dirname(result.path) in failed_folders \
+                    and b"from training_progress import" in result.new_bytes:
+                result.error = "not written: the module of shared helpers it would import could not be written"
+                failures.append((result.path, result.error))
+                continue
             try:
                 write_atomic(result.path, result.new_bytes, expected=result.old_bytes, real=run.reals.get(result.path))
             except OSError as exc:
                 result.error = f"could not write ({exc.strerror or exc}); the file was left as it was"
                 failures.append((result.path, result.error))
+                if result.created:
+                    failed_folders.add(os.path.dirname(result.path))
             except KeyboardInterrupt:
                 raise Interrupted(written) from None
             else:

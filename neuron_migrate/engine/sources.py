@@ -281,7 +281,7 @@ def _needs_write(dir_fd: int, name: str, data: bytes, expected: bytes) -> bool:
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
     except FileNotFoundError:
-        current = None
+        current = None if expected else b""  # a new file (`expected` empty) must still be absent
     else:
         with os.fdopen(fd, "rb") as fh:
             current = fh.read(max(len(expected), len(data)) + 1)

@@ -557,6 +557,8 @@ SUMMARY_HELPERS = {
 }
 HELPER_NAMES = {"write": "write_to_summary", "writer": "get_summary_writer", "close": "close_summary_writer",
                 "update": "print_training_update"}
+# the helpers engine/shared.py writes into a module of the folder, by the name it gives them
+SHARED_NAMES = frozenset({"RateTracker", *HELPER_NAMES.values()})
 
 
 class TestUtilities(Rule):
@@ -616,7 +618,10 @@ class TestUtilities(Rule):
         else:
             return
         fixed = short(build(node))
-        if qual in RATE_TRACKER:
+        if qual in RATE_TRACKER and self._imported is None and (shared := self._shared(name)) is not None:
+            fixed += f"`, a class imported from {shared}.py, which the fix writes beside the file for the scripts " \
+                "of its folder, with `add(n)`, `rate()` and `global_rate()"
+        elif qual in RATE_TRACKER:
             fixed += "`, a class the fix defines after the imports, with `add(n)`, `rate()` and `global_rate()"
         if ctx.report("NM244", node, call=short(node), fixed=fixed):
             ctx.replace(node, build)  # from the call as the other rules left it (`xr.world_size()` inside)
@@ -649,6 +654,9 @@ class TestUtilities(Rule):
             return call.with_changes(func=cst.Name(name), args=args)
 
         fixed = f"{short(build(node))}`, the file's own copy of `test_utils.{HELPER_NAMES[helper]}"
+        if (shared := self._shared(name)) is not None:
+            fixed = f"{short(build(node))}`, a copy of `test_utils.{HELPER_NAMES[helper]}` imported from {shared}.py, " \
+                "which the fix writes beside the file for the scripts of its folder`"
         if ctx.report(code_, node, call=short(node), fixed=fixed):
             self.summary_helper(helper)
             ctx.replace(node, build)
@@ -659,11 +667,20 @@ class TestUtilities(Rule):
         names = getattr(self, "_summary_names", None)
         if names is None:
             names = self._summary_names = {key: free_name(ctx, base) for key, base in HELPER_NAMES.items()}
-        if define:
+        if define and (shared := self._shared(names[helper])) is not None:
+            ctx.import_from(shared, names[helper])
+        elif define:
             clock = ctx.module_ref("time", scope=ctx.analysis.module_scope) if helper in ("writer", "update") else ""
             template = next(t for h, t, _ in SUMMARY_HELPERS.values() if h == helper)
             ctx.define(template.format(clock=clock, **names))
         return names[helper]
+
+    def _shared(self, name: str) -> str | None:
+        """The module of the folder's shared helpers the file imports the helper `name` from (engine/shared.py),
+        where the file binds that name nowhere (its copy then keeps another name); else None."""
+        project = self.ctx.settings.project
+        module = project.shared_helpers if project is not None else None
+        return module if module is not None and name in SHARED_NAMES else None
 
     def rate_tracker(self, define: bool = True) -> str:
         """The name of the file's RateTracker class; with `define`, made once: imported from the project module
@@ -679,6 +696,8 @@ class TestUtilities(Rule):
             self._rate_tracker_made = True
             if self._imported is not None:
                 ctx.replace(self._imported, lambda node: _add_name(node, name))
+            elif (shared := self._shared(name)) is not None:
+                ctx.import_from(shared, name)
             else:
                 clock = ctx.module_ref("time", scope=ctx.analysis.module_scope)
                 ctx.define(RATE_TRACKER_CLASS.format(name=name, clock=clock))

@@ -1,0 +1,152 @@
+"""The module of helpers the scripts of one folder share (engine/shared.py): written by `rewrite` only, where the run
+was given the folder, shown by `--diff`, copied into `--output-dir`, extended (never rewritten) when an earlier run
+wrote it, and never written over a file of the project's own."""
+
+from __future__ import annotations
+
+import shutil
+import types
+
+import pytest
+
+from neuron_migrate.engine import shared
+from neuron_migrate.engine.runner import run, write_results
+from neuron_migrate.project_facts import FileProject
+from neuron_migrate.findings import FileResult
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, cli
+
+CASE = FIXTURES / "projects" / "shared_progress_helpers"
+MODULE = "examples/training_progress.py"
+
+
+@pytest.fixture
+def work(tmp_path):
+    out = tmp_path / "case"
+    shutil.copytree(CASE, out, ignore=shutil.ignore_patterns("expected"))
+    return out
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_rewrite_writes_the_module_and_says_so(work):
+    out = cli("rewrite", "--no-cache", "--unsafe-fixes", str(work))
+    assert out.returncode == 0, out.stderr
+    assert (work / MODULE).read_text() == (CASE / "expected/examples/training_progress.expected.py").read_text()
+    assert "Rewrote 7 files (" in out.stdout
+    assert f"created {work / MODULE}, the helpers its folder's scripts now import." in out.stdout
+    again = cli("rewrite", "--no-cache", "--unsafe-fixes", str(work))
+    assert "Rewrote 0 files" in again.stdout and "created" not in again.stdout
+
+
+def test_check_and_diff_write_nothing(work):
+    before = snapshot(work)
+    checked = cli("check", "--no-cache", "--output-format", "concise", str(work / "examples"))
+    assert "a class imported from training_progress.py, which the fix writes beside the file" in checked.stdout
+    diff = cli("rewrite", "--diff", "--no-cache", str(work / "examples"))
+    assert diff.returncode == 1
+    assert f"--- /dev/null\n+++ b{work / MODULE}\n@@ -0,0 +1," in diff.stdout and "+class RateTracker:" in diff.stdout
+    assert f"would create {work / MODULE}" in diff.stderr
+    assert snapshot(work) == before
+
+
+def test_output_dir_gets_the_module_and_the_source_stays(work, tmp_path):
+    before = snapshot(work)
+    out = cli("rewrite", "--no-cache", "--output-dir", str(tmp_path / "out"), str(work))
+    assert out.returncode in (0, 1), out.stderr
+    copy = tmp_path / "out"
+    assert (copy / MODULE).read_text().startswith(shared.HELPERS_HEADER)
+    assert "from training_progress import RateTracker" in (copy / "examples/train_cifar.py").read_text()
+    assert snapshot(work) == before
+
+
+def test_named_files_keep_their_own_copies(work):
+    """A run on named files writes nothing beside them."""
+    scripts = [str(work / "examples/train_mnist.py"), str(work / "examples/train_cifar.py")]
+    out = cli("rewrite", "--no-cache", *scripts)
+    assert out.returncode in (0, 1), out.stderr
+    assert not (work / MODULE).exists()
+    for script in scripts:
+        text = open(script).read()
+        assert "training_progress" not in text and "class RateTracker:" in text
+        compile(text, script, "exec")
+
+
+def test_shards_one_after_the_other_give_the_unsharded_tree(work, tmp_path):
+    """Each shard's scripts import from the module as in the unsharded run (the project model sees every file);
+    each shard writes or extends the module with what its scripts import."""
+    whole = tmp_path / "whole"
+    shutil.copytree(work, whole)
+    assert cli("rewrite", "--no-cache", str(whole)).returncode in (0, 1)
+    for k in (1, 2, 3):
+        out = cli("rewrite", "--no-cache", "--shard", f"{k}/3", str(work))
+        assert out.returncode in (0, 1), out.stderr
+    assert snapshot(work) == snapshot(whole)
+
+
+def test_a_module_of_the_projects_own_is_never_touched(work):
+    (work / MODULE).write_text('"""Our own progress bars."""\n')
+    out = cli("rewrite", "--no-cache", str(work / "examples"))
+    assert out.returncode in (0, 1), out.stderr
+    assert (work / MODULE).read_text() == '"""Our own progress bars."""\n'
+    assert "class RateTracker:" in (work / "examples/train_cifar.py").read_text()
+
+
+def test_a_module_an_earlier_run_wrote_gets_what_it_lacks_at_its_end(work):
+    """The first run's module held only RateTracker (the cifar script's); a later run adds the mnist script's
+    helpers after it, and the `import time` they read after the docstring, keeping every line already there."""
+    shutil.copy(work / "examples/train_mnist.py", work / "examples/train_mnist_v2.py")
+    earlier = f"{shared.HELPERS_HEADER}.\"\"\"\n\n\ndef close_summary_writer(summary_writer):\n  summary_writer.close()\n"
+    (work / MODULE).write_text(earlier)
+    result = run([str(work / "examples")], Settings(), rewrite=True, jobs=1)
+    write_results(result)
+    text = (work / MODULE).read_text()
+    assert text.startswith(f'{shared.HELPERS_HEADER}."""\n\nimport time\n\n\ndef close_summary_writer(')
+    assert "\n\n\nclass RateTracker:\n  \"\"\"Items" in text and "def get_summary_writer(logdir):" in text
+    compile(text, MODULE, "exec")
+    made = next(r for r in result.changed if r.path.endswith(MODULE))
+    assert not made.created
+    assert run([str(work / "examples")], Settings(), rewrite=True, jobs=1).changed == []
+
+
+def test_render_follows_the_first_scripts_style():
+    tabs = shared.render(["print_training_update"], "\t", '"')
+    assert '\n\tprint("| Training Device=' in tabs and '\n\t    device, epoch_text' in tabs  # continuation kept
+    assert tabs.startswith("import time\n\n\ndef print_training_update(")
+    two = shared.render(["get_summary_writer", "close_summary_writer"], "  ", "'")
+    assert "\n  if logdir:\n    from tensorboardX import SummaryWriter\n" in two
+    assert "writer.add_scalar('TensorboardStartTimestamp', time.time(), 0)" in two
+    namespace: dict = {}
+    exec(compile(two, "two", "exec"), namespace)  # our own template, not user code
+    closed = []
+    namespace["close_summary_writer"](types.SimpleNamespace(flush=lambda: None, close=lambda: closed.append(1)))
+    assert closed == [1]
+
+
+def test_only_the_names_the_scripts_import_from_it_count(tmp_path):
+    """A name the module cannot hold (the script's own import of another module of that name's list) is not asked
+    for, and a script without the project fact writes no module."""
+    script = tmp_path / "a.py"
+    new = b"from training_progress import (\n    RateTracker,\n    not_ours,\n)\nimport time  # from training_progress import x\n"
+    facts = {str(script): FileProject(shared_helpers="training_progress")}
+    made = shared.modules([FileResult(str(script), old_bytes=b"x", new_bytes=new)], facts)
+    assert [r.path for r in made] == [str(tmp_path / "training_progress.py")]
+    text = made[0].new_bytes.decode()
+    assert "class RateTracker:" in text and "def " not in text.split("class RateTracker:")[0]
+    assert "not_ours" not in text and "def get_summary_writer" not in text
+    assert shared.modules([FileResult(str(script), old_bytes=b"x", new_bytes=new)], {}) == []
+
+
+def test_scripts_are_not_written_without_the_module(work):
+    """The module's write fails (a folder of that name is in the way by then): the scripts that would import it
+    stay as they were, with an error each; the other folders' files are written."""
+    result = run([str(work)], Settings(), rewrite=True, jobs=1)
+    (work / MODULE).mkdir()
+    before = (work / "examples/train_cifar.py").read_bytes()
+    failures = dict(write_results(result))
+    assert set(failures) == {str(work / MODULE), str(work / "examples/train_mnist.py"),
+                             str(work / "examples/train_cifar.py")}
+    assert (work / "examples/train_cifar.py").read_bytes() == before
+    assert "class RateTracker:" in (work / "tools/train_alone.py").read_text()
