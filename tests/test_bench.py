@@ -56,3 +56,30 @@ def test_checkpoint_conversion_memory_stays_near_one_tensor(capsys):
     assert {(r["layout"], r["target"]) for r in rows} == {(a, b) for a in ("xser", "fsdp") for b in ("torch", "dcp")}
     assert all(r["size_bytes"] >= 0.99 * 0.125 * (1 << 30) for r in rows)
     assert all(r["above_tensors"] < 3 for r in rows), rows
+
+
+@pytest.mark.slow
+def test_user_code_run_prints_the_ruff_row_and_reads_notebooks(tmp_path, capsys):
+    """`--user-code`: a small tree of user code, a script, a Python 2 file (left out), a notebook (its code cells,
+    IPython lines left out, read by the floor and the baselines; the notebook itself by the tool and ruff)."""
+    import json
+
+    tree = tmp_path / "user"
+    (tree / "job").mkdir(parents=True)
+    (tree / "job" / "train.py").write_text("import torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\n"
+                                           "xm.mark_step()\n")
+    (tree / "job" / "old.py").write_text('print "python 2"\n')
+    cells = [{"cell_type": "code", "source": ["!pip install torch-neuronx\n", "import torch\n", "x = 1\n"],
+              "metadata": {}, "outputs": [], "execution_count": None},
+             {"cell_type": "markdown", "source": ["# prose\n"], "metadata": {}}]
+    (tree / "job" / "tour.ipynb").write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4,
+                                                         "nbformat_minor": 5}))
+    copy, code = tmp_path / "copy", tmp_path / "cells"
+    assert real.user_code(tree, copy, code) == 1
+    assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()) == [
+        "job/tour.ipynb", "job/train.py"]
+    assert (code / "job" / "tour.py").read_text() == "import torch\nx = 1\n"
+    figures = real.main(["--user-code", str(tree), "--baseline-share", "1", "--jobs", "1"])
+    printed = capsys.readouterr().out
+    assert "ruff check --select ALL" in printed and "check cold / ruff check --select ALL" in printed
+    assert figures.files == 1 and figures.notebooks == 1 and figures.findings > 0
