@@ -150,3 +150,13 @@ def test_scripts_are_not_written_without_the_module(work):
                              str(work / "examples/train_cifar.py")}
     assert (work / "examples/train_cifar.py").read_bytes() == before
     assert "class RateTracker:" in (work / "tools/train_alone.py").read_text()
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_a_reports_fixes_keep_their_own_copies(work, fmt):
+    """A fix of a JSON or SARIF report is applied alone, with no module beside it: NM244's brings its copy."""
+    out = cli("check", "--no-cache", "--output-format", fmt, str(work / "examples"))
+    assert out.returncode == 1, out.stderr
+    assert "class RateTracker:" in out.stdout and "from training_progress import" not in out.stdout.replace(
+        "(`from training_progress import", "")  # the rule's documentation (SARIF) shows the import as an example
+    assert not (work / MODULE).exists()

@@ -259,8 +259,9 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
         result = run_bytes(name, data, kind, resolved.settings, rewrite)
     else:
         paths = _paths(paths, hook, resolved.exclude)
+        # a fix in a JSON or SARIF report is applied alone: it keeps its own copy of a helper (engine/shared.py)
         result = run(paths, resolved.settings, rewrite=rewrite, jobs=jobs, exclude=resolved.exclude,
-                     use_cache=not no_cache, shard=shard, model=show_project)
+                     use_cache=not no_cache, shard=shard, model=show_project, shared_helpers=not rewrite)
     findings = sorted(result.findings, key=lambda f: f.sort_key())
     errors, warnings = result.errors, result.warnings
     libraries = getattr(result, "libraries", ())

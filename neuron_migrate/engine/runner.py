@@ -210,11 +210,14 @@ def _stop(pool) -> None:
 
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
         jobs: int | None = None, exclude: Iterable[str] = (), use_cache: bool = False,
-        progress: bool | None = None, shard: Shard | None = None, model: bool = False) -> Run:
+        progress: bool | None = None, shard: Shard | None = None, model: bool = False,
+        shared_helpers: bool = True) -> Run:
     """Process every file found under `paths`. `use_cache` reads and updates the result cache;
     `progress` None shows a bar on an interactive stderr for long runs; `shard` keeps its part of the files (and
     of the problems and library notes: engine/shards.py); `model` builds the project model even when the cache
-    holds its facts (`Run.project`, for `check --show-project`)."""
+    holds its facts (`Run.project`, for `check --show-project`); without `shared_helpers`, no file imports helpers from
+    a module of its folder the run would write (engine/shared.py): a fix in a JSON or SARIF report is applied
+    alone, so it keeps its copies."""
     paths = list(paths)
     targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
     targets, libraries = set_aside(targets)
@@ -226,6 +229,9 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
         targets, problems, libraries = shards.split(shard, targets, problems, libraries)
     jobs = jobs or os.cpu_count() or 1
     facts, project = _project_facts(paths, every, targets, settings, cache, model)
+    if not shared_helpers:
+        facts = {path: f if f is None or f.shared_helpers is None else dataclasses.replace(f, shared_helpers=None)
+                 for path, f in facts.items()}
     per_file = [settings_for(settings, facts[t.path]) for t in targets]
     if cache is not None and cache.refused:
         problems = [*problems, Problem(str(cache.directory), cache.refused, warning=True)]
@@ -254,7 +260,7 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     if cache is not None:
         cache.save()
     ordered = [results[i] for i in range(len(targets))]
-    if rewrite:  # the module of helpers the changed scripts of a folder now import (engine/shared.py)
+    if rewrite and shared_helpers:  # the module of helpers the changed scripts of a folder now import
         from neuron_migrate.engine import shared
 
         ordered += shared.modules(ordered, facts)
