@@ -727,8 +727,8 @@ class Project:
         folder's scripts, written by this run (engine/shared.py), where two or more scripts of that folder each
         would get copies: the folder's files that only moving programs started there reach, in a folder that is no
         package (each script runs with its folder first on the import path, so a bare `from training_progress
-        import ...` finds it) and that the run was given (a run on named files writes no file beside them). A file of that name that this tool did not
-        write keeps every script on copies of its own."""
+        import ...` finds it) and that the run was given (a run on named files writes no file beside them). A
+        file of that name that this tool did not write keeps every script on copies of its own."""
         folder = os.path.dirname(module.full)
         if folder not in self._helper_folders:
             self._helper_folders[folder] = self._helpers_module(folder)

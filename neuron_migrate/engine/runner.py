@@ -22,7 +22,7 @@ from neuron_migrate.engine import shards
 from neuron_migrate.engine.shards import Shard
 from neuron_migrate.engine.stack import Library, set_aside
 from neuron_migrate.findings import FileResult
-from neuron_migrate.engine import handlers
+from neuron_migrate.engine import handlers, shared
 from neuron_migrate.cli.progress import Progress
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit, write_atomic
@@ -261,8 +261,6 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
         cache.save()
     ordered = [results[i] for i in range(len(targets))]
     if rewrite and shared_helpers:  # the module of helpers the changed scripts of a folder now import
-        from neuron_migrate.engine import shared
-
         ordered += shared.modules(ordered, facts)
     return Run(results=ordered, problems=problems, libraries=libraries,
                reals={t.path: t.real for t in targets if t.real}, project=project)
@@ -351,8 +349,8 @@ def write_results(run: Run) -> list[tuple[str, str]]:
             if received:
                 raise Interrupted(written, received[0])
             assert result.new_bytes is not None
-            if not result.created and result.path.endswith(".py") and os.path.dirname(result.path) in failed_folders \
-                    and b"from training_progress import" in result.new_bytes:
+            if not result.created and os.path.dirname(result.path) in failed_folders and shared.HELPERS_IMPORT.search(
+                    result.new_bytes.decode("utf-8", "replace")):
                 result.error = "not written: the module of shared helpers it would import could not be written"
                 failures.append((result.path, result.error))
                 continue

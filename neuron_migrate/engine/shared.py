@@ -22,8 +22,8 @@ import tokenize
 HELPERS_MODULE = "training_progress"
 # the first line of the module: an existing file that starts so is one this tool wrote
 HELPERS_HEADER = '"""Training progress helpers shared by the scripts of this folder'
-HEADER_REST = (", in place of\ntorch_xla's `torch_xla.test.test_utils` and `xm.RateTracker` (written by neuron-migrate)."
-               '"""')
+HEADER_REST = (", in place of\ntorch_xla's `torch_xla.test.test_utils` and `xm.RateTracker` "
+               '(written by neuron-migrate)."""')
 # the helpers the module can hold, in the order it defines them
 NAMES = ("RateTracker", "print_training_update", "get_summary_writer", "write_to_summary", "close_summary_writer")
 # a use of a helper NM244 defines in the file that uses it (xm.RateTracker(), test_utils.get_summary_writer(...))

@@ -655,8 +655,8 @@ class TestUtilities(Rule):
 
         fixed = f"{short(build(node))}`, the file's own copy of `test_utils.{HELPER_NAMES[helper]}"
         if (shared := self._shared(name)) is not None:
-            fixed = f"{short(build(node))}`, a copy of `test_utils.{HELPER_NAMES[helper]}` imported from {shared}.py, " \
-                "which the fix writes beside the file for the scripts of its folder`"
+            fixed = f"{short(build(node))}`, from {shared}.py, which the fix writes beside the file for the scripts " \
+                f"of its folder: a copy of `test_utils.{HELPER_NAMES[helper]}"
         if ctx.report(code_, node, call=short(node), fixed=fixed):
             self.summary_helper(helper)
             ctx.replace(node, build)
