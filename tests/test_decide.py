@@ -15,7 +15,7 @@ from neuron_migrate.findings import FixSafety
 from neuron_migrate import catalogue
 from neuron_migrate.rules import Rule, all_rules
 from neuron_migrate.settings import Settings
-from tests.helpers import FIXTURES, ROOT, cli
+from tests.helpers import FIXTURES, ROOT
 
 CASES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith(".expected.py"))
 EXAMPLES = sorted((ROOT / "examples").rglob("*.py"))

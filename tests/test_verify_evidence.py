@@ -5,10 +5,8 @@ emulated device against the CPU operator by operator. Every check has a sabotage
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -467,7 +467,8 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
         return sum(1 for f in again.findings if f.held_back)
 
     show_or_write(result, dry_run, write=(lambda r: outdir.write_tree(tree, r)) if tree is not None else write_results,
-                  style=style, quiet=quiet, recheck=recheck if tree is None else None)
+                  style=style, quiet=quiet, recheck=recheck if tree is None else None,
+                  where=(lambda path: str(tree.destination(path))) if tree is not None else None)
     if report_path:
         mode = "dry run" if dry_run else f"copy in {output_dir}" if tree is not None else "in place"
         report.write(report_path, report.build(result, mode), fmt)
@@ -475,7 +476,8 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
 
 
 def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet: bool = False,
-                  command: str = "rewrite", recheck: Callable[[], int] | None = None) -> None:
+                  command: str = "rewrite", recheck: Callable[[], int] | None = None,
+                  where: Callable[[str], str] | None = None) -> None:
     """The diff (dry run) or the writes, then the errors and the summary (shared by rewrite and pin). `recheck`:
     after files were written while unsafe fixes were held back, how many a later --unsafe-fixes run still finds
     (the summary says so when it is fewer)."""
@@ -495,7 +497,7 @@ def show_or_write(result, dry_run: bool, write=write_results, style=PLAIN, quiet
     later = None
     if recheck is not None and not dry_run and result.changed and any(f.held_back for f in result.findings):
         later = recheck()
-    for line in rewrite_summary(result.results, dry_run, getattr(result, "libraries", ()), command, later):
+    for line in rewrite_summary(result.results, dry_run, getattr(result, "libraries", ()), command, later, where):
         click.echo(line, err=dry_run)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
+from typing import Callable
 
 from neuron_migrate.cli.terminal import PLAIN, Style
 from neuron_migrate.findings import FileResult, Finding, FixSafety
@@ -241,7 +242,7 @@ def held_back(findings, how: str) -> str:
 
 
 def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=(), command: str = "rewrite",
-                    later: int | None = None) -> list[str]:
+                    later: int | None = None, where: Callable[[str], str] | None = None) -> list[str]:
     """The summary of a rewrite. `later`: how many unsafe fixes a check of the files as this run left them still
     holds back (what a later run with --unsafe-fixes makes); None when not counted (a dry run changes nothing, so
     such a run makes them all)."""
@@ -250,7 +251,7 @@ def rewrite_summary(results: list[FileResult], dry_run: bool, libraries=(), comm
     for r in changed:
         per_rule.update(r.applied)
     verb = "Would rewrite" if dry_run else "Rewrote"
-    created = [r.path for r in changed if r.created]
+    created = [where(r.path) if where else r.path for r in changed if r.created]  # `where`: in --output-dir
     lines = [f"{verb} {plural(len(changed) - len(created), 'file')} ({plural(sum(per_rule.values()), 'rewrite')})."]
     if created:  # engine/shared.py
         lines[0] = lines[0][:-1] + f"; {'would create' if dry_run else 'created'} {', '.join(created)}, the " \

@@ -714,7 +714,7 @@ class Project:
             if full not in files or dotted.startswith("."):
                 continue
             text = self._text(full)
-            if _RATE_TRACKER_CLASS.search(text):
+            if _RATE_TRACKER_CLASS.search(text) and _RATE_TRACKER_DOC in text:  # NM244's, not a class of that name
                 return dotted
             calls = _RATE_TRACKER_CALL.findall(text)
             if self.modules[full].legacy_top and "xla_model" in text and calls \
@@ -747,9 +747,35 @@ class Project:
                             and all(p.moving and os.path.dirname(p.entry.full) == folder for p in programs))
         given = any(folder == top or folder.startswith(top.rstrip(os.sep) + os.sep)
                     for top in self.tops if os.path.isdir(top))
-        if not scripts or not given or self._exists(os.path.join(folder, "__init__.py")):
+        if not scripts or not given or self._exists(os.path.join(folder, "__init__.py")) \
+                or self._exists(os.path.join(folder, HELPERS_MODULE)):
             return None
+        # the scripts run with their folder first on the import path, and the folder ships whole: each imports a
+        # module of the folder by its bare name already (`import args_parse`), which would fail as well were it run
+        # as `python -m pkg.script`, loaded from elsewhere, or uploaded or copied alone
+        for full in scripts:
+            module = self.modules[full]
+            if module.entry and not any(os.path.dirname(target) == folder and "." not in dotted and target != full
+                                        for dotted, target in module.resolved.items()) \
+                    and not any(os.path.dirname(os.path.abspath(i)) == folder for i in module.importers):
+                return None  # (or a sibling imports it so: a trainer base that runs on its own too)
+        # another module of that name the scripts could import (one they import already, one in a folder they add
+        # to the import path), or a list of what ships that names the scripts (a Dockerfile's COPY, setup.py's
+        # py_modules, a MANIFEST.in): the new module would be shadowed, shadow it, or be left behind
         path = os.path.join(folder, f"{HELPERS_MODULE}.py")
+        members = [self.modules[full] for full in scripts]
+        if any(level == 0 and name.split(".")[0] == HELPERS_MODULE and m.resolved.get(name) != path
+               for m in members for name, level in m.imports) \
+                or any(self._exists(os.path.join(added, f"{HELPERS_MODULE}.py"))
+                       or self._exists(os.path.join(added, HELPERS_MODULE)) for m in members for added in m.paths):
+            return None
+        stems = [os.path.splitext(os.path.basename(full))[0] for full in scripts]
+        for place in self._folders_up(folder, self._root(folder)):
+            for name in _SHIPPING:
+                listing = os.path.join(place, name)
+                if self._exists(listing) and any(re.search(rf"\b{re.escape(stem)}\b", self._text(listing))
+                                                 for stem in stems):
+                    return None
         ours = False
         if self._exists(path) or os.path.islink(path):
             if not (os.path.isfile(path) and not os.path.islink(path)
@@ -1141,8 +1167,11 @@ def _compiled_steps(code: str) -> set[str]:
     return out
 
 
+# the files that list what a folder ships, and would leave a module they do not name behind
+_SHIPPING = ("Dockerfile", "setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in")
 # a module's own RateTracker class (NM244's, at its top), and torch_xla's `xm.RateTracker()` with its line's rest
 _RATE_TRACKER_CLASS = re.compile(r"^class[ \t]+RateTracker\b", re.M)
+_RATE_TRACKER_DOC = "and since the start (xm.RateTracker)."  # the docstring of NM244's class
 _RATE_TRACKER_CALL = re.compile(r"(?<![\w.])\w+\.RateTracker\(\)([^\n]*)")
 _HEADER = re.compile(r"^(?:((?:async[ \t]+)?def[ \t]|class[ \t]|@)|[^\s#)\]}])", re.M)
 

@@ -261,6 +261,16 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
         cache.save()
     ordered = [results[i] for i in range(len(targets))]
     if rewrite and shared_helpers:  # the module of helpers the changed scripts of a folder now import
+        # a new module only one file would import (the others' helpers were written inline): that file keeps its
+        # copies, processed again without the module
+        lonely = set(shared.lonely(ordered, facts)) if shard is None else set()  # a later shard may add one
+        for i, target in enumerate(targets):
+            if target.path in lonely:
+                alone = dataclasses.replace(facts[target.path], shared_helpers=None)
+                outcome = _process(target, settings_for(settings, alone), rewrite, known.get(target.path))
+                if outcome.result.old_bytes is None and not outcome.result.error:
+                    outcome.result.old_bytes = ordered[i].old_bytes
+                ordered[i] = outcome.result
         ordered += shared.modules(ordered, facts)
     return Run(results=ordered, problems=problems, libraries=libraries,
                reals={t.path: t.real for t in targets if t.real}, project=project)

@@ -22,8 +22,8 @@ import tokenize
 HELPERS_MODULE = "training_progress"
 # the first line of the module: an existing file that starts so is one this tool wrote
 HELPERS_HEADER = '"""Training progress helpers shared by the scripts of this folder'
-HEADER_REST = (", in place of\ntorch_xla's `torch_xla.test.test_utils` and `xm.RateTracker` "
-               '(written by neuron-migrate)."""')
+HEADER_REST = (", in place of\ntorch_xla's `torch_xla.test.test_utils` and `xm.RateTracker` (written by\n"
+               'neuron-migrate)."""')
 # the helpers the module can hold, in the order it defines them
 NAMES = ("RateTracker", "print_training_update", "get_summary_writer", "write_to_summary", "close_summary_writer")
 # a use of a helper NM244 defines in the file that uses it (xm.RateTracker(), test_utils.get_summary_writer(...))
@@ -34,14 +34,9 @@ _IMPORT = re.compile(rf"^from[ \t]+{HELPERS_MODULE}[ \t]+import[ \t]+(?:\(([^)]*
 _DEFINED = re.compile(r"^(?:class|def)[ \t]+(\w+)", re.M)
 
 
-def modules(results: list, facts: dict) -> list:
-    """The FileResults of the helper modules the changed `results` import from (new files, or helpers added to
-    one an earlier run wrote); `facts`: path -> FileProject of every processed file."""
-    from neuron_migrate.engine.sources import SourceError, read_bytes
-    from neuron_migrate.findings import FileResult
-
-    wanted: dict[str, dict[str, None]] = {}
-    styles: dict[str, str] = {}
+def _importers(results: list, facts: dict) -> dict[str, dict[str, list[str]]]:
+    """module path -> {importing file's path: the helper names it imports from there}, of the changed results."""
+    out: dict[str, dict[str, list[str]]] = {}
     for result in results:
         project = facts.get(result.path)
         if project is None or project.shared_helpers is None or not result.changed or result.error:
@@ -51,8 +46,30 @@ def modules(results: list, facts: dict) -> list:
                  if n.strip() in NAMES]
         if names:
             path = os.path.join(os.path.dirname(result.path), f"{project.shared_helpers}.py")
+            out.setdefault(path, {})[result.path] = names
+    return out
+
+
+def lonely(results: list, facts: dict) -> list[str]:
+    """The files that alone would import a module not written yet (the other scripts of the folder got their
+    helpers inline: a progress line, a summary write): they keep copies of their own."""
+    return [file for path, files in _importers(results, facts).items() if len(files) == 1
+            and not os.path.lexists(path) for file in files]
+
+
+def modules(results: list, facts: dict) -> list:
+    """The FileResults of the helper modules the changed `results` import from (new files, or helpers added to
+    one an earlier run wrote); `facts`: path -> FileProject of every processed file."""
+    from neuron_migrate.engine.sources import SourceError, read_bytes
+    from neuron_migrate.findings import FileResult
+
+    wanted: dict[str, dict[str, None]] = {}
+    styles: dict[str, str] = {}
+    new = {r.path: r.new_bytes for r in results if r.changed}
+    for path, files in _importers(results, facts).items():
+        for file, names in files.items():
             wanted.setdefault(path, {}).update(dict.fromkeys(names))
-            styles.setdefault(path, text)
+            styles.setdefault(path, new[file].decode("utf-8", "replace"))
     out = []
     for path, names in sorted(wanted.items()):
         try:
@@ -62,17 +79,23 @@ def modules(results: list, facts: dict) -> list:
         if old is not None and not old.startswith(HELPERS_HEADER.encode()):
             continue  # not this tool's (it appeared since the project model looked): the scripts' imports say so
         existing = old.decode("utf-8", "replace") if old is not None else ""
+        newline = "\r\n" if "\r\n" in (existing or styles[path]) else "\n"  # the file's, else the first script's
+        existing = existing.replace("\r\n", "\n")
         defined = set(_DEFINED.findall(existing))
         missing = [n for n in NAMES if n in names and n not in defined]
         if not missing:
             continue
         style = existing or styles[path]
         quote = _quote(existing) or _quote(styles[path]) or '"'  # an existing module may hold no string yet
-        body = render(missing, _indent(style), quote, imports=not existing)
-        if existing and "time." in body and not re.search(r"(?m)^import[ \t]+time[ \t]*$", existing):
-            existing = re.sub(r'"""\n', '"""\n\nimport time\n', existing, count=1)  # after the docstring
-        head = existing.rstrip("\n") + "\n\n\n" if existing else f"{HELPERS_HEADER}{HEADER_REST}\n\n"
-        new = head + body
+        body = render(missing, _indent(style), quote, imports=False)
+        timed = "time." in body or "time." in existing
+        if not existing:
+            new = f"{HELPERS_HEADER}{HEADER_REST}\n\n" + ("import time\n\n\n" if timed else "\n") + body
+        else:
+            if timed and not re.search(r"(?m)^import[ \t]+time[ \t]*$", existing):
+                existing = re.sub(r'"""\n+', '"""\n\nimport time\n\n\n', existing, count=1)  # after the docstring
+            new = existing.rstrip("\n") + "\n\n\n" + body
+        new = new.replace("\n", newline)
         out.append(FileResult(path, old_bytes=old if old is not None else b"", new_bytes=new.encode(),
                               created=old is None))
     return out
