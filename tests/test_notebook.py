@@ -384,3 +384,25 @@ def test_the_diff_of_a_notebook_shows_each_changed_cell_as_code(tmp_path):
     assert "-import torch_xla.core.xla_model as xm\n" in out.stdout
     assert '-device = xm.xla_device()\n-xm.mark_step()\n+device = torch.device("neuron")\n' in out.stdout
     assert '"source"' not in out.stdout and "No newline" not in out.stdout
+
+
+def test_legacy_imports_one_a_cell_keep_the_cells(tmp_path):
+    """Imports one a cell, as tutorials have them: the legacy ones go, the cells stay where they are (a cell
+    emptied stays, empty), the helpers NM244 defines open the next cell without blank lines, and a second run
+    changes nothing. (The comment lines that join cells were taken as the removed imports' headers.)"""
+    path = tmp_path / "explore.ipynb"
+    cells = [("code", "import torch\n"), ("code", "# the XLA device\nimport torch_xla.core.xla_model as xm\n"),
+             ("code", "import torch_xla.test.test_utils as test_utils\n"),
+             ("code", "device = xm.xla_device()\ntracker = xm.RateTracker()\ntracker.add(8)\n"
+                      "test_utils.print_training_update(device, 0, 0.5, tracker.rate(), tracker.global_rate(),\n"
+                      "                                 summary_writer=None)\n")]
+    path.write_text(_notebook(cells), encoding="utf-8")
+    proc = cli("rewrite", "--no-cache", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    new = _cells_of(path.read_bytes())
+    assert len(new) == 4 and new[0] == "import time\n\nimport torch\n" and new[1] == ""
+    assert new[2].startswith("class RateTracker:\n") and "\n\n\ndef print_training_update(" in new[2]
+    assert new[3].startswith('device = torch.device("neuron")\ntracker = RateTracker()\n')
+    compile("\n".join(new), "explore", "exec")
+    again = cli("rewrite", "--no-cache", str(path))
+    assert again.returncode == 0 and _cells_of(path.read_bytes()) == new

@@ -424,6 +424,9 @@ def _isort_gaps(statements: list) -> list:
 # Comments about the line itself, for tools: they go with the statement they were on.
 PRAGMA = re.compile(r"#\s*(noqa\b|type:\s*ignore|pylint:|pyright:|mypy:|fmt:|isort:|pragma\b|nosec\b|"
                     r"neuron-migrate:|NOQA\b)")
+# the lines that join a notebook's cells into one module, and stand in for its IPython lines (files/notebook.py):
+# never part of what a removal takes with it
+JOIN_LINE = re.compile(r"# @@@ \w+ [cm]\d+$")
 
 
 # A comment that speaks of the XLA stack (`# XLA: specify the XLA device`, `## xm.mark_step runs the graph`, the
@@ -453,8 +456,9 @@ def without_xla_comments(lines: list[cst.EmptyLine], subject: frozenset[str] = f
     block = lines[cut:]
     if not block or (cut and lines[cut - 1].comment is not None):
         return lines
-    if any(marker_code(line.comment.value) or PRAGMA.match(line.comment.value) for line in block):
-        return lines  # a marker or a pragma in it: the block stays whole
+    if any(marker_code(line.comment.value) or PRAGMA.match(line.comment.value) or JOIN_LINE.match(line.comment.value)
+           for line in block):
+        return lines  # a marker, a pragma or a notebook's cell boundary in it: the block stays whole
     talking = sum(1 for line in block if _talks(line.comment, subject, names))
     return lines[:cut] if talking * 2 > len(block) else lines
 
@@ -580,7 +584,8 @@ def _without_header(lines: list[cst.EmptyLine]) -> list[cst.EmptyLine]:
     and now describe nothing. Markers stay (a person must still see them), and so do comments a blank line sets
     off from the removed statement."""
     cut = len(lines)
-    while cut and lines[cut - 1].comment is not None and not marker_code(lines[cut - 1].comment.value):
+    while cut and lines[cut - 1].comment is not None and not marker_code(lines[cut - 1].comment.value) \
+            and not JOIN_LINE.match(lines[cut - 1].comment.value):
         cut -= 1
     return lines[:cut]
 

@@ -616,6 +616,8 @@ def _split(module: str, cells: list[Cell]) -> list[str]:
         text = "".join(restored)
         if not cell.text.endswith(("\n", "\r")) and text.endswith("\n"):
             text = text[:-1]
+        if text != cell.text and not cell.text.startswith(("\n", "\r")):
+            text = text.lstrip("\r\n")  # a cell does not open with the blank lines that set off new code above it
         out.append(text)
     return out
 
