@@ -577,8 +577,8 @@ def test_rewrite_on_the_bundled_example_updates_its_requirements(tmp_path):
     example = tmp_path / "xla_mnist"
     shutil.copytree(ROOT / "examples" / "xla_mnist", example)
     assert cli("rewrite", "--unsafe-fixes", str(example)).returncode == 1  # the NM405 note in run.sh is left
+    # the heading that named the XLA stack goes with it
     assert (example / "requirements.txt").read_text() == (
-        "# PyTorch/XLA stack for Trainium (Neuron SDK 2.2x)\n"
         f"{INDEX}\ntorch==2.14.0\ntorch-neuronx==2.14.3.1.*\nneuronx-cc==2.*\nnki\n")
     again = cli("pin", "--diff", "--unsafe-fixes", str(example))
     assert again.returncode == 0 and again.stdout == ""
@@ -695,3 +695,18 @@ def test_a_url_alone_names_the_xla_stack_library_it_installs(text, name):
         assert req.url and req.spec == ""  # never pinned: a URL install is reported, not edited
         issues = planning.plan([text], matrix().family(None), set()).issues
         assert [i.code for i in issues] == ["NM613"]
+
+
+def test_a_heading_that_names_the_xla_stack_goes_with_its_packages():
+    """A whole-line comment in the paragraph of the removed torch-xla that names the XLA stack goes; one that does
+    not (`(XLA era)` names no package), and one in another paragraph, stay. Nothing is dropped where no XLA package
+    goes (plain `pin` keeps torch-xla)."""
+    text = ("# Training stack: PyTorch/XLA on Trainium\n# pinned for the course (XLA era)\ntorch==2.8.0\n"
+            "# torch-xla must match torch\ntorch-xla==2.8.1\n\n# XLA metrics dashboards\ntensorboard\n")
+    out = pin_text(text).new_bytes.decode()
+    assert "PyTorch/XLA" not in out and "torch-xla must match" not in out and "torch-xla==" not in out
+    assert out.startswith("# pinned for the course (XLA era)\n--extra-index-url ") and "\ntorch==2.14.0\n" in out
+    assert out.endswith("\n\n# XLA metrics dashboards\ntensorboard\n")
+    kept = pin_text(text, unsafe_fixes=False)
+    assert kept.new_bytes is None or b"# Training stack: PyTorch/XLA on Trainium" in kept.new_bytes
+

@@ -1,6 +1,7 @@
 """requirements*.txt, requirements*.in, constraints*.txt: pip's requirements file format.
 
-Comments, blank lines, options, markers and per-requirement options (`--hash`) stay as they are. Files
+Comments, blank lines, options, markers and per-requirement options (`--hash`) stay as they are, but for a
+comment that names the XLA stack beside the XLA packages the pin removes (`_drop_xla_headings`). Files
 included with `-r` are read (not written) so that a package or index installed there counts here too;
 they are pinned when they are processed themselves (and listed in the result, so the cache sees them change).
 An included file of any name (`requirements/base.txt`) is a requirements file too (discovery finds it through
@@ -11,6 +12,7 @@ missing packages).
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 
@@ -180,10 +182,42 @@ def process_requirements(path: str, data: bytes, settings: Settings, rewrite: bo
             return doc.result(data)
         may_add = False
     pin_entries(doc, entries, present, lambda entry, text: text + doc.newline, may_add=may_add)
+    _drop_xla_headings(doc, entries)
     has_index = included_index or any(_is_neuron_index(url) for url in indexes)
     if may_add and not has_index and planning.installs_neuron(own):
         _add_index(doc, entries, indexes)
     return doc.result(data)
+
+
+_XLA_PACKAGE = re.compile(r"(?:torch[-_]xla|libneuronxla)\b", re.I)
+# the XLA stack named (`# PyTorch/XLA stack`, `# torch-xla must match torch`), not the word alone (`(XLA era)`)
+_XLA_PROSE = re.compile(r"\bpytorch[ /]xla\b|\btorch[-_]xla\b|\blibneuronxla\b", re.I)
+
+
+def _drop_xla_headings(doc: TextDocument, entries: list[LineEntry]) -> None:
+    """A whole-line comment that speaks of the XLA stack (`# PyTorch/XLA stack for Trainium`), in the paragraph
+    (the lines between two blank lines) of an XLA package the pin removes, goes with it: it described what is gone.
+    Markers, and comments elsewhere in the file, stay."""
+    removed = [e for e in entries if _XLA_PACKAGE.match(e.text(doc)) and any(
+        edit.start == e.start and edit.end == e.end and not edit.marker for edit in doc.edits)]
+    if not removed or not doc.rewrite:
+        return
+    starts = doc.line_starts()
+    lines = doc.text.splitlines(keepends=True)
+    drop: set[int] = set()
+    for entry in removed:
+        at = bisect.bisect_right(starts, entry.start) - 1
+        first, last = at, at
+        while first > 0 and lines[first - 1].strip():
+            first -= 1
+        while last + 1 < len(lines) and lines[last + 1].strip():
+            last += 1
+        drop.update(i for i in range(first, last + 1) if lines[i].lstrip().startswith("#")
+                    and _XLA_PROSE.search(lines[i]) and not doc.own_markers.match(lines[i].strip()))
+    for i in sorted(drop):
+        start, end = starts[i], starts[i] + len(lines[i])
+        if not any(edit.start < end and start < edit.end or edit.start == edit.end == start for edit in doc.edits):
+            doc.replace(start, end, "")
 
 
 def _add_index(doc: TextDocument, entries: list[LineEntry], indexes: list[str]) -> None:
