@@ -211,3 +211,19 @@ def test_the_module_passes_ruff(work):
                            str(work / MODULE), str(earlier)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
+
+
+def test_the_output_copy_leaves_out_the_scripts_when_the_module_cannot_be_written(work, tmp_path):
+    """--output-dir: a folder is in the way of the module in the copy; the scripts that import it are not written
+    there (each an error), the others are."""
+    from neuron_migrate.engine import outdir
+
+    out = tmp_path / "out"
+    tree = outdir.plan((str(work),), str(out))
+    result = run([str(work)], Settings(), rewrite=True, jobs=1)
+    (out / "examples" / "training_progress.py").mkdir(parents=True)
+    outdir.write_tree(tree, result)
+    errors = {r.path for r in result.results if r.error}
+    assert errors == {str(work / MODULE), str(work / "examples/train_mnist.py"), str(work / "examples/train_cifar.py")}
+    assert (out / "examples/train_cifar.py").read_bytes() == (work / "examples/train_cifar.py").read_bytes()
+    assert "class RateTracker:" in (out / "tools/train_alone.py").read_text()

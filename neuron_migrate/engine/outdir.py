@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from neuron_migrate.engine.cache import CACHE_DIR_NAME
+from neuron_migrate.engine import shared
 from neuron_migrate.engine.discover import Problem
 from neuron_migrate.engine.runner import Run
 from neuron_migrate.engine.sources import write_atomic
@@ -67,8 +68,12 @@ def write_tree(tree: Tree, run: Run) -> None:
             _copy_folder(tree, real, target, run)
         elif real.is_file():
             _copy_reporting(tree, real, target, run)
-    for result in run.changed:
+    failed: set[str] = set()  # the folders whose module of shared helpers could not be written (engine/shared.py)
+    for result in shared.written_first(run.changed):
         assert result.new_bytes is not None
+        if shared.without_module(result, failed):
+            result.error = shared.NOT_WRITTEN
+            continue
         target = tree.destination(result.path)
         try:
             _check_inside(tree, target)
@@ -76,6 +81,8 @@ def write_tree(tree: Tree, run: Run) -> None:
             write_atomic(str(target), result.new_bytes)
         except (OutputDirError, OSError) as exc:
             result.error = f"could not write the migrated copy: {_reason(exc)}"
+            if result.created:
+                failed.add(os.path.dirname(result.path))
 
 
 def _check_inside(tree: Tree, target: Path) -> None:

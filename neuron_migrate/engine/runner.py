@@ -355,13 +355,12 @@ def write_results(run: Run) -> list[tuple[str, str]]:
     failed_folders: set[str] = set()  # where a module of shared helpers could not be written
     with _signals_held(signal.SIGINT, signal.SIGTERM) as received:
         # a created module first: the scripts that import it are not written without it
-        for result in sorted(run.changed, key=lambda r: not r.created):
+        for result in shared.written_first(run.changed):
             if received:
                 raise Interrupted(written, received[0])
             assert result.new_bytes is not None
-            if not result.created and os.path.dirname(result.path) in failed_folders and shared.HELPERS_IMPORT.search(
-                    result.new_bytes.decode("utf-8", "replace")):
-                result.error = "not written: the module of shared helpers it would import could not be written"
+            if shared.without_module(result, failed_folders):
+                result.error = shared.NOT_WRITTEN
                 failures.append((result.path, result.error))
                 continue
             try:

@@ -65,11 +65,11 @@ def modules(results: list, facts: dict) -> list:
 
     wanted: dict[str, dict[str, None]] = {}
     styles: dict[str, str] = {}
-    new = {r.path: r.new_bytes for r in results if r.changed}
+    rewritten = {r.path: r.new_bytes for r in results if r.changed}
     for path, files in _importers(results, facts).items():
         for file, names in files.items():
             wanted.setdefault(path, {}).update(dict.fromkeys(names))
-            styles.setdefault(path, new[file].decode("utf-8", "replace"))
+            styles.setdefault(path, rewritten[file].decode("utf-8", "replace"))
     out = []
     for path, names in sorted(wanted.items()):
         try:
@@ -90,15 +90,29 @@ def modules(results: list, facts: dict) -> list:
         body = render(missing, _indent(style), quote, imports=False)
         timed = "time." in body or "time." in existing
         if not existing:
-            new = f"{HELPERS_HEADER}{HEADER_REST}\n\n" + ("import time\n\n\n" if timed else "\n") + body
+            text = f"{HELPERS_HEADER}{HEADER_REST}\n\n" + ("import time\n\n\n" if timed else "\n") + body
         else:
             if timed and not re.search(r"(?m)^import[ \t]+time[ \t]*$", existing):
                 existing = re.sub(r'"""\n+', '"""\n\nimport time\n\n\n', existing, count=1)  # after the docstring
-            new = existing.rstrip("\n") + "\n\n\n" + body
-        new = new.replace("\n", newline)
-        out.append(FileResult(path, old_bytes=old if old is not None else b"", new_bytes=new.encode(),
-                              created=old is None))
+            text = existing.rstrip("\n") + "\n\n\n" + body
+        out.append(FileResult(path, old_bytes=old if old is not None else b"",
+                              new_bytes=text.replace("\n", newline).encode(), created=old is None))
     return out
+
+
+def written_first(results: list) -> list:
+    """The changed results in the order to write them: a created module before the scripts that import it."""
+    return sorted(results, key=lambda r: not r.created)
+
+
+def without_module(result, failed: set[str]) -> bool:
+    """Whether `result` imports from the module of a folder in `failed` (where it could not be written): the file
+    is then not written either."""
+    return not result.created and os.path.dirname(result.path) in failed and HELPERS_IMPORT.search(
+        result.new_bytes.decode("utf-8", "replace")) is not None
+
+
+NOT_WRITTEN = "not written: the module of shared helpers it would import could not be written"
 
 
 def render(names: list[str], indent: str, quote: str, imports: bool = True) -> str:
