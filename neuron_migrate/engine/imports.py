@@ -741,8 +741,9 @@ def _into_block(module: cst.Module, new: cst.SimpleStatementLine, name: str,
     if not block:
         return None
     key = name.lower()
-    before = next((i for i, m, from_line in block if (from_line or m.lower() > key) and not (
-        is_from and (not from_line or m.lower() <= key))), None)
+    # an `import` goes before the block's first `from` line or later name; a `from` import, among the `from` lines
+    before = next((i for i, m, from_line in block
+                   if (from_line and m.lower() > key if is_from else from_line or m.lower() > key)), None)
     if before is None:
         return module.with_changes(body=[*body[:block[-1][0] + 1], new, *body[block[-1][0] + 1:]])
     if before == block[0][0]:

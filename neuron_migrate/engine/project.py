@@ -35,7 +35,7 @@ from typing import Iterable
 
 from neuron_migrate.engine.cache import digest
 from neuron_migrate.engine.inputs import head, infrastructure, readme
-from neuron_migrate.engine.shared import HELPER_USE, HELPERS_HEADER, HELPERS_IMPORT, HELPERS_MODULE
+from neuron_migrate.engine.shared import HELPER_USE, HELPERS_HEADER, HELPERS_IMPORT, HELPERS_MODULE, RATE_TRACKER_DOC
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
@@ -714,7 +714,7 @@ class Project:
             if full not in files or dotted.startswith("."):
                 continue
             text = self._text(full)
-            if _RATE_TRACKER_CLASS.search(text) and _RATE_TRACKER_DOC in text:  # NM244's, not a class of that name
+            if _RATE_TRACKER_CLASS.search(text) and RATE_TRACKER_DOC in text:  # NM244's, not a class of that name
                 return dotted
             calls = _RATE_TRACKER_CALL.findall(text)
             if self.modules[full].legacy_top and "xla_model" in text and calls \
@@ -1171,7 +1171,6 @@ def _compiled_steps(code: str) -> set[str]:
 _SHIPPING = ("Dockerfile", "setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in")
 # a module's own RateTracker class (NM244's, at its top), and torch_xla's `xm.RateTracker()` with its line's rest
 _RATE_TRACKER_CLASS = re.compile(r"^class[ \t]+RateTracker\b", re.M)
-_RATE_TRACKER_DOC = "and since the start (xm.RateTracker)."  # the docstring of NM244's class
 _RATE_TRACKER_CALL = re.compile(r"(?<![\w.])\w+\.RateTracker\(\)([^\n]*)")
 _HEADER = re.compile(r"^(?:((?:async[ \t]+)?def[ \t]|class[ \t]|@)|[^\s#)\]}])", re.M)
 

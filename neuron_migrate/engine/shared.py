@@ -24,6 +24,9 @@ HELPERS_MODULE = "training_progress"
 HELPERS_HEADER = '"""Training progress helpers shared by the scripts of this folder'
 HEADER_REST = (", in place of\ntorch_xla's `torch_xla.test.test_utils` and `xm.RateTracker` (written by\n"
                'neuron-migrate)."""')
+# the docstring of NM244's RateTracker class (rules/misc.py), which tells it from a project's class of that name
+RATE_TRACKER_DOC = ("Items a second: since the last rate(), smoothed with the one before, and since the start "
+                    "(xm.RateTracker).")
 # the helpers the module can hold, in the order it defines them
 NAMES = ("RateTracker", "print_training_update", "get_summary_writer", "write_to_summary", "close_summary_writer")
 # a use of a helper NM244 defines in the file that uses it (xm.RateTracker(), test_utils.get_summary_writer(...))

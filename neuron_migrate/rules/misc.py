@@ -8,6 +8,7 @@ from collections.abc import Callable
 import libcst as cst
 
 from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.engine.shared import RATE_TRACKER_DOC
 from neuron_migrate.rules.patterns import XM, arg, code, reads_setting, short
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import XLA_DEVICE
@@ -478,7 +479,7 @@ RATE_TRACKER = frozenset({f"{XM}.RateTracker"})
 # the file that uses it: no native API measures it. `{clock}` is the file's name for the time module.
 RATE_TRACKER_CLASS = '''\
 class {name}:
-    """Items a second: since the last rate(), smoothed with the one before, and since the start (xm.RateTracker)."""
+    """''' + RATE_TRACKER_DOC + '''"""
 
     def __init__(self, smooth_factor=None):
         self.smooth_factor = 0.4 if smooth_factor is None else smooth_factor
