@@ -16,7 +16,6 @@ import libcst as cst
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.engine.names import dotted
 from neuron_migrate.project_facts import MAIN_BLOCK
-from neuron_migrate.syntax.walk import walk
 
 if TYPE_CHECKING:
     from neuron_migrate.engine.context import FileContext
@@ -93,25 +92,6 @@ def inf1_names() -> tuple[frozenset[str], frozenset[str]]:
     return frozenset(data["apis"]), frozenset(data["modules"])
 
 
-class _Attributes(cst.CSTVisitor):
-    def __init__(self, last: frozenset[str]) -> None:
-        self.last, self.found = last, []
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value in self.last:
-            self.found.append(node)
-
-
-class _Strings(cst.CSTVisitor):
-    def __init__(self) -> None:
-        self.counts = {"'": 0, '"': 0}
-
-    def visit_SimpleString(self, node: cst.SimpleString) -> None:
-        quote = node.quote  # `"""` says nothing (docstrings have it whatever the file's style); `'''` does
-        if quote != '"""':
-            self.counts[quote[0]] += 1
-
-
 @fact
 def inferentia1(ctx: FileContext) -> bool:
     """The file is Inferentia 1 code (torch-neuron, another product): it imports `torch_neuron` or uses an Inf1
@@ -131,9 +111,9 @@ def inferentia1(ctx: FileContext) -> bool:
     last = frozenset(api.rsplit(".", 1)[1] for api in apis)
     if not any(name in ctx.source.text for name in last):
         return False
-    visitor = _Attributes(last)
-    walk(ctx.module, visitor, tokens=False)  # as ctx.module.visit(visitor), faster (syntax/walk.py)
-    for node in visitor.found:
+    for node in ctx.analysis.attributes:  # every attribute of the module, found by the analysis's walk
+        if node.attr.value not in last:
+            continue
         parts = dotted(node)
         if parts and any(".".join([q, *parts[1:]]) in apis for q in imported.get(parts[0], ())):
             return True
@@ -143,9 +123,11 @@ def inferentia1(ctx: FileContext) -> bool:
 @fact
 def quote(ctx: FileContext) -> str:
     """The quote character the file prefers for new string literals."""
-    visitor = _Strings()  # string literals: apostrophes in comments and text say nothing
-    walk(ctx.module, visitor, tokens=False)
-    counts = visitor.counts
+    counts = {"'": 0, '"': 0}
+    for node in ctx.analysis.strings:  # string literals: apostrophes in comments and text say nothing
+        quote = node.quote  # `"""` says nothing (docstrings have it whatever the file's style); `'''` does
+        if quote != '"""':
+            counts[quote[0]] += 1
     return "'" if counts["'"] > counts['"'] else '"'
 
 

@@ -165,6 +165,12 @@ class Collector(cst.CSTVisitor):
         self.parents: dict[cst.CSTNode, cst.CSTNode | None] = {}
         # top-level statement -> (what it did to the module scope, the slice of `scopes` it created)
         self.contributions: dict[cst.CSTNode, tuple[list[tuple], tuple[int, int]]] = {}
+        # what file facts read, found by this walk rather than one walk each (engine/facts.py, engine/patches.py):
+        # every string literal, every attribute, every `a.b = ...` assignment and every `setattr` name, in file order
+        self.strings: list[cst.SimpleString] = []
+        self.attributes: list[cst.Attribute] = []
+        self.attribute_assignments: list[cst.Assign] = []
+        self.setattr_names: list[cst.Name] = []
 
     # -- generic walk -------------------------------------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -455,8 +461,12 @@ class Collector(cst.CSTVisitor):
 
     def visit_Assign(self, node: cst.Assign) -> None:
         fallback = _is_none(node.value) or (self._handler_depth > 0 and _is_stand_in(node.value))
+        attribute = False
         for t in node.targets:
             self._bind_target(t.target, "assign", fallback)
+            attribute = attribute or type(t.target) is cst.Attribute
+        if attribute:
+            self.attribute_assignments.append(node)
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         fallback = self._handler_depth > 0 and (node.value is None or _is_stand_in(node.value))
@@ -487,12 +497,15 @@ class Collector(cst.CSTVisitor):
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         self._skip_names.add(node.attr)
+        self.attributes.append(node)
 
     def visit_Arg(self, node: cst.Arg) -> None:
         if node.keyword is not None:
             self._skip_names.add(node.keyword)
 
     def visit_Name(self, node: cst.Name) -> None:
+        if node.value == "setattr":
+            self.setattr_names.append(node)
         if node in self._skip_names:
             return
         scope = self._scope
@@ -500,6 +513,7 @@ class Collector(cst.CSTVisitor):
             scope.read(node.value)
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        self.strings.append(node)
         # `__all__ = ["name"]` keeps an imported name alive.
         stmt = self._smalls[-1] if self._smalls else None
         if isinstance(stmt, (cst.Assign, cst.AugAssign)) and self._scope is self.module_scope:
@@ -546,6 +560,13 @@ class Analysis:
         self.module_scope = collector.module_scope
         self.occurrences = collector.occurrences
         self.contributions = collector.contributions
+        # what facts read instead of walking the module again (see Collector.strings); where `reuse` replayed
+        # statements they hold only the statements walked, so they are None then
+        complete = reuse is None
+        self.strings = collector.strings if complete else None
+        self.attributes = collector.attributes if complete else None
+        self.attribute_assignments = collector.attribute_assignments if complete else None
+        self.setattr_names = collector.setattr_names if complete else None
         self._bound: dict[tuple[str, Scope], str | None] = {}  # binding_of, once the tables are complete
         # every node's parent (None for the module); below reused statements, the parents `reuse` found
         self.parents = ChainMap(collector.parents, reuse.parents) if reuse is not None else collector.parents

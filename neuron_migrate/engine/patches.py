@@ -56,11 +56,14 @@ def self_calls(before: Analysis, after: Analysis) -> None:
 
 def assignments(analysis: Analysis) -> list[tuple[str, cst.BaseExpression, Scope]]:
     """(qualified name assigned, the value, the scope of the assignment) for each patch of an imported name."""
-    finder = _Assignments()
-    walk(analysis.module, finder, tokens=False)
+    found = _recorded(analysis)
+    if found is None:
+        finder = _Assignments()
+        walk(analysis.module, finder, tokens=False)
+        found = finder.found
     scopes = {id(s.node): s for s in analysis.scopes}
     out = []
-    for target, value, node in finder.found:
+    for target, value, node in found:
         scope = _scope_at(analysis, node, scopes)
         name = _patched_name(analysis, target, scope)
         if name is not None:
@@ -95,16 +98,40 @@ class _Assignments(cst.CSTVisitor):
         self.found: list[tuple[cst.BaseExpression | tuple, cst.BaseExpression, cst.CSTNode]] = []
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            if isinstance(target.target, cst.Attribute):
-                self.found.append((target.target, node.value, node))
+        _assigned(node, self.found)
 
     def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.func.value == "setattr" and len(node.args) == 3 \
-                and isinstance(node.args[1].value, cst.SimpleString):
-            attr = node.args[1].value.evaluated_value
-            if isinstance(attr, str):
-                self.found.append(((node.args[0].value, attr), node.args[2].value, node))
+        _set(node, self.found)
+
+
+def _assigned(node: cst.Assign, found: list) -> None:
+    for target in node.targets:
+        if isinstance(target.target, cst.Attribute):
+            found.append((target.target, node.value, node))
+
+
+def _set(node: cst.Call, found: list) -> None:
+    if isinstance(node.func, cst.Name) and node.func.value == "setattr" and len(node.args) == 3 \
+            and isinstance(node.args[1].value, cst.SimpleString):
+        attr = node.args[1].value.evaluated_value
+        if isinstance(attr, str):
+            found.append(((node.args[0].value, attr), node.args[2].value, node))
+
+
+def _recorded(analysis: Analysis) -> list | None:
+    """What `_Assignments` finds, from what the analysis's own walk recorded (assignments first, then `setattr`
+    calls: what reads them takes them as a set); None where the analysis replayed statements it did not walk."""
+    if analysis.attribute_assignments is None or analysis.setattr_names is None:
+        return None
+    found: list = []
+    for node in analysis.attribute_assignments:
+        _assigned(node, found)
+    parents = analysis.parents
+    for name in analysis.setattr_names:
+        call = parents.get(name)
+        if type(call) is cst.Call and call.func is name:
+            _set(call, found)
+    return found
 
 
 def _scope_at(analysis: Analysis, node: cst.CSTNode, scopes: dict[int, Scope]) -> Scope:
