@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import tokenize
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,6 +31,15 @@ from neuron_migrate.syntax import parse as cstparse
 _UNKNOWN = object()
 
 FIXED, MARKED, LEFT = "fixed", "marked", "left"  # what `rewrite` did about a finding
+
+# Set while a pass only asks whether the file reports anything but these codes (handlers._would_change): the first
+# decision of another code ends the pass (every decision becomes a finding, so the answer is known).
+PROBE: ContextVar[frozenset[str] | None] = ContextVar("probe", default=None)
+
+
+class Reported(BaseException):
+    """A decision of a code the PROBE does not list was made: the pass stops (a BaseException, so no rule's or the
+    engine's isolation of a failed rule takes it for a failure)."""
 
 
 @dataclass
@@ -288,6 +298,9 @@ class FileContext:
         decision = Decision(code, node, policy.message, policy.fixable, statement, offset=offset,
                             held_back=policy.held_back)
         self.decisions.append(decision)
+        probe = PROBE.get()
+        if probe is not None and code not in probe:
+            raise Reported(code)
         if policy.mark and statement is not None:
             decision.status = MARKED
             if marker:

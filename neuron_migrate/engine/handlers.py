@@ -197,11 +197,19 @@ def _would_change(path: str, data: bytes, kind: str, settings: Settings) -> bool
     """Whether the file, were it not held, would report more than its platform's notes."""
     from dataclasses import replace
 
+    from neuron_migrate.engine.context import PROBE, Reported
+
     plain = replace(settings, project=None)
-    for handler in handlers_for(kind):
-        result = handler(path, data, plain, False)
-        if any(f.code not in SET_ASIDE_NOTES and f.code != "NM900" for f in result.findings):
-            return True
+    probe = PROBE.set(frozenset(SET_ASIDE_NOTES) | {"NM900"})  # the Python engine stops at its first other finding
+    try:
+        for handler in handlers_for(kind):
+            result = handler(path, data, plain, False)
+            if any(f.code not in SET_ASIDE_NOTES and f.code != "NM900" for f in result.findings):
+                return True
+    except Reported:
+        return True
+    finally:
+        PROBE.reset(probe)
     return False
 
 

@@ -687,6 +687,7 @@ def _locate(message: str, cells: list[Cell]) -> str:
 # -- the JSON text: find each cell's `source` and replace only what changed ----------------------------------
 
 _WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()  # NaN and Infinity too, as json.loads
 # NaN and Infinity too: not JSON, but Python's json writes them (a float metadata value) and reads them back
 _SCALAR = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null|NaN|-?Infinity")
 
@@ -696,19 +697,13 @@ def _skip(text: str, i: int) -> int:
 
 
 def _value_end(text: str, i: int) -> int:
+    """Where the JSON value starting at `i` ends. An object or array (a cell's outputs and metadata, most of a
+    notebook's text) is read by json's own scanner, in C: only its end is wanted."""
     c = text[i]
     if c == '"':
         return scanstring(text, i + 1)[1]
-    if c == "{":
-        end = i + 1
-        for _key, _start, end in _members(text, i):
-            pass
-        return _skip(text, end) + 1
-    if c == "[":
-        end = i + 1
-        for _start, end in _elements(text, i):
-            pass
-        return _skip(text, end) + 1
+    if c == "{" or c == "[":
+        return _DECODER.raw_decode(text, i)[1]
     m = _SCALAR.match(text, i)
     if not m:
         raise ValueError(f"unexpected character at {i}")
