@@ -203,3 +203,57 @@ def test_a_warm_check_imports_neither_libcst_nor_the_rules_nor_the_model(tmp_pat
     cold, warm = (json.loads(r.stdout.strip().splitlines()[-1]) for r in runs)
     assert "libcst" in cold and "neuron_migrate.engine.project" in cold  # the same probe sees them when they load
     assert warm == [], runs[1].stdout + runs[1].stderr
+
+
+HELD_ONLY = "import torch_xla.debug.metrics as met\n\n\ndef report():\n    print(met.metrics_report())\n"
+
+
+def _held_back(result) -> int:
+    return sum(1 for f in result.findings if f.held_back)
+
+
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_a_run_after_a_rewrite_reuses_the_results_of_the_files_it_left_as_they_were(tmp_path, cache_dir, monkeypatch,
+                                                                                    use_cache):
+    """rewrite's count of the unsafe fixes left (`recheck`) runs check again after the writes: a file the rewrite
+    did not change, with the same project facts, keeps its result; a written file is read and decided again."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "held.py").write_text(HELD_ONLY, encoding="utf-8")  # an unsafe fix held back, nothing else: unchanged
+    (repo / "train.py").write_text(LEGACY, encoding="utf-8")
+    first = run([str(repo)], Settings(), rewrite=True, jobs=1, use_cache=use_cache)
+    by_path = {r.path: r for r in first.results}
+    held = str(repo / "held.py")
+    assert not by_path[held].changed and _held_back(by_path[held]) == 1
+    assert set(first.keys) == set(by_path)
+    for r in first.results:
+        if r.changed:
+            with open(r.path, "wb") as fh:
+                fh.write(r.new_bytes)
+    processed = []
+    original = handlers.process
+
+    def counting(path, *args, **kwargs):
+        processed.append(path)
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(handlers, "process", counting)
+    again = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=False, earlier=first)
+    fresh = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=False)
+    assert processed.count(held) == 1  # the fresh run only
+    assert processed.count(str(repo / "train.py")) == 2  # written: decided again by both
+    assert {r.path: r for r in again.results}[held] is by_path[held]
+    assert [_held_back(r) for r in again.results] == [_held_back(r) for r in fresh.results] == [1, 0]
+    assert [(f.code, f.line, f.col, f.message) for r in again.results for f in r.findings] == \
+        [(f.code, f.line, f.col, f.message) for r in fresh.results for f in r.findings]
+
+
+def test_a_file_whose_bytes_changed_since_the_earlier_run_is_decided_again(tmp_path, cache_dir, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "held.py").write_text(HELD_ONLY, encoding="utf-8")
+    first = run([str(repo)], Settings(), rewrite=True, jobs=1, use_cache=False)
+    (repo / "held.py").write_text(HELD_ONLY + "\nprint(met.metrics_report())\n", encoding="utf-8")
+    again = run([str(repo)], Settings(), rewrite=False, jobs=1, use_cache=False, earlier=first)
+    assert again.results[0] is not first.results[0]
+    assert _held_back(again.results[0]) == 2

@@ -463,7 +463,7 @@ def rewrite(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, s
         """The unsafe fixes a check of the files as this run left them holds back: a safe fix can replace the
         idiom an unsafe fix is found by (NM107's compile finds the model by its placement on the XLA device)."""
         again = run(paths, resolved.settings, rewrite=False, jobs=jobs, exclude=resolved.exclude,
-                    use_cache=not no_cache, shard=shard, progress=False)
+                    use_cache=not no_cache, shard=shard, progress=False, earlier=result)
         return sum(1 for f in again.findings if f.held_back)
 
     show_or_write(result, dry_run, write=(lambda r: outdir.write_tree(tree, r)) if tree is not None else write_results,

@@ -43,6 +43,8 @@ class Run:
     # the project model (engine/project.py): programs, their files and targets; None for standard input, and when
     # the cache held its facts (`run(model=True)` builds it always)
     project: object | None = None
+    # path -> the key of the result this run gave the file (its bytes and project facts, as the cache keys it)
+    keys: dict[str, str] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[tuple[str, str]]:
@@ -211,13 +213,15 @@ def _stop(pool) -> None:
 def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozenset[str] | None = None,
         jobs: int | None = None, exclude: Iterable[str] = (), use_cache: bool = False,
         progress: bool | None = None, shard: Shard | None = None, model: bool = False,
-        shared_helpers: bool = True) -> Run:
+        shared_helpers: bool = True, earlier: Run | None = None) -> Run:
     """Process every file found under `paths`. `use_cache` reads and updates the result cache;
     `progress` None shows a bar on an interactive stderr for long runs; `shard` keeps its part of the files (and
     of the problems and library notes: engine/shards.py); `model` builds the project model even when the cache
     holds its facts (`Run.project`, for `check --show-project`); without `shared_helpers`, no file imports helpers from
     a module of its folder the run would write (engine/shared.py): a fix in a JSON or SARIF report is applied
-    alone, so it keeps its copies."""
+    alone, so it keeps its copies. `earlier`: a run over the same paths moments ago (rewrite's count of the unsafe
+    fixes left, after its writes): a file it did not change whose key is still the same (its bytes and project
+    facts) takes the earlier result, findings and all, which do not depend on the mode."""
     paths = list(paths)
     targets, problems = discover(paths, kinds if kinds is not None else frozenset(handlers.HANDLERS), exclude)
     targets, libraries = set_aside(targets)
@@ -237,11 +241,20 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
         problems = [*problems, Problem(str(cache.directory), cache.refused, warning=True)]
     results: dict[int, FileResult] = {}
     known: dict[str, bytes] = {}
-    if cache is not None and len(cache):
-        for i, target in enumerate(targets):
-            hit = _lookup(cache, target, known, per_file[i])
+    keys: dict[str, str] = {}
+    reusable = {r.path: (earlier.keys[r.path], r) for r in earlier.results
+                if r.path in earlier.keys and not r.error and not r.changed} if earlier is not None else {}
+    for i, target in enumerate(targets):
+        if target.path in reusable or (cache is not None and len(cache)):
+            key = _key(target, known, per_file[i])
+            if key is None:
+                continue  # processed (and reported) like any other file
+            hit = reusable.get(target.path)
+            hit = hit[1] if hit is not None and hit[0] == key else \
+                cache.get(target.path, key, known[target.path]) if cache is not None and len(cache) else None
             if hit is not None:
                 results[i] = hit
+                keys[target.path] = key
     pending = [i for i in range(len(targets)) if i not in results]
     with Progress(len(targets), enabled=progress) as bar:
         bar.advance(len(results))
@@ -251,8 +264,10 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
                 result = outcome.result
                 if result.old_bytes is None and not result.error:
                     result.old_bytes = known.get(result.path)
-                if cache is not None and outcome.cacheable and outcome.digest is not None:
-                    cache.put(result.path, _entry_key(outcome.digest, per_file[i]), result)
+                if outcome.digest is not None:
+                    keys[result.path] = _entry_key(outcome.digest, per_file[i])
+                    if cache is not None and outcome.cacheable:
+                        cache.put(result.path, keys[result.path], result)
                 results[i] = result
                 bar.advance()
         finally:
@@ -271,9 +286,10 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
                 if outcome.result.old_bytes is None and not outcome.result.error:
                     outcome.result.old_bytes = ordered[i].old_bytes
                 ordered[i] = outcome.result
+                keys.pop(target.path, None)  # not the result its key stands for
         ordered += shared.modules(ordered, facts)
     return Run(results=ordered, problems=problems, libraries=libraries,
-               reals={t.path: t.real for t in targets if t.real}, project=project)
+               reals={t.path: t.real for t in targets if t.real}, project=project, keys=keys)
 
 
 def _project_facts(paths: list[str], every: list[Target], targets: list[Target], settings: Settings,
@@ -314,13 +330,14 @@ def run_bytes(path: str, data: bytes, kind: str, settings: Settings, rewrite: bo
     return Run(results=[result])
 
 
-def _lookup(cache: ResultCache, target: Target, known: dict[str, bytes], settings: Settings) -> FileResult | None:
+def _key(target: Target, known: dict[str, bytes], settings: Settings) -> str | None:
+    """The file's key (`_entry_key`), its bytes kept in `known`; None where it cannot be read."""
     try:
         data = read_bytes(target.path, size_limit(target.kind), target.kind)
     except SourceError:
-        return None  # processed (and reported) like any other file
+        return None
     known[target.path] = data
-    return cache.get(target.path, _entry_key(digest(data), settings), data)
+    return _entry_key(digest(data), settings)
 
 
 def _entry_key(data_digest: str, settings: Settings) -> str:
