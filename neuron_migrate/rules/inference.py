@@ -122,6 +122,12 @@ class NeuronxTrace(Rule):
     codes = ("NM501", "NM502", "NM503", "NM504", "NM505", "NM510")
     triggers = (b"torch_neuronx", b"neuronxcc")
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """Anything while one of NM501-NM505 may be on; with NM510 alone (the notes of a program set aside for Inf2
+        or Trn1), a read of `torch_neuronx.trace`, the call it notes."""
+        return any(settings.enabled(code) for code in cls.codes if code != "NM510") or scan.any_qual((TRACE,))
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.nki_imports: list = []  # (occurrence, node) of the imports of neuronxcc.nki
@@ -622,7 +628,11 @@ class NeuronLibrary(Rule):
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
-        return scan.any_module_under(library_hints())
+        """An import of one of the libraries; with NM506 and NM258 off (a set-aside program's notes), one from
+        optimum-neuron, whose inference classes NM524 / NM510 report."""
+        return scan.any_module_under(library_hints()) and (
+            settings.enabled("NM506") or settings.enabled("NM258")
+            or any(module.startswith("optimum.neuron") for module in scan.modules))
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -837,6 +847,12 @@ class NxdInference(Rule):
     codes = ("NM507", "NM510")
     triggers = (b"neuronx_distributed",)
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """An import of NxD Inference, or an NxD Core inference API imported by name or read through a module."""
+        return scan.any_module_under((NXD_INFERENCE,)) or any(name in NXD_TRACE for name in scan.imports) \
+            or scan.any_qual(NXD_TRACE)
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.nxdi: list = []  # (occurrence, node) of the imports of NxD Inference: one finding at the first
@@ -949,6 +965,11 @@ class InstanceType(Rule):
 
     codes = ("NM520",)
     triggers = (b"trn1",)
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A string literal that names trn1 (a comment or a name that does is no request)."""
+        return any("trn1" in value for value in scan.strings)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
