@@ -35,7 +35,7 @@ from typing import Iterable
 
 from neuron_migrate.engine.cache import digest
 from neuron_migrate.engine.inputs import head, infrastructure, readme
-from neuron_migrate.engine.shared import HELPER_USE, HELPERS_HEADER, HELPERS_IMPORT, HELPERS_MODULE, RATE_TRACKER_DOC
+from neuron_migrate.engine.shared import HELPERS_HEADER, HELPERS_IMPORT, HELPERS_MODULE, RATE_TRACKER_DOC, uses_helpers
 from neuron_migrate.project_facts import (GPU, INF1, INF2, MAIN_BLOCK, NAMES, NEURON, SET_ASIDE, TPU, TRN1,
                                           FileProject)
 
@@ -73,6 +73,7 @@ _KEYED_INSTANCE = re.compile(
     r"""(?:^[ \t]*(?:-[ \t]+|export[ \t]+)?["']?|[{,][ \t]*"|--)[\w./]*?instance[-_]?types?["']?(?:[ \t]*[:=])?"""
     r"""[\s"'\[-]*(?:ml\.)?(inf1|inf2|trn1n?|trn2|trn3)\.(?:\d*x?large|metal)\b""", re.I | re.M)
 _TRAINS = re.compile(r"\.backward\(|\boptimizer_step\(|\boptimizer\.step\(")
+_TRAIN_WORDS = (".backward(", "optimizer_step(", "optimizer.step(")  # what _TRAINS needs, looked for first
 _INSTANCE_TARGET = {"inf1": INF1, "inf2": INF2, "trn1": TRN1, "trn1n": TRN1, "trn2": NEURON, "trn3": NEURON}
 _FAMILY_TARGET = {"inferentia1": INF1, "inferentia2": INF2, "trainium1": TRN1, "trainium2": NEURON,
                   "trainium3": NEURON}
@@ -120,6 +121,7 @@ _README_TARGETS = {"tpu": TPU, "inf1": INF1, "inf2": INF2, "trn1": TRN1, "infere
 # that moves to neuron is theirs)
 LEGACY_VENV = re.compile(r"(?<![\w/])/opt/aws_neuronx_venv_pytorch_(\d+)_(\d+)\w*")
 _SETS_ENVIRONMENT = re.compile(r"\b(?:framework_version|pytorch_version|image_uri)\s*=|\bTorchXLAConfig\b")
+_ENVIRONMENT_WORDS = ("framework_version", "pytorch_version", "image_uri", "TorchXLAConfig")
 # a file that turns a bfloat16 switch of torch_xla on: `XLA_USE_BF16=1` (export, ENV, a launch line),
 # `os.environ["XLA_USE_BF16"] = "1"` (also with a notebook's escaped quotes); the value is read after it
 BF16_SWITCHES = ("XLA_USE_BF16", "XLA_DOWNCAST_BF16")  # environment.toml's `bf16` entries (tests/test_project.py)
@@ -315,7 +317,8 @@ class Project:
         # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
         joined = "\n".join(code)
         # ... or a notebook activates a DLAMI venv (`!source /opt/aws_neuronx_venv_.../bin/activate`, a `%%bash` cell)
-        module.sets_environment = _SETS_ENVIRONMENT.search(joined) is not None or (
+        module.sets_environment = (any(word in joined for word in _ENVIRONMENT_WORDS)
+                                   and _SETS_ENVIRONMENT.search(joined) is not None) or (
             kind == "notebook" and "aws_neuronx_venv" in text and LEGACY_VENV.search(text) is not None)
         if "PJRT_DEVICE" in joined and PJRT_TPU.search(joined) and not PJRT_NEURON.search(joined):
             module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
@@ -691,7 +694,7 @@ class Project:
                       if f is not module and "init_process_group(" in self._text(f.full)), None) \
             if module.entry and "spawn" in text else None
         shared = self._rate_tracker_from(module, programs) if moving and "RateTracker" in text else None
-        helpers = self._shared_helpers(module) if moving and HELPER_USE.search(text) else None
+        helpers = self._shared_helpers(module) if moving and uses_helpers(text) else None
         compiled = tuple(sorted({attr for edge in module.edges if edge in self.modules
                                  for attr in self.modules[edge].compiled_steps})) if "eager_mode" in text else ()
         return FileProject(target if held else None, tuple(dict.fromkeys(evidence)) if held else (),
@@ -743,7 +746,7 @@ class Project:
                     reaching.setdefault(f.full, []).append(p)
         # the modules of the folder only its own moving scripts run (a base class the scripts import by its bare
         # name, as they would import the new module)
-        scripts = frozenset(full for full, programs in reaching.items() if HELPER_USE.search(self._text(full))
+        scripts = frozenset(full for full, programs in reaching.items() if uses_helpers(self._text(full))
                             and all(p.moving and os.path.dirname(p.entry.full) == folder for p in programs))
         given = any(folder == top or folder.startswith(top.rstrip(os.sep) + os.sep)
                     for top in self.tops if os.path.isdir(top))
@@ -847,7 +850,7 @@ class Project:
     # -- what the run asks -------------------------------------------------------------------------------------
     def _trains(self, files: Iterable[Module]) -> bool:
         """Whether a program's files train a model (a backward pass, an optimizer step)."""
-        return any(_TRAINS.search(self._text(f.full)) for f in files)
+        return any(_trains(self._text(f.full)) for f in files)
 
     def _installs_for_held(self, full: str) -> FileProject | None:
         """A requirements file, pyproject, Dockerfile or launch script whose programs (those it launches, else those
@@ -1388,11 +1391,16 @@ def _beside_any_generation(text: str, start: int, end: int) -> bool:
     return bool(_ANY_GENERATION.search(text, max(left, 0), start) or _ANY_GENERATION.search(text, end, right))
 
 
+def _trains(text: str) -> bool:
+    return any(word in text for word in _TRAIN_WORDS) and _TRAINS.search(text) is not None
+
+
 def _readme_evidence(text: str, shown: str) -> tuple[bool, list[Evidence]]:
     """Whether a README names hardware, and the evidence it gives: exactly one target the native backend does not
     run on (TPU as `TPU v4` / `TPU VM`, or an Inf1 / Inf2 / Trn1 instance; Inf2 and Trn1 together, both the
     maintained XLA stack's), and neither Trn2 nor Trn3 (explicit Trn2 / Trn3 evidence beats Trn1's)."""
-    if _README_NATIVE.search(text):
+    lowered = text.lower()  # what _README_NATIVE needs first (`tra`: no other letter folds to these three)
+    if ("trn" in lowered or "tra" in lowered) and _README_NATIVE.search(text):
         return True, []
     found: dict[str, tuple[str, int]] = {}
     for m in _README_WORD.finditer(text):

@@ -33,6 +33,11 @@ NAMES = ("RateTracker", "print_training_update", "get_summary_writer", "write_to
 HELPER_USE = re.compile(r"(?<![\w.])\w+\.(?:RateTracker|print_training_update|get_summary_writer|write_to_summary"
                         r"|close_summary_writer)\(")
 HELPERS_IMPORT = re.compile(rf"^from[ \t]+{HELPERS_MODULE}[ \t]+import\b", re.M)
+
+
+def uses_helpers(text: str) -> bool:
+    """HELPER_USE found in `text`, its names looked for first (a plain substring search, in C)."""
+    return any(f"{name}(" in text for name in NAMES) and HELPER_USE.search(text) is not None
 _IMPORT = re.compile(rf"^from[ \t]+{HELPERS_MODULE}[ \t]+import[ \t]+(?:\(([^)]*)\)|([^\n#;]*))", re.M)
 _DEFINED = re.compile(r"^(?:class|def)[ \t]+(\w+)", re.M)
 
