@@ -294,14 +294,14 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
         out.echo(reports.github_annotations(findings, errors, sources, libraries))
     else:
         lines: dict[tuple[str, int | None], list[str] | None] = {}  # the source lines of each file (or cell)
-        for f in findings:
-            out.echo(finding_line(f, style))
+        for f in findings:  # one write a finding, its frame and the blank line after it
+            block = [finding_line(f, style)]
             if fmt == "full":
                 if (f.path, f.cell) not in lines:
                     lines[f.path, f.cell] = source_lines(sources.data(f.path), f.cell)
-                for line in code_frame(f, lines[f.path, f.cell], style):
-                    out.echo(line)
-                out.echo()
+                block += code_frame(f, lines[f.path, f.cell], style)
+                block.append("")
+            out.echo("\n".join(block))
     for library in libraries if fmt in ("full", "concise") and not statistics else ():
         out.echo(library_line(library))
     text = fmt in ("full", "concise")
