@@ -356,10 +356,14 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
         whole = same_arms(new) is not None
         if whole and same_arms(old) is not None:
             continue  # arms that were the same already stay so
-        old_codes = [_code(cst.Module(body=list(getattr(b, "body", ())))) for b in if_arms(old) or
-                     _tested_arms(old)]
-        joined = None if whole else merged_adjacent_arms(
-            new, lambda i: i + 1 < len(old_codes) and old_codes[i] != old_codes[i + 1])
+        old_codes: list[str] = []  # the old arms' code, made only where two new arms are the same
+
+        def differed(i: int, old=old, old_codes=old_codes) -> bool:
+            if not old_codes:
+                old_codes += [_code(cst.Module(body=list(getattr(b, "body", ())))) for b in if_arms(old) or
+                              _tested_arms(old)]
+            return i + 1 < len(old_codes) and old_codes[i] != old_codes[i + 1]
+        joined = None if whole else merged_adjacent_arms(new, differed)
         if not whole and joined is None:
             continue
         arms = if_arms(old) or []
