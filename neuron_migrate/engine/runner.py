@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import signal
@@ -142,13 +143,31 @@ def _process_chunk(args: tuple[list[tuple[Target, Settings]], bool]) -> list[Out
     return out
 
 
+# Python's cyclic collector looks at its youngest objects every 700 allocations by default. A file's trees are
+# hundreds of thousands of small objects that reference counting frees (they hold no cycles), so the files are
+# processed with a first threshold of 50,000: over the ecosystem's user code 3% less CPU for `check` and 6% for
+# `rewrite`, for 4-7 MB more peak memory (docs/performance.md).
+GC_THRESHOLD = (50_000, 20, 20)
+
+
+@contextlib.contextmanager
+def _fewer_collections():
+    old = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLD)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def _process_all(targets: list[tuple[Target, Settings]], known: dict[str, bytes], rewrite: bool,
                  jobs: int) -> Iterator[Outcome]:
     """Outcomes in the order of `targets` (each with the settings of its file), computed in `jobs` worker
     processes when that pays."""
     if jobs <= 1 or len(targets) < PARALLEL_THRESHOLD:
-        for target, settings in targets:
-            yield _process(target, settings, rewrite, known.get(target.path))
+        with _fewer_collections():
+            for target, settings in targets:
+                yield _process(target, settings, rewrite, known.get(target.path))
         return
     from concurrent.futures import ProcessPoolExecutor  # only here: its import costs a single-file run time
 
@@ -177,6 +196,7 @@ def _worker_start() -> None:
     """A worker leaves Ctrl-C to the parent (a terminal sends it to every process of the group): it neither
     prints a traceback of its own nor dies holding the lock of the queue the parent reads."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 def _stop(pool) -> None:
