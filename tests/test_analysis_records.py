@@ -94,10 +94,23 @@ def test_the_patching_sample_records_each_kind():
     assert [s.value for s in analysis.strings] == ['"barrier"', '"b"', "'single'", '"double"', '"""doc"""', "b'bytes'"]
 
 
-def test_an_analysis_that_replays_statements_records_nothing_and_the_walk_is_made():
+def test_an_analysis_that_replays_statements_records_them_as_a_walk_finds_them():
+    """The analysis of a fixed module replays the top-level statements the edits left as they were (`reuse`):
+    what the first analysis recorded of them joins what the new walk of the replaced ones finds, in file order."""
     module = parse_module(PATCHING)
     first = Analysis(module, record=True)
-    again = Analysis(module, reuse=first)
-    assert again.strings is again.attributes is again.attribute_assignments is again.setattr_names is None
-    assert patches._recorded(again) is None
-    assert len(patches.assignments(again)) == len(patches.assignments(first)) > 0
+    body = list(module.body)
+    body[3] = parse_module('setattr(torch, "load", xm.load)\n').body[0]  # `torch.save = xm.save` replaced
+    fixed = module.with_changes(body=body)
+    again = Analysis(fixed, reuse=first)
+    found = _Walk()
+    walk(fixed, found, tokens=False)
+    assert [id(n) for n in again.strings] == [id(n) for n in found.strings]
+    assert [id(n) for n in again.attributes] == [id(n) for n in found.attributes]
+    finder = patches._Assignments()
+    walk(fixed, finder, tokens=False)
+    assert sorted(map(_key, patches._recorded(again))) == sorted(map(_key, finder.found))
+    assert [t[1] if isinstance(t, tuple) else t.attr.value for t, _, _ in patches._recorded(again)] == \
+        ["load", "barrier"]
+    unrecorded = Analysis(fixed, reuse=Analysis(module))  # a first analysis that did not record: no replay
+    assert unrecorded.strings is not None and len(unrecorded.strings) == len(found.strings)

@@ -163,14 +163,16 @@ class Collector(cst.CSTVisitor):
         self._loops = 0
         self._wanted_types: dict[type, bool] = {}
         self.parents: dict[cst.CSTNode, cst.CSTNode | None] = {}
-        # top-level statement -> (what it did to the module scope, the slice of `scopes` it created)
-        self.contributions: dict[cst.CSTNode, tuple[list[tuple], tuple[int, int]]] = {}
+        # top-level statement -> (what it did to the module scope, the slice of `scopes` it created, the slices of
+        # the records below that it added)
+        self.contributions: dict[cst.CSTNode, tuple[list[tuple], tuple[int, int], tuple[tuple[int, ...], ...]]] = {}
         # what file facts read, found by this walk rather than one walk each (engine/facts.py, engine/patches.py):
         # every string literal, every attribute, every `a.b = ...` assignment and every `setattr` name, in file order
         self.strings: list[cst.SimpleString] = []
         self.attributes: list[cst.Attribute] = []
         self.attribute_assignments: list[cst.Assign] = []
         self.setattr_names: list[cst.Name] = []
+        self._first_records: tuple[int, ...] = (0, 0, 0, 0)  # their lengths where the current top-level statement began
 
     # -- generic walk -------------------------------------------------------------------------------------
     def on_visit(self, node: cst.CSTNode) -> bool:
@@ -253,7 +255,8 @@ class Collector(cst.CSTVisitor):
                 if leave is not None:
                     leave(self, node)
                 if top_level and record:
-                    self.contributions[node] = (self.module_scope.log, (self._first_scope, len(self.scopes)))
+                    self.contributions[node] = (self.module_scope.log, (self._first_scope, len(self.scopes)),
+                                                (self._first_records, self._records()))
                     self.module_scope.log = None
                 if role & STATEMENT:
                     statements.pop()
@@ -267,6 +270,7 @@ class Collector(cst.CSTVisitor):
             if top_level and record:
                 self.module_scope.log = []
                 self._first_scope = len(self.scopes)
+                self._first_records = self._records()
             if role & STATEMENT:
                 statements.append(node)
                 smalls.append(None)
@@ -301,9 +305,17 @@ class Collector(cst.CSTVisitor):
             for child in reversed(found):
                 stack.append((child, node, False))
 
+    def _records(self) -> tuple[int, ...]:
+        return len(self.strings), len(self.attributes), len(self.attribute_assignments), len(self.setattr_names)
+
     def _replay(self, statement: cst.CSTNode, reuse: Analysis) -> None:
-        log, (first, last) = reuse.contributions[statement]
+        log, (first, last), (starts, ends) = reuse.contributions[statement]
         self.module_scope.replay(log)
+        if reuse.strings is not None:  # the statement's records, in the order a walk finds them
+            for mine, theirs, start, end in zip(
+                    (self.strings, self.attributes, self.attribute_assignments, self.setattr_names),
+                    (reuse.strings, reuse.attributes, reuse.attribute_assignments, reuse.setattr_names), starts, ends):
+                mine += theirs[start:end]
         moved: dict[Scope, Scope] = {reuse.module_scope: self.module_scope}
         for old in reuse.scopes[first:last]:  # in creation order: a scope's parent comes before it
             new = dataclasses.replace(old, parent=moved.get(old.parent, old.parent))
@@ -560,9 +572,9 @@ class Analysis:
         self.module_scope = collector.module_scope
         self.occurrences = collector.occurrences
         self.contributions = collector.contributions
-        # what facts read instead of walking the module again (see Collector.strings); where `reuse` replayed
-        # statements they hold only the statements walked, so they are None then
-        complete = reuse is None
+        # what facts read instead of walking the module again (see Collector.strings); the statements `reuse`
+        # replayed add what it recorded of them, where it recorded
+        complete = reuse is None or reuse.strings is not None
         self.strings = collector.strings if complete else None
         self.attributes = collector.attributes if complete else None
         self.attribute_assignments = collector.attribute_assignments if complete else None
