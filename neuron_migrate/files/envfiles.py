@@ -17,7 +17,6 @@ from neuron_migrate.engine.project import LEGACY_VENV
 from neuron_migrate.engine.python import MARKER_CODE, MARKER_RE
 from neuron_migrate.findings import FileResult, Finding, FixSafety
 from neuron_migrate.pin.matrix import matrix
-from neuron_migrate.pin.plan import drives_tpu
 from neuron_migrate.policy import Decision, Policy, marked_above
 from neuron_migrate.rules.environment import code_for, command_table, env_pattern, env_table
 from neuron_migrate.settings import Settings
@@ -57,6 +56,8 @@ def process(path: str, data: bytes, settings: Settings, rewrite: bool, setting: 
     out: list[str] = []
     removed_at: set[int] = set()  # where in `out` a setting was removed with nothing left in its place
     continued = False
+    from neuron_migrate.pin.plan import drives_tpu  # here: the Python rules import this module (TRN1)
+
     tpu = drives_tpu(source.text)  # a TPU script's XLA variables are TPU's: only trn1 instance types are reported
     venv = _venv_program(source.text, settings, tpu)
     option = settings.project.bf16_option if settings.project is not None and kind == "shell" else None

@@ -15,7 +15,6 @@ import os
 import libcst as cst
 
 from neuron_migrate.engine.project import INSTANCE_TYPE
-from neuron_migrate.pin.dockerfile import image_problems
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.patterns import arg, string_value
@@ -76,6 +75,8 @@ class SageMakerContainer(Rule):
         value = string_value(uri.value) if uri is not None else None
         if not value or "neuron" not in value:
             return None
+        from neuron_migrate.pin.dockerfile import image_problems  # here: the Dockerfile handler's, loaded late
+
         problems = image_problems(value)
         return (uri, f"`image_uri` names the container `{value}`, which {' and '.join(problems)}") if problems else None
 
