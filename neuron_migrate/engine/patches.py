@@ -120,7 +120,8 @@ def _set(node: cst.Call, found: list) -> None:
 
 def _recorded(analysis: Analysis) -> list | None:
     """What `_Assignments` finds, from what the analysis's own walk recorded (assignments first, then `setattr`
-    calls: what reads them takes them as a set); None where the analysis replayed statements it did not walk."""
+    calls: what reads them takes them as a set); None where the analysis replayed statements of one that did not
+    record them."""
     if analysis.attribute_assignments is None or analysis.setattr_names is None:
         return None
     found: list = []
