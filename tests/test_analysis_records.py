@@ -70,15 +70,19 @@ def test_the_analysis_records_what_a_walk_of_the_tree_finds(name):
     module = _module(TEXTS[name])
     if module is None:
         return  # a fixture of bad input: the engine reports it before any analysis
-    analysis = Analysis(module)
+    _assert_as_walked(Analysis(module), module)
+
+
+def _assert_as_walked(analysis: Analysis, module: cst.Module) -> _Walk:
+    """The analysis's records of `module` are what a walk of their own finds (the walk is returned)."""
     found = _Walk()
     walk(module, found, tokens=False)
     assert [id(n) for n in analysis.strings] == [id(n) for n in found.strings]
     assert [id(n) for n in analysis.attributes] == [id(n) for n in found.attributes]
     finder = patches._Assignments()
     walk(module, finder, tokens=False)
-    recorded = patches._recorded(analysis)
-    assert sorted(map(_key, recorded)) == sorted(map(_key, finder.found))
+    assert sorted(map(_key, patches._recorded(analysis))) == sorted(map(_key, finder.found))
+    return found
 
 
 def _key(found) -> tuple:
@@ -103,13 +107,7 @@ def test_an_analysis_that_replays_statements_records_them_as_a_walk_finds_them()
     body[3] = parse_module('setattr(torch, "load", xm.load)\n').body[0]  # `torch.save = xm.save` replaced
     fixed = module.with_changes(body=body)
     again = Analysis(fixed, reuse=first)
-    found = _Walk()
-    walk(fixed, found, tokens=False)
-    assert [id(n) for n in again.strings] == [id(n) for n in found.strings]
-    assert [id(n) for n in again.attributes] == [id(n) for n in found.attributes]
-    finder = patches._Assignments()
-    walk(fixed, finder, tokens=False)
-    assert sorted(map(_key, patches._recorded(again))) == sorted(map(_key, finder.found))
+    found = _assert_as_walked(again, fixed)
     assert [t[1] if isinstance(t, tuple) else t.attr.value for t, _, _ in patches._recorded(again)] == \
         ["load", "barrier"]
     unrecorded = Analysis(fixed, reuse=Analysis(module))  # a first analysis that did not record: no replay

@@ -125,14 +125,10 @@ def test_the_tree_filter_changes_no_note_of_a_set_aside_program(monkeypatch):
         noted += path.startswith("note-") and bool(found)
     assert noted == len(NOTE_CASES)  # each case is a note: the predicates are not vacuous
     for i, text in enumerate(NOTE_LOOK_ALIKES):
-        assert active_with(text, NOTES), "the byte pre-filter passes it on"
+        assert engine.active_rules(text.encode(), NOTES, "x.py"), "the byte pre-filter passes it on"
         with monkeypatch.context() as m:
             m.setattr(engine, "parse", _no_libcst)
             assert engine.process_python(f"note-look-alike-{i}.py", text.encode(), NOTES, False).findings == []
-
-
-def active_with(text: str, settings: Settings) -> list:
-    return engine.active_rules(text.encode(), settings, "x.py")
 
 
 def _no_libcst(*args, **kwargs):
