@@ -13,10 +13,12 @@ import os
 import zipfile
 from pathlib import Path
 
+import libcst as cst
 import pytest
 
-from neuron_migrate.engine import lean
+from neuron_migrate.engine import facts, lean
 from neuron_migrate.engine import python as engine
+from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.sources import SourceError
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
@@ -144,8 +146,9 @@ def main():
 
 
 def test_cold_definitions_are_stand_ins_on_their_own_lines():
-    lean_source = lean.lean_text(SOURCE, ast.parse(SOURCE), ("spawn", "xla_device"))
-    assert lean_source is not None
+    found = lean.lean_text(SOURCE, ast.parse(SOURCE), ("spawn", "xla_device"))
+    assert found is not None
+    lean_source = found.text
     before, after = SOURCE.splitlines(), lean_source.splitlines()
     assert len(before) == len(after)
     changed = {i + 1: line for i, (old, line) in enumerate(zip(before, after)) if old != line}
@@ -166,3 +169,88 @@ def test_a_file_without_definitions_or_with_only_hot_ones_is_parsed_whole():
     assert lean.lean_text("import torch_xla\nx = 1\n", ast.parse("import torch_xla\nx = 1\n"), ()) is None
     hot = "import torch_xla.core.xla_model as xm\n\ndef f():\n    xm.mark_step()\n"
     assert lean.lean_text(hot, ast.parse(hot), ("mark_step",)) is None
+
+
+# -- the file's quote style: the literals of the code left out count too ----------------------------------
+
+def _quote_counts(module) -> tuple[int, int]:
+    """facts.quote's count over a LibCST tree, of the literals the analysis records: those opening with ' and with
+    " (not \"\"\")."""
+    counts = [0, 0]
+    for node in Analysis(module, record=True).strings:
+        if node.quote != '"""':
+            counts[node.quote[0] == '"'] += 1
+    return counts[0], counts[1]
+
+
+def _assert_counted_as_whole(text: str) -> bool:
+    """The lean tree's literals and the left-out tally add up to the whole tree's; True where code was left out."""
+    found = lean.lean_text(text, ast.parse(text), ())  # no needle but the backend words: the most is left out
+    if found is None:
+        return False
+    whole, kept = _quote_counts(cst.parse_module(text)), _quote_counts(cst.parse_module(found.text))
+    assert (kept[0] + found.quotes[0], kept[1] + found.quotes[1]) == whole
+    return True
+
+
+QUOTED = '''\
+import torch_xla.core.xla_model as xm
+
+
+def device():
+    return xm.xla_device()
+
+
+def labels(a):
+    names = {'train': 1, 'eval': 2, rb'raw\\'s': 3, u'uni': 4}
+    joined = ('one' "two"  # a comment between the parts
+              'three' \\
+              f"four{a}" 'five')
+    doc = \'\'\'it's here\'\'\'
+    return 'é' + "ü", names, joined, doc
+
+
+def documented():
+    """Docstrings say nothing of the style."""
+    return f"{a!r:>10}"
+
+
+def nested(a):
+    return f"{a['key']}" + 'x'
+'''
+
+
+def test_the_literals_left_out_are_counted_as_libcst_counts_them():
+    found = lean.lean_text(QUOTED, ast.parse(QUOTED), ())
+    assert found is not None
+    assert "def labels(): pass" in found.text and "def documented(): pass" in found.text
+    # the f-string whose braces hold a literal stays for LibCST to count: the tally could not vouch for it
+    assert "def nested(): pass" not in found.text
+    assert found.quotes == (9, 2)
+    assert _assert_counted_as_whole(QUOTED)
+
+
+def test_the_quote_fact_reads_the_whole_file_under_the_lean_parse(monkeypatch):
+    # most of the file's literals are in a function the lean parse leaves out; the code it keeps prefers `"`
+    source = QUOTED + '\nLABELS = ("a", "b", "c", "d")\ndevice()\n'
+    seen = []
+    compute = facts._FACTS["quote"]
+    monkeypatch.setitem(facts._FACTS, "quote", lambda ctx: seen.append((ctx.module.code, compute(ctx))) or seen[-1][1])
+    for on in (True, False):
+        monkeypatch.setattr(lean, "ENABLED", on)
+        engine.process_python("m.py", source.encode(), Settings(), False)
+    (lean_code, lean_quote), (whole_code, whole_quote) = seen
+    assert "def labels(): pass" in lean_code and whole_code == source
+    assert lean_quote == whole_quote == "'"
+
+
+def test_fixtures_and_stdlib_literals_count_as_the_whole_tree():
+    left_out = 0
+    for path in CASES + EXAMPLES + stdlib_sample():
+        try:
+            text = path.read_bytes().decode("utf-8")
+            ast.parse(text)
+        except (UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        left_out += _assert_counted_as_whole(text)
+    assert left_out >= 50

@@ -88,6 +88,8 @@ class FileContext:
     handled: set[cst.CSTNode] = field(default_factory=set)  # nodes some rule reported on (NM199 skips them)
     suppressions: Suppressions = field(default_factory=Suppressions)
     may_suppress: bool = True  # False when the file holds no suppression comment (MAY_SUPPRESS): skip the lookups
+    # how many string literals of the code a lean tree leaves out open with ' and with " (engine/lean.py)
+    left_out_quotes: tuple[int, int] = (0, 0)
     # every edit, in order, with the decision it fixes (the latest one reported; -1 before any): one edit that
     # fails is dropped with its decision's other edits, and the rest of the file is still fixed
     journal: list[tuple[int, str, cst.CSTNode, object]] = field(default_factory=list)

@@ -122,8 +122,9 @@ def inferentia1(ctx: FileContext) -> bool:
 
 @fact
 def quote(ctx: FileContext) -> str:
-    """The quote character the file prefers for new string literals."""
-    counts = {"'": 0, '"': 0}
+    """The quote character the file prefers for new string literals (the literals of the whole file: a lean tree's
+    count is completed by what engine/lean.py counted in the code it left out)."""
+    counts = {"'": ctx.left_out_quotes[0], '"': ctx.left_out_quotes[1]}
     for node in ctx.analysis.strings:  # string literals: apostrophes in comments and text say nothing
         quote = node.quote  # `"""` says nothing (docstrings have it whatever the file's style); `'''` does
         if quote != '"""':

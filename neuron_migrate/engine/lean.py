@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import os
 import re
+from typing import NamedTuple
 
 from neuron_migrate.suppress import MAY_SUPPRESS_TEXT
 
@@ -49,6 +50,14 @@ _DECLARATIONS = (ast.Global, ast.Nonlocal)
 MIN_SHARE = 0.25
 
 
+class Lean(NamedTuple):
+    """The text LibCST parses, and how many string literals of the code it leaves out open with `'` and with `"`
+    (facts.quote counts the file's literals; the stand-ins hold none)."""
+
+    text: str
+    quotes: tuple[int, int]
+
+
 class _Unit:
     __slots__ = ("node", "first", "last", "names", "refs", "binds", "defines", "hot", "parent", "children")
 
@@ -62,7 +71,7 @@ class _Unit:
         self.children: list[_Unit] = []
 
 
-def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> str | None:
+def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> Lean | None:
     """`text` with its cold functions and classes replaced by stand-ins; None where nothing is replaced. `tree`,
     Python's tree of `text`, is changed in place to stand for the lean text where positions.py reads it (the
     replaced statements' first lines, no decorators), which saves parsing the lean text again."""
@@ -88,8 +97,16 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> str | No
             if not unit.hot and ((unit.names & hot_binds) or (unit.defines is not None and unit.defines in hot_refs)):
                 _heat(unit, hot_binds, hot_refs, lines, needles)
                 changed = True
-    cold = [u for u in units if not u.hot and isinstance(u.node, _DEFS) and (u.parent is None or u.parent.hot)
-            and _replaceable(u, lines)]
+    cold = []
+    quotes = [0, 0]
+    for unit in units:
+        if not unit.hot and isinstance(unit.node, _DEFS) and (unit.parent is None or unit.parent.hot) \
+                and _replaceable(unit, lines):
+            tally = _quote_tally(unit.node, lines)
+            if tally is not None:  # else kept: LibCST counts the literals its f-strings hold
+                cold.append(unit)
+                quotes[0] += tally[0]
+                quotes[1] += tally[1]
     if not cold:
         return None
     out = list(lines)
@@ -108,7 +125,80 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> str | No
         node = unit.node
         node.decorator_list = []
         node.lineno = node.end_lineno = unit.first
-    return "".join(out)
+    return Lean("".join(out), (quotes[0], quotes[1]))
+
+
+# The rest of a string literal after its opening quote, to its closing one: each character matched one way only.
+_STRING_REST = {
+    "'": re.compile(r"(?:[^'\\]|\\.)*'", re.S),
+    '"': re.compile(r'(?:[^"\\]|\\.)*"', re.S),
+    "'''": re.compile(r"(?:[^'\\]|\\.|'(?!''))*'''", re.S),
+    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"""', re.S),
+}
+_STRING_OPEN = re.compile(r"""[A-Za-z]{0,2}('''|\"\"\"|'|")""")
+_BETWEEN = re.compile(r"(?:[ \t\f\r\n\\]|#[^\r\n]*)*")  # what may stand between two literals joined implicitly
+
+
+def _quote_tally(node: ast.AST, lines: list[str]) -> tuple[int, int] | None:
+    """How many string literals `node` holds that open with `'` and with `"`, counted as facts.quote counts
+    LibCST's: each literal of an implicit concatenation, not f-strings, not `\"\"\"` (docstrings have it whatever
+    the file's style). None where the braces of an f-string hold a literal (LibCST counts those)."""
+    single = double = 0
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        kind = type(current)
+        if kind is ast.JoinedStr:
+            for part in current.values:
+                if type(part) is ast.FormattedValue and any(
+                        type(n) is ast.JoinedStr or (type(n) is ast.Constant and isinstance(n.value, (str, bytes)))
+                        for n in ast.walk(part.value)):
+                    return None
+        elif kind is not ast.Constant or not isinstance(current.value, (str, bytes)):
+            stack.extend(ast.iter_child_nodes(current))
+            continue
+        pieces = _pieces(_segment(current, lines))
+        if pieces is None:
+            return None
+        for prefix, quote in pieces:
+            if "f" not in prefix and "F" not in prefix and quote != '"""':
+                if quote[0] == "'":
+                    single += 1
+                else:
+                    double += 1
+    return single, double
+
+
+def _segment(node: ast.expr, lines: list[str]) -> str:
+    """The source text of an expression (ast's columns count UTF-8 bytes)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    start, end = _column(lines[first], node.col_offset), _column(lines[last], node.end_col_offset)
+    if first == last:
+        return lines[first][start:end]
+    return lines[first][start:] + "".join(lines[first + 1:last]) + lines[last][:end]
+
+
+def _column(line: str, offset: int) -> int:
+    return offset if line.isascii() else len(line.encode("utf-8")[:offset].decode("utf-8", "replace"))
+
+
+def _pieces(text: str) -> list[tuple[str, str]] | None:
+    """(prefix, opening quote) of each literal of `text`, string literals joined implicitly; None where the text
+    reads otherwise."""
+    out = []
+    at = 0
+    while True:
+        opening = _STRING_OPEN.match(text, at)
+        if opening is None:
+            return None
+        quote = opening.group(1)
+        rest = _STRING_REST[quote].match(text, opening.end())
+        if rest is None:
+            return None
+        out.append((text[at:opening.start(1)], quote))
+        at = _BETWEEN.match(text, rest.end()).end()
+        if at >= len(text):
+            return out
 
 
 def _candidate_lines(body: list[ast.stmt], lines: list[str], needles: tuple[str, ...]) -> int:

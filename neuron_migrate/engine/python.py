@@ -61,20 +61,23 @@ def _flags() -> int:
 
 # -- the pipeline ------------------------------------------------------------------------------------------
 
-def parse(source: Source, needles: tuple[str, ...] | None = None, tree: ast.Module | None = None) -> cst.Module:
+def parse(source: Source, needles: tuple[str, ...] | None = None,
+          tree: ast.Module | None = None) -> tuple[cst.Module, tuple[int, int]]:
     """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms). Python parses
     first: its message is the one users know, and its statement lines are what findings are placed by.
 
     With `needles` (`check`: the file is only read), the tree is the lean one (engine/lean.py): the functions and
     classes that cannot hold a finding are stand-ins, every other statement at its own line and column. `tree` is
-    Python's tree of the file where the caller has it already."""
+    Python's tree of the file where the caller has it already. Returned with the tree: how many string literals
+    of the code it leaves out open with `'` and with `"` (facts.quote)."""
     if tree is None:
         tree = _python_tree(source.text)
     text = source.text
+    left_out = (0, 0)
     if needles is not None:
         lean = lean_text(text, tree, needles)
         if lean is not None:
-            text = lean  # `tree` now stands for it
+            text, left_out = lean  # `tree` now stands for it
     try:
         module = parse_module(text)
     except cst.ParserSyntaxError as exc:
@@ -82,7 +85,7 @@ def parse(source: Source, needles: tuple[str, ...] | None = None, tree: ast.Modu
                           f"this valid Python ({exc.message.splitlines()[0]}); the file was left alone. Please report "
                           f"it at {ISSUES_URL}") from None
     positions.remember(module, text, tree)  # findings are placed by Python's statement lines
-    return module
+    return module, left_out
 
 
 def _python_tree(text: str) -> ast.Module:
@@ -170,9 +173,10 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 _python_accepts(source.text)  # nothing to write; what Python refuses to compile is still reported
             return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
-        module = parse(source, None if rewrite else lean_needles(rules), tree)
+        module, left_out = parse(source, None if rewrite else lean_needles(rules), tree)
         renderer = Renderer()
-        new_text = transform(path, source, module, rules, step, settings, rewrite, result, may_suppress, renderer)
+        new_text = transform(path, source, module, rules, step, settings, rewrite, result, may_suppress, renderer,
+                             left_out)
         if not rewrite:
             return result
         try:
@@ -191,13 +195,14 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
 
 def transform(path: str, source: Source, module: cst.Module, rules: list[type[Rule]], step: bool,
               settings: Settings, rewrite: bool, result: FileResult, may_suppress: bool,
-              renderer: Renderer) -> str | None:
-    """Decide, then apply the fixes. Returns the new text where `rewrite` asks for it (None: nothing to write)."""
+              renderer: Renderer, left_out: tuple[int, int] = (0, 0)) -> str | None:
+    """Decide, then apply the fixes. Returns the new text where `rewrite` asks for it (None: nothing to write).
+    `left_out`: the quotes of the string literals a lean `module` leaves out (see `parse`)."""
     wanted = {t for r in rules for t in r.node_types()}
     if step:
         wanted.update(leftovers.NODE_TYPES)
     analysis = Analysis(module, wanted=tuple(wanted), record=True)
-    ctx = FileContext(path, source, module, analysis, settings, may_suppress=may_suppress)
+    ctx = FileContext(path, source, module, analysis, settings, may_suppress=may_suppress, left_out_quotes=left_out)
     decide(ctx, rules, step)
     result.files_read.update(ctx.files_read)
     new_text = None
