@@ -7,9 +7,10 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from neuron_migrate.engine import handlers
-from neuron_migrate.files.notebook import _logical_starts
+from neuron_migrate.files.notebook import MAGIC_LINE, Cell, _logical_starts, _mask, lines_of
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, cli
 
@@ -141,6 +142,65 @@ def test_a_cell_that_python_3_11_refuses_but_ipython_runs_is_not_a_warning(tmp_p
 def test_magic_detection_follows_logical_lines():
     lines = ["x = (a\n", "% b)\n", "s = '''\n", "!not a shell line\n", "'''\n", "!ls\n", "y = 1 + \\\n", "%2\n"]
     assert _logical_starts(lines) == [True, False, True, False, False, True, True, False]
+
+
+def _starts_one_character_at_a_time(lines: list[str]) -> list[bool]:
+    """What `_logical_starts` answers, read the plain way: every character in turn."""
+    out = []
+    depth, quote, continued = 0, "", False
+    for line in lines:
+        starts = depth == 0 and not quote and not continued
+        out.append(starts)
+        if (starts or continued == "magic") and (continued == "magic" or MAGIC_LINE.match(line)):
+            continued = "magic" if line.rstrip("\r\n").endswith("\\") else False
+            continue
+        continued = False
+        i = 0
+        while i < len(line):
+            c = line[i]
+            if quote:
+                if c == "\\":
+                    i += 2
+                    continue
+                if line.startswith(quote, i):
+                    i += len(quote)
+                    quote = ""
+                    continue
+            elif c == "#":
+                break
+            elif c in "\"'":
+                quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else c
+                i += len(quote)
+                continue
+            elif c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth = max(0, depth - 1)
+            elif c == "\\" and not line[i + 1:].strip():
+                continued = True
+            i += 1
+        if len(quote) == 1:
+            quote = ""
+    return out
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.text(alphabet="ab =#'\"()[]{}\\%!?\n\r\t", max_size=80))
+def test_logical_starts_jump_to_what_matters_and_agree_with_reading_every_character(text):
+    lines = lines_of(text)
+    assert _logical_starts(lines) == _starts_one_character_at_a_time(lines)
+
+
+def test_a_cell_without_ipython_lines_is_its_own_mask():
+    cell = Cell(1, "x = 1  # 100%\nif a != b:\n    print('!')\n", (0, 0))
+    cell.text = cell.source
+    assert _mask(cell) == cell.text and not cell.placeholders
+    magic = Cell(1, "x = 1\n!ls \\\n  -l\ny = (1,\n%2)\n", (0, 0))
+    magic.text = magic.source
+    masked = _mask(magic)
+    assert masked.count("\n") == magic.text.count("\n") and len(magic.placeholders) == 1
+    assert masked.splitlines()[0] == "x = 1" and masked.splitlines()[1].startswith("pass  # @@@")
+    assert masked.splitlines()[3:] == ["y = (1,", "%2)"]  # inside brackets: Python's modulo, kept
 
 
 # -- notebooks as IPython reads them ------------------------------------------------------------------------

@@ -53,6 +53,10 @@ TREE_FILTER = os.environ.get("NEURON_MIGRATE_TREE_FILTER", "1") != "0"
 
 # Code IPython runs (notebook cells) may `await` at the top level; the notebook handler sets this around its call.
 TOP_LEVEL_AWAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("top_level_await", default=False)
+# LibCST's trees by the text parsed, where a caller decides one file more than once (handlers._held: a set-aside
+# file's platform notes, then whether it would report more); `check` only reads a tree, so the passes can share it.
+SHARED_TREES: contextvars.ContextVar[dict[str, cst.Module] | None] = contextvars.ContextVar("shared_trees",
+                                                                                           default=None)
 
 
 def _flags() -> int:
@@ -78,12 +82,17 @@ def parse(source: Source, needles: tuple[str, ...] | None = None,
         lean = lean_text(text, tree, needles)
         if lean is not None:
             text, left_out = lean  # `tree` now stands for it
-    try:
-        module = parse_module(text)
-    except cst.ParserSyntaxError as exc:
-        raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot read "
-                          f"this valid Python ({exc.message.splitlines()[0]}); the file was left alone. Please report "
-                          f"it at {ISSUES_URL}") from None
+    shared = SHARED_TREES.get() if needles is not None else None
+    module = shared.get(text) if shared is not None else None
+    if module is None:
+        try:
+            module = parse_module(text)
+        except cst.ParserSyntaxError as exc:
+            raise SourceError(f"line {exc.raw_line}:{exc.raw_column + 1}: the rewriting parser (LibCST) cannot "
+                              f"read this valid Python ({exc.message.splitlines()[0]}); the file was left alone. "
+                              f"Please report it at {ISSUES_URL}") from None
+        if shared is not None:
+            shared[text] = module
     positions.remember(module, text, tree)  # findings are placed by Python's statement lines
     return module, left_out
 
@@ -396,7 +405,7 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
     merged = apply(module, edits, None, made)
     if merged is module:
         return module
-    after = Analysis(merged)
+    after = Analysis(merged, reuse=analysis)  # the statements no edit touched are replayed, not walked
     before = set(_unread_locals(analysis))
     for _ in range(3):  # `is_pt21 = version.parse(...) >= ...`, read only by the tests gone, goes too
         stale = {key for where, key in _unread_locals(after).items() if where not in before}
@@ -406,11 +415,11 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
         if gone is None:
             return module
         merged = apply(merged, EditSet(remove=gone), None, made)
-        after = Analysis(merged)
+        after = Analysis(merged, reuse=analysis)
     else:
         return module
     orphaned = imports.orphaned_bindings(analysis, after)
-    lost = imports.read_aliases(Analysis(module)) - imports.read_aliases(after)
+    lost = imports.read_aliases(Analysis(module, reuse=analysis)) - imports.read_aliases(after)
     if lost - {id(b.alias) for b in orphaned}:
         return module  # an import the tests read would stay unread (`xm` of a kept `try: import ...` guard)
     if orphaned:
@@ -452,7 +461,7 @@ def _drop_dead_definitions(ctx: FileContext, analysis: Analysis, module: cst.Mod
     # module of the project imports
     shared = not ctx.facts.program or (project is not None and project.imported_by is not None)
     for _ in range(6):  # a helper, or a variable, only a dead function read is dead in turn
-        after = Analysis(module)
+        after = Analysis(module, reuse=analysis)  # the statements no edit touched are replayed
         exported = imports._exported(module)
         dead: set[cst.CSTNode] = set()
         subjects: dict[int, set[str]] = {}  # id of a dead statement's block -> the words of what went there

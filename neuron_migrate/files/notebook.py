@@ -508,8 +508,10 @@ def _join(cells: list[Cell]) -> str:
 def _mask(cell: Cell) -> str:
     """The cell's code with every IPython-only logical line replaced by a `pass` placeholder of the same
     indentation, and the physical lines it continues on by comments: the line count stays."""
-    out = []
     lines = lines_of(cell.text)
+    if not any(MAGIC_LINE.match(line) for line in lines):
+        return "".join(lines)  # most cells: nothing to mask, and no need to know where logical lines start
+    out = []
     starts = _logical_starts(lines)
     n = 0
     while n < len(lines):
@@ -551,6 +553,11 @@ def _without_newline(text: str) -> str:
     return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith(("\n", "\r")) else text
 
 
+# The characters `_logical_starts` acts on, outside a string and inside one opened by each quote.
+_OUTSIDE = re.compile(r"[#'\"()\[\]{}\\]")
+_IN_STRING = {"'": re.compile(r"['\\]"), '"': re.compile(r'["\\]')}
+
+
 def _logical_starts(lines: list[str]) -> list[bool]:
     """For each line, whether it begins a new logical line (not inside brackets, a string or a continuation).
     An IPython line (`!cmd`, `%magic`) continues while its lines end with a backslash, as IPython reads it."""
@@ -564,7 +571,11 @@ def _logical_starts(lines: list[str]) -> list[bool]:
             continue
         continued = False
         i = 0
-        while i < len(line):
+        while True:  # from one character that matters to the next
+            found = (_IN_STRING[quote[0]] if quote else _OUTSIDE).search(line, i)
+            if found is None:
+                break
+            i = found.start()
             c = line[i]
             if quote:
                 if c == "\\":
