@@ -380,6 +380,46 @@ def test_a_program_set_aside_without_xla_imports_is_told_when_it_would_change(tm
     assert {(os.path.basename(f.path), f.code) for f in result.findings} == {("tune_on_inf2.ipynb", "NM521")}
 
 
+INF2_SERVE = ("from optimum.neuron import NeuronModelForCausalLM\n\n"
+              "if __name__ == '__main__':\n    model = NeuronModelForCausalLM.from_pretrained('gpt2', export=True)\n")
+
+
+def test_a_set_aside_files_two_passes_read_one_tree(tmp_path, monkeypatch):
+    """A set-aside entry is decided for its platform's notes, then for whether it would report more: LibCST
+    parses each text once for both (python.SHARED_TREES), and the findings are those of two separate parses."""
+    from neuron_migrate.engine import python
+
+    (tmp_path / "README.md").write_text("Compile the model for inf2.xlarge.\n")
+    (tmp_path / "serve.py").write_text(INF2_SERVE)
+    parsed: list[str] = []
+    parse_module = python.parse_module
+    monkeypatch.setattr(python, "parse_module", lambda text: parsed.append(text) or parse_module(text))
+
+    def findings():
+        return sorted((f.line, f.col, f.code, f.message) for f in run([str(tmp_path)], Settings(), rewrite=False,
+                                                                      jobs=1).findings)
+
+    shared = findings()
+    assert {code for _, _, code, _ in shared} == {"NM510"}  # the note, and nothing would change: no NM521
+    assert parsed and len(parsed) == len(set(parsed))
+    once = len(parsed)
+
+    class Unshared:  # every pass parses for itself
+        def get(self):
+            return None
+
+        def set(self, _value):
+            return None
+
+        def reset(self, _token):
+            pass
+
+    monkeypatch.setattr(python, "SHARED_TREES", Unshared())
+    parsed.clear()
+    assert findings() == shared
+    assert len(parsed) > once
+
+
 @pytest.mark.parametrize("files, target, conflict", [
     # a Trn2 project whose README compares with Trn1 prices: the launch script's instance decides
     ({"README.md": "About 30% cheaper than on trn1.32xlarge.\n", "run.sh": "python train.py --instance trn2\n"},

@@ -19,8 +19,11 @@ classes); a class with a hot method is kept, its cold methods still replaced. A 
   read the definition a call names, and follow values into its parameters), or passes it to a call as an
   attribute (`torch_xla.compile(self.step_fn)`: a method of that name).
 
-Only `def` and `class` statements are ever replaced; everything else is kept as written. `rewrite` parses the
-whole file (it renders it). `tests/test_lean.py` holds the findings of the lean parse equal to the whole parse's
+Only `def` and `class` statements are ever replaced; everything else is kept as written. What the file's facts
+count over the whole file is completed for the code left out: the quote style (facts.quote) counts the string
+literals of each replaced definition, read from Python's tree and the text (`_quote_tally`); a definition whose
+f-strings hold literals inside their braces is kept, for LibCST to count. `rewrite` parses the whole file (it
+renders it). `tests/test_lean.py` holds the findings of the lean parse equal to the whole parse's
 on every fixture, 150 standard-library modules and torch_xla's sources as plain code;
 `NEURON_MIGRATE_LEAN=0` turns it off.
 """
