@@ -15,6 +15,7 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from neuron_migrate.engine import facts, lean
 from neuron_migrate.engine import python as engine
@@ -254,3 +255,24 @@ def test_fixtures_and_stdlib_literals_count_as_the_whole_tree():
             continue
         left_out += _assert_counted_as_whole(text)
     assert left_out >= 50
+
+
+# -- which lines hold a needle: one pass over the text answers what a search of the lines' text would ------------
+
+# pieces of lines: backend words in several cases, letters and word parts around them, a non-ASCII letter (the
+# index reads ASCII text lower-cased, other text with the pattern itself) and the Kelvin sign, which folds to `k`
+PIECES = ["xla", "XLA", "Cuda", "tpus", "a", "Z", "_", "1", " ", ".", "(", "é", "\u212a", "neuron", "npu"]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(PIECES), max_size=6).map("".join), max_size=6),
+       st.lists(st.sampled_from(["xla", ".cuda(", "Neuron", "pu", "é", "a_"]), max_size=2),
+       st.sampled_from(["\n", "\r\n", "\r"]))
+def test_the_needle_index_answers_as_searching_the_lines(parts, needles, newline):
+    text = newline.join(parts) + newline
+    lines = lean.LINE.findall(text)
+    found = lean._Needles(text, lines, tuple(needles))
+    assert found.counts is not None
+    for first in range(1, len(lines) + 1):
+        for last in range(first, len(lines) + 1):
+            assert found.within(first, last) == lean._needle_in("".join(lines[first - 1:last]), tuple(needles))

@@ -31,6 +31,7 @@ on every fixture, 150 standard-library modules and torch_xla's sources as plain 
 from __future__ import annotations
 
 import ast
+import bisect
 import os
 import re
 from typing import NamedTuple
@@ -62,7 +63,7 @@ class Lean(NamedTuple):
 
 
 class _Unit:
-    __slots__ = ("node", "first", "last", "names", "refs", "binds", "defines", "hot", "parent", "children")
+    __slots__ = ("node", "first", "last", "names", "refs", "binds", "defines", "hot", "parent", "children", "steps")
 
     def __init__(self, node: ast.stmt, first: int, last: int, parent: _Unit | None) -> None:
         self.node, self.first, self.last, self.parent = node, first, last, parent
@@ -72,6 +73,7 @@ class _Unit:
         self.defines = node.name if isinstance(node, _DEFS) else None
         self.hot = False
         self.children: list[_Unit] = []
+        self.steps: list[_Step] = []  # its statements, for `_attribute_binds`
 
 
 def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> Lean | None:
@@ -81,7 +83,8 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> Lean | N
     if not ENABLED:
         return None
     lines = LINE.findall(text)
-    if _candidate_lines(tree.body, lines, needles) < MIN_SHARE * len(lines):
+    found = _Needles(text, lines, needles)
+    if _candidate_lines(tree.body, found) < MIN_SHARE * len(lines):
         return None  # too little to gain for the walks below (most definitions hold a needle themselves)
     units: list[_Unit] = []
     for node in tree.body:
@@ -91,14 +94,14 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> Lean | N
     hot_binds: set[str] = set()
     hot_refs: set[str] = set()
     for unit in units:
-        if _has_needle(unit, lines, needles):
-            _heat(unit, hot_binds, hot_refs, lines, needles)
+        if _has_needle(unit, lines, found):
+            _heat(unit, hot_binds, hot_refs, found)
     changed = True
     while changed:
         changed = False
         for unit in units:
             if not unit.hot and ((unit.names & hot_binds) or (unit.defines is not None and unit.defines in hot_refs)):
-                _heat(unit, hot_binds, hot_refs, lines, needles)
+                _heat(unit, hot_binds, hot_refs, found)
                 changed = True
     cold = []
     quotes = [0, 0]
@@ -204,7 +207,7 @@ def _pieces(text: str) -> list[tuple[str, str]] | None:
             return out
 
 
-def _candidate_lines(body: list[ast.stmt], lines: list[str], needles: tuple[str, ...]) -> int:
+def _candidate_lines(body: list[ast.stmt], found: _Needles) -> int:
     """How many lines the definitions without a needle of their own span: what the lean parse could replace at
     most (found from the text alone, before any walk)."""
     count = 0
@@ -212,10 +215,10 @@ def _candidate_lines(body: list[ast.stmt], lines: list[str], needles: tuple[str,
         if isinstance(node, _DEFS):
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             last = node.end_lineno or node.lineno
-            if not _needle_in("".join(lines[first - 1:last]), needles):
+            if not found.within(first, last):
                 count += last - first + 1
             elif isinstance(node, ast.ClassDef):
-                count += _candidate_lines(node.body, lines, needles)
+                count += _candidate_lines(node.body, found)
     return count
 
 
@@ -231,25 +234,57 @@ def _units(node: ast.stmt, parent: _Unit | None, out: list[_Unit], module_level:
                 methods.append(child)
     skip = set(map(id, methods))
     module_names = module_level and not isinstance(node, _DEFS)  # not locals, not class attributes
-    stack = [c for c in ast.iter_child_nodes(node) if id(c) not in skip]
     names, binds, refs = unit.names, unit.binds, unit.refs
     if unit.defines is not None:
         names.add(unit.defines)
         if module_level and not isinstance(node, ast.ClassDef):
             binds.add(unit.defines)  # a helper others call (an availability test)
+    # One walk of the unit's own code (its methods are units of their own) finds what it spells and reads, and
+    # what each of its statements does with names in its header (the code outside the statement's blocks and
+    # decorators): `_attribute_binds` follows values through those records when the unit turns hot.
+    steps = unit.steps
+    stack: list[tuple[ast.AST, _Step | None]] = [(node, None)]
     while stack:
-        current = stack.pop()
+        current, step = stack.pop()
         kind = type(current)
+        if isinstance(current, ast.stmt):
+            step = _Step(current)
+            steps.append(step)
+            for field in current._fields:
+                value = getattr(current, field, None)
+                inside = None if field in _BLOCKS or field == "decorator_list" else step
+                if type(value) is list:
+                    stack.extend((c, inside) for c in value if isinstance(c, ast.AST) and id(c) not in skip)
+                elif isinstance(value, ast.AST):
+                    stack.append((value, inside))
+            if current is node:
+                continue
+        else:
+            for field in current._fields:  # ast.iter_child_nodes, without its two generators
+                value = getattr(current, field, None)
+                if type(value) is list:
+                    stack.extend((c, step) for c in value if isinstance(c, ast.AST))
+                elif isinstance(value, ast.AST):
+                    stack.append((value, step))
         if kind is ast.Name:
             names.add(current.id)
             if type(current.ctx) is ast.Load:
                 refs.add(current.id)
-            elif module_names:
-                binds.add(current.id)
+                if step is not None:
+                    step.reads.add(current.id)
+            else:
+                if module_names:
+                    binds.add(current.id)
+                if step is not None:
+                    step.stored.add(current.id)
         elif kind is ast.Attribute:
             names.add(current.attr)
+            if step is not None and type(current.ctx) is not ast.Load:
+                step.attrs.add(current.attr)
         elif kind is ast.arg:
             names.add(current.arg)
+            if step is not None:
+                step.stored.add(current.arg)
         elif kind is ast.alias:
             bound = current.asname or current.name.split(".")[0]
             names.add(bound)
@@ -261,87 +296,131 @@ def _units(node: ast.stmt, parent: _Unit | None, out: list[_Unit], module_level:
         elif kind is ast.Call:
             # a bound method passed on (`torch_xla.compile(self.step_fn)`): rules read the method it names
             refs.update(a.attr for a in current.args if type(a) is ast.Attribute)
+            if step is not None and type(current.func) is ast.Name:  # a class called by its name
+                step.attrs.update(k.arg for k in current.keywords if k.arg)
         elif kind in _SCOPE_CHANGERS and (unit.defines is not None or kind in _DECLARATIONS):
             unit.hot = None  # a mark for _has_needle: always hot
         elif kind in _DEFS:
             names.add(current.name)
-        stack.extend(ast.iter_child_nodes(current))
     return unit
 
 
 _BLOCKS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 
 
-def _attribute_binds(unit: _Unit, lines: list[str], needles: tuple[str, ...], hot_binds: set[str]) -> set[str]:
-    """The attributes a hot unit gives a value that may come from XLA code, and the keywords it passes such a
-    value by to a callee named bare (`Model(device=xm.xla_device())` sets `.device`): the statements that hold a needle, or read a name
-    such a statement (or a hot unit) binds, in the unit's own code."""
-    skip = {id(c.node) for c in unit.children}
-    steps = []  # (text, stored names, attributes and keywords, read names)
-    for node in ast.walk(unit.node) if not skip else _walk_skipping(unit.node, skip):
-        if not isinstance(node, ast.stmt) or id(node) in skip:
-            continue
-        parts = [v for f, v in ast.iter_fields(node) if f not in _BLOCKS and f != "decorator_list"]
+class _Step:
+    """One statement of a unit's code, as `_attribute_binds` follows values: the lines of its header, and the
+    names its header stores (a `def`'s parameters are the callers' values: none), the attributes it assigns and the
+    keywords it passes to a callee named bare, the names it reads."""
+
+    __slots__ = ("first", "last", "stored", "attrs", "reads", "function")
+
+    def __init__(self, node: ast.stmt) -> None:
         body = getattr(node, "body", None)
         last = (body[0].lineno - 1 if isinstance(body, list) and body and isinstance(body[0], ast.stmt)
                 else node.end_lineno or node.lineno)
-        stored, attrs, reads = set(), set(), set()
-        todo = [p for part in parts for p in (part if isinstance(part, list) else [part]) if isinstance(p, ast.AST)]
-        while todo:
-            current = todo.pop()
-            kind = type(current)
-            if kind is ast.Name:
-                (reads if type(current.ctx) is ast.Load else stored).add(current.id)
-            elif kind is ast.Attribute and type(current.ctx) is not ast.Load:
-                attrs.add(current.attr)
-            elif kind is ast.Call and type(current.func) is ast.Name:  # a class called by its name
-                attrs.update(k.arg for k in current.keywords if k.arg)
-            elif kind is ast.arg:
-                stored.add(current.arg)
-            if not isinstance(current, ast.stmt):
-                todo.extend(ast.iter_child_nodes(current))
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            stored = set()  # parameters: their values are the callers'
-        steps.append(["".join(lines[node.lineno - 1:max(last, node.lineno)]), stored, attrs, reads, False])
+        self.first, self.last = node.lineno, max(last, node.lineno)
+        self.stored: set[str] = set()
+        self.attrs: set[str] = set()
+        self.reads: set[str] = set()
+        self.function = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+
+
+def _attribute_binds(unit: _Unit, found: _Needles, hot_binds: set[str]) -> set[str]:
+    """The attributes a hot unit gives a value that may come from XLA code, and the keywords it passes such a
+    value by to a callee named bare (`Model(device=xm.xla_device())` sets `.device`): the statements that hold a
+    needle, or read a name such a statement (or a hot unit) binds, in the unit's own code."""
+    waiting = []
     tainted: set[str] = set()
     out: set[str] = set()
+    for step in unit.steps:
+        if found.within(step.first, step.last):
+            if not step.function:
+                tainted |= step.stored
+            out |= step.attrs
+        else:
+            waiting.append(step)
     changed = True
     while changed:
         changed = False
-        for step in steps:
-            if not step[4] and (_needle_in(step[0], needles) or step[3] & tainted or step[3] & hot_binds):
-                step[4] = changed = True
-                tainted |= step[1]
-                out |= step[2]
+        for i, step in enumerate(waiting):
+            if step is not None and (step.reads & tainted or step.reads & hot_binds):
+                waiting[i] = None
+                changed = True
+                if not step.function:
+                    tainted |= step.stored
+                out |= step.attrs
     return out
-
-
-def _walk_skipping(node: ast.AST, skip: set[int]):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(c for c in ast.iter_child_nodes(current) if id(c) not in skip)
 
 
 def _needle_in(text: str, needles: tuple[str, ...]) -> bool:
     return any(n in text for n in needles) or BACKEND_WORDS.search(text) is not None
 
 
-def _has_needle(unit: _Unit, lines: list[str], needles: tuple[str, ...]) -> bool:
+class _Needles:
+    """Which lines of the file hold a needle, found in one pass over the text: `within(first, last)` tells whether
+    lines first..last (1-based) hold one, as `_needle_in` over their text would (no needle spans two lines)."""
+
+    def __init__(self, text: str, lines: list[str], needles: tuple[str, ...]) -> None:
+        self.needles, self.lines = needles, lines
+        self.counts: list[int] | None = None  # counts[i]: how many of the first i lines hold a needle
+        if any("\n" in n or "\r" in n or not n for n in needles):
+            return  # `within` reads the lines' text instead
+        starts = []
+        at = 0
+        for line in lines:
+            starts.append(at)
+            at += len(line)
+        hits = []
+        for needle in set(needles):
+            at = text.find(needle)
+            while at >= 0:
+                hits.append(at)
+                at = text.find(needle, at + 1)
+        if text.isascii():  # the backend words in any case, as word parts: on lower-cased ASCII, a plain search
+            low = text.lower()
+            end = len(low)
+            for match in _BACKEND_LOWER.finditer(low):
+                at, after = match.span()
+                if (at == 0 or low[at - 1] not in _ASCII_LOWER) and (after == end or low[after] not in _ASCII_LOWER):
+                    hits.append(at)
+        else:
+            hits += [m.start() for m in BACKEND_WORDS.finditer(text)]
+        found = bytearray(len(lines))
+        for at in hits:
+            found[bisect.bisect_right(starts, at) - 1] = 1
+        counts = [0] * (len(lines) + 1)
+        total = 0
+        for i, hit in enumerate(found):
+            total += hit
+            counts[i + 1] = total
+        self.counts = counts
+
+    def within(self, first: int, last: int) -> bool:
+        if self.counts is None:
+            return _needle_in("".join(self.lines[first - 1:last]), self.needles)
+        return self.counts[min(last, len(self.lines))] > self.counts[first - 1]
+
+
+# BACKEND_WORDS' words, for lower-cased text (the letters around a match are checked apart)
+_BACKEND_LOWER = re.compile(BACKEND_WORDS.pattern.replace("(?<![A-Za-z])", "").replace("(?![A-Za-z])", ""))
+_ASCII_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+
+
+def _has_needle(unit: _Unit, lines: list[str], found: _Needles) -> bool:
     if unit.hot is None:
         unit.hot = False
         return True
-    text = "".join(lines[unit.first - 1:unit.last])
-    return _needle_in(text, needles) or MAY_SUPPRESS_TEXT.search(text) is not None
+    return found.within(unit.first, unit.last) or \
+        MAY_SUPPRESS_TEXT.search("".join(lines[unit.first - 1:unit.last])) is not None
 
 
-def _heat(unit: _Unit, hot_binds: set[str], hot_refs: set[str], lines: list[str], needles: tuple[str, ...]) -> None:
+def _heat(unit: _Unit, hot_binds: set[str], hot_refs: set[str], found: _Needles) -> None:
     """Makes `unit` hot, and the classes around it (a kept method keeps its class)."""
     while unit is not None and not unit.hot:
         unit.hot = True
         hot_binds |= unit.binds
-        hot_binds |= _attribute_binds(unit, lines, needles, hot_binds)
+        hot_binds |= _attribute_binds(unit, found, hot_binds)
         hot_refs |= unit.refs
         unit = unit.parent
 
