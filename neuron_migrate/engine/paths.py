@@ -792,4 +792,4 @@ _XLA_DEVICE = re.compile(r"""^[^#\n]*?(?:\bxla_device\(|\btorch_xla\.device\(|\b
 def _two_devices(text: str) -> bool:
     """The program uses the XLA device and CUDA side by side on purpose (a benchmark comparing them): it could only
     run where both were, so its CUDA code is a CUDA path, not a leftover of a GPU version, and stays as written."""
-    return _CUDA_DATA.search(text) is not None and _XLA_DEVICE.search(text) is not None
+    return "cuda" in text and _CUDA_DATA.search(text) is not None and _XLA_DEVICE.search(text) is not None
