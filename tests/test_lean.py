@@ -218,6 +218,10 @@ def documented():
 
 def nested(a):
     return f"{a['key']}" + 'x'
+
+
+def spec(a):
+    return f"{a:{'>'}10}"
 '''
 
 
@@ -226,7 +230,7 @@ def test_the_literals_left_out_are_counted_as_libcst_counts_them():
     assert found is not None
     assert "def labels(): pass" in found.text and "def documented(): pass" in found.text
     # the f-string whose braces hold a literal stays for LibCST to count: the tally could not vouch for it
-    assert "def nested(): pass" not in found.text
+    assert "def nested(): pass" not in found.text and "def spec(): pass" not in found.text  # a format spec's too
     assert found.quotes == (9, 2)
     assert _assert_counted_as_whole(QUOTED)
 

@@ -155,11 +155,8 @@ def _quote_tally(node: ast.AST, lines: list[str]) -> tuple[int, int] | None:
         current = stack.pop()
         kind = type(current)
         if kind is ast.JoinedStr:
-            for part in current.values:
-                if type(part) is ast.FormattedValue and any(
-                        type(n) is ast.JoinedStr or (type(n) is ast.Constant and isinstance(n.value, (str, bytes)))
-                        for n in ast.walk(part.value)):
-                    return None
+            if _literal_in_braces(current):
+                return None
         elif kind is not ast.Constant or not isinstance(current.value, (str, bytes)):
             stack.extend(ast.iter_child_nodes(current))
             continue
@@ -173,6 +170,20 @@ def _quote_tally(node: ast.AST, lines: list[str]) -> tuple[int, int] | None:
                 else:
                     double += 1
     return single, double
+
+
+def _literal_in_braces(joined: ast.JoinedStr) -> bool:
+    """Whether a replacement field of the f-string, or of its format specification (`f"{x:{width}}"`), holds a
+    string literal (`f"{d['key']}"`)."""
+    for part in joined.values:
+        if type(part) is not ast.FormattedValue:
+            continue
+        if any(type(n) is ast.JoinedStr or (type(n) is ast.Constant and isinstance(n.value, (str, bytes)))
+               for n in ast.walk(part.value)):
+            return True
+        if type(part.format_spec) is ast.JoinedStr and _literal_in_braces(part.format_spec):
+            return True
+    return False
 
 
 def _segment(node: ast.expr, lines: list[str]) -> str:
