@@ -5,12 +5,14 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from neuron_migrate.engine import handlers
-from neuron_migrate.files.notebook import MAGIC_LINE, Cell, _logical_starts, _mask, lines_of
+from neuron_migrate.files import notebook
+from neuron_migrate.files.notebook import Cell, _logical_starts, _mask, lines_of
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, cli
 
@@ -144,51 +146,18 @@ def test_magic_detection_follows_logical_lines():
     assert _logical_starts(lines) == [True, False, True, False, False, True, True, False]
 
 
-def _starts_one_character_at_a_time(lines: list[str]) -> list[bool]:
-    """What `_logical_starts` answers, read the plain way: every character in turn."""
-    out = []
-    depth, quote, continued = 0, "", False
-    for line in lines:
-        starts = depth == 0 and not quote and not continued
-        out.append(starts)
-        if (starts or continued == "magic") and (continued == "magic" or MAGIC_LINE.match(line)):
-            continued = "magic" if line.rstrip("\r\n").endswith("\\") else False
-            continue
-        continued = False
-        i = 0
-        while i < len(line):
-            c = line[i]
-            if quote:
-                if c == "\\":
-                    i += 2
-                    continue
-                if line.startswith(quote, i):
-                    i += len(quote)
-                    quote = ""
-                    continue
-            elif c == "#":
-                break
-            elif c in "\"'":
-                quote = line[i:i + 3] if line[i:i + 3] in ('"""', "'''") else c
-                i += len(quote)
-                continue
-            elif c in "([{":
-                depth += 1
-            elif c in ")]}":
-                depth = max(0, depth - 1)
-            elif c == "\\" and not line[i + 1:].strip():
-                continued = True
-            i += 1
-        if len(quote) == 1:
-            quote = ""
-    return out
+EVERY_CHARACTER = re.compile(r"[\s\S]")
 
 
 @settings(max_examples=1500, deadline=None)
 @given(st.text(alphabet="ab =#'\"()[]{}\\%!?\n\r\t", max_size=80))
 def test_logical_starts_jump_to_what_matters_and_agree_with_reading_every_character(text):
     lines = lines_of(text)
-    assert _logical_starts(lines) == _starts_one_character_at_a_time(lines)
+    jumping = _logical_starts(lines)
+    with pytest.MonkeyPatch.context() as m:  # the same scan, stopping at every character
+        m.setattr(notebook, "_OUTSIDE", EVERY_CHARACTER)
+        m.setattr(notebook, "_IN_STRING", {"'": EVERY_CHARACTER, '"': EVERY_CHARACTER})
+        assert _logical_starts(lines) == jumping
 
 
 def test_a_cell_without_ipython_lines_is_its_own_mask():
