@@ -134,14 +134,10 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> Lean | N
     return Lean("".join(out), (quotes[0], quotes[1]))
 
 
-# The rest of a string literal after its opening quote, to its closing one: each character matched one way only.
-_STRING_REST = {
-    "'": re.compile(r"(?:[^'\\]|\\.)*'", re.S),
-    '"': re.compile(r'(?:[^"\\]|\\.)*"', re.S),
-    "'''": re.compile(r"(?:[^'\\]|\\.|'(?!''))*'''", re.S),
-    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*"""', re.S),
-}
-_STRING_OPEN = re.compile(r"""[A-Za-z]{0,2}('''|\"\"\"|'|")""")
+# A string literal: its prefix, then its quotes and body (each character matched one way only; a search over text
+# that opens no literal fails at once at each place).
+_STRING = re.compile(r"""([A-Za-z]{0,2})('\'\'(?:[^'\\]|\\.|'(?!''))*'\'\'|"\"\"(?:[^"\\]|\\.|"(?!""))*"\"\"|"""
+                     r"""'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""", re.S)
 _BETWEEN = re.compile(r"(?:[ \t\f\r\n\\]|#[^\r\n]*)*")  # what may stand between two literals joined implicitly
 
 
@@ -205,15 +201,12 @@ def _pieces(text: str) -> list[tuple[str, str]] | None:
     out = []
     at = 0
     while True:
-        opening = _STRING_OPEN.match(text, at)
-        if opening is None:
+        literal = _STRING.match(text, at)
+        if literal is None:
             return None
-        quote = opening.group(1)
-        rest = _STRING_REST[quote].match(text, opening.end())
-        if rest is None:
-            return None
-        out.append((text[at:opening.start(1)], quote))
-        at = _BETWEEN.match(text, rest.end()).end()
+        body = literal.group(2)
+        out.append((literal.group(1), body[:3] if body[:3] in ('"""', "'''") else body[0]))
+        at = _BETWEEN.match(text, literal.end()).end()
         if at >= len(text):
             return out
 
