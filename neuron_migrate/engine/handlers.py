@@ -146,9 +146,26 @@ STAYS = {"tpu": "it stays on torch_xla for TPU", "inf1": "it stays on torch-neur
 
 def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, project) -> FileResult:
     """A file of a program whose target the native backend does not run on (TPU, Inf1, Inf2, Trn1: NM521, and its
-    notes for that platform), or whose evidence conflicts (NM522, a marker: nothing else is decided for it)."""
+    notes for that platform), or whose evidence conflicts (NM522, a marker: nothing else is decided for it). A
+    Python file or notebook is decided twice, for its notes and for whether it would report more, on the same
+    LibCST trees (`python.SHARED_TREES`)."""
+    if kind not in PROGRAM_KINDS:
+        return _set_aside(path, data, kind, settings, rewrite, project)
+    from neuron_migrate.engine.python import SHARED_TREES
+
+    shared = SHARED_TREES.set({})
+    try:
+        return _set_aside(path, data, kind, settings, rewrite, project)
+    finally:
+        SHARED_TREES.reset(shared)
+
+
+def _set_aside(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, project) -> FileResult:
+    from dataclasses import replace
+
     from neuron_migrate.policy import Policy
     from neuron_migrate.project_facts import NAMES
+    from neuron_migrate.suppress import line_suppressions
 
     policy = Policy(settings, path, rewrite)
     if project.conflict:
@@ -158,23 +175,6 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
         code, fields = SET_ASIDE_CODE, {"target": NAMES[project.target], "evidence": "; ".join(project.evidence[:2]),
                                         "stay": STAYS[project.target]}
         notes = tuple(c for c in SET_ASIDE_NOTES if policy.enabled(c))
-    if kind not in PROGRAM_KINDS:
-        return _held_file(path, data, kind, settings, project, policy, code, fields, notes)
-    from neuron_migrate.engine.python import SHARED_TREES
-
-    shared = SHARED_TREES.set({})  # its notes and whether it would report more are decided on the same trees
-    try:
-        return _held_file(path, data, kind, settings, project, policy, code, fields, notes)
-    finally:
-        SHARED_TREES.reset(shared)
-
-
-def _held_file(path: str, data: bytes, kind: str, settings: Settings, project, policy, code: str, fields: dict,
-               notes: tuple[str, ...]) -> FileResult:
-    from dataclasses import replace
-
-    from neuron_migrate.suppress import line_suppressions
-
     combined = FileResult(path, old_bytes=data)
     if notes:
         quiet = replace(settings, select=frozenset(notes), ignore=frozenset(), project=None)

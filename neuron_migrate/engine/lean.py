@@ -44,8 +44,9 @@ ENABLED = os.environ.get("NEURON_MIGRATE_LEAN", "1") != "0"
 # and `neuron` (markers, suppressions, the native device): a unit holding one is hot.
 # (`cpu` and `gloo` are left out: a test for the CPU fallback changes no fact of the file, only the path of the
 # code it guards.)
-BACKEND_WORDS = re.compile(r"(?<![A-Za-z])(?:xla|neuron|tpu|cuda|gpu|nccl|mps|xpu|npu|hpu|mlu|musa|sdaa)(?![A-Za-z])",
-                           re.I)
+_BACKENDS = "xla|neuron|tpu|cuda|gpu|nccl|mps|xpu|npu|hpu|mlu|musa|sdaa"
+BACKEND_WORDS = re.compile(rf"(?<![A-Za-z])(?:{_BACKENDS})(?![A-Za-z])", re.I)
+_BACKEND_LOWER = re.compile(_BACKENDS)  # for lower-cased text (`_Needles` checks the letters around a match apart)
 LINE = re.compile(r"[^\r\n]*(?:\r\n?|\n)|[^\r\n]+\Z")
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _SCOPE_CHANGERS = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)
@@ -406,8 +407,6 @@ class _Needles:
         return self.counts[min(last, len(self.lines))] > self.counts[first - 1]
 
 
-# BACKEND_WORDS' words, for lower-cased text (the letters around a match are checked apart)
-_BACKEND_LOWER = re.compile(BACKEND_WORDS.pattern.replace("(?<![A-Za-z])", "").replace("(?![A-Za-z])", ""))
 _ASCII_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
 
 
