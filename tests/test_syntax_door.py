@@ -37,7 +37,7 @@ LEGACY = b"import torch\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xl
 DESCRIBE = """
 import libcst as cst
 
-NAMES = ("__hash__", "__post_init__", "_codegen", "_parenthesize")
+NAMES = ("__hash__", "__init__", "__post_init__", "_codegen", "_parenthesize")
 
 
 def describe():
@@ -113,6 +113,44 @@ def test_other_threads_build_checked_nodes_during_a_session():
         with pytest.raises(cst.CSTValidationError):
             cst.Name("not a name")  # this thread, after the parse
     assert len(errors) == 1
+
+
+def _built() -> list[cst.CSTNode]:
+    return [cst.Name("x"), cst.Call(cst.Name("f"), [cst.Arg(cst.Integer("1"))]), cst.SimpleWhitespace(" "),
+            cst.Comparison(cst.Name("a"), [cst.ComparisonTarget(cst.Is(), cst.Name("b"))])]
+
+
+SAMPLES = [
+    "import torch_xla.core.xla_model as xm\n\n\ndef f(a, *b, c=1, **d) -> int:  # c\n    if a is not b:\n"
+    "        return xm.xla_device()[0][1:2]\n    x: int = a + b\n    return [y for y in d if y]\n",
+    'class C(B, metaclass=M):\n    """doc"""\n    @property\n    def p(self):\n        return f"{self!r:>4}"\n',
+    "try:\n    import a\nexcept (ImportError, OSError) as e:\n    a = None\nelse:\n    pass\n"
+    "with open(p) as f, g:\n    async def h():\n        await x\nwhile not a: break\n",
+]
+
+
+def test_the_fast_constructors_build_the_same_nodes_and_still_check_the_ones_code_builds():
+    stock_init = cst.Name.__dict__["__init__"]
+    with syntax.session():
+        cstparse._make_constructors()  # what a process does once it has parsed enough
+        made = {cls.__name__ for cls, name, _, _ in door._PATCHES if name == "__init__"}
+        assert made == set(cstparse._MOST_BUILT)  # every one of them, on the tested releases
+        assert cst.Name.__dict__["__init__"] is not stock_init
+        inside = _built()
+        with pytest.raises(cst.CSTValidationError):
+            cst.Name("not a name")  # built by code, not by the parser: checked
+        with pytest.raises(TypeError):
+            cst.Name()  # a required field
+        with pytest.raises(TypeError):
+            cst.Name("x", (), (), "extra")
+        parsed = [cstparse.parse_module(text) for text in SAMPLES]
+        first, second = cst.Call(cst.Name("f")), cst.Call(cst.Name("f"))
+        assert first.whitespace_after_func is not second.whitespace_after_func  # a factory's default, new each time
+    assert cst.Name.__dict__["__init__"] is stock_init
+    outside = _built()
+    assert all(a.deep_equals(b) for a, b in zip(inside, outside))  # every field, nested nodes too
+    stock = [cst.parse_module(text) for text in SAMPLES]
+    assert all(a.deep_equals(b) and a.code == b.code == text for a, b, text in zip(parsed, stock, SAMPLES))
 
 
 def test_two_threads_of_the_tool_take_turns():

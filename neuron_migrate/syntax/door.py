@@ -103,6 +103,15 @@ def register(owner: type, name: str, replacement: Any) -> None:
     _PATCHES.append((owner, name, replacement, owner.__dict__.get(name, _ABSENT)))
 
 
+def register_now(owner: type, name: str, replacement: Any) -> None:
+    """`register`, from inside a session of this thread: the replacement is in place at once, and taken out with
+    the others when the outermost session ends."""
+    with _lock:
+        register(owner, name, replacement)
+        if patched():
+            setattr(owner, name, replacement)
+
+
 def _put_in() -> None:
     for owner, name, replacement, _ in _PATCHES:
         setattr(owner, name, replacement)
