@@ -34,7 +34,7 @@ import libcst as cst
 
 from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact, imports_any
 from neuron_migrate.engine.names import Scope, dotted, dotted_str, import_target
-from neuron_migrate.syntax.walk import children
+from neuron_migrate.syntax.walk import SYNTAX, children, field_order, node_kind, syntax_fields
 
 XLA, TPU, CUDA, MPS, XPU, OTHER, FALLBACK, COMMON = "xla", "tpu", "cuda", "mps", "xpu", "other", "fallback", "common"
 OTHER_PATHS = frozenset({TPU, CUDA, MPS, XPU, OTHER, FALLBACK})  # hardware paths that are not the XLA path
@@ -76,6 +76,12 @@ _TORCH_TESTS = {"torch.cuda.is_available": CUDA, "torch.cuda.is_bf16_supported":
 PACKAGE_PROBES = frozenset({"find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
                             "_is_package_available", "is_package_available", "_package_available"})
 _TPU_TEXT = re.compile(r"(?<![A-Za-z])(?:tpu|TPU|Tpu)")
+_KINDS: dict[type, int] = {}  # what a value of a type is to a walk (walk.node_kind), by type
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(node_type: type) -> tuple[str, ...]:
+    return syntax_fields(node_type)
 
 
 def _kind_of_string(value: str | None) -> str | None:
@@ -418,6 +424,7 @@ class Paths:
     def _expressions(self, node: cst.CSTNode, path: str, branch, scope: Scope) -> None:
         """The arms of `x if c else y` and `a and b` / `a or b` inside an expression."""
         stack = [(node, path, branch)]
+        in_order = field_order()
         while stack:
             current, p, b = stack.pop()
             kind = type(current)  # exact types: isinstance on LibCST's ABC-based classes costs more, for every node
@@ -448,7 +455,17 @@ class Paths:
                 stack.append((current.left, self._path.get(current.left, (p, b))[0], b))
                 stack.append((current.right, right, rb))
                 continue
-            stack.extend((c, p, b) for c in children(current, tokens=False))
+            if not in_order:
+                stack.extend((c, p, b) for c in children(current, tokens=False))
+                continue
+            for name in _fields(kind):  # `children(current, tokens=False)` inline: this visits every node of the file
+                value = getattr(current, name)
+                for item in value if type(value) is tuple or type(value) is list else (value,):
+                    item_kind = _KINDS.get(type(item))
+                    if item_kind is None:
+                        item_kind = _KINDS[type(item)] = node_kind(type(item))
+                    if item_kind >= SYNTAX:
+                        stack.append((item, p, b))
 
     # -- tests -----------------------------------------------------------------------------------------------
     def _branch(self, test: cst.BaseExpression, path: str, scope: Scope) -> tuple[str, str]:

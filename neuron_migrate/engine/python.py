@@ -145,8 +145,8 @@ def active_rules(data: bytes, settings: Settings, path: str, present: Present | 
     handled idiom into an NM199 finding (a disabled code's report is not shown, and its fix is not made)."""
     present = present or Present(data)
     every = leftovers.active(present, settings, path)
-    return [r for r in all_rules()
-            if r.may_match(data, present) and (every or any(settings.enabled(c, path) for c in r.codes))]
+    return [r for r in all_rules()  # the selection first: a set-aside file's notes ask for three codes of all
+            if (every or any(settings.enabled(c, path) for c in r.codes)) and r.may_match(data, present)]
 
 
 def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings) -> list[type[Rule]]:
