@@ -15,7 +15,7 @@ import pytest
 
 from neuron_migrate.engine import leftovers
 from neuron_migrate.engine import python as engine
-from neuron_migrate.engine.scan import Scan
+from neuron_migrate.engine.scan import Scan, nodes
 from neuron_migrate.engine.sources import SourceError
 from neuron_migrate.rules import Rule, all_rules
 from neuron_migrate.settings import Settings
@@ -219,3 +219,12 @@ def test_the_scan_resolves_names_through_every_import_binding():
     assert scan.any_qual_under({"torch.nn": 1}) and not scan.any_qual_under({"torch.sparse": 1})
     assert scan.modules == {"torch", "torch.utils.data", "numpy"}
     assert "c" in scan.called and "randn" in scan.called
+
+
+def test_nodes_gives_every_node_ast_walk_gives():
+    texts = [p.read_text(encoding="utf-8") for p in stdlib_sample()[:40]] + EDGE_CASES
+    for text in texts:
+        tree = ast.parse(text)
+        walked = list(ast.walk(tree))
+        found = list(nodes(tree))
+        assert len(found) == len(walked) and {id(n) for n in found} == {id(n) for n in walked}

@@ -36,6 +36,7 @@ import os
 import re
 from typing import NamedTuple
 
+from neuron_migrate.engine.scan import nodes
 from neuron_migrate.suppress import MAY_SUPPRESS_TEXT
 
 ENABLED = os.environ.get("NEURON_MIGRATE_LEAN", "1") != "0"
@@ -155,7 +156,12 @@ def _quote_tally(node: ast.AST, lines: list[str]) -> tuple[int, int] | None:
             if _literal_in_braces(current):
                 return None
         elif kind is not ast.Constant or not isinstance(current.value, (str, bytes)):
-            stack.extend(ast.iter_child_nodes(current))
+            for field in current._fields:  # ast.iter_child_nodes, without its two generators
+                value = getattr(current, field, None)
+                if type(value) is list:
+                    stack.extend(c for c in value if isinstance(c, ast.AST))
+                elif isinstance(value, ast.AST):
+                    stack.append(value)
             continue
         pieces = _pieces(_segment(current, lines))
         if pieces is None:
@@ -176,7 +182,7 @@ def _literal_in_braces(joined: ast.JoinedStr) -> bool:
         if type(part) is not ast.FormattedValue:
             continue
         if any(type(n) is ast.JoinedStr or (type(n) is ast.Constant and isinstance(n.value, (str, bytes)))
-               for n in ast.walk(part.value)):
+               for n in nodes(part.value)):
             return True
         if type(part.format_spec) is ast.JoinedStr and _literal_in_braces(part.format_spec):
             return True

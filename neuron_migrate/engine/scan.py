@@ -31,6 +31,7 @@ against each finding of its rule.
 from __future__ import annotations
 
 import ast
+from typing import Iterator
 
 _Name, _Attribute, _Call, _Constant = ast.Name, ast.Attribute, ast.Call, ast.Constant
 _Import, _ImportFrom, _keyword = ast.Import, ast.ImportFrom, ast.keyword
@@ -48,7 +49,7 @@ class Scan:
         keywords: set[str] = set()
         strings: set[str] = set()
         modules: set[str] = set()
-        for node in ast.walk(tree):
+        for node in nodes(tree):
             kind = node.__class__
             if kind is _Name:
                 names.add(node.id)
@@ -124,6 +125,25 @@ class Scan:
     def imports_under(self, roots: tuple[str, ...]) -> bool:
         """Whether the file imports from one of these top-level packages (see rules.unsupported.imports_any)."""
         return any(q.partition(".")[0] in roots for q in self.imports)
+
+
+def nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every node of `tree`, itself included, in no particular order: what `ast.walk` gives (breadth first), in
+    half its time (no generator per node, no check of each field's type through `isinstance`)."""
+    stack = [tree]
+    pop, push = stack.pop, stack.append
+    node_type = ast.AST
+    while stack:
+        node = pop()
+        yield node
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, node_type):
+                        push(item)
+            elif isinstance(value, node_type):
+                push(value)
 
 
 def _any_under(names: set[str], prefixes) -> bool:
