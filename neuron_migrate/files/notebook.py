@@ -25,6 +25,7 @@ import contextvars
 import dataclasses
 import difflib
 import functools
+import itertools
 import json
 import os
 import re
@@ -137,7 +138,7 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
     language = _language(notebook)
     if language not in (None, "python"):
         return FileResult(path, old_bytes=data, skipped=f"a {language} notebook, not Python")
-    cells = _code_cells(path, text, notebook)
+    cells = _code_cells(path, text, notebook, spans=rewrite)
     result = FileResult(path, old_bytes=data)
     written = WRITTEN.set(_written_programs(path, cells))
     nonce = NONCE.set(_nonce(text, cells))
@@ -173,7 +174,7 @@ def first_python_cell(path: str, data: bytes) -> Cell | None:
     try:
         text = data.decode("utf-8-sig")
         notebook = json.loads(text, object_pairs_hook=_unique_keys)
-        cells = _code_cells(path, text, notebook) if isinstance(notebook, dict) \
+        cells = _code_cells(path, text, notebook, spans=False) if isinstance(notebook, dict) \
             and isinstance(notebook.get("cells"), list) else []
     except (_Refused, ValueError, RecursionError):
         return None
@@ -409,10 +410,12 @@ def _language(notebook: dict) -> str | None:
 
 # -- the cells as IPython reads them ---------------------------------------------------------------------------
 
-def _code_cells(path: str, text: str, notebook: dict) -> list[Cell]:
-    spans = _source_spans(text)
+def _code_cells(path: str, text: str, notebook: dict, spans: bool = True) -> list[Cell]:
+    """The notebook's code cells as IPython reads them; with `spans`, where each one's source is in `text` (what a
+    rewrite replaces: found by a second scan of the text, which a notebook only read does without)."""
+    found_spans = _source_spans(text) if spans else itertools.repeat(None)
     out = []
-    for i, (cell, span) in enumerate(zip(notebook["cells"], spans), start=1):
+    for i, (cell, span) in enumerate(zip(notebook["cells"], found_spans), start=1):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
