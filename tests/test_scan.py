@@ -14,10 +14,12 @@ import ast
 import pytest
 
 from neuron_migrate.engine import leftovers
+from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine import python as engine
 from neuron_migrate.engine.scan import Scan, nodes
 from neuron_migrate.engine.sources import SourceError
-from neuron_migrate.rules import Rule, all_rules
+from neuron_migrate.project_facts import FileProject
+from neuron_migrate.rules import Present, Rule, all_rules
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, ROOT
 from tests.test_lean import torch_xla_sources
@@ -228,3 +230,43 @@ def test_nodes_gives_every_node_ast_walk_gives():
         walked = list(ast.walk(tree))
         found = list(nodes(tree))
         assert len(found) == len(walked) and {id(n) for n in found} == {id(n) for n in walked}
+
+
+# Helper modules of a program moving to neuron that never spell torch_xla: the byte pre-filter counts them as holding
+# it (facts.MOVING_TO_NEURON_BYTES), for the rules that report CUDA code left there.
+MOVING_HELPERS = [
+    # nothing for any rule: a data module
+    "import numpy as np\n\n\ndef batches(data, size):\n    return np.array_split(data, len(data) // size)\n",
+    # CUDA left in a helper of the moving program, a device test, an optimizer step of its own
+    "import torch\n\n\ndef to_gpu(batch):\n    return {k: v.cuda() for k, v in batch.items()}\n\n\n"
+    "def step(model, optimizer, loss):\n    loss.backward()\n    optimizer.step()\n"
+    "    if torch.cuda.is_available():\n        torch.cuda.synchronize()\n",
+    # names spelled like torch_xla's own, bound to something else
+    "from .utils import xm, mark_step\n\n\ndef sync():\n    mark_step()\n    xm.optimizer_step(None)\n"
+    "    xm.master_print('done')\n",
+]
+
+
+def test_a_helper_module_without_torch_xla_runs_no_nm199_step_and_loses_no_finding(monkeypatch):
+    settings = Settings(project=FileProject(target="trn2", moving="train.py", imported_by="train.py"))
+    step = leftovers.active
+
+    def results() -> list:
+        return [(r.findings, r.new_bytes) for text in MOVING_HELPERS for r in
+                [engine.process_python(f"helper_{len(text)}.py", text.encode(), settings, rewrite) for rewrite in
+                 (False, True)]]
+
+    now = results()
+    with monkeypatch.context() as m:  # as before: the step counted the moving program's bytes as the file's own
+        m.setattr(leftovers, "active", lambda present, s, path: present.any(leftovers.TRIGGERS) and
+                  s.enabled(leftovers.CODE, path))
+        m.setattr(engine, "TREE_FILTER", False)
+        before = results()
+    assert now == before
+    assert any(findings for findings, _ in now)  # the CUDA helper's findings stay
+    assert not step(Present(MOVING_HELPERS[1].encode(), MOVING_TO_NEURON_BYTES), settings, "helper.py")
+    parsed = []
+    monkeypatch.setattr(engine, "parse_module", lambda text: parsed.append(text) or pytest.fail("parsed"))
+    for i in (0, 2):
+        assert engine.process_python(f"helper_{i}.py", MOVING_HELPERS[i].encode(), settings, False).findings == []
+    assert parsed == []

@@ -58,8 +58,11 @@ NODE_TYPES = (cst.Attribute, cst.Name)
 
 
 def active(present, settings, path: str) -> bool:
-    """Whether the step runs on this file (its pre-filter and the selection)."""
-    return present.any(TRIGGERS) and settings.enabled(CODE, path)
+    """Whether the step runs on this file (its pre-filter and the selection). The pre-filter reads the file's own
+    bytes: a helper module of a program moving to neuron counts as holding `torch_xla` for the rules' pre-filter
+    (facts.MOVING_TO_NEURON_BYTES), but the step only reports names the file imports from torch_xla, which its
+    own text must spell."""
+    return any(trigger in present.data for trigger in TRIGGERS) and settings.enabled(CODE, path)
 
 
 def _reference(ctx, occ) -> str | None:

@@ -67,6 +67,10 @@ class Rule:
     # marker per XLA branch instead); CUDA_LEFTOVER (NM320-NM323) acts on XLA-path code, and on common code only
     # where the file does not keep XLA optional. `FileContext.report` applies it to every finding.
     acts_on: ClassVar[str] = XLA_REWRITE
+    # Every report of the rule is on a name the file imports from torch_xla (its call tables hold torch_xla's
+    # names only): the tree pre-filter then passes the file on only where an import binds a torch_xla module. (The
+    # byte pre-filter alone passes any module of a program moving to neuron: see facts.MOVING_TO_NEURON_BYTES.)
+    torch_xla_names_only: ClassVar[bool] = False
 
     def __init__(self, ctx: FileContext) -> None:
         self.ctx = ctx
@@ -86,8 +90,9 @@ class Rule:
     def may_match_tree(cls, scan: Scan, settings: Settings) -> bool:
         """The tree pre-filter (engine/scan.py), asked where the byte pre-filter passed the file and `check` has
         Python's tree of it: False only when no report of this rule is possible given what the file spells, its
-        names resolved through its imports. The default keeps the rule."""
-        return True
+        names resolved through its imports. The default keeps the rule, unless all it reports are names imported
+        from torch_xla (`torch_xla_names_only`)."""
+        return not cls.torch_xla_names_only or scan.imports_under(("torch_xla",))
 
     @classmethod
     def node_types(cls) -> dict[type, str]:

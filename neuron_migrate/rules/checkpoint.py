@@ -204,6 +204,7 @@ class Save(Rule):
 
     codes = ("NM220", "NM221", "NM222")
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "save":

@@ -65,6 +65,7 @@ XLA_IN_DEVICE_POSITION = _XlaInDevicePosition()
 class XlaDeviceCall(Rule):
     codes = ("NM101",)
     triggers = (b"xla_device", b"torch_xla")
+    torch_xla_names_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -70,6 +70,7 @@ class RankAndWorldSize(Rule):
 
     codes = ("NM203",)
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -419,6 +420,7 @@ class Spawn(Rule):
 
     codes = ("NM202", "NM242")
     triggers = (b"torch_xla",)  # xmp.spawn and torch_xla.launch are imported from torch_xla
+    torch_xla_names_only = True
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -834,6 +836,7 @@ class Collectives(Rule):
 
     codes = ("NM204", "NM205", "NM206", "NM207", "NM208")
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -66,6 +66,7 @@ def _switch(node: cst.Call) -> bool:
 class MarkStep(Rule):
     codes = ("NM103", "NM104", "NM109", "NM113")
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

@@ -61,6 +61,7 @@ class Placement:
 class GradientAveraging(Rule):
     codes = ("NM106", "NM209")
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True  # every report is on a step of xm.optimizer_step / xm.reduce_gradients
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -80,6 +80,7 @@ def {name}(*args, **kwargs):
 class MasterPrint(Rule):
     codes = ("NM223",)
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -293,6 +294,7 @@ class Seed(Rule):
 
     codes = ("NM225", "NM252", "NM253")
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -442,6 +444,7 @@ class Metrics(Rule):
 
     codes = ("NM228", "NM245")
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

@@ -676,6 +676,7 @@ class Spmd(Rule):
 
     codes = ("NM234", "NM230")
     triggers = (b"torch_xla",)
+    torch_xla_names_only = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
