@@ -380,6 +380,29 @@ def test_a_program_set_aside_without_xla_imports_is_told_when_it_would_change(tm
     assert {(os.path.basename(f.path), f.code) for f in result.findings} == {("tune_on_inf2.ipynb", "NM521")}
 
 
+def test_a_notebooks_install_line_answers_whether_it_would_change_before_its_code_is_read(tmp_path, monkeypatch):
+    """The pass that asks whether a held notebook reports more than its platform's notes stops at its first other
+    finding: a pinned install line answers before the Python cells are decided."""
+    from neuron_migrate.engine.context import PROBE
+    from neuron_migrate.files import notebook
+
+    (tmp_path / "quiet_on_inf2.ipynb").write_text(_notebook(("code", "import torch\nprint(torch.ones(2))\n")))
+    (tmp_path / "tune_on_inf2.ipynb").write_text(_notebook(("code", "%pip install optimum-neuron==0.0.24\n"),
+                                                          ("code", "import torch\nprint(torch.ones(2))\n")))
+    probed: list[str] = []
+    process_python = notebook.process_python
+
+    def counted(path, data, settings, rewrite):
+        if PROBE.get() is not None:
+            probed.append(os.path.basename(path))
+        return process_python(path, data, settings, rewrite)
+
+    monkeypatch.setattr(notebook, "process_python", counted)
+    result = run([str(tmp_path)], Settings(), rewrite=False, jobs=1)
+    assert {(os.path.basename(f.path), f.code) for f in result.findings} == {("tune_on_inf2.ipynb", "NM521")}
+    assert probed == ["quiet_on_inf2.ipynb"]
+
+
 INF2_SERVE = ("from optimum.neuron import NeuronModelForCausalLM\n\n"
               "if __name__ == '__main__':\n    model = NeuronModelForCausalLM.from_pretrained('gpt2', export=True)\n")
 
