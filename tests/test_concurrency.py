@@ -185,3 +185,57 @@ def test_ctrl_c_at_random_moments_ends_the_run_promptly(tmp_path, command):
             assert err.strip().splitlines()[-1].startswith("Interrupted:"), err
             assert seconds < 10, f"{seconds:.1f} s from Ctrl-C to the exit"  # a loaded CI machine; < 1 s when idle
     assert interrupted, "no run was interrupted: Ctrl-C did not reach them"
+
+
+def test_a_cold_parallel_run_starts_its_workers_before_the_project_model(tmp_path, monkeypatch):
+    """The workers import the handlers (`handlers.prepare`) while this process builds the project model; the parent
+    imports none of it for them, and the run's findings are those of one process. A warm run starts none early."""
+    import multiprocessing
+
+    from neuron_migrate.engine import handlers, runner
+
+    legacy_tree(tmp_path, 40)
+    def findings(jobs: int) -> list[tuple]:
+        return [(f.path, f.line, f.code, f.message) for f in run([str(tmp_path)], Settings(), rewrite=False,
+                                                                  jobs=jobs).findings]
+
+    one = findings(1)
+    order: list[str] = []
+    workers_init, project_facts, prepare = runner.Workers.__init__, runner._project_facts, handlers.prepare
+    monkeypatch.setattr(runner.Workers, "__init__", lambda self, *a: order.append("workers") or workers_init(self, *a))
+    monkeypatch.setattr(runner, "_project_facts", lambda *a: order.append("model") or project_facts(*a))
+    monkeypatch.setattr(handlers, "prepare", lambda kinds: order.append("prepare here") or prepare(kinds))
+    assert findings(2) == one and len(one) > 40
+    assert order == ["workers", "model"]
+    assert multiprocessing.active_children() == []
+    monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "cache"))
+    run([str(tmp_path)], Settings(), rewrite=False, jobs=2, use_cache=True)
+    order.clear()
+    run([str(tmp_path)], Settings(), rewrite=False, jobs=2, use_cache=True)  # warm: nothing to process
+    assert order == ["model"]  # the model's facts, from the cache; no worker
+
+
+def test_workers_started_early_stop_when_the_project_model_fails(tmp_path, monkeypatch):
+    import multiprocessing
+
+    from neuron_migrate.engine import runner
+
+    legacy_tree(tmp_path, 20)
+
+    def failed(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_project_facts", failed)
+    with pytest.raises(KeyboardInterrupt):
+        run([str(tmp_path)], Settings(), rewrite=False, jobs=2)
+    assert multiprocessing.active_children() == []
+
+
+def test_guided_chunks_cover_the_files_in_order_and_shrink():
+    from neuron_migrate.engine.runner import _chunks
+
+    for n in (16, 17, 100, 468, 5000):
+        chunks = _chunks(list(range(n)), 2)
+        assert [x for c in chunks for x in c] == list(range(n))
+        sizes = [len(c) for c in chunks]
+        assert sizes == sorted(sizes, reverse=True) and max(sizes) <= 64 and sizes[-1] == 1

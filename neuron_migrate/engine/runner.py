@@ -160,43 +160,73 @@ def _fewer_collections():
         gc.set_threshold(*old)
 
 
+class Workers:
+    """The worker processes of a run, forked before the project model is built where the run will process most of
+    its files: each imports the handlers itself (`handlers.prepare`, the rules and LibCST: about 0.13 s) while this
+    process builds the model, instead of this process importing them first and forking after."""
+
+    def __init__(self, jobs: int, kinds) -> None:
+        from concurrent.futures import ProcessPoolExecutor  # only here: its import costs a single-file run time
+
+        self.pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(frozenset(kinds),))
+        # the first submit forks the workers: Ctrl-C there would leave a worker that the pool does not know yet (and
+        # that the exit then waits for), or a worker that dies of it before `_worker_start`, with a traceback
+        with _signals_held(signal.SIGINT) as received:
+            self.pool.submit(_ready)
+        if received:
+            self.stop()
+            signal.raise_signal(received[0])
+
+    def stop(self) -> None:
+        _stop(self.pool)
+
+
+def _ready() -> None:
+    """The task that starts the workers."""
+
+
+def _chunks(targets: list, jobs: int) -> list[list]:
+    """Consecutive slices of `targets`, each a share of what is left: large first, then smaller and smaller, so
+    that the workers finish together whatever files the last slices hold (guided scheduling)."""
+    out, i = [], 0
+    while i < len(targets):
+        size = max(1, min(64, (len(targets) - i) // (jobs * 4)))
+        out.append(targets[i:i + size])
+        i += size
+    return out
+
+
 def _process_all(targets: list[tuple[Target, Settings]], known: dict[str, bytes], rewrite: bool,
-                 jobs: int) -> Iterator[Outcome]:
+                 jobs: int, workers: Workers | None = None) -> Iterator[Outcome]:
     """Outcomes in the order of `targets` (each with the settings of its file), computed in `jobs` worker
-    processes when that pays."""
-    if jobs <= 1 or len(targets) < PARALLEL_THRESHOLD:
+    processes when that pays (in `workers` where they were started already)."""
+    if workers is None and (jobs <= 1 or len(targets) < PARALLEL_THRESHOLD):
         with _fewer_collections():
             for target, settings in targets:
                 yield _process(target, settings, rewrite, known.get(target.path))
         return
-    from concurrent.futures import ProcessPoolExecutor  # only here: its import costs a single-file run time
-
-    handlers.prepare({target.kind for target, _ in targets})
-
-    size = max(1, min(64, len(targets) // (jobs * 8)))  # small enough that the workers finish together
-    chunks = [targets[i:i + size] for i in range(0, len(targets), size)]
-    pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start)
+    if workers is None:
+        handlers.prepare({target.kind for target, _ in targets})  # before the fork: the workers inherit it
+        workers = Workers(jobs, ())
+    pool = workers.pool
     try:
-        # the first submit forks the workers: Ctrl-C there would leave a worker that the pool does not know yet (and
-        # that the exit then waits for), or a worker that dies of it before `_worker_start`, with a traceback
-        with _signals_held(signal.SIGINT) as received:
-            parts = [pool.submit(_process_chunk, (c, rewrite)) for c in chunks]
-        if received:
-            signal.raise_signal(received[0])
+        parts = [pool.submit(_process_chunk, (c, rewrite)) for c in _chunks(targets, jobs)]
         for i, part in enumerate(parts):
             parts[i] = None  # its results go once used, not at the end of the run
             yield from part.result()
         pool.shutdown()
     except BaseException:  # Ctrl-C, or the caller stops early: the workers go now, mid-file or not
-        _stop(pool)
+        workers.stop()
         raise
 
 
-def _worker_start() -> None:
+def _worker_start(kinds: frozenset[str] = frozenset()) -> None:
     """A worker leaves Ctrl-C to the parent (a terminal sends it to every process of the group): it neither
-    prints a traceback of its own nor dies holding the lock of the queue the parent reads."""
+    prints a traceback of its own nor dies holding the lock of the queue the parent reads. It imports the handlers
+    of `kinds` (a pool started before the parent imported them)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.set_threshold(*GC_THRESHOLD)
+    handlers.prepare(kinds)
 
 
 def _stop(pool) -> None:
@@ -252,64 +282,75 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     if shard is not None:
         targets, problems, libraries = shards.split(shard, targets, problems, libraries)
     jobs = jobs or os.cpu_count() or 1
-    facts, project = _project_facts(paths, every, targets, settings, cache, model)
-    if not shared_helpers:
-        facts = {path: f if f is None or f.shared_helpers is None else dataclasses.replace(f, shared_helpers=None)
-                 for path, f in facts.items()}
-    per_file = [settings_for(settings, facts[t.path]) for t in targets]
-    if cache is not None and cache.refused:
-        problems = [*problems, Problem(str(cache.directory), cache.refused, warning=True)]
-    results: dict[int, FileResult] = {}
-    known: dict[str, bytes] = {}
-    keys: dict[str, str] = {}
-    reusable = {r.path: (earlier.keys[r.path], r) for r in earlier.results
-                if r.path in earlier.keys and not r.error and not r.changed} if earlier is not None else {}
-    for i, target in enumerate(targets):
-        if target.path in reusable or (cache is not None and len(cache)):
-            key = _key(target, known, per_file[i])
-            if key is None:
-                continue  # processed (and reported) like any other file
-            hit = reusable.get(target.path)
-            hit = hit[1] if hit is not None and hit[0] == key else \
-                cache.get(target.path, key, known[target.path]) if cache is not None and len(cache) else None
-            if hit is not None:
-                results[i] = hit
-                keys[target.path] = key
-    pending = [i for i in range(len(targets)) if i not in results]
-    with Progress(len(targets), enabled=progress) as bar:
-        bar.advance(len(results))
-        outcomes = _process_all([(targets[i], per_file[i]) for i in pending], known, rewrite, jobs)
-        try:
-            for i, outcome in zip(pending, outcomes):
-                result = outcome.result
-                if result.old_bytes is None and not result.error:
-                    result.old_bytes = known.get(result.path)
-                if outcome.digest is not None:
-                    keys[result.path] = _entry_key(outcome.digest, per_file[i])
-                    if cache is not None and outcome.cacheable:
-                        cache.put(result.path, keys[result.path], result)
-                results[i] = result
-                bar.advance()
-        finally:
-            outcomes.close()  # interrupted between two outcomes: the workers stop now, not when collected
-    if cache is not None:
-        cache.save()
-    ordered = [results[i] for i in range(len(targets))]
-    if rewrite and shared_helpers:  # the module of helpers the changed scripts of a folder now import
-        # a new module only one file would import (the others' helpers were written inline): that file keeps its
-        # copies, processed again without the module
-        lonely = set(shared.lonely(ordered, facts)) if shard is None else set()  # a later shard may add one
+    # a run that will process most of its files starts its workers now: they import the handlers while the model
+    # is built (a warm cache or a recount after a rewrite processes few, in this process or in workers started later)
+    workers = Workers(jobs, {t.kind for t in targets}) if jobs > 1 and len(targets) >= PARALLEL_THRESHOLD \
+        and earlier is None and (cache is None or not len(cache)) else None
+    try:  # the workers go with the run, whatever ends it
+        facts, project = _project_facts(paths, every, targets, settings, cache, model)
+        if not shared_helpers:
+            facts = {path: f if f is None or f.shared_helpers is None else dataclasses.replace(f, shared_helpers=None)
+                     for path, f in facts.items()}
+        per_file = [settings_for(settings, facts[t.path]) for t in targets]
+        if cache is not None and cache.refused:
+            problems = [*problems, Problem(str(cache.directory), cache.refused, warning=True)]
+        results: dict[int, FileResult] = {}
+        known: dict[str, bytes] = {}
+        keys: dict[str, str] = {}
+        reusable = {r.path: (earlier.keys[r.path], r) for r in earlier.results
+                    if r.path in earlier.keys and not r.error and not r.changed} if earlier is not None else {}
         for i, target in enumerate(targets):
-            if target.path in lonely:
-                alone = dataclasses.replace(facts[target.path], shared_helpers=None)
-                outcome = _process(target, settings_for(settings, alone), rewrite, known.get(target.path))
-                if outcome.result.old_bytes is None and not outcome.result.error:
-                    outcome.result.old_bytes = ordered[i].old_bytes
-                ordered[i] = outcome.result
-                keys.pop(target.path, None)  # not the result its key stands for
-        ordered += shared.modules(ordered, facts)
-    return Run(results=ordered, problems=problems, libraries=libraries,
-               reals={t.path: t.real for t in targets if t.real}, project=project, keys=keys)
+            if target.path in reusable or (cache is not None and len(cache)):
+                key = _key(target, known, per_file[i])
+                if key is None:
+                    continue  # processed (and reported) like any other file
+                hit = reusable.get(target.path)
+                hit = hit[1] if hit is not None and hit[0] == key else \
+                    cache.get(target.path, key, known[target.path]) if cache is not None and len(cache) else None
+                if hit is not None:
+                    results[i] = hit
+                    keys[target.path] = key
+        pending = [i for i in range(len(targets)) if i not in results]
+        with Progress(len(targets), enabled=progress) as bar:
+            bar.advance(len(results))
+            outcomes = _process_all([(targets[i], per_file[i]) for i in pending], known, rewrite, jobs, workers)
+            try:
+                for i, outcome in zip(pending, outcomes):
+                    result = outcome.result
+                    if result.old_bytes is None and not result.error:
+                        result.old_bytes = known.get(result.path)
+                    if outcome.digest is not None:
+                        keys[result.path] = _entry_key(outcome.digest, per_file[i])
+                        if cache is not None and outcome.cacheable:
+                            cache.put(result.path, keys[result.path], result)
+                    results[i] = result
+                    bar.advance()
+            finally:
+                outcomes.close()  # interrupted between two outcomes: the workers stop now, not when collected
+        if workers is not None:
+            workers.pool.shutdown()  # done already, unless no file was left for them
+        if cache is not None:
+            cache.save()
+        ordered = [results[i] for i in range(len(targets))]
+        if rewrite and shared_helpers:  # the module of helpers the changed scripts of a folder now import
+            # a new module only one file would import (the others' helpers were written inline): that file keeps its
+            # copies, processed again without the module
+            lonely = set(shared.lonely(ordered, facts)) if shard is None else set()  # a later shard may add one
+            for i, target in enumerate(targets):
+                if target.path in lonely:
+                    alone = dataclasses.replace(facts[target.path], shared_helpers=None)
+                    outcome = _process(target, settings_for(settings, alone), rewrite, known.get(target.path))
+                    if outcome.result.old_bytes is None and not outcome.result.error:
+                        outcome.result.old_bytes = ordered[i].old_bytes
+                    ordered[i] = outcome.result
+                    keys.pop(target.path, None)  # not the result its key stands for
+            ordered += shared.modules(ordered, facts)
+        return Run(results=ordered, problems=problems, libraries=libraries,
+                   reals={t.path: t.real for t in targets if t.real}, project=project, keys=keys)
+    except BaseException:
+        if workers is not None:
+            workers.stop()
+        raise
 
 
 def _project_facts(paths: list[str], every: list[Target], targets: list[Target], settings: Settings,
