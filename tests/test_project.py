@@ -382,7 +382,7 @@ def test_a_program_set_aside_without_xla_imports_is_told_when_it_would_change(tm
 
 def test_a_notebooks_install_line_answers_whether_it_would_change_before_its_code_is_read(tmp_path, monkeypatch):
     """The pass that asks whether a held notebook reports more than its platform's notes stops at its first other
-    finding: a pinned install line answers before the Python cells are decided."""
+    finding: a pinned install line answers before the Python cells are decided, unless Python refuses them."""
     from neuron_migrate.engine.context import PROBE
     from neuron_migrate.files import notebook
 
@@ -397,10 +397,25 @@ def test_a_notebooks_install_line_answers_whether_it_would_change_before_its_cod
             probed.append(os.path.basename(path))
         return process_python(path, data, settings, rewrite)
 
+    (tmp_path / "broken_on_inf2.ipynb").write_text(_notebook(("code", "%pip install optimum-neuron==0.0.24\n"),
+                                                            ("code", "return torch.ones(2)\n")))
     monkeypatch.setattr(notebook, "process_python", counted)
-    result = run([str(tmp_path)], Settings(), rewrite=False, jobs=1)
-    assert {(os.path.basename(f.path), f.code) for f in result.findings} == {("tune_on_inf2.ipynb", "NM521")}
-    assert probed == ["quiet_on_inf2.ipynb"]
+
+    def outcome(settings: Settings) -> tuple:
+        result = run([str(tmp_path)], settings, rewrite=False, jobs=1)
+        return sorted((os.path.basename(f.path), f.code) for f in result.findings), result.errors
+
+    findings, errors = outcome(Settings())
+    assert findings == [("tune_on_inf2.ipynb", "NM521")] and [os.path.basename(p) for p, _ in errors] == [
+        "broken_on_inf2.ipynb"]
+    assert probed == ["quiet_on_inf2.ipynb"]  # the notes pass found the broken cell's error first: no probe
+    # without the platform's notes the probe is the first pass over the notebooks: a module Python refuses is decided
+    no_notes = Settings(ignore=frozenset({"NM510", "NM513", "NM520"}))
+    probed.clear()
+    early = outcome(no_notes)
+    assert sorted(probed) == ["broken_on_inf2.ipynb", "quiet_on_inf2.ipynb"] and early[1]
+    monkeypatch.setattr(notebook, "_compiles", lambda module: False)  # every probe decides the Python cells
+    assert outcome(no_notes) == early
 
 
 INF2_SERVE = ("from optimum.neuron import NeuronModelForCausalLM\n\n"

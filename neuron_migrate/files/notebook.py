@@ -192,8 +192,10 @@ def _python_cells(path: str, cells: list[Cell], settings: Settings, rewrite: boo
     _env_settings(path, cells, settings, rewrite, result)
     _launch_lines(path, cells, settings, rewrite, result)
     probe = PROBE.get()
-    if probe is not None and any(f.code not in probe for f in result.findings):
-        raise Reported  # a pass that only asks whether the notebook reports more (handlers._would_change): it does
+    if probe is not None and any(f.code not in probe for f in result.findings) and _compiles(module):
+        # a pass that only asks whether the notebook reports more (handlers._would_change): it does. (Where the
+        # cells do not compile as one module, they are decided all the same: the error is the answer.)
+        raise Reported
     awaiting = TOP_LEVEL_AWAIT.set(True)  # IPython runs `await` at the top level of a cell
     try:
         inner = process_python(path, module.encode("utf-8"), settings, rewrite)
@@ -539,6 +541,15 @@ def _mask(cell: Cell) -> str:
         out += [f"{indent}{tag}.{k}\n" for k in range(1, end - n)]
         n = end
     return "".join(out)
+
+
+def _compiles(module: str) -> bool:
+    """Whether Python compiles the joined cells as IPython runs them (`await` at the top allowed)."""
+    try:
+        compile(module, "<notebook>", "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _not_python(cell: Cell) -> str | None:
