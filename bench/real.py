@@ -51,7 +51,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.run import Time, _ast_parse, _libcst_parse_codegen, _libcst_qualified_names, _lines, _pool_time, _timed
+from bench.run import (Time, _ast_parse, _libcst_parse_codegen, _libcst_qualified_names, _lines, _pool_time, _timed,
+                       compiled_tool)
 
 SDISTS = {  # name as given to --packages -> (pip name, version, the folder inside the sdist that holds the sources)
     "accelerate": ("accelerate", "1.15.0", "src/accelerate"),
@@ -291,6 +292,7 @@ def _ruff_time(root: Path) -> Time:
 
 def measure(root: Path, workdir: Path, jobs: int, baseline_share: float, packages: list[str],
             cells: Path | None = None) -> RealFigures:
+    compiled_tool()
     every = sorted(root.rglob("*.py"))
     legacy = [p for p in every if b"torch_xla" in p.read_bytes()]
     # the floor and the baselines also read the notebooks' code (user code), the tool's runs the tree
