@@ -239,3 +239,22 @@ def test_guided_chunks_cover_the_files_in_order_and_shrink():
         assert [x for c in chunks for x in c] == list(range(n))
         sizes = [len(c) for c in chunks]
         assert sizes == sorted(sizes, reverse=True) and max(sizes) <= 64 and sizes[-1] == 1
+
+
+def test_a_recount_starts_workers_early_only_for_the_files_the_rewrite_changed(tmp_path, monkeypatch):
+    from neuron_migrate.engine import runner
+
+    legacy_tree(tmp_path, 40)
+    started: list[int] = []
+    workers_init = runner.Workers.__init__
+    monkeypatch.setattr(runner.Workers, "__init__", lambda self, jobs, kinds: started.append(jobs) or
+                        workers_init(self, jobs, kinds))
+    first = run([str(tmp_path)], Settings(), rewrite=True, jobs=2)
+    assert len(first.changed) >= runner.PARALLEL_THRESHOLD and started == [2]
+    write_results(first)
+    run([str(tmp_path)], Settings(), rewrite=False, jobs=2, earlier=first)  # the changed files: decided again
+    assert started == [2, 2]
+    unchanged = run([str(tmp_path)], Settings(), rewrite=True, jobs=2)
+    assert not unchanged.changed and started == [2, 2, 2]
+    run([str(tmp_path)], Settings(), rewrite=False, jobs=2, earlier=unchanged)  # every result taken: no worker
+    assert started == [2, 2, 2]

@@ -282,10 +282,12 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     if shard is not None:
         targets, problems, libraries = shards.split(shard, targets, problems, libraries)
     jobs = jobs or os.cpu_count() or 1
-    # a run that will process most of its files starts its workers now: they import the handlers while the model
-    # is built (a warm cache or a recount after a rewrite processes few, in this process or in workers started later)
-    workers = Workers(jobs, {t.kind for t in targets}) if jobs > 1 and len(targets) >= PARALLEL_THRESHOLD \
-        and earlier is None and (cache is None or not len(cache)) else None
+    # a run that will process many files starts its workers now: they import the handlers while the model is built
+    # (with a warm cache, which files are left is known once the model is: workers, if any, are started then)
+    unchanged = {r.path for r in earlier.results if not r.error and not r.changed} if earlier is not None else set()
+    fresh = sum(1 for t in targets if t.path not in unchanged)  # a recount after a rewrite: the files it changed
+    workers = Workers(jobs, {t.kind for t in targets}) if jobs > 1 and fresh >= PARALLEL_THRESHOLD \
+        and (cache is None or not len(cache)) else None
     try:  # the workers go with the run, whatever ends it
         facts, project = _project_facts(paths, every, targets, settings, cache, model)
         if not shared_helpers:
