@@ -258,3 +258,38 @@ def test_a_recount_starts_workers_early_only_for_the_files_the_rewrite_changed(t
     assert not unchanged.changed and started == [2, 2, 2]
     run([str(tmp_path)], Settings(), rewrite=False, jobs=2, earlier=unchanged)  # every result taken: no worker
     assert started == [2, 2, 2]
+
+
+@pytest.mark.slow
+def test_ctrl_c_after_the_command_said_all_leaves_its_exit_code(tmp_path):
+    """A Ctrl-C while Python takes the process down after a large run (tens of milliseconds) neither kills it with
+    the signal (no word, no exit code of its own) nor prints an "Exception ignored ... KeyboardInterrupt": the
+    command's own exit code stands."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import FIXTURES
+
+    shutil.copytree(FIXTURES, tmp_path / "copy")
+    outcomes = []
+    for delay in (0.0, 0.01, 0.01, 0.03):
+        proc = subprocess.Popen([sys.executable, "-m", "neuron_migrate", "check", "--no-cache", "--jobs", "2",
+                                 str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("Found "):  # the last line the command prints
+                time.sleep(delay)
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        _, err = proc.communicate(timeout=60)
+        outcomes.append(proc.returncode)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        assert proc.returncode in (1, 130), (proc.returncode, err)
+        if proc.returncode == 130:  # the command was still running: it says so
+            assert err.strip().splitlines()[-1].startswith("Interrupted:"), err
+    assert 1 in outcomes

@@ -10,6 +10,7 @@ import importlib
 import re
 import signal
 import sys
+import threading
 
 import click
 
@@ -96,5 +97,20 @@ def main() -> None:
     """
 
 
+def entry() -> None:
+    """The `neuron-migrate` command and `python -m neuron_migrate`: the command line, then an exit Ctrl-C cannot
+    spoil. Once the command has said all it has to say (or was interrupted, and said so), Python takes the process
+    down, which takes tens of milliseconds after a large run: a Ctrl-C then would end it killed by the signal, with
+    no word and no exit code of its own, or print an "Exception ignored ... KeyboardInterrupt" traceback. From
+    there on Ctrl-C is ignored and the exit code is the command's, unless a thread other than daemons is still
+    running (the exit would wait for it: Ctrl-C must still end that wait)."""
+    try:
+        main()
+    finally:
+        if threading.current_thread() is threading.main_thread() and all(
+                t is threading.main_thread() or t.daemon or not t.is_alive() for t in threading.enumerate()):
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()
