@@ -156,12 +156,7 @@ def _quote_tally(node: ast.AST, lines: list[str]) -> tuple[int, int] | None:
             if _literal_in_braces(current):
                 return None
         elif kind is not ast.Constant or not isinstance(current.value, (str, bytes)):
-            for field in current._fields:  # ast.iter_child_nodes, without its two generators
-                value = getattr(current, field, None)
-                if type(value) is list:
-                    stack.extend(c for c in value if isinstance(c, ast.AST))
-                elif isinstance(value, ast.AST):
-                    stack.append(value)
+            stack.extend(ast.iter_child_nodes(current))
             continue
         pieces = _pieces(_segment(current, lines))
         if pieces is None:

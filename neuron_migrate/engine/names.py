@@ -19,8 +19,8 @@ from typing import Iterable, Sequence
 
 import libcst as cst
 
-from neuron_migrate.syntax.walk import (SYNTAX, TOKEN, children, field_order, node_kind, subclass, syntax_fields,
-                                        visit_fields, wants_tokens)
+from neuron_migrate.syntax.walk import (KINDS, SYNTAX, TOKEN, children, field_order, node_kind, subclass,
+                                        syntax_fields, visit_fields, wants_tokens)
 
 NESTING = (cst.If, cst.Try, cst.TryStar, cst.For, cst.While, cst.With, cst.Match)
 SCOPE_NODES = (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
@@ -137,9 +137,8 @@ def _handler(visitor_type: type, prefix: str, node_type: type):
 _EXCEPT_GUARDS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException", "RuntimeError", "OSError"}
 
 
-# What the walk needs to know of a node type, worked out once per process: its kind as a child (walk.node_kind),
-# and per (visitor class, wanted types, tokens): its role, visit and leave methods, whether it is wanted, its fields.
-_KINDS: dict[type, int] = {}
+# What the walk needs to know of a node type, worked out once per process: its kind as a child (walk.KINDS), and
+# per (visitor class, wanted types, tokens): its role, visit and leave methods, whether it is wanted, its fields.
 _UNKNOWN = object()
 _INFOS: dict[tuple, dict[type, tuple]] = {}
 
@@ -229,7 +228,7 @@ class Collector(cst.CSTVisitor):
         least = TOKEN if tokens else SYNTAX
         in_order = field_order()  # else LibCST's own `children` (a release outside the tested range)
         fields_of = (visit_fields if tokens else syntax_fields) if in_order else lambda _: None
-        kinds = _KINDS
+        kinds = KINDS
         visitor_type = type(self)
         infos = _INFOS.setdefault((visitor_type, frozenset(self.wanted), tokens, in_order), {})  # per node type
         parents, statements, smalls, blocks = self.parents, self._statements, self._smalls, self._blocks

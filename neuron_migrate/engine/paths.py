@@ -34,7 +34,7 @@ import libcst as cst
 
 from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact, imports_any
 from neuron_migrate.engine.names import Scope, dotted, dotted_str, import_target
-from neuron_migrate.syntax.walk import SYNTAX, children, field_order, node_kind, syntax_fields
+from neuron_migrate.syntax.walk import KINDS, SYNTAX, children, field_order, node_kind, syntax_fields
 
 XLA, TPU, CUDA, MPS, XPU, OTHER, FALLBACK, COMMON = "xla", "tpu", "cuda", "mps", "xpu", "other", "fallback", "common"
 OTHER_PATHS = frozenset({TPU, CUDA, MPS, XPU, OTHER, FALLBACK})  # hardware paths that are not the XLA path
@@ -76,7 +76,6 @@ _TORCH_TESTS = {"torch.cuda.is_available": CUDA, "torch.cuda.is_bf16_supported":
 PACKAGE_PROBES = frozenset({"find_spec", "find_loader", "RequirementCache", "module_available", "package_available",
                             "_is_package_available", "is_package_available", "_package_available"})
 _TPU_TEXT = re.compile(r"(?<![A-Za-z])(?:tpu|TPU|Tpu)")
-_KINDS: dict[type, int] = {}  # what a value of a type is to a walk (walk.node_kind), by type
 
 
 @functools.lru_cache(maxsize=None)
@@ -461,9 +460,9 @@ class Paths:
             for name in _fields(kind):  # `children(current, tokens=False)` inline: this visits every node of the file
                 value = getattr(current, name)
                 for item in value if type(value) is tuple or type(value) is list else (value,):
-                    item_kind = _KINDS.get(type(item))
+                    item_kind = KINDS.get(type(item))
                     if item_kind is None:
-                        item_kind = _KINDS[type(item)] = node_kind(type(item))
+                        item_kind = KINDS[type(item)] = node_kind(type(item))
                     if item_kind >= SYNTAX:
                         stack.append((item, p, b))
 

@@ -284,8 +284,9 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     jobs = jobs or os.cpu_count() or 1
     # a run that will process many files starts its workers now: they import the handlers while the model is built
     # (with a warm cache, which files are left is known once the model is: workers, if any, are started then)
-    unchanged = {r.path for r in earlier.results if not r.error and not r.changed} if earlier is not None else set()
-    fresh = sum(1 for t in targets if t.path not in unchanged)  # a recount after a rewrite: the files it changed
+    reusable = {r.path: (earlier.keys[r.path], r) for r in earlier.results
+                if r.path in earlier.keys and not r.error and not r.changed} if earlier is not None else {}
+    fresh = sum(1 for t in targets if t.path not in reusable)  # a recount after a rewrite: the files it changed
     workers = Workers(jobs, {t.kind for t in targets}) if jobs > 1 and fresh >= PARALLEL_THRESHOLD \
         and (cache is None or not len(cache)) else None
     try:  # the workers go with the run, whatever ends it
@@ -299,8 +300,6 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
         results: dict[int, FileResult] = {}
         known: dict[str, bytes] = {}
         keys: dict[str, str] = {}
-        reusable = {r.path: (earlier.keys[r.path], r) for r in earlier.results
-                    if r.path in earlier.keys and not r.error and not r.changed} if earlier is not None else {}
         for i, target in enumerate(targets):
             if target.path in reusable or (cache is not None and len(cache)):
                 key = _key(target, known, per_file[i])

@@ -143,14 +143,16 @@ def _constructor_source(cls: type, i: int, namespace: dict[str, object]) -> str 
             return None  # a property or other data descriptor of that name: only object.__setattr__ honours it
         else:
             body.append(f"    self.__dict__[{f.name!r}] = {f.name}")
-    body.append("    if not _parsing.on: self.__post_init__()")
+    body.append("    self.__post_init__()")
     return f"def _init{i}(self, {', '.join(parameters)}):\n" + "\n".join(body) + "\n"
 
 
 def _make_constructors() -> None:
-    """Write the constructors and have the open session and later ones use them (door.register_now)."""
+    """Write the constructors and have the open session and later ones use them (door.register_now); once."""
+    if _Constructors.made:
+        return
     _Constructors.made = True
-    namespace: dict[str, object] = {"_NOT_GIVEN": _NOT_GIVEN, "_parsing": _parsing}
+    namespace: dict[str, object] = {"_NOT_GIVEN": _NOT_GIVEN}
     made = []
     for i, name in enumerate(_MOST_BUILT):
         cls = getattr(cst, name, None)

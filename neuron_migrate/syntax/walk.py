@@ -76,6 +76,11 @@ def node_kind(value_type: type) -> int:
     return TOKEN if subclass(value_type, TOKENS) else SYNTAX
 
 
+# `node_kind` by type, for the walks that inline `children` (engine/names.py, engine/paths.py): a dict lookup
+# where the cached function's call costs more, on every node of a file
+KINDS: dict[type, int] = {}
+
+
 def syntax_fields(node_type: type) -> tuple[str, ...]:
     """The fields of `visit_fields(node_type)` whose declared type admits a node other than a token: the rest (a
     node's whitespace, its parentheses and commas) can be skipped without reading them."""
