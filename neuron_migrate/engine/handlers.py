@@ -177,12 +177,18 @@ def _set_aside(path: str, data: bytes, kind: str, settings: Settings, rewrite: b
         notes = tuple(c for c in SET_ASIDE_NOTES if policy.enabled(c))
     combined = FileResult(path, old_bytes=data)
     if notes:
+        from neuron_migrate.engine.notes import NOTES_ONLY
+
         quiet = replace(settings, select=frozenset(notes), ignore=frozenset(), project=None)
-        for handler in handlers_for(kind):
-            result = handler(path, data, quiet, False)
-            if result.error:
-                return result
-            combined.findings.extend(f for f in result.findings if f.code in notes)
+        asked = NOTES_ONLY.set(frozenset(notes))  # the Python engine may decide them on Python's tree
+        try:
+            for handler in handlers_for(kind):
+                result = handler(path, data, quiet, False)
+                if result.error:
+                    return result
+                combined.findings.extend(f for f in result.findings if f.code in notes)
+        finally:
+            NOTES_ONLY.reset(asked)
     text = data.decode("utf-8", "replace")
     cell = None  # a notebook's finding goes to its first Python cell, whose first line can silence it
     if kind == "notebook":

@@ -22,12 +22,15 @@ import libcst as cst
 
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
-from neuron_migrate.engine.context import FIXED, LEFT, MARKED, Decision, FileContext
+from neuron_migrate.engine.context import FIXED, LEFT, MARKED, PROBE, Decision, FileContext
 from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, _code, apply, collapse_dead_arms, effect_free,
                                          if_arms, if_tests, merged_adjacent_arms, pure, same_arms)
 from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
+from neuron_migrate.engine.notes import NOTES_ONLY
+from neuron_migrate.engine.notes import decide as decide_notes
+from neuron_migrate.engine.notes import probed_rules
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
 from neuron_migrate.engine.sources import Source, SourceError, decode
@@ -181,6 +184,17 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
             if rewrite:
                 _python_accepts(source.text)  # nothing to write; what Python refuses to compile is still reported
             return result
+        notes = NOTES_ONLY.get()
+        if notes is not None and not rewrite and not has_markers and not may_suppress:
+            found = decide_notes(path, source.text, tree, rules, settings, notes)  # a set-aside file's notes
+            if found is not None:
+                result.findings = found
+                return result
+        probe = PROBE.get()
+        if probe is not None and not may_suppress:
+            rules = probed_rules(rules, probe, tree, source.text)  # whether a set-aside file reports more
+            if not rules and not has_markers:
+                return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
         module, left_out = parse(source, None if rewrite else lean_needles(rules), tree)
         renderer = Renderer()

@@ -1,0 +1,672 @@
+"""The notes of a program set aside for another platform (NM510, NM513, NM520), decided on Python's tree.
+
+A program the native backend does not run on (Inf1, Inf2, Trn1: `handlers._held`) is left as it is, and each of
+its files still reports its platform's notes: the XLA inference path it keeps (NM510), the Inf1 code it holds
+(NM513), the trn1 instances it asks for (NM520). The rules that decide them walk LibCST's tree, which costs a
+LibCST parse of every such file that `check` reads, for a few findings on imports, calls and strings.
+
+`decide` takes the same decisions on Python's tree (`ast`), which the engine parsed anyway, with the rules' own
+helpers and tables, where they are the rules' decisions by construction, and returns None where it cannot be
+sure, for the LibCST pass to decide as before:
+
+- Every name a decision resolves (`torch_neuronx` of `torch_neuronx.trace`) is bound in the module scope only, and
+  declared `global` or `nonlocal` nowhere: it then stands, in every scope, for what the module's bindings make it
+  (`names.import_target`), as `names.Analysis.qualname` finds.
+- The file tests for no backend (`engine/paths.py`): no guarded torch_xla import, no comparison with a device or
+  backend string or enum, no availability helper, probe or torch test, no torch_xla name used as a test; and no TPU
+  text where torch_xla is imported in no module-level statement. Every statement is then on the common path, the
+  file is no multi-backend file, and the paths let every note act (`Paths.allows`).
+- Each node a note is on stands alone: not in parentheses (LibCST's node would hold them, and its position
+  with them), a string literal written in one piece outside an f-string.
+
+`handlers._set_aside` asks for it (`NOTES_ONLY`); `process_python` calls it only for a read (`check`) of a file
+without markers or suppression comments, where nothing else than these findings can come out of the pass.
+`tests/test_notes.py` holds its findings to the LibCST pass's on every fixture and sample it decides.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from contextvars import ContextVar
+
+from neuron_migrate.engine import paths
+from neuron_migrate.findings import Finding
+
+# Set by handlers._set_aside around the notes pass of a held file: the codes the pass asks for.
+NOTES_ONLY: ContextVar[frozenset[str] | None] = ContextVar("notes_only", default=None)
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+           ast.DictComp, ast.GeneratorExp)
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_LONE_CR = re.compile(r"\r(?!\n)")
+_NEWLINE = re.compile(r"\r\n|\n")
+
+
+class Unsure(Exception):
+    """A condition of the decision on Python's tree is not met: the LibCST pass decides the file."""
+
+
+class _Binding:
+    __slots__ = ("kind", "qualname", "fallback")
+
+    def __init__(self, kind: str, qualname: str | None = None, fallback: bool | None = False) -> None:
+        self.kind, self.qualname, self.fallback = kind, qualname, fallback
+
+
+class _Tree:
+    """One walk of Python's tree: the module scope's bindings, the names bound elsewhere, the parents, the nodes
+    the notes look at, and whether the file may test for a backend."""
+
+    def __init__(self, tree: ast.Module, text: str) -> None:
+        self.text = text
+        self.module: dict[str, list[_Binding]] = {}
+        self.elsewhere: set[str] = set()  # names bound in a function, class, lambda or comprehension
+        self.declared: set[str] = set()  # names a `global` or `nonlocal` statement declares
+        self.imported: dict[str, set[str]] = {}  # a name -> every dotted path an import binds it to, any scope
+        self.xla_names: set[str] = set()  # names an import of torch_xla / torch_neuronx binds, any scope
+        self.parents: dict[int, ast.AST] = {}
+        self.statement: dict[int, ast.stmt] = {}  # expression node id -> its statement
+        self.calls: list[ast.Call] = []
+        self.imports: list[ast.stmt] = []
+        self.strings: list[ast.Constant] = []
+        self.in_fstring: set[int] = set()
+        self.tests: list[ast.expr] = []  # the tests of branches (`if`, `x if c else y`, `a and b`)
+        # values that make a flag of the names they are assigned to where they are tests (`Paths._assign_flag`,
+        # `HAS = xm is not None`), or of the function that returns them (`Paths._function_kind`)
+        self.flagging: list[tuple[ast.expr, tuple[str, ...]]] = []
+        self.compares: list[ast.Compare] = []
+        self.names: list[ast.AST] = []  # Name and Attribute nodes, for the helper and torch test names
+        self.probes = False  # a call of a package probe (`find_spec`)
+        self.guarded = False  # a torch_xla import straight in a `try` body
+        self.unguarded = False  # a torch_xla import in a module-level statement
+        self.helper_import = False  # an import of an availability helper (`from .utils import is_tpu_available`)
+        self._xla = paths.XLA_PACKAGES
+        self._walk(tree)
+
+    # -- the walk ----------------------------------------------------------------------------------------
+    def _walk(self, tree: ast.Module) -> None:
+        # (node, in the module scope, inside an except handler, the statement it belongs to, inside an f-string)
+        stack: list[tuple[ast.AST, bool, int, ast.stmt | None, bool]] = [(tree, True, 0, None, False)]
+        parents, statement_of = self.parents, self.statement
+        while stack:
+            node, top, handlers, statement, fstring = stack.pop()
+            if isinstance(node, ast.stmt):
+                statement = node
+                self._statement(node, top, handlers)
+            else:
+                statement_of[id(node)] = statement
+                self._expression(node, top, handlers, statement, fstring)
+            inner_top = top and not isinstance(node, _SCOPES)
+            inner_handlers = handlers + isinstance(node, ast.ExceptHandler)
+            inner_fstring = fstring or isinstance(node, ast.JoinedStr)
+            for child in ast.iter_child_nodes(node):
+                parents[id(child)] = node
+                stack.append((child, inner_top, inner_handlers, statement, inner_fstring))
+
+    def _bind(self, name: str, top: bool, binding: _Binding) -> None:
+        if top:
+            self.module.setdefault(name, []).append(binding)
+        else:
+            self.elsewhere.add(name)
+
+    def _statement(self, node: ast.stmt, top: bool, handlers: int) -> None:
+        kind = node.__class__
+        if kind is ast.Import or kind is ast.ImportFrom:
+            self.imports.append(node)
+            self._import(node, top)
+            legacy = _legacy_import(node, self._xla)
+            if legacy and top and isinstance(self.parents.get(id(node)), ast.Module):
+                self.unguarded = True
+        elif kind in _FUNCTIONS or kind is ast.ClassDef:
+            self._bind(node.name, top, _Binding("class" if kind is ast.ClassDef else "def"))
+            if kind is not ast.ClassDef:
+                body = [s for s in node.body if not _docstring(s)]
+                if body and isinstance(body[-1], ast.Return) and body[-1].value is not None:
+                    self.flagging.append((body[-1].value, (node.name,)))
+        elif kind is ast.Assign:
+            fallback = _is_none(node.value) or (handlers > 0 and _stand_in(node.value, self.text))
+            for target in node.targets:
+                self._target(target, top, fallback)
+            self.flagging.append((node.value, tuple(t.id for t in node.targets if isinstance(t, ast.Name))))
+        elif kind is ast.AnnAssign:
+            fallback = handlers > 0 and (node.value is None or _stand_in(node.value, self.text))
+            self._target(node.target, top, fallback)
+            if node.value is not None:
+                self.flagging.append((node.value, (node.target.id,) if isinstance(node.target, ast.Name) else ()))
+        elif kind is ast.AugAssign:
+            if isinstance(node.target, ast.Name):
+                self._bind(node.target.id, top, _Binding("assign"))
+        elif kind is ast.For or kind is ast.AsyncFor:
+            self._target(node.target, top, False, "for")
+        elif kind is ast.With or kind is ast.AsyncWith:
+            for item in node.items:
+                if item.optional_vars is not None:
+                    self._target(item.optional_vars, top, False, "with")
+        elif kind is ast.Global or kind is ast.Nonlocal:
+            self.declared.update(node.names)
+        elif kind is ast.If:
+            self.tests.append(node.test)
+        elif kind is ast.Try or kind is ast.TryStar:
+            if any(_legacy_import(s, self._xla) for s in node.body):
+                self.guarded = True
+            for handler in node.handlers:
+                if handler.name is not None:
+                    self._bind(handler.name, top, _Binding("except"))
+
+    def _expression(self, node: ast.AST, top: bool, handlers: int, statement, fstring: bool) -> None:
+        kind = node.__class__
+        if kind is ast.Call:
+            self.calls.append(node)
+            parts = _dotted(node.func)
+            if parts and parts[-1] in paths.PACKAGE_PROBES:
+                self.probes = True
+        elif kind is ast.Constant:
+            if isinstance(node.value, str):
+                self.strings.append(node)
+                if fstring:
+                    self.in_fstring.add(id(node))
+        elif kind is ast.Name or kind is ast.Attribute:
+            self.names.append(node)
+        elif kind is ast.Compare:
+            self.compares.append(node)
+        elif kind is ast.IfExp:
+            self.tests.append(node.test)
+        elif kind is ast.BoolOp:
+            self.tests.extend(node.values)
+        elif kind is ast.NamedExpr:
+            if isinstance(node.target, ast.Name):
+                self._named(node, top)
+        elif kind is ast.arguments:
+            for arg in (*node.posonlyargs, *node.args, node.vararg, *node.kwonlyargs, node.kwarg):
+                if arg is not None:
+                    self.elsewhere.add(arg.arg)
+        elif kind is ast.comprehension:
+            self._target(node.target, False, False, "for")
+        elif kind is ast.MatchAs:
+            if node.name is not None:
+                self._bind(node.name, top, _Binding("assign"))
+
+    def _named(self, node: ast.NamedExpr, top: bool) -> None:
+        """`(x := ...)` binds in the scope around its comprehensions (names.Collector.visit_NamedExpr)."""
+        current = self.parents.get(id(node))
+        while current is not None and not isinstance(current, (ast.Module, *_SCOPES)):
+            current = self.parents.get(id(current))
+        while isinstance(current, _COMPREHENSIONS):
+            current = self.parents.get(id(current))
+            while current is not None and not isinstance(current, (ast.Module, *_SCOPES)):
+                current = self.parents.get(id(current))
+        self._bind(node.target.id, isinstance(current, ast.Module), _Binding("assign"))
+
+    def _target(self, target: ast.AST, top: bool, fallback: bool | None, kind: str = "assign") -> None:
+        if isinstance(target, ast.Name):
+            self._bind(target.id, top, _Binding(kind, fallback=fallback))
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self._target(element, top, fallback, kind)
+        elif isinstance(target, ast.Starred):
+            self._target(target.value, top, fallback, kind)
+
+    def _import(self, node: ast.stmt, top: bool) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                name, qual = (alias.asname, alias.name) if alias.asname else ((alias.name.split(".")[0],) * 2)
+                if _helper(alias.name.rpartition(".")[2]):
+                    self.helper_import = True
+                self._imported(name, qual, top)
+            return
+        module = None if node.level or node.module is None else node.module
+        for alias in node.names:
+            if alias.name == "*":
+                return
+            if _helper(alias.name.rpartition(".")[2]):
+                self.helper_import = True
+            self._imported(alias.asname or alias.name, None if module is None else f"{module}.{alias.name}", top)
+
+    def _imported(self, name: str, qual: str | None, top: bool) -> None:
+        self._bind(name, top, _Binding("import", qual))
+        if qual is not None:
+            self.imported.setdefault(name, set()).add(qual)
+            if qual.split(".")[0] in self._xla:
+                self.xla_names.add(name)
+
+    # -- names ---------------------------------------------------------------------------------------------
+    def qualname(self, expr: ast.AST) -> str | None:
+        """What `expr` stands for through the module's imports (names.Analysis.qualname, where its first name is
+        bound in the module scope only); raises Unsure where it may be bound elsewhere."""
+        parts = _dotted(expr)
+        if not parts:
+            return None
+        head = parts[0]
+        if head in self.elsewhere or head in self.declared:
+            raise Unsure(f"{head} is bound outside the module scope")
+        bindings = self.module.get(head)
+        if not bindings:
+            return None
+        imports = {b.qualname for b in bindings if b.kind == "import"}
+        if len(imports) != 1:
+            return None
+        if any(b.kind != "import" and b.fallback is None for b in bindings):
+            raise Unsure(f"{head} is bound to a string in an except handler")
+        if any(b.kind != "import" and not b.fallback for b in bindings):
+            return None
+        base = next(iter(imports))
+        return None if base is None else ".".join([base, *parts[1:]])
+
+    def resolves_to(self, expr: ast.AST, targets) -> str | None:
+        """`qualname(expr)` where it may be one of `targets` (an import of the chain's first name, in some scope,
+        makes one of them); None where it cannot be, whatever the scopes (then no scope needs to be sure)."""
+        parts = _dotted(expr)
+        if not parts:
+            return None
+        rest = parts[1:]
+        if not any(".".join([q, *rest]) in targets for q in self.imported.get(parts[0], ())):
+            return None
+        return self.qualname(expr)
+
+    # -- the paths ---------------------------------------------------------------------------------------------
+    def tests_nothing(self) -> bool:
+        """Whether no statement of the file can be on another path than the common one, in a file that is no
+        multi-backend file (see the module docstring): every test `engine/paths.py` knows is ruled out."""
+        if self.guarded or self.probes or self.helper_import:
+            return False
+        for node in self.names:
+            if _helper(node.id if node.__class__ is ast.Name else node.attr) or self._torch_test(node):
+                return False
+        for compare in self.compares:
+            if any(self._valued(operand) for operand in (compare.left, *compare.comparators)):
+                return False
+        flags = set(self.xla_names)  # what a test of XLA may read: torch_xla's names, and the flags made of them
+        while True:
+            more = {name for value, names in self.flagging if self._xla_test(value, flags) for name in names} - flags
+            if not more:
+                break
+            flags |= more
+        if any(self._xla_test(test, flags) for test in self.tests) or any(
+                self._xla_test(o, flags) for compare in self.compares for o in (compare.left, *compare.comparators)):
+            return False
+        return self.unguarded or paths._TPU_TEXT.search(self.text) is None
+
+    def _torch_test(self, node: ast.AST) -> bool:
+        """`torch.cuda.is_available` and the other torch tests, through any import of the chain's first name."""
+        parts = _dotted(node)
+        if not parts or parts[-1] not in _TORCH_TEST_NAMES:
+            return False
+        return any(".".join([q, *parts[1:]]) in paths._TORCH_TESTS for q in self.imported.get(parts[0], ()))
+
+    @staticmethod
+    def _valued(node: ast.AST) -> bool:
+        """A device or backend string (`"cuda"`, `"cpu:0"`), a collection holding one, or an enum member of a
+        backend (`DistributedType.XLA`): what `Paths._value_kind` tells a kind by."""
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and paths._kind_of_string(node.value) is not None
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(_Tree._valued(e) for e in node.elts)
+        return isinstance(node, ast.Attribute) and node.attr in paths._ENUM_KINDS
+
+    def _xla_test(self, test: ast.AST, flags: set[str]) -> bool:
+        """A test whose leaf is one of `flags` (a name a torch_xla / torch_neuronx import binds, or a flag made of
+        one), or a call of one (`if xm:`, `HAS = trace(...)`, `xm is None`): `Paths._name_kind` takes it for an
+        XLA test."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            return self._xla_test(test.operand, flags)
+        if isinstance(test, ast.BoolOp):
+            return any(self._xla_test(v, flags) for v in test.values)
+        if isinstance(test, ast.Call):
+            test = test.func
+        if isinstance(test, ast.Compare):
+            return any(self._xla_test(o, flags) for o in (test.left, *test.comparators))
+        return isinstance(test, ast.Name) and test.id in flags
+
+    # -- places ------------------------------------------------------------------------------------------
+    def alone(self, node: ast.AST) -> None:
+        """Raises Unsure where `node` may be in parentheses: LibCST's node would hold them, and be placed with
+        them. A node that opens its line must open its statement; else the text before it on its line must not
+        end with `(`. (A statement is never in parentheses.)"""
+        if isinstance(node, ast.stmt):
+            return
+        line = self.line_text(node.lineno)
+        before = line.encode("utf-8")[:node.col_offset].decode("utf-8", "replace") if not line.isascii() \
+            else line[:node.col_offset]
+        if before.strip():
+            if before.rstrip().endswith("("):
+                raise Unsure("in parentheses")
+            return
+        statement = self.statement.get(id(node))
+        if statement is None or (statement.lineno, statement.col_offset) != (node.lineno, node.col_offset):
+            raise Unsure("opens its line inside a statement")
+
+    def line_text(self, lineno: int) -> str:
+        lines = self.__dict__.get("_lines")
+        if lines is None:
+            lines = self._lines = _NEWLINE.split(self.text)
+        return lines[lineno - 1]
+
+    def column(self, lineno: int, offset: int) -> int:
+        """The character column of a UTF-8 offset in a line (`ast` counts bytes, findings characters)."""
+        line = self.line_text(lineno)
+        return offset if line.isascii() else len(line.encode("utf-8")[:offset].decode("utf-8", "replace"))
+
+    def segment(self, node: ast.AST) -> str:
+        if node.lineno == node.end_lineno:
+            line = self.line_text(node.lineno)
+            if line.isascii():
+                return line[node.col_offset:node.end_col_offset]
+        return ast.get_source_segment(self.text, node) or ""
+
+
+def _dotted(expr: ast.AST) -> list[str] | None:
+    parts: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    if isinstance(expr, ast.Name):
+        parts.append(expr.id)
+        parts.reverse()
+        return parts
+    return None
+
+
+def _helper(name: str) -> bool:
+    """An availability helper's name (`is_torch_xla_available`, `_XLA_AVAILABLE`: `paths._helper_kind`)."""
+    return paths._helper_kind(name) is not None
+
+
+def _legacy_import(node: ast.stmt, packages: tuple[str, ...]) -> bool:
+    """`paths._is_legacy_import`: an import of torch_xla or torch_neuronx."""
+    if isinstance(node, ast.Import):
+        return any(a.name.split(".")[0] in packages for a in node.names)
+    if isinstance(node, ast.ImportFrom) and node.module is not None and not node.level:
+        return node.module.split(".")[0] in packages
+    return False
+
+
+def _docstring(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
+        and isinstance(statement.value.value, (str, bytes))
+
+
+def _is_none(value: ast.AST) -> bool:
+    return isinstance(value, ast.Constant) and value.value is None
+
+
+def _stand_in(value: ast.AST, text: str) -> bool | None:
+    """`names._is_stand_in` on Python's tree: a name (`None`, `False` are names to LibCST), one string literal, an
+    integer literal, a dotted name, or a call of one."""
+    if isinstance(value, (ast.Name, ast.Attribute)):
+        return True
+    if isinstance(value, ast.Call):
+        return _dotted(value.func) is not None
+    if isinstance(value, ast.Constant):
+        if value.value is None or isinstance(value.value, bool):
+            return True
+        if isinstance(value.value, int):
+            return True
+        if isinstance(value.value, (str, bytes)):
+            return None  # one literal (a stand-in) or several (not): asked only where the binding is read
+    return False
+
+
+def _one_literal(segment: str) -> bool:
+    """The text is one string literal (not `"a" "b"`, which LibCST sees as two)."""
+    try:
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(segment).readline)
+                  if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.COMMENT,
+                                    tokenize.INDENT, tokenize.DEDENT)]
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return False
+    return len(tokens) == 1 and tokens[0].type == tokenize.STRING
+
+
+_TORCH_TEST_NAMES = frozenset(q.rpartition(".")[2] for q in paths._TORCH_TESTS)
+
+
+# -- the notes ---------------------------------------------------------------------------------------------
+
+class _Notes:
+    def __init__(self, path: str, tree: _Tree, settings) -> None:
+        from neuron_migrate.rules import release
+
+        self.path, self.tree, self.settings = path, tree, settings
+        self.maintained = release.xla_inference_maintained(settings)
+        self.found: list[tuple[str, ast.AST, dict, tuple[int, int] | None]] = []
+
+    def report(self, code: str, node: ast.AST, offset: tuple[int, int] | None = None, **fields) -> None:
+        self.tree.alone(node)
+        self.found.append((code, node, fields, offset))
+
+    def short(self, node: ast.AST, limit: int = 60) -> str:
+        text = " ".join(self.tree.segment(node).split())
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    # NeuronxTrace: a trace call of the maintained XLA inference path
+    def trace(self) -> None:
+        from neuron_migrate.rules.inference import TRACE, maintained_fields
+
+        if not self.maintained:
+            return
+        for call in self.tree.calls:
+            if self.tree.resolves_to(call.func, (TRACE,)) == TRACE:
+                self.report("NM510", call, call=self.short(call), what="traces with the XLA-based torch-neuronx",
+                            **maintained_fields(self.settings))
+
+    # NeuronLibrary: optimum-neuron's inference classes
+    def library(self) -> None:
+        from neuron_migrate.rules import inference
+        from neuron_migrate.rules.unsupported import lookup
+
+        if not self.maintained:
+            return
+        for node in self.tree.imports:
+            if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
+                continue
+            module = node.module
+            names = [a.name for a in node.names]
+            if "*" in names:
+                continue
+            classes_only = _optimum_classes_only(module, names)
+            if not classes_only and any(f"{module}.{n}" in inference.NXD_TRACE for n in names):
+                continue  # NxdInference reports it
+            if inference._bundled_nki(module) or (module == "neuronxcc" and "nki" in names):
+                continue
+            if lookup(inference.library_hints(), module) is None or not module.startswith("optimum.neuron"):
+                continue
+            served = [n for n in names if inference.optimum_inference_class(n, module)]
+            if served:
+                verb = "exports and compiles" if len(served) == 1 else "export and compile"
+                self.report("NM510", node, call="` and `".join(served),
+                            what=f"{verb} models for the XLA-based stack with optimum-neuron",
+                            **inference.maintained_fields(self.settings))
+
+    # NxdInference: NxD Core's inference tracing and NxD Inference
+    def nxd(self) -> None:
+        from neuron_migrate.rules.inference import NXD_INFERENCE, NXD_TRACE, maintained_fields
+
+        if not self.maintained:
+            return
+        fields = maintained_fields(self.settings)
+        nxdi: list[ast.stmt] = []
+        for node in self.tree.imports:
+            if isinstance(node, ast.ImportFrom):
+                if node.level or node.module is None:
+                    continue
+                module = node.module
+                if module == NXD_INFERENCE or module.startswith(NXD_INFERENCE + "."):
+                    nxdi.append(node)
+                    continue
+                found = [(a.name, NXD_TRACE[f"{module}.{a.name}"]) for a in node.names
+                         if f"{module}.{a.name}" in NXD_TRACE]
+                if found:
+                    names = ", ".join(n for n, _ in found)
+                    whats = " and ".join(dict.fromkeys(w for _, w in found))
+                    self.report("NM510", node, call=f"from {module} import {names}", what=f"uses {whats}", **fields)
+            elif any(a.name == NXD_INFERENCE or a.name.startswith(NXD_INFERENCE + ".") for a in node.names):
+                nxdi.append(node)
+        for call in self.tree.calls:
+            if not isinstance(call.func, ast.Attribute):
+                continue  # a name imported from the module was reported at its import
+            what = NXD_TRACE.get(self.tree.resolves_to(call.func, NXD_TRACE) or "")
+            if what is not None:
+                self.report("NM510", call, call=self.short(call), what=f"uses {what}", **fields)
+        if nxdi:
+            first = min(nxdi, key=_place)
+            n = len(nxdi)
+            if n > 1:
+                name = NXD_INFERENCE
+            elif isinstance(first, ast.ImportFrom):
+                name = first.module
+            else:
+                name = next(a.name for a in first.names if a.name.split(".")[0] == NXD_INFERENCE)
+            self.report("NM510", first, call=name,
+                        what="uses NxD Inference" + (f" ({n} imports in this file)" if n > 1 else ""), **fields)
+
+    # Inferentia1: once per file, where Inf1 code first shows
+    def inferentia1(self) -> None:
+        from neuron_migrate.engine.facts import inf1_names
+        from neuron_migrate.rules.inference import IMPORT_VERB
+
+        apis, modules = inf1_names()
+        last = frozenset(api.rpartition(".")[2] for api in apis)
+        candidates: list[tuple[ast.AST, str, str]] = []
+        for node in self.tree.imports:
+            if isinstance(node, ast.Import):
+                alias = next((a for a in node.names if a.name.split(".")[0] in modules), None)
+                if alias is not None:
+                    candidates.append((node, f"import {alias.name}", IMPORT_VERB))
+            elif not node.level and node.module is not None and node.module.split(".")[0] in modules:
+                candidates.append((node, f"from {node.module} import ...", IMPORT_VERB))
+        for call in self.tree.calls:
+            if self.tree.resolves_to(call.func, apis) in apis:
+                candidates.append((call, self.short(call), "is the torch-neuron API of"))
+        if candidates and self._inferentia1(apis, modules, last):
+            node, subject, verb = min(candidates, key=lambda c: _place(c[0]))
+            self.report("NM513", node, subject=subject, verb=verb)
+
+    def _inferentia1(self, apis: frozenset[str], modules: frozenset[str], last: frozenset[str]) -> bool:
+        """`facts.inferentia1` on Python's tree."""
+        tree = self.tree
+        if "neuron" not in tree.text:
+            return False
+        if any(q.split(".")[0] in modules or q in apis for quals in tree.imported.values() for q in quals):
+            return True
+        if not any(name in tree.text for name in last):
+            return False
+        for node in tree.names:
+            if isinstance(node, ast.Attribute) and node.attr in last:
+                parts = _dotted(node)
+                if parts and any(".".join([q, *parts[1:]]) in apis for q in tree.imported.get(parts[0], ())):
+                    return True
+        return False
+
+    # InstanceType: a string that asks for a trn1 instance
+    def instance_type(self) -> None:
+        from neuron_migrate.files.envfiles import TRN1
+        from neuron_migrate.rules.inference import _requests, _test_file
+
+        if _test_file(self.path):
+            return
+        tree = self.tree
+        for node in tree.strings:
+            value = node.value
+            if "trn1" not in value:
+                continue  # nor in any literal it is made of
+            parent = tree.parents.get(id(node))
+            if isinstance(parent, ast.JoinedStr):
+                continue  # text of an f-string: no string literal to LibCST
+            if id(node) in tree.in_fstring:
+                raise Unsure("a string inside an f-string's braces")
+            raw_text = tree.segment(node)
+            if not _one_literal(raw_text):
+                raise Unsure("a string literal written in parts")  # LibCST decides on each part
+            match = TRN1.search(value)
+            if match is None or not _requests(value, match):
+                continue
+            if isinstance(parent, ast.Expr) or (isinstance(parent, ast.Dict) and any(k is node for k in parent.keys)):
+                continue  # a docstring or a bare string; a table's key
+            raw = TRN1.search(raw_text)
+            below = raw is not None and "\n" in raw_text[:raw.start()]
+            self.report("NM520", node, offset=raw.span() if below else None, text=match.group(0))
+
+
+def _optimum_classes_only(module: str, names: list[str]) -> bool:
+    """`inference._optimum_classes_import`: an import of optimum-neuron's trainer classes only."""
+    if module not in ("optimum.neuron", "optimum.neuron.trainers"):
+        return False
+    from neuron_migrate.rules.huggingface import classes
+
+    return all(f"{module}.{n}" in classes() for n in names)
+
+
+def _place(node: ast.AST) -> tuple[int, int, int, int]:
+    """Where LibCST's walk meets a node: by its start, an outer node before the inner ones that start with it."""
+    return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset
+
+
+_RULES = {"NeuronxTrace": "trace", "NeuronLibrary": "library", "NxdInference": "nxd", "Inferentia1": "inferentia1",
+          "InstanceType": "instance_type"}
+
+
+def decide(path: str, text: str, tree: ast.Module, rules: list, settings, codes: frozenset[str]
+           ) -> list[Finding] | None:
+    """The findings of the notes pass of a held file (`codes` of NM510, NM513, NM520) from the `rules` the
+    pre-filters left, or None where the LibCST pass must decide (see the module docstring)."""
+    if any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
+        return None
+    if not rules:
+        return []
+    try:
+        walked = _Tree(tree, text)
+        if not walked.tests_nothing():
+            return None
+        notes = _Notes(path, walked, settings)
+        for rule in rules:
+            getattr(notes, _RULES[rule.__name__])()
+    except Unsure:
+        return None
+    return _findings(path, walked, notes.found, settings, codes)
+
+
+def _findings(path: str, tree: _Tree, found: list, settings, codes: frozenset[str]) -> list[Finding]:
+    from neuron_migrate.engine.python import _within
+    from neuron_migrate.policy import Policy
+
+    policy = Policy(settings, path, rewrite=True)
+    out = []
+    for code, node, fields, offset in found:
+        if code not in codes:
+            continue
+        decision = policy.decide(code, None, None, fields, migrating=lambda: False)
+        if decision is None:
+            continue
+        line, col = node.lineno, tree.column(node.lineno, node.col_offset) + 1
+        end = node.end_lineno, tree.column(node.end_lineno, node.end_col_offset) + 1
+        if offset:
+            line, col, end = _within(tree.segment(node), line, col, offset)
+        out.append(Finding(path, line, col, code, decision.message, decision.fixable, end_line=end[0],
+                           end_col=end[1], held_back=decision.held_back or None))
+    out.sort(key=lambda f: f.sort_key())
+    return out
+
+
+def probed_rules(rules: list, probe: frozenset[str], tree: ast.Module, text: str) -> list:
+    """The rules a probe (`handlers._would_change`: does the file report anything but `probe`'s codes?) must run.
+
+    A rule whose every code is in `probe` only says what the probe does not ask about, where its reports cannot
+    become another code's finding: its codes are check-only (no marker, no edit for the tidy-up to follow), the file
+    runs no NM199 step (the caller: the tree pre-filter ran) and has no suppression comment (the caller: one it
+    used would otherwise be reported unused, NM901), and no statement of the file is on an XLA branch of a
+    multi-backend file (its finding would be held for that branch's NM111 marker: `tests_nothing`)."""
+    from neuron_migrate import catalogue
+
+    quiet = [r for r in rules if set(r.codes) <= probe and all(catalogue.rule(c).check_only for c in r.codes)]
+    if not quiet:
+        return rules
+    try:
+        if not _Tree(tree, text).tests_nothing():
+            return rules
+    except Unsure:
+        return rules
+    return [r for r in rules if r not in quiet]

@@ -1,0 +1,314 @@
+"""A set-aside program's notes decided on Python's tree (engine/notes.py) are the LibCST pass's, and the probe
+that asks whether a held file reports more gives the same answer without the rules that only write notes.
+
+The LibCST pass is the oracle: every fixture and example, and the cases below, give the same notes (line, column,
+end, code, message) with the decision on Python's tree on and off, for a target that keeps the XLA inference path
+(Inf2, Trn1: NM510) and for one that does not. Each case also says whether Python's tree decides it or hands it
+back, so that both ways are known to be taken; the tests fail where Python's tree decides too few files.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from neuron_migrate.engine import notes
+from neuron_migrate.engine import python as engine
+from neuron_migrate.engine.context import PROBE, Reported
+from neuron_migrate.engine.handlers import SET_ASIDE_NOTES
+from neuron_migrate.engine.sources import SourceError
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, ROOT
+
+CODES = frozenset(SET_ASIDE_NOTES)
+TARGETS = (None, "inf2", "trn1")  # the default (Trn2: no NM510), and the two that keep XLA inference
+FILES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith(".expected.py")) \
+    + sorted((ROOT / "examples").rglob("*.py"))
+
+
+def _notes(path: str, data: bytes, instance: str | None, on: bool, monkeypatch) -> tuple[list | str, bool]:
+    """(the notes pass's findings, whether Python's tree decided them)."""
+    decided = []
+
+    def spy(*args, **kwargs):
+        found = decide(*args, **kwargs)
+        decided.append(found is not None)
+        return found
+
+    decide = notes.decide
+    token = notes.NOTES_ONLY.set(CODES) if on else None
+    with monkeypatch.context() as m:
+        m.setattr(engine, "decide_notes", spy)
+        try:
+            result = engine.process_python(path, data, Settings(select=CODES, instance=instance), False)
+            found = [(f.line, f.col, f.end_line, f.end_col, f.code, f.message, f.fixable, f.held_back)
+                     for f in result.findings]
+        except SourceError as exc:
+            found = f"error: {exc}"
+        finally:
+            if token is not None:
+                notes.NOTES_ONLY.reset(token)
+    return found, any(decided)
+
+
+def _same(path: str, data: bytes, instance: str | None, monkeypatch) -> tuple[list | str, bool]:
+    on, decided = _notes(path, data, instance, True, monkeypatch)
+    off, _ = _notes(path, data, instance, False, monkeypatch)
+    assert on == off, (path, instance)
+    return on, decided
+
+
+def test_fixtures_and_examples_give_the_same_notes_on_either_tree(monkeypatch):
+    decided_with_notes = handed_back = 0
+    for path in FILES:
+        data = path.read_bytes()
+        for instance in TARGETS:
+            found, decided = _same(str(path), data, instance, monkeypatch)
+            decided_with_notes += decided and bool(found) and not isinstance(found, str)
+            handed_back += not decided and "torch_neuron" in data.decode("utf-8", "replace")
+    assert decided_with_notes >= 30  # Python's tree decides real notes
+    assert handed_back >= 3, handed_back  # and hands files back (backend tests, guarded imports, local names)
+
+
+def _case(source: str, instance: str | None = "inf2", monkeypatch=None, path: str = "serve.py"):
+    return _same(path, textwrap.dedent(source).encode("utf-8"), instance, monkeypatch)
+
+
+DECIDED = {
+    "trace through the module": ("""\
+        import torch
+        import torch_neuronx
+
+        model = torch.nn.Linear(4, 4)
+        traced = torch_neuronx.trace(model, torch.rand(1, 4))
+        torch.jit.save(traced, "model.pt")
+        """, ["NM510"]),
+    "trace imported by name, under another name": ("""\
+        from torch_neuronx import trace as aot
+
+        def build(model, example):
+            traced = aot(model, example)
+            return traced
+        """, ["NM510"]),
+    "trace on a line that holds non-ASCII text before it": ("""\
+        import torch_neuronx
+        label = "modèle"; traced = torch_neuronx.trace(model, example)
+        """, ["NM510"]),
+    "NxD inference, imported twice and called through the module": ("""\
+        import neuronx_distributed as nxd
+        import neuronx_distributed_inference.models as models
+        from neuronx_distributed_inference.utils import hf_adapter
+        from neuronx_distributed.trace import parallel_model_trace, parallel_model_load
+
+        traced = nxd.trace.parallel_model_trace(build, inputs, tp_degree=2)
+        """, ["NM510", "NM510", "NM510"]),
+    "optimum-neuron's inference classes": ("""\
+        from optimum.neuron import NeuronModelForCausalLM, NeuronTrainer
+        from optimum.neuron import (
+            NeuronModelForSequenceClassification,
+        )
+        """, ["NM510", "NM510"]),
+    "Inf1 code: one note, at its first place": ("""\
+        import torch
+
+        def compile(model, x):
+            return torch.neuron.trace(model, x)
+
+        import torch_neuron
+        parallel = torch.neuron.DataParallel(model)
+        """, ["NM513"]),
+    "trn1 instances asked for, and mentions that are not": ('''\
+        """Runs on ml.trn1.32xlarge (a mention: the docstring)."""
+        PRICES = {"ml.trn1.2xlarge": 1.34}
+        estimator = Estimator(instance_type="ml.trn1.32xlarge", role=role)
+        command = """torchrun train.py
+            --instance-type trn1.2xlarge"""
+        note = f"trn1.2xlarge {estimator}"
+        blob = b"--instance-type trn1.2xlarge"
+        ''', ["NM520", "NM520"]),
+    "windows line ends": ("import torch_neuronx\r\n\r\ntraced = torch_neuronx.trace(model, x)\r\n", ["NM510"]),
+}
+
+HANDED_BACK = {
+    "in parentheses": ("""\
+        import torch_neuronx
+        traced = (torch_neuronx.trace(model, x))
+        """, ["NM510"]),
+    "a call that opens its line inside a statement": ("""\
+        import torch_neuronx
+        models = [
+            torch_neuronx.trace(model, x),
+        ]
+        """, ["NM510"]),
+    "a parameter named as the module": ("""\
+        import torch_neuronx
+
+        def build(torch_neuronx, model, x):
+            return torch_neuronx.trace(model, x)
+        """, []),
+    "imported inside a function": ("""\
+        def build(model, x):
+            import torch_neuronx
+            return torch_neuronx.trace(model, x)
+        """, ["NM510"]),
+    "a guarded import": ("""\
+        try:
+            import torch_neuronx
+        except ImportError:
+            torch_neuronx = None
+        traced = torch_neuronx.trace(model, x)
+        """, ["NM510"]),
+    "a CUDA branch": ("""\
+        import torch
+        import torch_neuronx
+        if torch.cuda.is_available():
+            traced = torch_neuronx.trace(model, x)
+        """, []),
+    "a device string compared": ("""\
+        import torch_neuronx
+        if args.device == "cuda":
+            model = model.cuda()
+        else:
+            traced = torch_neuronx.trace(model, x)
+        """, ["NM510"]),
+    "the module's name tested": ("""\
+        import torch_neuronx
+        traced = torch_neuronx.trace(model, x) if torch_neuronx else model
+        """, ["NM510"]),
+    "TPU text in a file that imports torch_xla in a function only (its common code's notes are held)": ("""\
+        def tpu_device():
+            import torch_xla.core.xla_model as xm
+            return xm.xla_device()
+
+        job = Estimator(instance_type="ml.trn1.32xlarge")
+        """, []),
+    "the traced model tested": ("""\
+        from torch_neuronx import trace
+        traced = trace(model, x)
+        ready = traced
+        if not ready:
+            job = Estimator(instance_type="ml.trn1.32xlarge")
+        """, ["NM510"]),  # the paths put the `if` body on the path without XLA: no note there
+    "a string literal in parts": ("""\
+        estimator = Estimator(instance_type="ml." "trn1.32xlarge")
+        other = Estimator(instance_type="trn1.2xlarge" " ")
+        """, ["NM520", "NM520"]),
+    "a string in an f-string's braces": ("""\
+        label = f"{'trn1.2xlarge'}"
+        """, ["NM520"]),
+    "global declared": ("""\
+        import torch_neuronx
+
+        def reset():
+            global torch_neuronx
+            torch_neuronx = None
+
+        traced = torch_neuronx.trace(model, x)
+        """, ["NM510"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECIDED))
+def test_python_tree_decides_the_common_forms(name, monkeypatch):
+    source, codes = DECIDED[name]
+    found, decided = _case(source, monkeypatch=monkeypatch)
+    assert decided, name
+    assert [f[4] for f in found] == codes
+
+
+@pytest.mark.parametrize("name", sorted(HANDED_BACK))
+def test_what_python_tree_cannot_be_sure_of_goes_to_libcst(name, monkeypatch):
+    source, codes = HANDED_BACK[name]
+    found, decided = _case(source, monkeypatch=monkeypatch)
+    assert not decided, name
+    assert [f[4] for f in found] == codes
+
+
+def test_placement_matches_libcst_inside_a_long_string_and_after_wide_characters(monkeypatch):
+    found, decided = _case('''\
+        é = "ü"; job = Estimator(instance_type="ml.trn1.32xlarge")
+        command = """torchrun train.py
+            --instance-type trn1.2xlarge --nproc 32"""
+        ''', monkeypatch=monkeypatch)
+    assert decided
+    assert [(f[0], f[1], f[2], f[3]) for f in found] == [(1, 40, 1, 58), (3, 21, 3, 33)]
+
+
+def test_without_the_kept_xla_inference_path_only_inf1_and_trn1_notes(monkeypatch):
+    found, decided = _case("""\
+        import torch_neuronx
+        traced = torch_neuronx.trace(model, x)
+        job = Estimator(instance_type="ml.trn1.32xlarge")
+        """, instance=None, monkeypatch=monkeypatch)
+    assert decided
+    assert [f[4] for f in found] == ["NM520"]
+
+
+def test_a_test_file_asks_for_no_instance(monkeypatch):
+    found, decided = _case('job = Estimator(instance_type="ml.trn1.32xlarge")\n', monkeypatch=monkeypatch,
+                           path="tests/test_launch.py")
+    assert decided and found == []
+
+
+# -- the probe -------------------------------------------------------------------------------------------------
+
+def _probe(path: str, data: bytes, narrowed: bool, monkeypatch) -> bool | str:
+    """Whether the file reports more than its notes (as `handlers._would_change` asks)."""
+    token = PROBE.set(CODES | {"NM900"})
+    with monkeypatch.context() as m:
+        if not narrowed:
+            m.setattr(engine, "probed_rules", lambda rules, *args: rules)
+        try:
+            result = engine.process_python(path, data, Settings(), False)
+        except Reported:
+            return True
+        except SourceError as exc:
+            return f"error: {exc}"
+        finally:
+            PROBE.reset(token)
+    return any(f.code not in CODES and f.code != "NM900" for f in result.findings)
+
+
+PROBED = {
+    "Inf1 code only": ("import torch\nmodel = torch.neuron.trace(net, [x])\n", False),
+    "a trn1 instance only": ('job = Estimator(instance_type="ml.trn1.32xlarge")\n', False),
+    "Inf1 code on the XLA branch of a multi-backend file (its NM111)": ("""\
+        import torch
+        try:
+            import torch_xla.core.xla_model as xm
+        except ImportError:
+            xm = None
+
+        def run(model, x):
+            if xm is not None:
+                return torch.neuron.trace(model, [x])
+            if torch.cuda.is_available():
+                return model.cuda()(x.cuda())
+            return model(x)
+        """, None),
+    "a suppression Inf1 code uses": ("""\
+        import torch
+        model = torch.neuron.trace(net, [x])  # neuron-migrate: ignore[NM513]
+        """, False),
+    "a suppression nothing uses": ("""\
+        import torch
+        model = torch.neuron.trace(net, [x])  # neuron-migrate: ignore[NM101]
+        """, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROBED))
+def test_the_probe_answers_the_same_without_the_rules_that_only_write_notes(name, monkeypatch):
+    source, expected = PROBED[name]
+    data = textwrap.dedent(source).encode("utf-8")
+    answer = _probe("serve.py", data, True, monkeypatch)
+    assert answer == _probe("serve.py", data, False, monkeypatch)
+    if expected is not None:
+        assert answer is expected
+
+
+def test_the_probe_answers_the_same_on_every_fixture(monkeypatch):
+    for path in FILES:
+        data = path.read_bytes()
+        assert _probe(str(path), data, True, monkeypatch) == _probe(str(path), data, False, monkeypatch), path
