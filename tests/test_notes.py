@@ -312,3 +312,23 @@ def test_the_probe_answers_the_same_on_every_fixture(monkeypatch):
     for path in FILES:
         data = path.read_bytes()
         assert _probe(str(path), data, True, monkeypatch) == _probe(str(path), data, False, monkeypatch), path
+
+
+def test_a_held_program_s_notes_parse_no_libcst_tree(tmp_path, monkeypatch):
+    """Through the whole run: the entry of a Trn1 program reports its note, and LibCST parses nothing for it (the
+    probe that asks whether it would report more, and so be told it is held, finds no rule that can)."""
+    from neuron_migrate.engine.runner import run
+
+    (tmp_path / "README.md").write_text("Train on a trn1.32xlarge instance.\n")
+    (tmp_path / "launch.py").write_text("import boto3\n\nINSTANCE = 'ml.trn1.32xlarge'\n\n"
+                                        "if __name__ == '__main__':\n    boto3.client('sagemaker').create(INSTANCE)\n")
+    parsed: list[str] = []
+    parse_module = engine.parse_module
+    monkeypatch.setattr(engine, "parse_module", lambda text: parsed.append(text) or parse_module(text))
+    found = run([str(tmp_path)], Settings(), rewrite=False, jobs=1).findings
+    assert [(f.path.rpartition("/")[2], f.line, f.code) for f in found] == [("launch.py", 3, "NM520")]
+    assert parsed == []
+    monkeypatch.setattr(engine, "probed_rules", lambda rules, *args: rules)
+    monkeypatch.setattr(engine, "decide_notes", lambda *args: None)
+    assert run([str(tmp_path)], Settings(), rewrite=False, jobs=1).findings == found
+    assert len(parsed) == 1  # the LibCST pass: one tree, shared by the notes and the probe

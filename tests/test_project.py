@@ -428,7 +428,8 @@ def test_a_set_aside_files_two_passes_read_one_tree(tmp_path, monkeypatch):
     from neuron_migrate.engine import python
 
     (tmp_path / "README.md").write_text("Compile the model for inf2.xlarge.\n")
-    (tmp_path / "serve.py").write_text(INF2_SERVE)
+    # a device string compared: the notes are not decided on Python's tree (engine/notes.py), LibCST parses
+    (tmp_path / "serve.py").write_text(INF2_SERVE + "    if args.device == 'cpu':\n        model = model.float()\n")
     parsed: list[str] = []
     parse_module = python.parse_module
     monkeypatch.setattr(python, "parse_module", lambda text: parsed.append(text) or parse_module(text))
