@@ -18,6 +18,7 @@ from neuron_migrate.engine import python as engine
 from neuron_migrate.engine.context import PROBE, Reported
 from neuron_migrate.engine.handlers import SET_ASIDE_NOTES
 from neuron_migrate.engine.sources import SourceError
+from neuron_migrate.files.notebook import process_notebook
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, ROOT
 
@@ -25,6 +26,8 @@ CODES = frozenset(SET_ASIDE_NOTES)
 TARGETS = (None, "inf2", "trn1")  # the default (Trn2: no NM510), and the two that keep XLA inference
 FILES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith(".expected.py")) \
     + sorted((ROOT / "examples").rglob("*.py"))
+NOTEBOOKS = sorted(p for p in [*FIXTURES.rglob("*.ipynb"), *(ROOT / "examples").rglob("*.ipynb")]
+                   if ".expected" not in p.name)
 
 
 def _notes(path: str, data: bytes, instance: str | None, on: bool, monkeypatch) -> tuple[list | str, bool]:
@@ -41,8 +44,10 @@ def _notes(path: str, data: bytes, instance: str | None, on: bool, monkeypatch) 
     with monkeypatch.context() as m:
         m.setattr(engine, "decide_notes", spy)
         try:
-            result = engine.process_python(path, data, Settings(select=CODES, instance=instance), False)
-            found = [(f.line, f.col, f.end_line, f.end_col, f.code, f.message, f.fixable, f.held_back)
+            settings = Settings(select=CODES, instance=instance)
+            result = process_notebook(path, data, settings, False) if path.endswith(".ipynb") else \
+                engine.process_python(path, data, settings, False)
+            found = [(f.line, f.col, f.end_line, f.end_col, f.code, f.message, f.fixable, f.held_back, f.cell)
                      for f in result.findings]
         except SourceError as exc:
             found = f"error: {exc}"
@@ -69,6 +74,28 @@ def test_fixtures_and_examples_give_the_same_notes_on_either_tree(monkeypatch):
             handed_back += not decided and "torch_neuron" in data.decode("utf-8", "replace")
     assert decided_with_notes >= 30  # Python's tree decides real notes
     assert handed_back >= 3, handed_back  # and hands files back (backend tests, guarded imports, local names)
+
+
+def test_notebooks_give_the_same_notes_on_either_tree(monkeypatch):
+    """A notebook's Python cells are decided as one module (files/notebook.py), its findings placed in its cells."""
+    decided = 0
+    for path in NOTEBOOKS:
+        for instance in TARGETS:
+            decided += _same(str(path), path.read_bytes(), instance, monkeypatch)[1]
+    assert decided >= 5
+
+
+def test_a_notebook_s_notes_land_in_their_cells(monkeypatch):
+    import json
+
+    cells = [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+             for source in (["!pip install torch-neuronx\n", "import torch_neuronx\n"],
+                            ["traced = torch_neuronx.trace(model, x)\n"],
+                            ["job = Estimator(instance_type='ml.trn1.32xlarge')\n"])]
+    data = json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode("utf-8")
+    found, decided = _same("serve.ipynb", data, "inf2", monkeypatch)
+    assert decided
+    assert [(f[8], f[0], f[4]) for f in found] == [(2, 1, "NM510"), (3, 1, "NM520")]
 
 
 def _case(source: str, instance: str | None = "inf2", monkeypatch=None, path: str = "serve.py"):
