@@ -12,6 +12,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from neuron_migrate.engine import notes
 from neuron_migrate.engine import python as engine
@@ -43,6 +44,9 @@ def _notes(path: str, data: bytes, instance: str | None, on: bool, monkeypatch) 
     token = notes.NOTES_ONLY.set(CODES) if on else None
     with monkeypatch.context() as m:
         m.setattr(engine, "decide_notes", spy)
+        # a rule that fails on the way is isolated, as users run it (the suite's strict mode would raise where a
+        # disabled code's fix cannot be made: NM501's import of `torch` beside `for torch in ...`)
+        m.setattr(engine, "STRICT", False)
         try:
             settings = Settings(select=CODES, instance=instance)
             result = process_notebook(path, data, settings, False) if path.endswith(".ipynb") else \
@@ -359,3 +363,54 @@ def test_a_held_program_s_notes_parse_no_libcst_tree(tmp_path, monkeypatch):
     monkeypatch.setattr(engine, "decide_notes", lambda *args: None)
     assert run([str(tmp_path)], Settings(), rewrite=False, jobs=1).findings == found
     assert len(parsed) == 1  # the LibCST pass: one tree, shared by the notes and the probe
+
+
+# -- generated programs ------------------------------------------------------------------------------------------
+
+_HEADS = ["import torch_neuronx", "import torch_neuronx as tnx", "from torch_neuronx import trace",
+          "from torch_neuronx import trace as aot", "import torch", "import torch_neuron",
+          "from torch import neuron", "import neuronx_distributed as nxd",
+          "from neuronx_distributed.trace import parallel_model_trace",
+          "import neuronx_distributed_inference.models as nxdi",
+          "from optimum.neuron import NeuronModelForCausalLM", "import torch_xla.core.xla_model as xm",
+          "from .utils import is_torch_xla_available"]
+_LINES = ["traced = torch_neuronx.trace(model, x)", "traced = tnx.trace(model, x)", "traced = trace(model, x)",
+          "traced = aot(model, x)", "traced = (torch_neuronx.trace(model, x))", "f(torch_neuronx.trace(model, x))",
+          "m = torch.neuron.trace(model, [x])", "m = neuron.DataParallel(model)",
+          "m = nxd.trace.parallel_model_trace(build, x)", "job = Estimator(instance_type='ml.trn1.32xlarge')",
+          "doc = 'runs on ml.trn1.2xlarge'", "'trn1.2xlarge'", "cmd = '--instance-type ' 'trn1.2xlarge'",
+          "label = f\"{'trn1.2xlarge'}\"", "prices = {'trn1.2xlarge': 1}", "kind = 'trn1.2xlarge' if a else b",
+          "ready = traced", "torch_neuronx = None", "trace = None", "global torch_neuronx", "torch = load()",
+          "x = [torch_neuronx.trace(m, x) for m in models]", "use_tpu = True", "pass",
+          "from torch_neuronx import *", "del torch_neuronx", "import torch_neuronx as torch",
+          "y = (tnx := torch_neuronx)", "g = lambda torch_neuronx: torch_neuronx.trace(m, x)",
+          "traced = torch_neuronx.trace(model,\n    x)", "s = '''\n  --instance-type trn1.2xlarge'''",
+          "import torch_neuronx; traced = torch_neuronx.trace(model, x)", "é = 'ü'; t = tnx.trace(m, x)"]
+_OPENERS = ["if ready:", "if device == 'cuda':", "if torch.cuda.is_available():", "if xm is not None:",
+            "if is_torch_xla_available():", "def run(model, x):", "def build(torch_neuronx):", "class Model:",
+            "for torch in items:", "with open(p) as trace:"]
+_STATEMENT = st.recursive(
+    st.sampled_from(_LINES).map(lambda line: [line]),
+    lambda inner: st.one_of(
+        st.tuples(st.sampled_from(_OPENERS), st.lists(inner, min_size=1, max_size=3)).map(
+            lambda block: [block[0], *("    " + line for lines in block[1] for line in lines)]),
+        st.tuples(st.lists(inner, min_size=1, max_size=2), st.lists(inner, min_size=1, max_size=2)).map(
+            lambda arms: ["try:", *("    " + line for lines in arms[0] for line in lines), "except ImportError:",
+                          *("    " + line for lines in arms[1] for line in lines)])),
+    max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(_HEADS), max_size=4), st.lists(_STATEMENT, max_size=6),
+       st.sampled_from(["\n", "\r\n"]))
+def test_generated_programs_give_the_same_notes_on_either_tree(heads, statements, newline):
+    """Programs put together from the forms above, nested in the blocks above, give the same notes on Python's
+    tree as through LibCST, for each target."""
+    lines = [line for statement in statements for line in statement]
+    data = newline.join([*heads, *lines, ""]).encode("utf-8")
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        for instance in TARGETS:
+            _same("gen.py", data, instance, monkeypatch)
+    finally:
+        monkeypatch.undo()
