@@ -59,14 +59,20 @@ EDGE_CASES = [
     'import torch\nimport torch.neuron\nmodel = torch.neuron.trace(net, x)\n',
     'from optimum.neuron import NeuronTrainer as T\ntrainer = T(model=m)\n',
     'from torch.linalg import qr as factor\nimport torch\nq, r = factor(torch.ones(3, 3))\n',
+    # NM617: a legacy SageMaker container for a program moving to neuron, the estimator imported under another name
+    'import torch_neuronx\nfrom sagemaker.pytorch import PyTorch as Est\n'
+    'job = Est(entry_point="train.py", instance_type="ml.trn2.48xlarge", framework_version="1.13.1")\n',
     # look-alikes: none of these reports anything, and LibCST never reads them
     'import re\nimport torch\nPATTERN = re.compile("padding")\n\ndef conv(x, padding=1):\n'
     '    return torch.nn.functional.pad(x, (padding, padding))\n',
     'import torch\n# float64 would be too slow here; see double-check below\nx = torch.ones(2)\n'
     'def load(serialization):\n    return serialization.load()\n',
     'import json\nimport torch\nconfig = json.load(open("optimum-Neuron.json"))\nresult = torch.ones(1).sum()\n',
+    # ... the same estimator launching a program that does not move (a GPU job, a held Trn1 one)
+    'import sagemaker.pytorch\njob = sagemaker.pytorch.PyTorch(entry_point="train.py", '
+    'instance_type="ml.trn2.48xlarge", framework_version="1.13.1")\n',
 ]
-LOOK_ALIKES = EDGE_CASES[-3:]
+LOOK_ALIKES = EDGE_CASES[-4:]
 
 
 # What a program set aside for Inf2 is still told (engine/handlers.py `_held`: its platform's notes, NM510 with the

@@ -18,6 +18,7 @@ from neuron_migrate.engine.project import INSTANCE_TYPE
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.patterns import arg, string_value
+from neuron_migrate.rules.unsupported import may_move_to_neuron
 
 VERSION_KEYWORDS = ("framework_version", "pytorch_version")
 NEURON_INSTANCES = ("trn", "inf2")
@@ -39,6 +40,15 @@ class SageMakerContainer(Rule):
     codes = ("NM617",)
     triggers = (b"framework_version", b"pytorch_version", b"image_uri")
     context = (b"sagemaker",)
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A call of a name imported from sagemaker, in a file whose program may move to neuron (`_moving`): a
+        launch file the project model found for one, or what `facts.moving_to_neuron` may take (the held entry of
+        a Trn1 program that only launches its job is neither)."""
+        project = settings.project
+        return scan.any_qual_under(("sagemaker",)) and (
+            (project is not None and project.launches_moving is not None) or may_move_to_neuron(scan, settings))
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
