@@ -68,7 +68,7 @@ EDGE_CASES = [
     'import torch\n# float64 would be too slow here; see double-check below\nx = torch.ones(2)\n'
     'def load(serialization):\n    return serialization.load()\n',
     'import json\nimport torch\nconfig = json.load(open("optimum-Neuron.json"))\nresult = torch.ones(1).sum()\n',
-    # ... the same estimator launching a program that does not move (a GPU job, a held Trn1 one)
+    # ... the same estimator in a file that does not move to neuron (the launcher of a program that stays)
     'import sagemaker.pytorch\njob = sagemaker.pytorch.PyTorch(entry_point="train.py", '
     'instance_type="ml.trn2.48xlarge", framework_version="1.13.1")\n',
 ]

@@ -21,7 +21,8 @@ sure, for the LibCST pass to decide as before:
 
 `handlers._set_aside` asks for it (`NOTES_ONLY`); `process_python` calls it only for a read (`check`) of a file
 without markers or suppression comments, where nothing else than these findings can come out of the pass.
-`tests/test_notes.py` holds its findings to the LibCST pass's on every fixture and sample it decides.
+`probed_rules` serves the second pass over a held entry (does it report more than its notes?) with the same walk.
+`tests/test_notes.py` holds both to the LibCST pass on every fixture, notebook fixture and generated program.
 """
 
 from __future__ import annotations
@@ -460,6 +461,9 @@ _TORCH_TEST_NAMES = frozenset(q.rpartition(".")[2] for q in paths._TORCH_TESTS)
 # -- the notes ---------------------------------------------------------------------------------------------
 
 class _Notes:
+    """The notes rules' decisions on one walked tree: one method per rule (`_RULES`), each reporting what the rule
+    would, with the fields of its message."""
+
     def __init__(self, path: str, tree: _Tree, settings) -> None:
         from neuron_migrate.rules import release
 

@@ -28,9 +28,8 @@ from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, _code, apply, c
 from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
-from neuron_migrate.engine.notes import NOTES_ONLY
+from neuron_migrate.engine.notes import NOTES_ONLY, probed_rules
 from neuron_migrate.engine.notes import decide as decide_notes
-from neuron_migrate.engine.notes import probed_rules
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
 from neuron_migrate.engine.sources import Source, SourceError, decode
