@@ -158,7 +158,7 @@ def _quote_tally(node: ast.AST, lines: list[str]) -> tuple[int, int] | None:
         elif kind is not ast.Constant or not isinstance(current.value, (str, bytes)):
             stack.extend(ast.iter_child_nodes(current))
             continue
-        pieces = _pieces(_segment(current, lines))
+        pieces = literals(segment(current, lines))
         if pieces is None:
             return None
         for prefix, quote in pieces:
@@ -184,20 +184,21 @@ def _literal_in_braces(joined: ast.JoinedStr) -> bool:
     return False
 
 
-def _segment(node: ast.expr, lines: list[str]) -> str:
+def segment(node: ast.expr, lines: list[str]) -> str:
     """The source text of an expression (ast's columns count UTF-8 bytes)."""
     first, last = node.lineno - 1, node.end_lineno - 1
-    start, end = _column(lines[first], node.col_offset), _column(lines[last], node.end_col_offset)
+    start, end = column(lines[first], node.col_offset), column(lines[last], node.end_col_offset)
     if first == last:
         return lines[first][start:end]
     return lines[first][start:] + "".join(lines[first + 1:last]) + lines[last][:end]
 
 
-def _column(line: str, offset: int) -> int:
+def column(line: str, offset: int) -> int:
+    """The character column of a UTF-8 offset in a line (`ast` counts bytes)."""
     return offset if line.isascii() else len(line.encode("utf-8")[:offset].decode("utf-8", "replace"))
 
 
-def _pieces(text: str) -> list[tuple[str, str]] | None:
+def literals(text: str) -> list[tuple[str, str]] | None:
     """(prefix, opening quote) of each literal of `text`, string literals joined implicitly; None where the text
     reads otherwise."""
     out = []

@@ -28,13 +28,11 @@ without markers or suppression comments, where nothing else than these findings 
 from __future__ import annotations
 
 import ast
-import io
 import os
 import re
-import tokenize
 from contextvars import ContextVar
 
-from neuron_migrate.engine import paths
+from neuron_migrate.engine import lean, paths
 from neuron_migrate.findings import Finding
 
 STRICT = os.environ.get("NEURON_MIGRATE_STRICT_RULES") == "1"  # the test suite's: failures raise
@@ -45,7 +43,6 @@ _COMPREHENSION_KINDS = frozenset({ast.ListComp, ast.SetComp, ast.DictComp, ast.G
 _SCOPE_KINDS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef}) | _COMPREHENSION_KINDS
 _STATEMENT_KINDS = frozenset(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.stmt))
 _LONE_CR = re.compile(r"\r(?!\n)")
-_NEWLINE = re.compile(r"\r\n|\n")
 
 
 class Unsure(Exception):
@@ -358,9 +355,7 @@ class _Tree:
         end with `(`. (A statement is never in parentheses.)"""
         if isinstance(node, ast.stmt):
             return
-        line = self.line_text(node.lineno)
-        before = line.encode("utf-8")[:node.col_offset].decode("utf-8", "replace") if not line.isascii() \
-            else line[:node.col_offset]
+        before = self.line_text(node.lineno)[:self.column(node.lineno, node.col_offset)]
         if before.strip():
             if before.rstrip().endswith("("):
                 raise Unsure("in parentheses")
@@ -369,27 +364,22 @@ class _Tree:
         if statement is None or (statement.lineno, statement.col_offset) != (node.lineno, node.col_offset):
             raise Unsure("opens its line inside a statement")
 
-    def _line_starts(self) -> list[int]:
-        starts = self.__dict__.get("_starts")
-        if starts is None:
-            starts = self._starts = [0, *(m.end() for m in _NEWLINE.finditer(self.text))]
-        return starts
+    def _lines(self) -> list[str]:
+        lines = self.__dict__.get("_text_lines")
+        if lines is None:
+            lines = self._text_lines = lean.LINE.findall(self.text)
+        return lines
 
     def line_text(self, lineno: int) -> str:
-        starts = self._line_starts()
-        end = starts[lineno] if lineno < len(starts) else len(self.text)
-        return self.text[starts[lineno - 1]:end].rstrip("\r\n")
+        return self._lines()[lineno - 1].rstrip("\r\n")
 
     def column(self, lineno: int, offset: int) -> int:
         """The character column of a UTF-8 offset in a line (`ast` counts bytes, findings characters)."""
-        line = self.line_text(lineno)
-        return offset if line.isascii() else len(line.encode("utf-8")[:offset].decode("utf-8", "replace"))
+        return lean.column(self._lines()[lineno - 1], offset)
 
     def segment(self, node: ast.AST) -> str:
         """The node's source text, as LibCST's code for it (the file's own line ends)."""
-        starts = self._line_starts()
-        return self.text[starts[node.lineno - 1] + self.column(node.lineno, node.col_offset):
-                         starts[node.end_lineno - 1] + self.column(node.end_lineno, node.end_col_offset)]
+        return lean.segment(node, self._lines())
 
 
 def _dotted(expr: ast.AST) -> list[str] | None:
@@ -444,17 +434,6 @@ def _stand_in(value: ast.AST, text: str) -> bool | None:
     return False
 
 
-def _one_literal(segment: str) -> bool:
-    """The text is one string literal (not `"a" "b"`, which LibCST sees as two)."""
-    try:
-        tokens = [t for t in tokenize.generate_tokens(io.StringIO(segment).readline)
-                  if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.COMMENT,
-                                    tokenize.INDENT, tokenize.DEDENT)]
-    except (tokenize.TokenError, SyntaxError, IndentationError):
-        return False
-    return len(tokens) == 1 and tokens[0].type == tokenize.STRING
-
-
 _TORCH_TEST_NAMES = frozenset(q.rpartition(".")[2] for q in paths._TORCH_TESTS)
 
 
@@ -481,14 +460,13 @@ class _Notes:
 
     # NeuronxTrace: a trace call of the maintained XLA inference path
     def trace(self) -> None:
-        from neuron_migrate.rules.inference import TRACE, maintained_fields
+        from neuron_migrate.rules.inference import TRACE, TRACE_NOTE, maintained_fields
 
         if not self.maintained:
             return
         for call in self.tree.calls:
             if self.tree.resolves_to(call.func, (TRACE,)) == TRACE:
-                self.report("NM510", call, call=self.short(call), what="traces with the XLA-based torch-neuronx",
-                            **maintained_fields(self.settings))
+                self.report("NM510", call, call=self.short(call), what=TRACE_NOTE, **maintained_fields(self.settings))
 
     # NeuronLibrary: optimum-neuron's inference classes
     def library(self) -> None:
@@ -504,8 +482,8 @@ class _Notes:
             names = [a.name for a in node.names]
             if "*" in names:
                 continue
-            classes_only = _optimum_classes_only(module, names)
-            if not classes_only and any(f"{module}.{n}" in inference.NXD_TRACE for n in names):
+            classes_only = inference.optimum_classes_only(module, names)
+            if not classes_only and inference.nxd_trace_import(module, names) is not None:
                 continue  # NxdInference reports it
             if inference._bundled_nki(module) or (module == "neuronxcc" and "nki" in names):
                 continue
@@ -513,14 +491,12 @@ class _Notes:
                 continue
             served = [n for n in names if inference.optimum_inference_class(n, module)]
             if served:
-                verb = "exports and compiles" if len(served) == 1 else "export and compile"
-                self.report("NM510", node, call="` and `".join(served),
-                            what=f"{verb} models for the XLA-based stack with optimum-neuron",
+                self.report("NM510", node, **inference.optimum_note(served),
                             **inference.maintained_fields(self.settings))
 
     # NxdInference: NxD Core's inference tracing and NxD Inference
     def nxd(self) -> None:
-        from neuron_migrate.rules.inference import NXD_INFERENCE, NXD_TRACE, maintained_fields
+        from neuron_migrate.rules.inference import NXD_INFERENCE, NXD_TRACE, maintained_fields, nxd_trace_import
 
         if not self.maintained:
             return
@@ -534,12 +510,9 @@ class _Notes:
                 if module == NXD_INFERENCE or module.startswith(NXD_INFERENCE + "."):
                     nxdi.append(node)
                     continue
-                found = [(a.name, NXD_TRACE[f"{module}.{a.name}"]) for a in node.names
-                         if f"{module}.{a.name}" in NXD_TRACE]
-                if found:
-                    names = ", ".join(n for n, _ in found)
-                    whats = " and ".join(dict.fromkeys(w for _, w in found))
-                    self.report("NM510", node, call=f"from {module} import {names}", what=f"uses {whats}", **fields)
+                found = nxd_trace_import(module, [a.name for a in node.names])
+                if found is not None:
+                    self.report("NM510", node, call=found[0], what=f"uses {found[1]}", **fields)
             elif any(a.name == NXD_INFERENCE or a.name.startswith(NXD_INFERENCE + ".") for a in node.names):
                 nxdi.append(node)
         for call in self.tree.calls:
@@ -616,7 +589,8 @@ class _Notes:
             if id(node) in tree.in_fstring:
                 raise Unsure("a string inside an f-string's braces")
             raw_text = tree.segment(node)
-            if not _one_literal(raw_text):
+            pieces = lean.literals(raw_text)
+            if pieces is None or len(pieces) != 1:
                 raise Unsure("a string literal written in parts")  # LibCST decides on each part
             match = TRN1.search(value)
             if match is None or not _requests(value, match):
@@ -626,15 +600,6 @@ class _Notes:
             raw = TRN1.search(raw_text)
             below = raw is not None and "\n" in raw_text[:raw.start()]
             self.report("NM520", node, offset=raw.span() if below else None, text=match.group(0))
-
-
-def _optimum_classes_only(module: str, names: list[str]) -> bool:
-    """`inference._optimum_classes_import`: an import of optimum-neuron's trainer classes only."""
-    if module not in ("optimum.neuron", "optimum.neuron.trainers"):
-        return False
-    from neuron_migrate.rules.huggingface import classes
-
-    return all(f"{module}.{n}" in classes() for n in names)
 
 
 def _place(node: ast.AST) -> tuple[int, int, int, int]:

@@ -25,6 +25,7 @@ from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spe
 from neuron_migrate.syntax.parse import expression
 
 TRACE = "torch_neuronx.trace"
+TRACE_NOTE = "traces with the XLA-based torch-neuronx"  # NM510's words for a trace on a target that keeps it
 JIT_SAVE, JIT_LOAD = "torch.jit.save", "torch.jit.load"
 JIT_ARTIFACT = frozenset({JIT_SAVE, JIT_LOAD})
 # NM502's three cases: (what the call does, what to do instead, the marker's few words)
@@ -211,8 +212,7 @@ class NeuronxTrace(Rule):
             # Inf2 / Trn1: the XLA inference path is maintained and TorchNeuron does not run there, so the traced
             # artifacts, DataParallel and the loading helpers stay as they are; the trace call gets a note
             if qual == TRACE:
-                ctx.report("NM510", node, call=short(node), what="traces with the XLA-based torch-neuronx",
-                           **maintained_fields(ctx.settings))
+                ctx.report("NM510", node, call=short(node), what=TRACE_NOTE, **maintained_fields(ctx.settings))
             return
         if qual == TRACE:
             self._trace(node)
@@ -752,14 +752,29 @@ class NeuronLibrary(Rule):
         names = " and ".join(f"`{n}`" for n in served)
         verb = "exports and compiles" if len(served) == 1 else "export and compile"
         if release.xla_inference_maintained(ctx.settings):
-            ctx.report("NM510", node, call="` and `".join(served), what=f"{verb} models for the XLA-based stack with optimum-neuron",
-                       **maintained_fields(ctx.settings))
+            ctx.report("NM510", node, **optimum_note(served), **maintained_fields(ctx.settings))
             return
         routes = [optimum_route(n) for n in served]
         route = routes[0][0] if len(served) == 1 else "; ".join(f"for `{n}`, {r}" for n, (r, _) in zip(served, routes))
         marks = list(dict.fromkeys(m for _, m in routes))
         ctx.report("NM524", node, subject=f"{names} {verb}", route=route,
                    mark=marks[0] if len(marks) == 1 else OPTIMUM_ROUTES, **maintained_fields(ctx.settings))
+
+
+def optimum_note(served: list[str]) -> dict[str, str]:
+    """NM510's fields for an import of optimum-neuron's inference classes `served`."""
+    verb = "exports and compiles" if len(served) == 1 else "export and compile"
+    return {"call": "` and `".join(served), "what": f"{verb} models for the XLA-based stack with optimum-neuron"}
+
+
+def nxd_trace_import(module: str, names: list[str]) -> tuple[str, str] | None:
+    """(the import as NM507 / NM510 name it, what its NxD Core inference APIs are) for `from module import names`;
+    None where it imports none of them."""
+    found = [(name, NXD_TRACE[f"{module}.{name}"]) for name in names if f"{module}.{name}" in NXD_TRACE]
+    if not found:
+        return None
+    return (f"from {module} import {', '.join(name for name, _ in found)}",
+            " and ".join(dict.fromkeys(what for _, what in found)))
 
 
 def _optimum_table() -> dict:
@@ -819,12 +834,17 @@ def optimum_route(name: str | None) -> tuple[str, str]:
 
 def _optimum_classes_import(node: cst.CSTNode, module: str | None) -> bool:
     """An import of optimum-neuron's trainer classes only: NM508 / NM509 report it."""
-    if module in ("optimum.neuron", "optimum.neuron.trainers") and isinstance(node, cst.ImportFrom) \
-            and not isinstance(node.names, cst.ImportStar):
-        from neuron_migrate.rules.huggingface import classes
+    return isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar) \
+        and optimum_classes_only(module, [dotted_str(a.name) for a in node.names])
 
-        return all(f"{module}.{dotted_str(a.name)}" in classes() for a in node.names)
-    return False
+
+def optimum_classes_only(module: str | None, names: list[str]) -> bool:
+    """`from module import names` imports optimum-neuron's trainer classes only."""
+    if module not in ("optimum.neuron", "optimum.neuron.trainers"):
+        return False
+    from neuron_migrate.rules.huggingface import classes
+
+    return all(f"{module}.{name}" in classes() for name in names)
 
 
 def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
@@ -889,12 +909,9 @@ class NxdInference(Rule):
             return
         if isinstance(node.names, cst.ImportStar):
             return
-        found = [(alias, NXD_TRACE[f"{module}.{dotted_str(alias.name)}"]) for alias in node.names
-                 if f"{module}.{dotted_str(alias.name)}" in NXD_TRACE]
-        if found:
-            names = ", ".join(dotted_str(a.name) for a, _ in found)
-            whats = " and ".join(dict.fromkeys(w for _, w in found))
-            self._report(node, f"from {module} import {names}", whats)
+        found = nxd_trace_import(module, [dotted_str(alias.name) for alias in node.names])
+        if found is not None:
+            self._report(node, *found)
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
