@@ -62,6 +62,9 @@ EDGE_CASES = [
     # NM617: a legacy SageMaker container for a program moving to neuron, the estimator imported under another name
     'import torch_neuronx\nfrom sagemaker.pytorch import PyTorch as Est\n'
     'job = Est(entry_point="train.py", instance_type="ml.trn2.48xlarge", framework_version="1.13.1")\n',
+    # NM321: CUDA device names in a file moving to neuron, one of them split over two literals
+    'import torch\nimport torch_neuronx\ndev = torch.device("cuda" ":0")\n\ndef on_gpu(t):\n'
+    '    return t.device == torch.device("cuda")\n',
     # look-alikes: none of these reports anything, and LibCST never reads them
     'import re\nimport torch\nPATTERN = re.compile("padding")\n\ndef conv(x, padding=1):\n'
     '    return torch.nn.functional.pad(x, (padding, padding))\n',
@@ -71,8 +74,11 @@ EDGE_CASES = [
     # ... the same estimator in a file that does not move to neuron (the launcher of a program that stays)
     'import sagemaker.pytorch\njob = sagemaker.pytorch.PyTorch(entry_point="train.py", '
     'instance_type="ml.trn2.48xlarge", framework_version="1.13.1")\n',
+    # ... a GPU program whose comment names neuron, testing a tensor's CUDA device
+    'import torch\n# the neuron version lives in ../trn2\ndef on_gpu(t):\n'
+    '    return t.device == torch.device("cuda") and torch.cuda.is_available()\n',
 ]
-LOOK_ALIKES = EDGE_CASES[-4:]
+LOOK_ALIKES = EDGE_CASES[-5:]
 
 
 # What a program set aside for Inf2 is still told (engine/handlers.py `_held`: its platform's notes, NM510 with the
@@ -250,6 +256,10 @@ MOVING_HELPERS = [
     # names spelled like torch_xla's own, bound to something else
     "from .utils import xm, mark_step\n\n\ndef sync():\n    mark_step()\n    xm.optimizer_step(None)\n"
     "    xm.master_print('done')\n",
+    # ... and like its runtime's, profiler's and renamed functions
+    "from .runtime import device_type, profiler, xla_checkpoint as ckpt\n\n\ndef on_neuron():\n"
+    "    with profiler.Trace('step'):\n        ckpt.checkpoint(lambda: None)\n"
+    "    return device_type() == 'NEURON'\n",
 ]
 
 
@@ -273,6 +283,22 @@ def test_a_helper_module_without_torch_xla_runs_no_nm199_step_and_loses_no_findi
     assert not step(Present(MOVING_HELPERS[1].encode(), MOVING_TO_NEURON_BYTES), settings, "helper.py")
     parsed = []
     monkeypatch.setattr(engine, "parse_module", lambda text: parsed.append(text) or pytest.fail("parsed"))
-    for i in (0, 2):
+    for i in (0, 2, 3):
         assert engine.process_python(f"helper_{i}.py", MOVING_HELPERS[i].encode(), settings, False).findings == []
+    assert parsed == []
+
+
+def test_torch_cuda_names_the_program_patches_itself_clear_the_file(monkeypatch):
+    """NM322/NM323 leave the torch.cuda names a module of the program redefines (`project.cuda_patched`): a file
+    that names only those is never parsed by LibCST; one more name brings it back."""
+    settings = Settings(project=FileProject(target="trn2", moving="train.py", imported_by="train.py",
+                                            cuda_patched=("LongTensor", "current_device")))
+    patched = ("import torch\n\n\ndef batch(n):\n    t = torch.cuda.LongTensor(n)\n"
+               "    return t.to(torch.cuda.current_device())\n")
+    more = patched + "\n\ndef sync():\n    torch.cuda.synchronize()\n"
+    found = engine.process_python("more.py", more.encode(), settings, False).findings
+    assert [(f.line, f.code) for f in found] == [(10, "NM322")]
+    parsed = []
+    monkeypatch.setattr(engine, "parse_module", lambda text: parsed.append(text) or pytest.fail("parsed"))
+    assert engine.process_python("patched.py", patched.encode(), settings, False).findings == []
     assert parsed == []

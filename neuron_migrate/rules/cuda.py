@@ -70,12 +70,21 @@ class CudaDeviceString(XlaDeviceString):
     rule_code = "NM321"
     family = CUDA
 
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A str literal holding "cuda" (every literal reported is one: `"cuda"`, `"cuda:1"`; Python's tree joins
+        `"cuda" "..."` into one constant, which holds it too) in a file that may be moving to neuron."""
+        return any("cuda" in s for s in scan.strings) and may_move_to_neuron(scan, settings)
+
     def _new(self, literal: cst.BaseExpression, kind: str, test: bool | None = None) -> cst.BaseExpression:
         # `test` does not matter here: NM321 respells CUDA names only where XLA is not optional
         return respell_cuda(literal) if not portable(self.ctx) else _portable(self.ctx, literal, kind)
 
     def _allowed(self) -> bool:
         return super()._allowed() and moving_to_neuron(self.ctx)
+
+    def _device_equality(self, node: cst.Comparison) -> bool:
+        return moving_to_neuron(self.ctx) and super()._device_equality(node)  # a GPU program's test stays
 
     def _owns(self, group: Group) -> bool:
         return not group.families() & {XLA, NEURON}  # a switch with the XLA (or migrated) branch keeps its GPU one
@@ -138,8 +147,12 @@ class TorchCudaApi(Rule):
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
-        """A torch.cuda name in a file that may be moving to neuron (`facts.moving_to_neuron`)."""
-        return scan.any_qual_under(("torch.cuda",)) and may_move_to_neuron(scan, settings)
+        """A torch.cuda name that the program does not patch itself, in a file that may be moving to neuron
+        (`facts.moving_to_neuron`)."""
+        project = settings.project
+        patched = project.cuda_patched if project is not None else ()
+        return any(q.startswith("torch.cuda.") and q not in CUDA_AUTOCAST and q.split(".")[2] not in patched
+                   for q in scan.quals) and may_move_to_neuron(scan, settings)
 
     def _reference(self, node: cst.CSTNode) -> None:
         ctx = self.ctx

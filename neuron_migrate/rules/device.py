@@ -490,6 +490,7 @@ class XlaDeviceType(Rule):
 
     codes = ("NM248",)
     triggers = (b"device_type",)
+    torch_xla_names_only = True  # `XLA_DEVICE_TYPE`
 
     def visit_Comparison(self, node: cst.Comparison) -> None:
         ctx = self.ctx
@@ -522,6 +523,7 @@ class XlaDeviceHardware(Rule):
 
     codes = ("NM239",)
     triggers = (b"xla_device_hw",)
+    torch_xla_names_only = True  # `XLA_DEVICE_HW`
     acts_on = XLA_QUERY  # `if xm.xla_device_hw(device) == "TPU":` runs on every path: the test is rewritten too
 
     def visit_Call(self, node: cst.Call) -> None:

@@ -36,6 +36,7 @@ class Profiler(Rule):
     codes = ("NM251", "NM237", "NM249", "NM257")
     triggers = (b"profiler",)
     pattern = names_pattern({"Trace", "StepTrace", "start_server", "trace_detached", "trace"})
+    torch_xla_names_only = True  # every call it reports is one of `PROFILER`'s
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -55,6 +55,7 @@ class Renamed(Rule):
     codes = tuple(sorted({found[0] for found in ROWS.values()}))
     triggers = tuple(sorted({name.split(".")[0].encode() for name in ROWS}))
     pattern = names_pattern({name.rsplit(".", 1)[-1] for name in ROWS})
+    torch_xla_names_only = all(name.split(".")[0] == "torch_xla" for name in ROWS)  # a report's name is a row's
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
