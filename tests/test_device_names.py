@@ -287,3 +287,35 @@ def test_a_migrated_switch_keeps_its_gpu_branch_on_a_second_run():
     once = rewrite_text(source)
     assert '"device_type": "cuda"' in once and '"device_type": "neuron"' in once, once
     assert rewrite_text(once) == once
+
+
+@pytest.mark.parametrize("style", ["neuron", "accelerator"])
+@pytest.mark.parametrize("head", ["import torch_xla.core.xla_model as xm", "import torch_neuronx"])
+def test_a_device_name_spelled_with_escapes_is_respelled_whole(style, head):
+    """`"\\x78la:1"` is `"xla:1"`: the new literal names the device plainly, never a piece of the escape (NM102 on
+    an XLA program's names, NM321 on the CUDA names left in a program moving to neuron)."""
+    names = 'first = torch.device("\\x78la:1")\nsecond = torch.device(R\'xla\')\n' if "xla" in head else \
+        'first = torch.device("cud\\x61:1")\nsecond = torch.device(R\'cuda\')\n'
+    out = rewrite_text(f"import torch\n{head}\n\n{names}", device_style=style)
+    namespace = {"torch": types.SimpleNamespace(device=lambda *name: ":".join(map(str, name))),
+                 "DEVICE": types.SimpleNamespace(type="neuron")}
+    exec("\n".join(line for line in out.splitlines() if line.startswith(("first", "second"))), namespace)
+    assert (namespace["first"], namespace["second"]) == ("neuron:1", "neuron"), out
+    assert "x61" not in out and "x78" not in out, out
+
+
+def test_a_gpu_program_comparing_a_cuda_device_is_no_cuda_leftover(monkeypatch):
+    """NM321 reports CUDA names left in a program moving to neuron; a GPU program that only mentions neuron keeps its
+    device test. The tree pre-filter is off: the rule itself decides on LibCST's tree."""
+    from neuron_migrate.engine import python as engine
+
+    monkeypatch.setattr(engine, "TREE_FILTER", False)
+    source = textwrap.dedent('''
+        import torch
+        # a neuron version of this benchmark lives in ../trn2
+
+        def on_gpu(t):
+            return t.device == torch.device("cuda")
+        ''')
+    assert check_codes(source) == []
+    assert check_codes(source.replace("import torch\n", "import torch\nimport torch_neuronx\n")) == ["NM321"]

@@ -62,8 +62,8 @@ EDGE_CASES = [
     # NM617: a legacy SageMaker container for a program moving to neuron, the estimator imported under another name
     'import torch_neuronx\nfrom sagemaker.pytorch import PyTorch as Est\n'
     'job = Est(entry_point="train.py", instance_type="ml.trn2.48xlarge", framework_version="1.13.1")\n',
-    # NM321: CUDA device names in a file moving to neuron, one of them split over two literals
-    'import torch\nimport torch_neuronx\ndev = torch.device("cuda" ":0")\n\ndef on_gpu(t):\n'
+    # NM321: CUDA device names in a file moving to neuron, one of them spelled with an escape
+    'import torch\nimport torch_neuronx\ndev = torch.device("cud\\x61:0")\n\ndef on_gpu(t):\n'
     '    return t.device == torch.device("cuda")\n',
     # look-alikes: none of these reports anything, and LibCST never reads them
     'import re\nimport torch\nPATTERN = re.compile("padding")\n\ndef conv(x, padding=1):\n'

@@ -14,7 +14,7 @@ import libcst as cst
 from neuron_migrate.engine.paths import CUDA_LEFTOVER
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.engine.names import dotted_str
-from neuron_migrate.rules.patterns import arg, code, short, string_value
+from neuron_migrate.rules.patterns import arg, code, respell_literal, short, string_value
 from neuron_migrate.rules import Rule
 from neuron_migrate.rules.device import DEVICE, XlaDeviceString
 from neuron_migrate.rules.device_names import CUDA, NEURON, XLA, Group, bound_value
@@ -42,8 +42,7 @@ def is_cuda_string(node: cst.CSTNode | None) -> bool:
 
 def respell_cuda(node: cst.BaseExpression) -> cst.BaseExpression:
     assert isinstance(node, cst.SimpleString)
-    start = len(node.prefix) + len(node.quote)
-    return node.with_changes(value=node.value[:start] + "neuron" + node.value[start + 4:])
+    return respell_literal(node, "cuda", "neuron")
 
 
 def _portable(ctx, literal: cst.SimpleString, kind: str) -> cst.BaseExpression:
@@ -72,9 +71,10 @@ class CudaDeviceString(XlaDeviceString):
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
-        """A str literal holding "cuda" (every literal reported is one: `"cuda"`, `"cuda:1"`; Python's tree joins
-        `"cuda" "..."` into one constant, which holds it too) in a file that may be moving to neuron."""
-        return any("cuda" in s for s in scan.strings) and may_move_to_neuron(scan, settings)
+        """A CUDA device name (`"cuda"`, `"cuda:1"`) as a str constant, in a file that may be moving to neuron. Every
+        literal the rule reports stands where an expression does (an argument, an operand, an element, a value),
+        never as a part of implicitly joined literals, so Python's tree holds its value as one constant."""
+        return any(CUDA_STRING.match(s) for s in scan.strings) and may_move_to_neuron(scan, settings)
 
     def _new(self, literal: cst.BaseExpression, kind: str, test: bool | None = None) -> cst.BaseExpression:
         # `test` does not matter here: NM321 respells CUDA names only where XLA is not optional

@@ -68,11 +68,21 @@ def is_device_string(node: cst.CSTNode | None) -> bool:
     return False
 
 
+def respell_literal(node: cst.SimpleString, old: str, new: str) -> cst.SimpleString:
+    """A device name's literal (its value `old`, `old:<index>`) naming `new` instead, with its prefix and quotes. Where
+    the source spells `old` with escapes (`"\\x78la"`), the new name is written plainly."""
+    start = len(node.prefix) + len(node.quote)
+    if node.value.startswith(old, start):
+        return node.with_changes(value=node.value[:start] + new + node.value[start + len(old):])
+    rest = (string_value(node) or old)[len(old):].replace("\n", "\\n")  # `:1`, and the newline `$` lets through
+    prefix = "".join(c for c in node.prefix if c not in "rR")  # the written escapes are plain ones
+    return node.with_changes(value=f"{prefix}{node.quote}{new}{rest}{node.quote}")
+
+
 def respell_device(node: cst.BaseExpression, new: str = "neuron") -> cst.BaseExpression:
     """The same literal with `xla` replaced by `new`, keeping prefix and quotes."""
     if isinstance(node, cst.SimpleString):
-        body_start = len(node.prefix) + len(node.quote)
-        return node.with_changes(value=node.value[:body_start] + new + node.value[body_start + 3:])
+        return respell_literal(node, "xla", new)
     if isinstance(node, cst.FormattedString):
         first = node.parts[0]
         assert isinstance(first, cst.FormattedStringText)
