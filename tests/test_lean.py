@@ -54,7 +54,7 @@ def _findings(path: str, data: bytes, on: bool, monkeypatch) -> list | str:
 
 def _replaced(data: bytes, rules) -> bool:
     text = data.decode("utf-8")
-    return lean.lean_text(text, ast.parse(text), engine.lean_needles(rules)) is not None
+    return lean.lean_text(text, ast.parse(text), *engine.lean_needles(rules)) is not None
 
 
 def _compare(files: list[tuple[str, bytes]], monkeypatch) -> int:
@@ -166,6 +166,45 @@ def test_cold_definitions_are_stand_ins_on_their_own_lines():
     ast.parse(lean_source)
 
 
+WORDS = '''\
+import torch
+import torch_xla.core.xla_model as xm
+from torch.linalg import det as determinant
+
+
+def scale(weight, value):
+    return weight.detach() * value + torch.ones(3).numel()
+
+
+def volume(m):
+    return determinant(m)
+
+
+def inverse(m):
+    return torch.linalg.inv(m)
+
+
+def train():
+    xm.mark_step()
+'''
+
+
+def test_names_a_pre_filter_asks_for_are_needles_as_whole_words(monkeypatch):
+    """CpuFallbackOp (NM308) asks for `det`, `inv`, `lu`, `eigh` by name (`NamesPattern`): the lean parse keeps only
+    the definitions that spell one as a word, or read a name bound to one (`determinant`); `weight.detach()` and
+    `value` hold none. The findings are those of the whole parse."""
+    rules = engine.active_rules(WORDS.encode(), Settings(), "words.py")
+    needles, words = engine.lean_needles(rules)
+    assert {"det", "inv", "lu", "eigh"} <= set(words) and not {"det", "lu", "eigh"} & set(needles)
+    found = lean.lean_text(WORDS, ast.parse(WORDS), needles, words)
+    assert found is not None
+    assert "def scale(): pass" in found.text.splitlines()
+    assert "def volume(m):" in found.text and "def inverse(m):" in found.text and "def train():" in found.text
+    assert _findings("words.py", WORDS.encode(), True, monkeypatch) == \
+        _findings("words.py", WORDS.encode(), False, monkeypatch)
+    assert [f[4] for f in _findings("words.py", WORDS.encode(), True, monkeypatch)].count("NM308") == 2
+
+
 def test_a_file_without_definitions_or_with_only_hot_ones_is_parsed_whole():
     assert lean.lean_text("import torch_xla\nx = 1\n", ast.parse("import torch_xla\nx = 1\n"), ()) is None
     hot = "import torch_xla.core.xla_model as xm\n\ndef f():\n    xm.mark_step()\n"
@@ -269,14 +308,22 @@ PIECES = ["xla", "XLA", "Cuda", "tpus", "a", "Z", "_", "1", " ", ".", "(", "é",
 
 
 @settings(max_examples=600, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(PIECES), max_size=6).map("".join), max_size=6),
+@given(st.lists(st.lists(st.sampled_from(PIECES + ["lu", "det"]), max_size=6).map("".join), max_size=6),
        st.lists(st.sampled_from(["xla", ".cuda(", "Neuron", "pu", "é", "a_"]), max_size=2),
+       st.lists(st.sampled_from(["lu", "det", "a"]), max_size=2, unique=True).map(tuple),
        st.sampled_from(["\n", "\r\n", "\r"]))
-def test_the_needle_index_answers_as_searching_the_lines(parts, needles, newline):
+def test_the_needle_index_answers_as_searching_the_lines(parts, needles, words, newline):
     text = newline.join(parts) + newline
     lines = lean.LINE.findall(text)
-    found = lean._Needles(text, lines, tuple(needles))
+    found = lean._Needles(text, lines, tuple(needles), words)
     assert found.counts is not None
     for first in range(1, len(lines) + 1):
         for last in range(first, len(lines) + 1):
-            assert found.within(first, last) == lean._needle_in("".join(lines[first - 1:last]), tuple(needles))
+            assert found.within(first, last) == \
+                lean._needle_in("".join(lines[first - 1:last]), tuple(needles), words)
+
+
+def test_a_word_needle_is_a_whole_identifier():
+    pattern = lean._words(("det", "lu"))
+    assert [m.group(0) for m in pattern.finditer("x.det(a); lu(b); 'det'; value; detach; élu; lu_x; _lu\n")] == \
+        ["det", "lu", "det"]

@@ -9,7 +9,9 @@ are replaced, in the text LibCST parses, by a one-line stand-in that binds the s
 The statements of a file are units: each top-level statement, and each method of a class (at any depth of
 classes); a class with a hot method is kept, its cold methods still replaced. A unit is hot, and kept, when
 
-- its text holds a needle: a trigger of a rule that runs on the file, `torch_xla`, a word naming a backend
+- its text holds a needle: a trigger of a rule that runs on the file (for a rule whose byte pre-filter asks for
+  names, `Rule.pattern` a `NamesPattern`: one of those names as a whole word, since each of its reports reads one
+  spelled in the unit, or a name that a unit spelling it binds), `torch_xla`, a word naming a backend
   (`xla`, `neuron`, `tpu`, `cuda`, `mps`, ... the words `engine/paths.py` classifies tests by; case-insensitive,
   as a word part), a suppression comment or a marker;
 - or it is a function or class that imports anything (the file's facts read every scope's imports), or it
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import functools
 import os
 import re
 from typing import NamedTuple
@@ -78,14 +81,14 @@ class _Unit:
         self.steps: list[_Step] = []  # its statements, for `_attribute_binds`
 
 
-def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...]) -> Lean | None:
+def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...], words: tuple[str, ...] = ()) -> Lean | None:
     """`text` with its cold functions and classes replaced by stand-ins; None where nothing is replaced. `tree`,
     Python's tree of `text`, is changed in place to stand for the lean text where positions.py reads it (the
     replaced statements' first lines, no decorators), which saves parsing the lean text again."""
     if not ENABLED:
         return None
     lines = LINE.findall(text)
-    found = _Needles(text, lines, needles)
+    found = _Needles(text, lines, needles, words)
     if _candidate_lines(tree.body, found) < MIN_SHARE * len(lines):
         return None  # too little to gain for the walks below (most definitions hold a needle themselves)
     units: list[_Unit] = []
@@ -360,18 +363,25 @@ def _attribute_binds(unit: _Unit, found: _Needles, hot_binds: set[str]) -> set[s
     return out
 
 
-def _needle_in(text: str, needles: tuple[str, ...]) -> bool:
-    return any(n in text for n in needles) or BACKEND_WORDS.search(text) is not None
+def _needle_in(text: str, needles: tuple[str, ...], words: tuple[str, ...] = ()) -> bool:
+    return any(n in text for n in needles) or BACKEND_WORDS.search(text) is not None \
+        or (bool(words) and _words(words).search(text) is not None)
+
+
+@functools.lru_cache(maxsize=8)
+def _words(words: tuple[str, ...]) -> re.Pattern[str]:
+    """The names as whole words: not inside a longer identifier (`lu` in `value`, `det` in `detach`)."""
+    return re.compile(r"(?<!\w)(?:%s)(?!\w)" % "|".join(map(re.escape, sorted(words))))
 
 
 class _Needles:
     """Which lines of the file hold a needle, found in one pass over the text: `within(first, last)` tells whether
     lines first..last (1-based) hold one, as `_needle_in` over their text would (no needle spans two lines)."""
 
-    def __init__(self, text: str, lines: list[str], needles: tuple[str, ...]) -> None:
-        self.needles, self.lines = needles, lines
+    def __init__(self, text: str, lines: list[str], needles: tuple[str, ...], words: tuple[str, ...] = ()) -> None:
+        self.needles, self.words, self.lines = needles, words, lines
         self.counts: list[int] | None = None  # counts[i]: how many of the first i lines hold a needle
-        if any("\n" in n or "\r" in n or not n for n in needles):
+        if any("\n" in n or "\r" in n or not n for n in needles) or not all(w.isidentifier() for w in words):
             return  # `within` reads the lines' text instead
         starts = []
         at = 0
@@ -393,6 +403,8 @@ class _Needles:
                     hits.append(at)
         else:
             hits += [m.start() for m in BACKEND_WORDS.finditer(text)]
+        if words:
+            hits += [m.start() for m in _words(words).finditer(text)]
         found = bytearray(len(lines))
         for at in hits:
             found[bisect.bisect_right(starts, at) - 1] = 1
@@ -405,7 +417,7 @@ class _Needles:
 
     def within(self, first: int, last: int) -> bool:
         if self.counts is None:
-            return _needle_in("".join(self.lines[first - 1:last]), self.needles)
+            return _needle_in("".join(self.lines[first - 1:last]), self.needles, self.words)
         return self.counts[min(last, len(self.lines))] > self.counts[first - 1]
 
 

@@ -34,7 +34,7 @@ from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
 from neuron_migrate.engine.sources import Source, SourceError, decode
 from neuron_migrate.findings import FileResult, Finding
-from neuron_migrate.rules import Present, Rule, all_rules
+from neuron_migrate.rules import NamesPattern, Present, Rule, all_rules
 from neuron_migrate.settings import Settings
 from neuron_migrate.suppress import MAY_SUPPRESS
 from neuron_migrate.suppress import UNUSED_CODE as UNUSED_SUPPRESSION
@@ -67,7 +67,7 @@ def _flags() -> int:
 
 # -- the pipeline ------------------------------------------------------------------------------------------
 
-def parse(source: Source, needles: tuple[str, ...] | None = None,
+def parse(source: Source, needles: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
           tree: ast.Module | None = None) -> tuple[cst.Module, tuple[int, int]]:
     """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms). Python parses
     first: its message is the one users know, and its statement lines are what findings are placed by.
@@ -81,7 +81,7 @@ def parse(source: Source, needles: tuple[str, ...] | None = None,
     text = source.text
     left_out = (0, 0)
     if needles is not None:
-        lean = lean_text(text, tree, needles)
+        lean = lean_text(text, tree, *needles)
         if lean is not None:
             text, left_out = lean  # `tree` now stands for it
     shared = SHARED_TREES.get() if needles is not None else None
@@ -157,9 +157,16 @@ def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings) -> list
     return [r for r in rules if r.may_match_tree(scan, settings)]
 
 
-def lean_needles(rules: list[type[Rule]]) -> tuple[str, ...]:
-    """The text a function or class must hold to matter to these rules (engine/lean.py)."""
-    return tuple(sorted({t.decode("latin-1") for r in rules for t in r.triggers} | {"torch_xla"}))
+def lean_needles(rules: list[type[Rule]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What a function or class must hold to matter to these rules (engine/lean.py): (text, names as whole words).
+    A rule whose byte pre-filter asks for names (a `NamesPattern`) gives those names, not its triggers."""
+    text, words = {"torch_xla"}, set()
+    for r in rules:
+        if isinstance(r.pattern, NamesPattern):
+            words.update(r.pattern.names)
+        else:
+            text.update(t.decode("latin-1") for t in r.triggers)
+    return tuple(sorted(text)), tuple(sorted(words))
 
 
 def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:

@@ -127,6 +127,7 @@ class NamesPattern:
     `import name`, `from m import (a,\n name)`, with backslash continuations)."""
 
     def __init__(self, names) -> None:
+        self.names = tuple(sorted(set(names)))
         alternatives = b"|".join(sorted(re.escape(n.encode()) for n in names))
         self._attribute = re.compile(rb"\.(?:\s|\\)*(?:%s)\b" % alternatives)
         self._imported = re.compile(rb"\b(?:%s)\b" % alternatives)
