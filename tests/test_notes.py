@@ -289,7 +289,7 @@ def _probe(path: str, data: bytes, narrowed: bool, monkeypatch) -> bool | str:
     token = PROBE.set(CODES | {"NM900"})
     with monkeypatch.context() as m:
         if not narrowed:
-            m.setattr(engine, "probed_rules", lambda rules, *args: rules)
+            m.setattr(engine, "probed", lambda rules, *args: (rules, None))
         try:
             result = engine.process_python(path, data, Settings(), False)
         except Reported:
@@ -326,6 +326,38 @@ PROBED = {
         import torch
         model = torch.neuron.trace(net, [x])  # neuron-migrate: ignore[NM101]
         """, True),
+    # NM403-NM405, certain from Python's tree where a literal spells the variable
+    "a variable of the XLA stack set": ("""\
+        import os
+        import torch
+        os.environ["NEURON_CC_FLAGS"] = "--model-type=transformer"
+        model = torch.neuron.trace(net, [x])
+        """, True),
+    "a variable named in a docstring": ('"""Set NEURON_RT_VISIBLE_CORES=0-1 and XLA_USE_BF16=1 first."""\n', None),
+    "a bfloat16 switch read (reported at the end, unless the file sets it)": ("""\
+        import os
+        dtype = "bf16" if os.environ.get("XLA_USE_BF16") else "fp32"
+        """, None),
+    "a bfloat16 switch read and set": ("""\
+        import os
+        os.environ["XLA_USE_BF16"] = "1"
+        dtype = "bf16" if os.environ.get("XLA_USE_BF16") else "fp32"
+        """, True),
+    "a variable spelled with an escape (no needle for the lean parse)": (
+        'import os\nflags = os.environ.get("NEURON\\x5fCC_FLAGS")\n', None),
+    "a variable split over two literals": ('import os\nflags = os.environ.get("NEURON_CC_" "FLAGS")\n', None),
+    "a variable in an f-string": ('import os\nprint(f"NEURON_CC_FLAGS={os.environ.get(key)}")\n', None),
+    "a variable on the XLA branch of a multi-backend file": ("""\
+        import os
+        try:
+            import torch_xla
+        except ImportError:
+            torch_xla = None
+        if torch_xla is not None:
+            os.environ["XLA_USE_BF16"] = "1"
+        elif os.environ.get("ACCELERATOR") == "tpu":
+            pass
+        """, None),
 }
 
 
@@ -337,6 +369,25 @@ def test_the_probe_answers_the_same_without_the_rules_that_only_write_notes(name
     assert answer == _probe("serve.py", data, False, monkeypatch)
     if expected is not None:
         assert answer is expected
+
+
+def test_a_probe_sure_of_an_environment_finding_parses_no_libcst_tree(monkeypatch):
+    """A literal naming a variable of the XLA stack answers the probe from Python's tree; a marker in the file (it may
+    stand for that finding) or the code turned off leaves the answer to the LibCST pass."""
+    data = b'import os\nimport torch\nos.environ["NEURON_CC_FLAGS"] = "-O1"\nm = torch.neuron.trace(net, [x])\n'
+    parsed = []
+    parse_module = engine.parse_module
+    monkeypatch.setattr(engine, "parse_module", lambda text: parsed.append(text) or parse_module(text))
+    assert _probe("serve.py", data, True, monkeypatch) is True and parsed == []
+    marked = data.replace(b"os.environ", b"# TODO(neuron-migrate NM405): see above\nos.environ")
+    assert _probe("serve.py", marked, True, monkeypatch) == _probe("serve.py", marked, False, monkeypatch)
+    assert len(parsed) == 2
+    token = PROBE.set(CODES | {"NM900"})
+    try:
+        result = engine.process_python("serve.py", data, Settings(ignore=frozenset({"NM405"})), False)
+    finally:
+        PROBE.reset(token)
+    assert [f.code for f in result.findings] == [] and len(parsed) == 3
 
 
 def test_the_probe_answers_the_same_on_every_fixture(monkeypatch):
@@ -359,7 +410,7 @@ def test_a_held_program_s_notes_parse_no_libcst_tree(tmp_path, monkeypatch):
     found = run([str(tmp_path)], Settings(), rewrite=False, jobs=1).findings
     assert [(f.path.rpartition("/")[2], f.line, f.code) for f in found] == [("launch.py", 3, "NM520")]
     assert parsed == []
-    monkeypatch.setattr(engine, "probed_rules", lambda rules, *args: rules)
+    monkeypatch.setattr(engine, "probed", lambda rules, *args: (rules, None))
     monkeypatch.setattr(engine, "decide_notes", lambda *args: None)
     assert run([str(tmp_path)], Settings(), rewrite=False, jobs=1).findings == found
     assert len(parsed) == 1  # the LibCST pass: one tree, shared by the notes and the probe
@@ -367,7 +418,7 @@ def test_a_held_program_s_notes_parse_no_libcst_tree(tmp_path, monkeypatch):
 
 # -- generated programs ------------------------------------------------------------------------------------------
 
-_HEADS = ["import torch_neuronx", "import torch_neuronx as tnx", "from torch_neuronx import trace",
+_HEADS = ["import os", "import torch_neuronx", "import torch_neuronx as tnx", "from torch_neuronx import trace",
           "from torch_neuronx import trace as aot", "import torch", "import torch_neuron",
           "from torch import neuron", "import neuronx_distributed as nxd",
           "from neuronx_distributed.trace import parallel_model_trace",
@@ -385,7 +436,10 @@ _LINES = ["traced = torch_neuronx.trace(model, x)", "traced = tnx.trace(model, x
           "from torch_neuronx import *", "del torch_neuronx", "import torch_neuronx as torch",
           "y = (tnx := torch_neuronx)", "g = lambda torch_neuronx: torch_neuronx.trace(m, x)",
           "traced = torch_neuronx.trace(model,\n    x)", "s = '''\n  --instance-type trn1.2xlarge'''",
-          "import torch_neuronx; traced = torch_neuronx.trace(model, x)", "é = 'ü'; t = tnx.trace(m, x)"]
+          "import torch_neuronx; traced = torch_neuronx.trace(model, x)", "é = 'ü'; t = tnx.trace(m, x)",
+          "os.environ['NEURON_CC_FLAGS'] = '-O1'", "flags = os.environ.get('NEURON_CC_FLAGS', '')",
+          "bf16 = os.environ.get('XLA_USE_BF16')", "os.environ['XLA_USE_BF16'] = '1'",
+          "doc = 'export NEURON_RT_VISIBLE_CORES=0'", "key = 'NEURON_' 'CC_FLAGS'", "del os.environ['XLA_FLAGS']"]
 _OPENERS = ["if ready:", "if device == 'cuda':", "if torch.cuda.is_available():", "if xm is not None:",
             "if is_torch_xla_available():", "def run(model, x):", "def build(torch_neuronx):", "class Model:",
             "for torch in items:", "with open(p) as trace:"]
@@ -412,5 +466,6 @@ def test_generated_programs_give_the_same_notes_on_either_tree(heads, statements
     try:
         for instance in TARGETS:
             _same("gen.py", data, instance, monkeypatch)
+        assert _probe("gen.py", data, True, monkeypatch) == _probe("gen.py", data, False, monkeypatch)
     finally:
         monkeypatch.undo()

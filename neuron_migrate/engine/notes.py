@@ -21,7 +21,7 @@ sure, for the LibCST pass to decide as before:
 
 `handlers._set_aside` asks for it (`NOTES_ONLY`); `process_python` calls it only for a read (`check`) of a file
 without markers or suppression comments, where nothing else than these findings can come out of the pass.
-`probed_rules` serves the second pass over a held entry (does it report more than its notes?) with the same walk.
+`probed` serves the second pass over a held entry (does it report more than its notes?) with the same walk.
 `tests/test_notes.py` holds both to the LibCST pass on every fixture, notebook fixture and generated program.
 """
 
@@ -657,27 +657,75 @@ def _findings(path: str, tree: _Tree, found: list, settings, codes: frozenset[st
     return out
 
 
-def probed_rules(rules: list, probe: frozenset[str], tree: ast.Module, text: str) -> list:
-    """The rules a probe (`handlers._would_change`: does the file report anything but `probe`'s codes?) must run.
+def probed(rules: list, probe: frozenset[str], tree: ast.Module, text: str, settings, path: str,
+           markers: bool) -> tuple[list, str | None]:
+    """For a probe (`handlers._would_change`: does the file report anything but `probe`'s codes?): the rules it must
+    run, and a code outside `probe` that the LibCST pass certainly reports (the probe's answer), or None.
 
-    A rule whose every code is in `probe` only says what the probe does not ask about, where its reports cannot
-    become another code's finding: its codes are check-only (no marker, no edit for the tidy-up to follow), the file
-    runs no NM199 step (the caller: the tree pre-filter ran) and has no suppression comment (the caller: one it
-    used would otherwise be reported unused, NM901), and no statement of the file is on an XLA branch of a
-    multi-backend file (its finding would be held for that branch's NM111 marker: `tests_nothing`)."""
+    The caller has ruled out the NM199 step (the tree pre-filter ran) and suppression comments (one the notes used
+    would otherwise be reported unused, NM901). Where no statement can be on an XLA branch of a multi-backend file
+    (`tests_nothing`: a finding there is held for the branch's NM111 marker):
+
+    - a rule whose every code is in `probe` only says what the probe does not ask about, where its codes are
+      check-only (no marker, no edit for the tidy-up to follow): it is left out;
+    - a variable of the XLA stack's table named in a string literal (`os.environ["NEURON_CC_FLAGS"]`) is
+      reported by NM403-NM405 where they run (`_environment`), unless the file holds markers (one on the statement
+      stands for the finding)."""
     from neuron_migrate import catalogue
 
     quiet = [r for r in rules if set(r.codes) <= probe and all(catalogue.rule(c).check_only for c in r.codes)]
-    if not quiet:
-        return rules
+    environment = _environment_rule(rules, settings, path, probe) if not markers else None
+    if not quiet and environment is None:
+        return rules, None
     try:
-        if not _Tree(tree, text).tests_nothing():
-            return rules
+        found = _Tree(tree, text)
+        if not found.tests_nothing():
+            return rules, None
+        sure = _environment(found) if environment is not None else None
     except Exception:
         if STRICT:
             raise
-        return rules
-    return [r for r in rules if r not in quiet]
+        return rules, None
+    return [r for r in rules if r not in quiet], sure
+
+
+def _environment_rule(rules: list, settings, path: str, probe: frozenset[str]):
+    from neuron_migrate.rules.environment import EnvironmentVariable
+
+    codes = EnvironmentVariable.codes
+    if EnvironmentVariable in rules and all(settings.enabled(c, path) and c not in probe for c in codes):
+        return EnvironmentVariable
+    return None
+
+
+def _environment(found: _Tree) -> str | None:
+    """A code of NM403-NM405 that `EnvironmentVariable.visit_SimpleString` reports, where a string literal of the
+    file certainly makes it report one: a literal in one piece, outside an f-string, that spells a variable of the
+    table (so that the lean parse keeps its code: the name is a needle) and is not a bfloat16 switch's name alone
+    (a read of one is reported at the end or not at all). The rule's `_setting` is not asked for a subscript with a
+    slice (`os.environ[a:b] = ...`, where it would fail)."""
+    from neuron_migrate.rules.environment import code_for, env_pattern, env_table
+
+    pattern, table = env_pattern(), env_table()
+    lines = None
+    for string in found.strings:
+        match = pattern.search(string.value)
+        if match is None or id(string) in found.in_fstring:
+            continue
+        name = match.group(1)
+        if table[name].get("bf16") and string.value == name:
+            continue
+        statement = found.statement[id(string)]
+        if isinstance(statement, ast.Assign) and any(isinstance(n, ast.Slice) for t in statement.targets
+                                                     for n in ast.walk(t)):
+            continue
+        lines = lines if lines is not None else lean.LINE.findall(found.text)
+        source = lean.segment(string, lines)
+        pieces = lean.literals(source)
+        if pieces is None or len(pieces) != 1 or name not in source:
+            continue
+        return code_for(name, None, False)
+    return None
 
 
 _DISPATCH = {

@@ -22,13 +22,13 @@ import libcst as cst
 
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
-from neuron_migrate.engine.context import FIXED, LEFT, MARKED, PROBE, Decision, FileContext
+from neuron_migrate.engine.context import FIXED, LEFT, MARKED, PROBE, Decision, FileContext, Reported
 from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, _code, apply, collapse_dead_arms, effect_free,
                                          if_arms, if_tests, merged_adjacent_arms, pure, same_arms)
 from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
-from neuron_migrate.engine.notes import NOTES_ONLY, probed_rules
+from neuron_migrate.engine.notes import NOTES_ONLY, probed
 from neuron_migrate.engine.notes import decide as decide_notes
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
@@ -197,8 +197,10 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 result.findings = found
                 return result
         probe = PROBE.get()
-        if probe is not None and not may_suppress:
-            rules = probed_rules(rules, probe, tree, source.text)  # whether a set-aside file reports more
+        if probe is not None and not may_suppress:  # whether a set-aside file reports more
+            rules, sure = probed(rules, probe, tree, source.text, settings, path, has_markers)
+            if sure is not None:
+                raise Reported(sure)
             if not rules and not has_markers:
                 return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
