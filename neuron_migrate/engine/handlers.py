@@ -148,12 +148,12 @@ def _held(path: str, data: bytes, kind: str, settings: Settings, rewrite: bool, 
     """A file of a program whose target the native backend does not run on (TPU, Inf1, Inf2, Trn1: NM521, and its
     notes for that platform), or whose evidence conflicts (NM522, a marker: nothing else is decided for it). A
     Python file or notebook is decided twice, for its notes and for whether it would report more, on the same
-    LibCST trees (`python.SHARED_TREES`)."""
+    trees, Python's and LibCST's (`python.SHARED_TREES`)."""
     if kind not in PROGRAM_KINDS:
         return _set_aside(path, data, kind, settings, rewrite, project)
-    from neuron_migrate.engine.python import SHARED_TREES
+    from neuron_migrate.engine.python import SHARED_TREES, Shared
 
-    shared = SHARED_TREES.set({})
+    shared = SHARED_TREES.set(Shared())
     try:
         return _set_aside(path, data, kind, settings, rewrite, project)
     finally:

@@ -611,16 +611,26 @@ _RULES = {"NeuronxTrace": "trace", "NeuronLibrary": "library", "NxdInference": "
           "InstanceType": "instance_type"}
 
 
-def decide(path: str, text: str, tree: ast.Module, rules: list, settings, codes: frozenset[str]
-           ) -> list[Finding] | None:
+def walk(tree: ast.Module, text: str, made: dict | None = None) -> _Tree:
+    """One walk of Python's tree of `text`; kept in `made` (what the passes over one file share: python.Shared)."""
+    walked = made.get("walk") if made is not None else None
+    if walked is None:
+        walked = _Tree(tree, text)
+        if made is not None:
+            made["walk"] = walked
+    return walked
+
+
+def decide(path: str, text: str, tree: ast.Module, rules: list, settings, codes: frozenset[str],
+           made: dict | None = None) -> list[Finding] | None:
     """The findings of the notes pass of a held file (`codes` of NM510, NM513, NM520) from the `rules` the
-    pre-filters left, or None where the LibCST pass must decide (see the module docstring)."""
+    pre-filters left, or None where the LibCST pass must decide (see the module docstring). `made`: see `walk`."""
     if any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
         return None
     if not rules:
         return []
     try:
-        walked = _Tree(tree, text)
+        walked = walk(tree, text, made)
         if not walked.tests_nothing():
             return None
         notes = _Notes(path, walked, settings)
@@ -658,7 +668,7 @@ def _findings(path: str, tree: _Tree, found: list, settings, codes: frozenset[st
 
 
 def probed(rules: list, probe: frozenset[str], tree: ast.Module, text: str, settings, path: str,
-           markers: bool) -> tuple[list, str | None]:
+           markers: bool, made: dict | None = None) -> tuple[list, str | None]:
     """For a probe (`handlers._would_change`: does the file report anything but `probe`'s codes?): the rules it must
     run, and a code outside `probe` that the LibCST pass certainly reports (the probe's answer), or None.
 
@@ -678,7 +688,7 @@ def probed(rules: list, probe: frozenset[str], tree: ast.Module, text: str, sett
     if not quiet and environment is None:
         return rules, None
     try:
-        found = _Tree(tree, text)
+        found = walk(tree, text, made)
         if not found.tests_nothing():
             return rules, None
         sure = _environment(found) if environment is not None else None

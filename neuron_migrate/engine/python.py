@@ -55,10 +55,22 @@ TREE_FILTER = os.environ.get("NEURON_MIGRATE_TREE_FILTER", "1") != "0"
 
 # Code IPython runs (notebook cells) may `await` at the top level; the notebook handler sets this around its call.
 TOP_LEVEL_AWAIT: contextvars.ContextVar[bool] = contextvars.ContextVar("top_level_await", default=False)
-# LibCST's trees by the text parsed, where a caller decides one file more than once (handlers._held: a set-aside
-# file's platform notes, then whether it would report more); `check` only reads a tree, so the passes can share it.
-SHARED_TREES: contextvars.ContextVar[dict[str, cst.Module] | None] = contextvars.ContextVar("shared_trees",
-                                                                                           default=None)
+
+
+class Shared:
+    """The trees of the passes over one file, where a caller decides it more than once (handlers._held: a set-aside
+    file's platform notes, then whether it would report more). `check` only reads a tree, so the passes share them:
+    LibCST's by the text parsed, and Python's by the file's text with what is made of it (`made`: its scan, the
+    notes' walk), until the lean parse changes it in place for the text it leaves (engine/lean.py)."""
+
+    __slots__ = ("libcst", "python")
+
+    def __init__(self) -> None:
+        self.libcst: dict[str, cst.Module] = {}
+        self.python: dict[str, dict] = {}
+
+
+SHARED_TREES: contextvars.ContextVar[Shared | None] = contextvars.ContextVar("shared_trees", default=None)
 
 
 def _flags() -> int:
@@ -77,15 +89,17 @@ def parse(source: Source, needles: tuple[tuple[str, ...], tuple[str, ...]] | Non
     Python's tree of the file where the caller has it already. Returned with the tree: how many string literals
     of the code it leaves out open with `'` and with `"` (facts.quote)."""
     if tree is None:
-        tree = _python_tree(source.text)
+        tree, _ = _read(source.text)
     text = source.text
     left_out = (0, 0)
+    shared = SHARED_TREES.get() if needles is not None else None
     if needles is not None:
         lean = lean_text(text, tree, *needles)
         if lean is not None:
             text, left_out = lean  # `tree` now stands for it
-    shared = SHARED_TREES.get() if needles is not None else None
-    module = shared.get(text) if shared is not None else None
+            if shared is not None:
+                shared.python.pop(source.text, None)
+    module = shared.libcst.get(text) if shared is not None else None
     if module is None:
         try:
             module = parse_module(text)
@@ -94,9 +108,18 @@ def parse(source: Source, needles: tuple[tuple[str, ...], tuple[str, ...]] | Non
                               f"read this valid Python ({exc.message.splitlines()[0]}); the file was left alone. "
                               f"Please report it at {ISSUES_URL}") from None
         if shared is not None:
-            shared[text] = module
+            shared.libcst[text] = module
     positions.remember(module, text, tree)  # findings are placed by Python's statement lines
     return module, left_out
+
+
+def _read(text: str) -> tuple[ast.Module, dict]:
+    """Python's tree of `text`, and a dict for what is made of it: shared by the passes of one file (`Shared`)."""
+    shared = SHARED_TREES.get()
+    made = shared.python.setdefault(text, {}) if shared is not None else {}
+    if "tree" not in made:
+        made["tree"] = _python_tree(text)
+    return made["tree"], made
 
 
 def _python_tree(text: str) -> ast.Module:
@@ -108,8 +131,13 @@ def _python_tree(text: str) -> ast.Module:
 def _python_accepts(text: str) -> None:
     """Raises where Python rejects `text`, as `_python_tree` does. Compiling builds no tree of Python objects (a
     third of the time of `ast.parse`), and also finds what Python rejects only when it compiles (`return`
-    outside a function, `nonlocal` at module level)."""
+    outside a function, `nonlocal` at module level). Once per text for the passes over one file (`Shared`)."""
+    shared = SHARED_TREES.get()
+    if shared is not None and text in shared.python and shared.python[text].get("compiles"):
+        return
     _python(text, tree=False)
+    if shared is not None:
+        shared.python.setdefault(text, {})["compiles"] = True
 
 
 def _python(text: str, tree: bool) -> ast.Module | None:
@@ -184,21 +212,23 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
         return result
     tree = None
     if not step and rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
-        tree = _python_tree(source.text)
-        rules = tree_filter(rules, Scan(tree, source.text), settings)
+        tree, made = _read(source.text)
+        if "scan" not in made:
+            made["scan"] = Scan(tree, source.text)
+        rules = tree_filter(rules, made["scan"], settings)
         if not rules and not has_markers and not may_suppress:
             if rewrite:
                 _python_accepts(source.text)  # nothing to write; what Python refuses to compile is still reported
             return result
         notes = NOTES_ONLY.get()
         if notes is not None and not rewrite and not has_markers and not may_suppress:
-            found = decide_notes(path, source.text, tree, rules, settings, notes)  # a set-aside file's notes
+            found = decide_notes(path, source.text, tree, rules, settings, notes, made)  # a set-aside file's notes
             if found is not None:
                 result.findings = found
                 return result
         probe = PROBE.get()
         if probe is not None and not may_suppress:  # whether a set-aside file reports more
-            rules, sure = probed(rules, probe, tree, source.text, settings, path, has_markers)
+            rules, sure = probed(rules, probe, tree, source.text, settings, path, has_markers, made)
             if sure is not None:
                 raise Reported(sure)
             if not rules and not has_markers:
