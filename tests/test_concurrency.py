@@ -81,14 +81,16 @@ def test_workers_stopped_while_one_sent_its_results_let_the_process_exit(tmp_pat
     hung `check --jobs 2`), and the files not yet started leave no traceback (on 3.11 the pool's manager raises on a
     cancelled one)."""
     import os
+    import signal
     import time
 
     script = tmp_path / "half_a_result.py"
     script.write_text(_HALF_A_RESULT)
     started = time.monotonic()
-    try:
+    try:  # Ctrl-C as a terminal has it, also where these tests run with SIGINT ignored (a shell's background job)
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     except subprocess.TimeoutExpired:
         pytest.fail("the process did not exit: its exit waits for the pool's manager thread")
     assert (done.returncode, done.stdout, done.stderr) == (0, "stopped\n", "")
@@ -111,12 +113,15 @@ def test_ctrl_c_while_the_workers_start_stops_every_one_of_them(tmp_path, monkey
         os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(BaseProcess, "start", start_then_ctrl_c)
+    # Ctrl-C as Python has it, also where these tests run with SIGINT ignored (a shell's background job)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
             run([str(tmp_path)], Settings(), rewrite=False, jobs=2)
         left = multiprocessing.active_children()
         assert left == []
     finally:
+        signal.signal(signal.SIGINT, previous)
         for worker in multiprocessing.active_children():
             worker.kill()
             worker.join()
