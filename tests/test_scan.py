@@ -77,8 +77,10 @@ EDGE_CASES = [
     # ... a GPU program whose comment names neuron, testing a tensor's CUDA device
     'import torch\n# the neuron version lives in ../trn2\ndef on_gpu(t):\n'
     '    return t.device == torch.device("cuda") and torch.cuda.is_available()\n',
+    # ... a float64 dtype string a dataset's column is compared with, in a torch program
+    'import torch\nregression = features["label"].dtype in ["float32", "float64"]\nloss = torch.nn.MSELoss()\n',
 ]
-LOOK_ALIKES = EDGE_CASES[-5:]
+LOOK_ALIKES = EDGE_CASES[-6:]
 
 
 # What a program set aside for Inf2 is still told (engine/handlers.py `_held`: its platform's notes, NM510 with the

@@ -36,8 +36,10 @@ class Float64(Rule):
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
-        """A float64 dtype read, `.double()`, a float64 dtype string, or a tensor made from a NumPy value."""
-        return scan.any_qual(FLOAT64) or "double" in scan.called or not FLOAT64_STRINGS.isdisjoint(scan.strings) \
+        """A float64 dtype read, `.double()`, a float64 dtype string given as `dtype=`, or a tensor made from a NumPy
+        value."""
+        return scan.any_qual(FLOAT64) or "double" in scan.called \
+            or ("dtype" in scan.keywords and not FLOAT64_STRINGS.isdisjoint(scan.strings)) \
             or (scan.any_qual(TO_TENSOR) and ("astype" in scan.called
                                               or scan.any_qual(NUMPY_FLOAT_DEFAULT | NUMPY_FROM_VALUES)))
 
