@@ -305,7 +305,7 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     for library in libraries if fmt in ("full", "concise") and not statistics else ():
         out.echo(library_line(library))
     text = fmt in ("full", "concise")
-    summary = check_summary(findings, len(result.results), len(errors), libraries)
+    summary = check_summary(findings, len(result.results), len(errors), libraries, resolved.settings.unsafe_fixes)
     if text and not quiet:  # after the findings, where ruff prints `Found N errors.` (the --output-file too)
         out.echo(summary)
     out.close()

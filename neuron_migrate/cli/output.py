@@ -197,7 +197,9 @@ def libraries_left(libraries) -> str:
     return f"{' and '.join(groups)} left alone ({plural(sum(lib.files for lib in libraries), 'file')})"
 
 
-def check_summary(findings: list[Finding], files: int, errors: int, libraries=()) -> str:
+def check_summary(findings: list[Finding], files: int, errors: int, libraries=(), unsafe_fixes: bool = True) -> str:
+    """`Found ...`, or `All clear ...`. Without `unsafe_fixes` (the run's setting) no fixable finding is an unsafe
+    fix (policy.Policy holds those back), and the catalogue is not read to ask."""
     left = libraries_left(libraries)
     if not findings and not errors:
         if not files and not libraries:
@@ -209,7 +211,7 @@ def check_summary(findings: list[Finding], files: int, errors: int, libraries=()
     text = f"Found {plural(len(findings), 'finding')} in {plural(files_with, 'file')} ({files} checked)"
     if fixable:
         # with unsafe fixes on (`--unsafe-fixes`, or the configuration), some of them need the flag to be made
-        unsafe = any(_fix_safety(f.code) is FixSafety.UNSAFE for f in fixable)
+        unsafe = unsafe_fixes and any(_fix_safety(f.code) is FixSafety.UNSAFE for f in fixable)
         command = "neuron-migrate rewrite --unsafe-fixes" if unsafe else "neuron-migrate rewrite"
         text += f"; {FIXABLE} {len(fixable)} fixable with `{command}`"
     held = held_back(findings, "`neuron-migrate rewrite --unsafe-fixes` makes {them} (review the result)")
