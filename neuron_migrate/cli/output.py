@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from collections import Counter
 from typing import Callable
@@ -26,10 +27,15 @@ def finding_line(f: Finding, style: Style = PLAIN) -> str:
     return f"{style.path(where)}: {style.code(f.code)}{mark} {f.message}"
 
 
+@functools.lru_cache(maxsize=2)
+def _cells(data: bytes):
+    """A notebook's cells, read once for the findings of its cells (they come one after the other)."""
+    return json.loads(data.decode("utf-8-sig")).get("cells", [])
+
+
 def cell_source(data: bytes, cell: int) -> str | None:
     try:
-        cells = json.loads(data.decode("utf-8-sig")).get("cells", [])
-        source = cells[cell - 1].get("source", "")
+        source = _cells(data)[cell - 1].get("source", "")
     except (ValueError, AttributeError, IndexError, TypeError):
         return None
     source = "".join(source) if isinstance(source, list) else source
