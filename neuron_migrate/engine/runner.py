@@ -213,11 +213,28 @@ def _process_all(targets: list[tuple[Target, Settings]], known: dict[str, bytes]
         parts = [pool.submit(_process_chunk, (c, rewrite)) for c in _chunks(targets, jobs)]
         for i, part in enumerate(parts):
             parts[i] = None  # its results go once used, not at the end of the run
-            yield from part.result()
+            yield from _result(part)
         pool.shutdown()
     except BaseException:  # Ctrl-C, or the caller stops early: the workers go now, mid-file or not
         workers.stop()
         raise
+
+
+# How often the main thread wakes while it waits for a worker's results (seconds).
+WAKE = 0.2
+
+
+def _result(part):
+    """`part.result()`, waking every `WAKE` seconds. A signal (Ctrl-C) that the kernel hands to one of the pool's
+    threads is handled in this, the main thread (CPython runs Python handlers there), and only once it wakes: a wait
+    without end would leave it to whenever the next result comes, and a worker stuck or gone sends none."""
+    from concurrent.futures import TimeoutError as Waiting  # the builtin TimeoutError from 3.11 on
+
+    while True:
+        try:
+            return part.result(timeout=WAKE)
+        except Waiting:
+            continue
 
 
 def _worker_start(kinds: frozenset[str] = frozenset()) -> None:
