@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from neuron_migrate.engine import store
 from neuron_migrate.findings import FixSafety
 
 if sys.version_info >= (3, 11):
@@ -56,8 +57,7 @@ class Rename:
 
 
 def data_dir() -> Path:
-    installed = Path(__file__).with_name("catalogue_data")
-    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "rules"
+    return Path(store.data_dir())
 
 
 @dataclass(frozen=True)

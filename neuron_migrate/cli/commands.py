@@ -17,7 +17,7 @@ from neuron_migrate.cli.output import (check_summary, code_frame, color_diff, fi
                                        rewrite_summary, source_lines, statistics as stats_lines, statistics_json,
                                        unified_diff)
 from neuron_migrate.cli.terminal import COLOR_CHOICES, PLAIN, style_for
-from neuron_migrate.engine import handlers
+from neuron_migrate.engine import handlers, replay
 from neuron_migrate.engine.discover import kind_of
 from neuron_migrate.engine.runner import run, run_bytes, write_results
 from neuron_migrate.engine.sources import write_atomic
@@ -174,26 +174,35 @@ def _read_stdin(stdin_filename: str | None) -> tuple[str, bytes, str]:
 ERROR_LINE = re.compile(r"^line (\d+(?::\d+)?): ")
 
 
-def _report_errors(errors: list[tuple[str, str]], warnings: list[tuple[str, str]] = ()) -> None:
+def _report_errors(errors: list[tuple[str, str]], warnings: list[tuple[str, str]] = (),
+                   log: list[str] | None = None) -> None:
+    """On standard error (and in `log`, when given)."""
+    lines = []
     for path, message in errors:
         m = ERROR_LINE.match(message)
         where = f"{path}:{m.group(1)}" if m else path
-        click.echo(f"{where}: error: {message[m.end():] if m else message}", err=True)
-    for path, message in warnings:
-        click.echo(f"{path}: warning: {message}", err=True)
+        lines.append(f"{where}: error: {message[m.end():] if m else message}")
+    lines += [f"{path}: warning: {message}" for path, message in warnings]
+    for line in lines:
+        click.echo(line, err=True)
+        if log is not None:
+            log.append(line + "\n")
 
 
 class Output:
     """Where the findings, the diff or a machine format go: stdout, or the --output-file (never coloured)."""
 
-    def __init__(self, output_file: str | None, color: str) -> None:
+    def __init__(self, output_file: str | None, color: str, log: list[str] | None = None) -> None:
         self.output_file = output_file
         self.chunks: list[str] = []
         self.style = PLAIN if output_file else style_for(color, sys.stdout)
+        self.log = log  # what went to stdout, also kept here (engine/replay.py)
 
     def echo(self, text: str = "", nl: bool = True) -> None:
         if self.output_file is None:
             click.echo(text, nl=nl, color=self.style.color or None)
+            if self.log is not None:
+                self.log.append(text + ("\n" if nl else ""))
         else:
             self.chunks.append(text + ("\n" if nl else ""))
 
@@ -247,9 +256,17 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
     if add_noqa and from_stdin:
         _usage("--add-noqa edits files; it cannot edit standard input")
     _refuse_shard_of_stdin(shard, from_stdin)
+    # A run the next one may replay (engine/replay.py): what it prints stands for what it looked at
+    logs = ([], []) if replay.ARGV is not None and not (no_cache or from_stdin or add_noqa or show_project
+                                                        or output_file) else None
+    if logs is not None:
+        replay.start(replay.ARGV)
+        click.get_current_context().call_on_close(replay.stop)  # however the command ends
     where = (stdin_filename or ".",) if from_stdin else (paths or (".",))
     resolved = _settings(where, select, ignore, exclude, torch=torch, neuron_sdk=neuron_sdk, instance=instance,
                          unsafe_fixes=unsafe_fixes, config_file=config_file)
+    if resolved.warnings:
+        replay.spoil()  # told on standard error before the findings: a replay would drop them
     # One pass gives the findings and, where JSON and SARIF carry them, the fixed files (the findings are the same).
     rewrite = fmt in ("sarif", "json") and not statistics
     known: dict[str, bytes] = {}
@@ -276,7 +293,7 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
         _add_noqa(findings, errors, warnings, quiet, again)
     known.update((r.path, r.old_bytes) for r in result.results if r.old_bytes is not None)
     sources = reports.Sources(known)
-    out = Output(output_file, color)
+    out = Output(output_file, color, logs[0] if logs is not None else None)
     style = out.style
     if statistics:
         if fmt == "json":
@@ -310,10 +327,16 @@ def check(paths, select, ignore, jobs, exclude, no_cache, hook, config_file, std
         out.echo(summary)
     out.close()
     if text or statistics:
-        _report_errors(errors, warnings)
+        _report_errors(errors, warnings, logs[1] if logs is not None else None)
         if statistics and fmt == "json" and not quiet:
             click.echo(summary, err=True)
-    sys.exit(EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN)
+            if logs is not None:
+                logs[1].append(summary + "\n")
+    code = EXIT_ERROR if errors else EXIT_FINDINGS if findings and not exit_zero else EXIT_CLEAN
+    if logs is not None:
+        replay.noted(path for r in result.results for path in (r.path, *r.files_read))
+        replay.finish("".join(logs[0]), "".join(logs[1]), code)
+    sys.exit(code)
 
 
 NOQA_ROUNDS = 5  # silencing one finding can bring out another (NM209 for a silenced NM106) or end one (NM190)

@@ -23,8 +23,6 @@ links (`sources.write_in_folder`).
 from __future__ import annotations
 
 import base64
-import errno
-import functools
 import hashlib
 import hmac
 import json
@@ -32,150 +30,26 @@ import os
 import stat
 from pathlib import Path
 
-from neuron_migrate import __version__
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import open_folder, read_regular, write_in_folder
+from neuron_migrate.engine.sources import read_regular, write_in_folder
+from neuron_migrate.engine.store import (  # noqa: F401 (the cache's folder, key and fingerprint live in store.py)
+    CACHE_DIR_NAME, ENV_DIR, KEY_BYTES, KEY_FILE, PROJECT_MARKERS, Unsafe, default_dir, digest, own_io, tool_fingerprint,
+    user_folder, user_key)
+from neuron_migrate.engine.store import owned_folder as _owned_folder
 
-CACHE_DIR_NAME = ".neuron_migrate_cache"
-ENV_DIR = "NEURON_MIGRATE_CACHE_DIR"
-FORMAT = 3  # 2: entries list the other files a result depends on; 3: entries carry an HMAC
-PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
-KEY_FILE = "cache-key"  # in the user cache folder (user_folder), mode 0600
-KEY_BYTES = 32
+FORMAT = 4  # 2: entries list the other files a result depends on; 3: entries carry an HMAC; 4: store.py's fingerprint
 MAX_CACHE_FILE = 1 << 30  # a larger cache file is not read (it would only cost memory)
 # The entry of the project model's facts (engine/project.py): no file path holds a NUL
 PROJECT_ENTRY = "\0project"
 _OPEN = getattr(os, "O_CLOEXEC", 0) | os.O_NOFOLLOW | os.O_NONBLOCK  # a planted FIFO: no wait
 
 
-def digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-@functools.lru_cache(maxsize=1)
-def tool_fingerprint() -> str:
-    """The version plus the size and mtime of every module and data file of the installed tool."""
-    package = Path(__file__).resolve().parents[1]  # the neuron_migrate package
-    from neuron_migrate.catalogue import data_dir
-
-    parts = [__version__, str(FORMAT)]
-    for folder in (package, data_dir()):
-        for path in sorted(folder.rglob("*")):
-            if path.suffix in (".py", ".toml", ".json") and "__pycache__" not in path.parts:
-                st = path.stat()
-                parts.append(f"{path.relative_to(folder)}:{st.st_size}:{st.st_mtime_ns}")
-    return digest("\n".join(parts).encode())
-
-
-def user_folder() -> Path:
-    """`$XDG_CACHE_HOME/neuron-migrate`, else `~/.cache/neuron-migrate`."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "neuron-migrate"
-
-
-def default_dir(start: str | os.PathLike | None = None) -> Path:
-    """`$NEURON_MIGRATE_CACHE_DIR`, else `.neuron_migrate_cache/` in the nearest project folder above `start`,
-    else the user cache folder."""
-    if os.environ.get(ENV_DIR):
-        return Path(os.environ[ENV_DIR])
-    here = Path(start or os.getcwd()).resolve()
-    for folder in (here, *here.parents):
-        if any((folder / m).exists() for m in PROJECT_MARKERS):
-            return folder / CACHE_DIR_NAME
-    return user_folder()
-
-
-class Unsafe(Exception):
-    """A cache folder or key file that must not be used (a link, another user's, writable by others)."""
-
-
-def _owned_folder(path: Path, create: bool, private: bool = False) -> int | None:
-    """A descriptor of the folder `path`, opened without following a link, after checking that it is a folder
-    of this user (not writable by others when `private`); None when it is missing and not to be created.
-    Unsafe when it is a link or someone else's; OSError when it cannot be created or opened."""
-    path = Path(os.path.abspath(path))
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        if not create:
-            return None
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.mkdir(path, 0o700 if private else 0o777)
-        except FileExistsError:
-            pass
-        st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        raise Unsafe(f"the cache folder {path} is a symbolic link; the cache was not used (remove the link, or "
-                     "run with --no-cache)")
-    fd = open_folder(os.path.realpath(path.parent) + os.sep + path.name)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISDIR(st.st_mode):
-            raise Unsafe(f"{path} is not a folder; the cache was not used")
-        if st.st_uid != os.geteuid():
-            raise Unsafe(f"the cache folder {path} belongs to another user (uid {st.st_uid}); the cache was not "
-                         "used (remove the folder, or run with --no-cache)")
-        if private and st.st_mode & 0o022:
-            raise Unsafe(f"the folder {path} is writable by others (mode {stat.S_IMODE(st.st_mode):o}); the "
-                         "cache was not used (`chmod go-w` it)")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-@functools.lru_cache(maxsize=1)
-def user_key() -> bytes:
-    """The per-user secret that authenticates cache entries: `cache-key` (mode 0600) in the user cache folder,
-    created on first use. Unsafe or OSError when it cannot be created or kept safely (then: no cache)."""
-    folder = _owned_folder(user_folder(), create=True, private=True)
-    try:
-        for _ in range(3):
-            try:
-                fd = os.open(KEY_FILE, os.O_RDONLY | _OPEN, dir_fd=folder)
-            except FileNotFoundError:
-                _create_key(folder)
-                continue
-            with os.fdopen(fd, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
-                    raise Unsafe(f"{user_folder() / KEY_FILE} is not a file of this user with mode 0600; the "
-                                 "cache was not used (remove the file: a new one is made)")
-                key = fh.read(KEY_BYTES + 1)
-            if len(key) != KEY_BYTES:
-                raise Unsafe(f"{user_folder() / KEY_FILE} is damaged; the cache was not used (remove the file: a "
-                             "new one is made)")
-            return key
-        raise OSError(errno.ENOENT, "the cache key vanished while it was made")
-    finally:
-        os.close(folder)
-
-
-def _create_key(folder: int) -> None:
-    """Written whole under a temporary name, then linked into place: a run reading it meanwhile sees no key
-    or the whole key, and of two runs making it at once, the first one's stays."""
-    tmp = f".key-{os.getpid()}-{os.urandom(4).hex()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN, 0o600, dir_fd=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(os.urandom(KEY_BYTES))
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, KEY_FILE, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
-        except FileExistsError:
-            pass
-    finally:
-        os.unlink(tmp, dir_fd=folder)
-
-
 class ResultCache:
     def __init__(self, directory: str | os.PathLike, settings: Settings, rewrite: bool) -> None:
         self.directory = Path(directory)
         mode = "rewrite" if rewrite else "check"
-        key = digest(f"{tool_fingerprint()}\0{settings.key()}".encode())
+        key = digest(f"{FORMAT}\0{tool_fingerprint()}\0{settings.key()}".encode())
         self.name = f"{mode}-{key}.json"
         self.file = self.directory / self.name
         self.dirty = False
@@ -183,8 +57,9 @@ class ResultCache:
         self.refused: str | None = None
         self.key: bytes | None = None
         try:
-            self.key = user_key()
-            self.entries: dict[str, list] = self._load()
+            with own_io():  # the tool's own files, not inputs of the run (engine/replay.py)
+                self.key = user_key()
+                self.entries: dict[str, list] = self._load()
         except Unsafe as exc:
             self.refused, self.key, self.entries = str(exc), None, {}
         except OSError:
@@ -267,17 +142,21 @@ class ResultCache:
         if not self.dirty or self.key is None:
             return
         try:
-            merged = {**self._load(), **self.entries}
-            folder = _owned_folder(self.directory, create=True)
-            assert folder is not None
-            try:
-                _mark_cache_folder(folder)
-                write_in_folder(folder, self.name, json.dumps(merged, separators=(",", ":")).encode())
-            finally:
-                os.close(folder)
+            with own_io():
+                self._write()
         except (OSError, Unsafe):
             return
         self.dirty = False
+
+    def _write(self) -> None:
+        merged = {**self._load(), **self.entries}
+        folder = _owned_folder(self.directory, create=True)
+        assert folder is not None
+        try:
+            _mark_cache_folder(folder)
+            write_in_folder(folder, self.name, json.dumps(merged, separators=(",", ":")).encode())
+        finally:
+            os.close(folder)
 
 
 def _current_digest(path: str) -> str | None:

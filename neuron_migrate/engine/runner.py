@@ -23,7 +23,7 @@ from neuron_migrate.engine import shards
 from neuron_migrate.engine.shards import Shard
 from neuron_migrate.engine.stack import Library, set_aside
 from neuron_migrate.findings import FileResult
-from neuron_migrate.engine import handlers, shared
+from neuron_migrate.engine import handlers, replay, shared
 from neuron_migrate.cli.progress import Progress
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit, write_atomic
@@ -76,6 +76,8 @@ class Outcome:
     result: FileResult
     digest: str | None = None
     cacheable: bool = False
+    # the paths a worker looked at while it processed its share of files, for a run being recorded (engine/replay.py)
+    seen: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
 
 def _process(target: Target, settings: Settings, rewrite: bool, data: bytes | None = None) -> Outcome:
@@ -135,11 +137,14 @@ def _process_chunk(args: tuple[list[tuple[Target, Settings]], bool]) -> list[Out
     """Worker side. The bytes of unchanged files do not travel back: the parent does not need them."""
     targets, rewrite = args
     out = []
+    replay.take()  # what this process looked at before: the parent's, or another share's
     for target, settings in targets:
         outcome = _process(target, settings, rewrite)
         if not outcome.result.changed:
             outcome.result.old_bytes = None
         out.append(outcome)
+    if out:
+        out[-1].seen = replay.take()
     return out
 
 
@@ -335,6 +340,9 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
             try:
                 for i, outcome in zip(pending, outcomes):
                     result = outcome.result
+                    replay.noted(*outcome.seen)
+                    if not outcome.cacheable:
+                        replay.spoil()
                     if result.old_bytes is None and not result.error:
                         result.old_bytes = known.get(result.path)
                     if outcome.digest is not None:

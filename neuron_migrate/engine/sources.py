@@ -16,6 +16,8 @@ import stat
 import tokenize
 from dataclasses import dataclass
 
+from neuron_migrate.engine.store import open_folder, read_regular  # noqa: F401 (read_regular: for its users)
+
 MAX_BYTES = 20 * 1024 * 1024  # larger files are generated code; they are reported and left alone
 
 
@@ -148,30 +150,6 @@ def read_bytes(path: str, limit: int = MAX_BYTES, kind: str | None = None) -> by
     return data
 
 
-def read_regular(path: str, limit: int, dir_fd: int | None = None, follow: bool = True,
-                 whole: bool = False) -> bytes | None:
-    """Up to `limit` bytes of the regular file `path` (a `.gitignore`, a README, `.git/config`, a cache file the
-    run reads beside the files it migrates); None when it cannot be read or is not a regular file: a FIFO would
-    block the run, `/dev/zero` never ends. `follow=False`: None for a link too. `whole`: None for a file larger
-    than `limit`, which is then not read."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
-    try:
-        fd = os.open(path, flags, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or (whole and st.st_size > limit):  # a folder too
-            return None
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            data = fh.read(limit + 1 if whole else limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return None if whole and len(data) > limit else data
-
-
 def _refuse_read_only(name: str, st: os.stat_result, dir_fd: int) -> None:
     """A file its mode or its owner keeps from being written is not replaced, though its folder is writable."""
     mode = stat.S_IMODE(st.st_mode)
@@ -213,24 +191,6 @@ def write_atomic(path: str, data: bytes, expected: bytes | None = None, real: st
         write_in_folder(dir_fd, name, data, expected)
     finally:
         os.close(dir_fd)
-
-
-_FOLDER_FLAGS = os.O_DIRECTORY | getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_CLOEXEC", 0)
-
-
-def open_folder(folder: str) -> int:
-    """A descriptor of `folder` (an absolute path), opened one component at a time without following a link:
-    a folder on the way swapped for a link makes this fail (ELOOP or ENOTDIR), it is never followed."""
-    fd = os.open(os.sep, _FOLDER_FLAGS)
-    try:
-        for part in [p for p in folder.split(os.sep) if p]:
-            nxt = os.open(part, _FOLDER_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def write_in_folder(dir_fd: int, name: str, data: bytes, expected: bytes | None = None,
