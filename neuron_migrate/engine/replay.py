@@ -130,7 +130,7 @@ def replay(argv: list[str]) -> int | None:
 
 
 def _record(argv: list[str]) -> dict | None:
-    key = store.user_key(create=False)
+    key = store.read_key(create=False)
     if key is None:
         return None
     name = f"{PREFIX}{run_key(argv)}.json"
@@ -309,12 +309,16 @@ def finish(out: str, err: str, code: int) -> bool:
 def _prune(folder: int, kept: str) -> None:
     """The `KEEP` most recent records stay (a record per command line, folder and environment)."""
     records = []
-    for entry in os.scandir(folder):
-        if entry.name.startswith(PREFIX) and entry.name.endswith(".json") and entry.name != kept:
-            try:
-                records.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
-            except OSError:
-                continue
+    listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0), dir_fd=folder)
+    try:
+        for entry in os.scandir(listing):
+            if entry.name.startswith(PREFIX) and entry.name.endswith(".json") and entry.name != kept:
+                try:
+                    records.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+                except OSError:
+                    continue
+    finally:
+        os.close(listing)
     for _, name in sorted(records, reverse=True)[KEEP - 1:]:
         try:
             os.unlink(name, dir_fd=folder)

@@ -163,11 +163,17 @@ def owned_folder(path: str | os.PathLike, create: bool, private: bool = False) -
     return fd
 
 
-@functools.lru_cache(maxsize=2)
-def user_key(create: bool = True) -> bytes | None:
+@functools.lru_cache(maxsize=1)
+def user_key() -> bytes:
     """The per-user secret that authenticates what the tool keeps: `cache-key` (mode 0600) in the user cache
-    folder, created on first use. Unsafe or OSError when it cannot be created or kept safely (then: no cache).
-    Without `create`: None where there is none yet (a replay looks, a run makes it)."""
+    folder, created on first use. Unsafe or OSError when it cannot be created or kept safely (then: no cache)."""
+    key = read_key(create=True)
+    assert key is not None
+    return key
+
+
+def read_key(create: bool) -> bytes | None:
+    """`user_key`, read afresh; without `create`, None where there is none yet (a replay looks, a run makes it)."""
     folder = owned_folder(user_folder(), create=create, private=True)
     if folder is None:
         return None
