@@ -60,10 +60,7 @@ class Command:
 def project(tmp_path, monkeypatch):
     """A project whose files are older than the run (`SLACK_NS` 0: a file changed before the run started is
     never taken for one changed during it), its own cache folder and user secret."""
-    monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user"))
-    monkeypatch.setattr(replay, "SLACK_NS", 0)
-    store.user_key.cache_clear()
+    _own_cache(tmp_path, monkeypatch)
     root = tmp_path / "proj"
     (root / "pkg").mkdir(parents=True)
     (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n", encoding="utf-8")
@@ -71,6 +68,13 @@ def project(tmp_path, monkeypatch):
     (root / "pkg" / "util.py").write_text(CLEAN, encoding="utf-8")
     monkeypatch.chdir(root)
     yield root
+    store.user_key.cache_clear()
+
+
+def _own_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user"))
+    monkeypatch.setattr(replay, "SLACK_NS", 0)
     store.user_key.cache_clear()
 
 
@@ -312,3 +316,24 @@ def test_users_way_the_replay_loads_neither_the_command_line_nor_the_rules(tmp_p
     by_module = subprocess.run([sys.executable, "-m", "neuron_migrate", "check", "."], cwd=root, env=env,
                                capture_output=True, text=True, timeout=300)
     assert (by_module.returncode, by_module.stdout) == (1, first.stdout)
+
+
+def test_a_folder_above_the_tree_counts_by_the_names_looked_for_there(tmp_path, command, monkeypatch):
+    """Above a tree without a project marker, the run looks for a project's `*.egg-info` in every folder up to the
+    root (engine/stack.py): a new one there runs the command again, any other new entry (`/tmp` changes all the
+    time) does not."""
+    _own_cache(tmp_path, monkeypatch)
+    above = tmp_path / "above"
+    (above / "tree").mkdir(parents=True)
+    (above / "tree" / "train.py").write_text(LEGACY, encoding="utf-8")
+    monkeypatch.chdir(above / "tree")
+    first = command("check", ".")
+    (above / "notes.txt").write_text("unrelated\n", encoding="utf-8")
+    assert command("check", ".") == first
+    assert command.replayed == [False, True]
+    egg = above / "torch_xla.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: torch_xla\nVersion: 2.9.0\n", encoding="utf-8")
+    after = command("check", ".")
+    assert not command.replayed[-1]
+    assert after == command("check", "--no-cache", ".") != first

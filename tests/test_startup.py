@@ -2,7 +2,7 @@
 
 The tool once kept the methods `dataclasses` writes for LibCST's node classes as a marshal table of code objects
 in `~/.cache/neuron-migrate/startup/` and built them from it at every start, so one replaced code object ran at
-the next start, even with --no-cache. It is gone (50 ms of start-up; docs/performance.md item 10): a poisoned
+the next start, even with --no-cache. It is gone (50 ms of start-up; docs/performance.md item 11): a poisoned
 table at its old place, holding a payload for every method LibCST's import writes, runs nothing, and `check
 --no-cache` creates nothing in the user cache folder."""
 

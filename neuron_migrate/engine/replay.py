@@ -107,12 +107,15 @@ def replay(argv: list[str]) -> int | None:
         record = _record(argv)
         if record is None:
             return None
-        inputs, listed = record["inputs"], frozenset(record["listed"])
+        inputs, listed, names = record["inputs"], frozenset(record["listed"]), record["names"]
         out, err, code = record["out"], record["err"], record["exit"]
         if not (isinstance(inputs, dict) and isinstance(out, str) and isinstance(err, str) and type(code) is int):
             return None
         for path, sig in inputs.items():
             if signature(path, path in listed) != sig:
+                return None
+        for folder, suffix, found in names:
+            if store.names_ending(folder, suffix) != found:
                 return None
     except (OSError, ValueError, TypeError, KeyError, store.Unsafe):
         return None
@@ -170,6 +173,8 @@ class _Recording:
         self.cwd = os.getcwd()
         self.seen: set[str] = set()
         self.listed: set[str] = set()  # the folders among them whose entries were read
+        # (folder, suffix) -> the names it had that end so (store.names_ending): a listing for a few names
+        self.names: dict[tuple[str, str], list[str] | None] = {}
         self.spoiled = False
 
 
@@ -228,29 +233,42 @@ def start(argv: list[str]) -> None:
         _hooked = True
     _recording = _Recording(run_key(argv))
     os.stat, os.lstat = _stat, _lstat
+    store.names_noted[0] = _names
 
 
 def recording() -> bool:
     return _recording is not None
 
 
-def take() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The paths noted so far in this process and the folders among them that were listed, which are then
-    forgotten here (a worker hands them over with each share of files it processed)."""
+def _names(folder: str, suffix: str, found: list[str] | None) -> None:
+    if _recording is not None:
+        _recording.names[os.path.join(_recording.cwd, folder), suffix] = found
+
+
+Taken = tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, str, "list[str] | None"], ...]]
+
+
+def take() -> Taken:
+    """What this process noted so far (the paths, the folders listed among them, the listings for a few names),
+    which it then forgets (a worker hands it over with each share of files it processed)."""
     if _recording is None:
-        return (), ()
-    taken = tuple(_recording.seen), tuple(_recording.listed)
+        return (), (), ()
+    taken = (tuple(_recording.seen), tuple(_recording.listed),
+             tuple((folder, suffix, found) for (folder, suffix), found in _recording.names.items()))
     _recording.seen.clear()
     _recording.listed.clear()
+    _recording.names.clear()
     return taken
 
 
-def noted(paths, listed=()) -> None:
-    """Paths a worker looked at (and the folders it listed), or that the run's result depends on."""
+def noted(paths, listed=(), names=()) -> None:
+    """What a worker looked at (`take`), or paths that the run's result depends on."""
     for path in paths:
         _note(path)
     for path in listed:
         _note(path, listed=True)
+    for folder, suffix, found in names:
+        _names(folder, suffix, found)
 
 
 def spoil() -> None:
@@ -264,6 +282,7 @@ def stop() -> _Recording | None:
     global _recording
     recording, _recording = _recording, None
     os.stat, os.lstat = _real_stat, _real_lstat
+    store.names_noted[0] = None
     return recording
 
 
@@ -287,9 +306,12 @@ def finish(out: str, err: str, code: int) -> bool:
             if len(sig) > 1 and _changed_since(sig, threshold):
                 return False
             inputs[path] = sig
+        names = sorted([folder, suffix, found] for (folder, suffix), found in recording.names.items())
+        if any(store.names_ending(folder, suffix) != found for folder, suffix, found in names):
+            return False  # a folder's names changed during the run
         key = store.user_key()
-        body = json.dumps({"inputs": inputs, "listed": sorted(recording.listed & inputs.keys()), "out": out,
-                           "err": err, "exit": code},
+        body = json.dumps({"inputs": inputs, "listed": sorted(recording.listed & inputs.keys()), "names": names,
+                           "out": out, "err": err, "exit": code},
                           separators=(",", ":")).encode()
         name = f"{PREFIX}{recording.key}.json"
         from neuron_migrate.engine.sources import write_in_folder

@@ -77,7 +77,7 @@ class Outcome:
     digest: str | None = None
     cacheable: bool = False
     # the paths a worker looked at while it processed its share of files, for a run being recorded (engine/replay.py)
-    seen: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
+    seen: replay.Taken = ((), (), ())
 
 
 def _process(target: Target, settings: Settings, rewrite: bool, data: bytes | None = None) -> Outcome:

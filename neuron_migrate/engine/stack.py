@@ -35,6 +35,7 @@ from typing import Iterable
 
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.pin import canonical_name
+from neuron_migrate.engine import store
 from neuron_migrate.engine.sources import read_regular
 
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
@@ -247,10 +248,7 @@ def _egg_infos(folder: str) -> list[str]:
     as site-packages, holds other projects' metadata, not its own)."""
     if os.path.basename(folder) in ("site-packages", "dist-packages"):
         return []
-    try:
-        found = [n for n in os.listdir(folder) if n.endswith(".egg-info")]
-    except OSError:
-        return []
+    found = store.names_ending(folder, ".egg-info") or []
     return [os.path.join(found[0], "PKG-INFO")] if len(found) == 1 else []
 
 

@@ -219,6 +219,24 @@ def _create_key(folder: int) -> None:
         os.unlink(tmp, dir_fd=folder)
 
 
+# While a run is recorded (engine/replay.py): called with each listing made for a few names (`names_ending`)
+names_noted: list = [None]
+
+
+def names_ending(folder: str, suffix: str) -> list[str] | None:
+    """The names in `folder` that end with `suffix`, sorted; None when it cannot be listed. What a run recorded for
+    a replay depends on is those names, not the folder's other entries: a folder above the tree (`/tmp`, a home)
+    changes all the time."""
+    with own_io():
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(suffix))
+        except OSError:
+            names = None
+    if names_noted[0] is not None:
+        names_noted[0](folder, suffix, names)
+    return names
+
+
 # While positive, the tool is reading or writing its own cache, not the tree: a run being recorded for a replay
 # (engine/replay.py) does not count those files among its inputs.
 own_files = [0]
