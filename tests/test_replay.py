@@ -285,37 +285,46 @@ def test_a_replay_writes_nothing(project, command, tmp_path):
 
 
 def test_users_way_the_replay_loads_neither_the_command_line_nor_the_rules(tmp_path):
-    """`python -m neuron_migrate` in a new process, as users and pre-commit run it; the record is made by a run
-    that starts `SLACK_NS` after the files were written (the first run waits for it)."""
+    """`python -m neuron_migrate` in a new process, as users and pre-commit run it, over enough files for the
+    workers; the record is made by a run that starts `SLACK_NS` after the files were written (the test waits)."""
     root = tmp_path / "proj"
     root.mkdir()
-    (root / "train.py").write_text(LEGACY, encoding="utf-8")
+    for i in range(40):  # more than a pipe holds of findings and code frames: the reader can go away mid-way
+        (root / f"train{i}.py").write_text(LEGACY + "xm.mark_step()\n" * 30, encoding="utf-8")
     for folder in ("cache", "u"):  # made now: the run lists the folders above the tree (no project marker there)
         (tmp_path / folder).mkdir()
     env = {**os.environ, "NEURON_MIGRATE_CACHE_DIR": str(tmp_path / "cache"), "XDG_CACHE_HOME": str(tmp_path / "u")}
     time.sleep(replay.SLACK_NS / 1e9 + 0.1)
     code = ("import sys\n"
             "from neuron_migrate.start import main\n"
-            "sys.argv = ['neuron-migrate', 'check', '.']\n"
+            "sys.argv = ['neuron-migrate', 'check', '-j', '2', '.']\n"
             "try:\n"
             "    main()\n"
             "finally:\n"
             "    loaded = [m for m in ('click', 'libcst', 'neuron_migrate.cli', 'neuron_migrate.rules', 'hashlib')\n"
             "              if m in sys.modules]\n"
             "    sys.stderr.write(f'loaded: {loaded}\\n')\n")
+    command = [sys.executable, "-c", code]
 
     def run():
-        return subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
 
     first, second = run(), run()
     assert first.returncode == second.returncode == 1
     assert "NM101" in first.stdout and second.stdout == first.stdout
+    assert len(first.stdout) > 1 << 17
     assert "'click'" in first.stderr
     assert second.stderr == "loaded: []\n"
-    by_module = subprocess.run([sys.executable, "-m", "neuron_migrate", "check", "."], cwd=root, env=env,
-                               capture_output=True, text=True, timeout=300)
+    by_module = subprocess.run([sys.executable, "-m", "neuron_migrate", "check", "-j", "2", "."], cwd=root, env=env,
+                               capture_output=True, text=True, timeout=300, check=False)
     assert (by_module.returncode, by_module.stdout) == (1, first.stdout)
+    # the reader goes away after the first lines (`| head`): exit 1 without a word, as the full command ends
+    with subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        proc.stdout.read(200)
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=300) == 1
+    assert err == "loaded: []\n"
 
 
 def test_a_folder_above_the_tree_counts_by_the_names_looked_for_there(tmp_path, command, monkeypatch):
