@@ -7,7 +7,9 @@ of its workers looked at: each file opened, each folder listed (Python's audit e
 `realpath` go through), a missing one as much as one that is there. Then it keeps, beside the result cache, one
 record for the exact command line, working folder, environment, terminals and tool (`run_key`): the signature of
 each of those paths (`signature`: type, inode, device, size, mtime and ctime, of the link and of what it points
-to; a path that was missing, missing still), what it wrote on standard output and error, and its exit code.
+to; of a folder only went through, its identity; a path that was missing, missing still), the names a folder
+listed for a few of them had (`store.names_ending`), what it wrote on standard output and error, and its exit
+code. Workers hand over what they looked at with each share of files (`take`, runner.py).
 
 Replaying. `replay` finds the record of the same key and compares every signature with the path's now: one
 difference (a file edited, added to or removed from a folder that was listed, a config file created where one was
@@ -323,7 +325,7 @@ def finish(out: str, err: str, code: int) -> bool:
             _prune(folder, name)
         finally:
             os.close(folder)
-    except (OSError, store.Unsafe):
+    except (OSError, ValueError, store.Unsafe):  # ValueError: text JSON cannot carry; no record, the run stands
         return False
     return True
 
