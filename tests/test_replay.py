@@ -346,3 +346,28 @@ def test_a_folder_above_the_tree_counts_by_the_names_looked_for_there(tmp_path, 
     after = command("check", ".")
     assert not command.replayed[-1]
     assert after == command("check", "--no-cache", ".") != first
+
+
+def test_an_upgraded_dependency_makes_another_tool(tmp_path, monkeypatch):
+    """The cache and the records are the tool's: a LibCST upgrade (its `__init__.py` rewritten) makes other keys,
+    so no result computed with the old one is reused."""
+    from importlib.machinery import ModuleSpec, PathFinder
+
+    fake = tmp_path / "libcst" / "__init__.py"
+    fake.parent.mkdir()
+    fake.write_text("VERSION = '1.8.0'\n", encoding="utf-8")
+    real = PathFinder.find_spec
+
+    def find_spec(name, *args):
+        return ModuleSpec(name, None, origin=str(fake)) if name == "libcst" else real(name, *args)
+
+    monkeypatch.setattr(PathFinder, "find_spec", find_spec)
+    store.tool_fingerprint.cache_clear()
+    before = store.tool_fingerprint()
+    store.tool_fingerprint.cache_clear()
+    assert store.tool_fingerprint() == before
+    fake.write_text("VERSION = '1.9.0'\n", encoding="utf-8")
+    os.utime(fake, ns=(1, 2))
+    store.tool_fingerprint.cache_clear()
+    assert store.tool_fingerprint() != before
+    store.tool_fingerprint.cache_clear()

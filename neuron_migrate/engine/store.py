@@ -47,10 +47,24 @@ def data_dir() -> str:
     return installed if os.path.isdir(installed) else os.path.join(os.path.dirname(PACKAGE), "rules")
 
 
+# The packages whose behaviour the results depend on (LibCST parses; the others read configs and ignore files)
+DEPENDENCIES = ("libcst", "click", "packaging", "tomlkit", "pathspec")
+
+
 @functools.lru_cache(maxsize=1)
 def tool_fingerprint() -> str:
-    """The version plus the size and mtime of every module and data file of the installed tool."""
+    """The version plus the size and mtime of every module and data file of the installed tool, and of the
+    `__init__.py` of each dependency where it is installed (an upgrade of LibCST rewrites it)."""
+    from importlib.machinery import PathFinder  # loaded with the interpreter: no import cost
+
     parts = [__version__]
+    for name in DEPENDENCIES:
+        spec = PathFinder.find_spec(name)
+        try:
+            st = os.stat(spec.origin) if spec is not None and spec.origin else None
+        except OSError:
+            st = None
+        parts.append(f"{name}:{spec.origin if st else None}:{st.st_size if st else 0}:{st.st_mtime_ns if st else 0}")
     for folder in (PACKAGE, data_dir()):
         files = []
         for top, dirs, names in os.walk(folder):
