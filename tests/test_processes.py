@@ -208,3 +208,32 @@ def test_master_print_of_local_calls_is_one_guarded_print(tmp_path):
     assert '    if RANK == 0:\n        print("rank", RANK, "of", WORLD_SIZE)\n' in out
     assert "NM228): torch_xla metrics: choose what to log; neuron-migrate explain NM228\n    printed = (\"metrics\", met" in out
     assert out.count("printed = (") == 2 and "printed = (\"mean\", xm.mesh_reduce(" in out
+
+
+@pytest.mark.parametrize("where, name, text", [
+    ("beside", "run.sh", "#!/bin/bash\ntorchrun --nproc_per_node=2 train.py --lr 0.2\n"),
+    ("above", "README.md", "Run it:\n\n    torchrun --nproc_per_node=2 job/train.py\n"),
+    ("variants", "train_ddp.py", "from train import main\nimport torch.distributed as dist\n"),
+], ids=["launcher-beside", "readme-above", "variant-below"])
+def test_the_cache_sees_a_file_added_where_the_decision_looked(tmp_path, monkeypatch, where, name, text):
+    """The decision lists the program's folder, the one above and the folders below: the listings are among the
+    files the result depends on (a folder's path ending in a separator), so a file added there makes the cached
+    result stale, and the second run decides again."""
+    from neuron_migrate.engine.runner import run
+
+    monkeypatch.setenv("NEURON_MIGRATE_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "repo" / "job"
+    (folder / "variants").mkdir(parents=True)
+    (folder / "model.py").write_text(MODEL)
+    (folder / "train.py").write_text(PROGRAM)
+    settings = Settings(unsafe_fixes=True)
+
+    def new_text() -> str:
+        [result] = [r for r in run([str(folder)], settings, rewrite=True, jobs=1, use_cache=True).results
+                    if r.path.endswith("train.py") and "variants" not in r.path]
+        return result.new_bytes.decode()
+
+    assert single_process_form(new_text())
+    place = {"beside": folder, "above": folder.parent, "variants": folder / "variants"}[where]
+    (place / name).write_text(text)
+    assert not single_process_form(new_text())

@@ -2,7 +2,7 @@
 
 An entry is valid for one file path, the hash of its bytes, the hashes of the other files its handlers read
 (`FileResult.files_read`: the program a launch script starts, included requirements files; a file that was
-looked for and missing must still be missing), the tool (its version and a fingerprint of its own code and
+looked for and missing must still be missing; the entries of a folder a decision listed, by their names), the tool (its version and a fingerprint of its own code and
 rule data, so an edited install never serves stale results), the settings (`Settings.key()`) and the mode
 (check or rewrite). Entries live in one JSON file per tool, settings and mode under
 `.neuron_migrate_cache/` at the project root (or the user cache folder outside a project). Runs read it once
@@ -34,8 +34,8 @@ from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import read_regular, write_in_folder
 from neuron_migrate.engine.store import (  # noqa: F401 (the cache's folder, key and fingerprint live in store.py)
-    CACHE_DIR_NAME, ENV_DIR, KEY_BYTES, KEY_FILE, PROJECT_MARKERS, Unsafe, default_dir, digest, own_io, tool_fingerprint,
-    user_folder, user_key)
+    CACHE_DIR_NAME, ENV_DIR, KEY_BYTES, KEY_FILE, PROJECT_MARKERS, Unsafe, default_dir, digest, listing_digest, own_io,
+    tool_fingerprint, user_folder, user_key)
 from neuron_migrate.engine.store import owned_folder as _owned_folder
 
 FORMAT = 4  # 2: entries list the other files a result depends on; 3: entries carry an HMAC; 4: store.py's fingerprint
@@ -160,7 +160,10 @@ class ResultCache:
 
 
 def _current_digest(path: str) -> str | None:
-    """The digest of a file's bytes now; None when it is not a readable file (as a handler found it missing)."""
+    """The digest of a file's bytes now; None when it is not a readable file (as a handler found it missing). A
+    folder's entries a result depends on are kept under a `store.listing_key` (it holds a NUL)."""
+    if "\0" in path:
+        return listing_digest(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))  # a FIFO: no wait
     except OSError:

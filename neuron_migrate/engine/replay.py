@@ -195,6 +195,8 @@ def _note(path: object, listed: bool = False) -> None:
         return
     if isinstance(path, bytes):
         path = os.fsdecode(path)
+    if "\0" in path:
+        return  # not a path: a folder's filtered listing among a result's files read (store.listing_key)
     path = path if os.path.isabs(path) else os.path.join(recording.cwd, path)
     recording.seen.add(path)
     if listed:

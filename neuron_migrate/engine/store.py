@@ -233,6 +233,35 @@ def _create_key(folder: int) -> None:
         os.unlink(tmp, dir_fd=folder)
 
 
+def entries(folder: str, suffixes: tuple[str, ...] | None = None, names: tuple[str, ...] = ()) -> list[str] | None:
+    """The sorted entries of `folder`, a sub-folder's name ending in `/`: those that end with one of `suffixes` or
+    are one of `names` (all of them without `suffixes`); None when it cannot be listed."""
+    try:
+        with os.scandir(folder) as listing:
+            found = [e.name + "/" if e.is_dir() else e.name for e in listing]
+    except OSError:
+        return None
+    return sorted(n for n in found if suffixes is None or n.endswith(suffixes) or n in names)
+
+
+def listing_key(folder: str, suffixes: tuple[str, ...] | None = None, names: tuple[str, ...] = ()) -> str:
+    """The key under which a result keeps the `entries` of a folder it depends on, among the files it read
+    (`FileResult.files_read`, engine/cache.py): the folder's path, a separator, then the filter after a NUL, which
+    no path holds."""
+    return "\0".join((os.path.join(os.path.abspath(folder), ""), "\t".join(suffixes or ()) if suffixes is not None
+                       else "*", "\t".join(names)))
+
+
+def listing_digest(key: str, found: list[str] | None = None) -> str | None:
+    """The digest of the `entries` a `listing_key` names (`found`, where they were just listed); None when the folder
+    cannot be listed."""
+    folder, suffixes, names = key.split("\0")
+    if found is None:
+        found = entries(folder, None if suffixes == "*" else tuple(suffixes.split("\t")) if suffixes else (),
+                        tuple(names.split("\t")) if names else ())
+    return None if found is None else digest("\n".join(found).encode())
+
+
 # While a run is recorded (engine/replay.py): called with each listing made for a few names (`names_ending`)
 names_noted: list = [None]
 

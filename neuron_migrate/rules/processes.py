@@ -16,6 +16,7 @@ import re
 
 import libcst as cst
 
+from neuron_migrate.engine import store
 from neuron_migrate.engine.cache import digest
 from neuron_migrate.engine.facts import fact, fstring_quote
 from neuron_migrate.engine.imports import is_docstring
@@ -70,15 +71,10 @@ def single_process(ctx) -> bool:
         return False
     script = os.path.basename(path)
     for place in (folder, os.path.dirname(folder)):
-        try:
-            names = sorted(os.listdir(place))
-        except OSError:
-            continue
-        for name in names:
-            if name.endswith(LAUNCH_SUFFIXES) or name in LAUNCH_NAMES:
-                other = _read(ctx, os.path.join(place, name)) if name != script else None
-                if other is not None and script in other and _launches(other, script):
-                    return False
+        for name in _entries(ctx, place, LAUNCH_SUFFIXES, LAUNCH_NAMES):
+            other = _read(ctx, os.path.join(place, name)) if name != script else None
+            if other is not None and script in other and _launches(other, script):
+                return False
     return True
 
 
@@ -89,17 +85,10 @@ def _imported_by_several(ctx, folder: str, stem: str) -> bool:
     if not stem.isidentifier():
         return False
     imports = re.compile(rf"(?m)^[ \t]*(?:from[ \t]+{stem}[ \t]+import\b|import[ \t]+{stem}\b)")
-    places = [folder]
-    try:
-        places += sorted(entry.path for entry in os.scandir(folder) if entry.is_dir() and not entry.name.startswith("."))
-    except OSError:
-        return False
+    places = [folder] + [os.path.join(folder, name[:-1]) for name in _entries(ctx, folder, ("/",))
+                         if not name.startswith(".")]
     for place in places:
-        try:
-            names = sorted(name for name in os.listdir(place) if name.endswith(".py"))
-        except OSError:
-            continue
-        for name in names:
+        for name in _entries(ctx, place, (".py",)):
             other = os.path.join(place, name)
             if other == os.path.abspath(ctx.path):
                 continue
@@ -117,6 +106,16 @@ def _launches(text: str, script: str) -> bool:
             return True
         previous = line if line.rstrip().endswith("\\") else ""
     return False
+
+
+def _entries(ctx, folder: str, suffixes: tuple[str, ...], names: tuple[str, ...] = ()) -> list[str]:
+    """The sorted entries of `folder` that end with one of `suffixes` or are one of `names` (a sub-folder's name
+    ends in `/`; none when it cannot be listed). They go into the result's `files_read`: a file added there changes
+    what was decided, so the cache sees it; any other new entry (the folder above a repository) does not count."""
+    key = store.listing_key(folder, suffixes, names)
+    found = store.entries(folder, suffixes, names)
+    ctx.files_read[key] = store.listing_digest(key, found)
+    return found or []
 
 
 def _read(ctx, path: str) -> str | None:
