@@ -115,6 +115,19 @@ def test_every_output_format_and_the_errors_are_replayed(project, command, fmt):
     assert command.replayed == [False, True]
 
 
+@pytest.mark.parametrize("args", [["--color", "always"], ["--hook", "train.py", "pkg/util.py"], ["--exit-zero", "-q"],
+                                  ["--shard", "1/2"], ["--unsafe-fixes", "--format", "json"]],
+                         ids=["colour", "pre-commit-hook", "exit-zero-quiet", "shard", "unsafe-json"])
+def test_the_options_a_hook_or_ci_gives_are_replayed(project, command, args):
+    paths = [] if "--hook" in args else ["."]
+    first = command("check", *args, *paths)
+    assert first[1]
+    assert command("check", *args, *paths) == first
+    assert command.replayed == [False, True]
+    if "always" in args:
+        assert "\x1b[" in first[1]
+
+
 def test_statistics_and_its_summary_on_stderr_are_replayed(project, command):
     first = command("check", "--statistics", "--format", "json", ".")
     assert first[2].strip()
