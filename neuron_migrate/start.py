@@ -13,6 +13,9 @@ def main() -> None:
         code = replay.replay(sys.argv[1:])
         if code is None:
             replay.ARGV = sys.argv[1:]
+            from neuron_migrate.engine import deferred
+
+            deferred.install()  # before anything imports LibCST
             from neuron_migrate.cli import entry
 
             entry()

@@ -21,6 +21,7 @@ import warnings
 import libcst as cst
 from libcst._nodes.base import CSTNode
 
+from neuron_migrate.engine.deferred import written
 from neuron_migrate.syntax import door
 
 
@@ -113,7 +114,7 @@ def _constructor_source(cls: type, i: int, namespace: dict[str, object]) -> str 
     import dataclasses
     import keyword
 
-    stock = cls.__dict__.get("__init__")
+    stock = written(cls, "__init__")
     if stock is None or not dataclasses.is_dataclass(cls) or getattr(stock, "__code__", None) is None \
             or stock.__code__.co_filename != "<string>":  # not the constructor dataclasses wrote
         return None
