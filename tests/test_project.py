@@ -931,3 +931,38 @@ def test_a_spawned_program_that_makes_its_group_in_another_file_gets_none_before
     assert "xmp" not in made_elsewhere and "init_process_group" not in made_elsewhere
     assert "run(int(os.environ.get('LOCAL_RANK', '0')), 2)" in made_elsewhere
     assert "dist.init_process_group(backend='neuron'" in (tmp_path / "alone" / "pretrain.py").read_text()
+
+
+def _models(monkeypatch=None, broken: str = "") -> tuple[Project, Project, list]:
+    """The model of every fixture read here, and read with two worker processes (`runner.Workers.read_modules`);
+    `broken`: "share", every worker's share fails; "pool", the pool is shut down before."""
+    from neuron_migrate.engine import runner
+
+    targets, _ = discover([str(FIXTURES)], frozenset(handlers.HANDLERS))
+    here = Project([str(FIXTURES)], targets, Settings())
+    if broken == "share":
+        def fails(code):
+            raise RuntimeError("a share that does not come back")
+        fails.__qualname__ = "_read_share"  # pickled by name, found in the worker as the module's `_read_share`
+        monkeypatch.setattr(runner, "_read_share", fails)  # before the fork: the workers have it
+    workers = runner.Workers(2, ())
+    try:
+        if broken == "pool":
+            workers.pool.shutdown()
+        shared = Project([str(FIXTURES)], targets, Settings(), workers.read_modules)
+    finally:
+        workers.stop()
+    return here, shared, targets
+
+
+@pytest.mark.parametrize("broken", ["", "share", "pool"])
+def test_the_model_read_with_the_workers_is_the_model_read_here(monkeypatch, broken):
+    """The model's reads of the Python files and notebooks, shared with the workers of a run, give the same
+    modules (every field), inputs and facts as the model that reads each file itself, over every fixture; so do
+    shares that a worker cannot return and a pool that takes none."""
+    here, shared, targets = _models(monkeypatch, broken)
+    assert len(here.modules) > 200
+    assert list(shared.modules) == list(here.modules)
+    assert shared.modules == here.modules
+    assert shared.inputs() == here.inputs()
+    assert [shared.of(t.path, t.kind) for t in targets] == [here.of(t.path, t.kind) for t in targets]

@@ -204,7 +204,10 @@ class Program:
 class Project:
     """The model of every file found in one run."""
 
-    def __init__(self, paths: Iterable[str], targets: Iterable, settings) -> None:
+    def __init__(self, paths: Iterable[str], targets: Iterable, settings, reader=None) -> None:
+        """`reader`: where the Python files and notebooks are read (`read_modules` of a list of (module, kind),
+        in order), the workers of a run among them (runner.Workers.read_modules); here by default."""
+        self._reader = reader or read_modules
         self.tops = [os.path.abspath(p) for p in paths]
         self._given_folders = frozenset(os.path.dirname(p) for p in self.tops if not os.path.isdir(p))
         self.config_targets = tuple(getattr(settings, "targets", ()) or ())
@@ -262,9 +265,7 @@ class Project:
 
     def _text(self, full: str) -> str:
         if full not in self._texts:
-            data = head(full)
-            self._digests[full] = None if data is None else digest(data)
-            self._texts[full] = "" if data is None else data.decode("utf-8", "replace")
+            self._digests[full], self._texts[full] = _read(full)
         return self._texts[full]
 
     def inputs(self) -> dict:
@@ -273,93 +274,23 @@ class Project:
                 "infrastructure": self._listings}
 
     def _build(self) -> None:
+        code: list[tuple[Module, str]] = []
         for target in self.files:
             full = os.path.abspath(target.path)
             if target.kind in ("python", "notebook"):
                 module = Module(target.path, full, self._root(os.path.dirname(full)))
                 self.modules[full] = module
-                self._read_module(module, target.kind)
+                code.append((module, target.kind))
             elif target.kind in ("shell", "dockerfile", "requirements", "pyproject"):
                 self.others.setdefault(target.kind, []).append(full)
                 if target.kind == "shell":
                     self._shells.setdefault(os.path.dirname(full), set()).add(full)
+        for module, read, text in self._reader(code):
+            self.modules[module.full] = module  # the reader's (a worker's copy) in the same place of the order
+            self._digests[module.full], self._texts[module.full] = read, text
         self._resolve_imports()
         self._launches()
         self._make_programs()
-
-    def _read_module(self, module: Module, kind: str) -> None:
-        text = self._text(module.full)
-        shown = module.path
-        if kind == "notebook":
-            code, prose = _notebook_text(text, module)
-            module.entry = True
-        else:
-            code, prose = [text], _comments(text)
-        for part in code:
-            _read_code(module, part)
-            if "sys.path" in part:
-                module.paths += [p for p in _sys_path_additions(part, module.full) if p not in module.paths]
-        if any("entry_point" in part or "entrypoint" in part for part in code):
-            # an estimator (SageMaker's `entry_point=`, Metaflow's `current.torch.run(entrypoint=...)`): its keywords
-            # are read from Python's tree
-            trees = []
-            for part in code:
-                try:
-                    trees.append(ast.parse(part))
-                except (SyntaxError, ValueError, RecursionError, MemoryError):
-                    continue
-            names = _string_constants(trees)
-            dicts = _dict_keys(trees)
-            for tree in trees:
-                for node in ast.walk(tree):
-                    if isinstance(node, ast.Call) and node.keywords:
-                        self._estimator(module, node, names, dicts)
-        # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
-        joined = "\n".join(code)
-        # ... or a notebook activates a DLAMI venv (`!source /opt/aws_neuronx_venv_.../bin/activate`, a `%%bash` cell)
-        module.sets_environment = (any(word in joined for word in _ENVIRONMENT_WORDS)
-                                   and _SETS_ENVIRONMENT.search(joined) is not None) or (
-            kind == "notebook" and "aws_neuronx_venv" in text and LEGACY_VENV.search(text) is not None)
-        if "PJRT_DEVICE" in joined and PJRT_TPU.search(joined) and not PJRT_NEURON.search(joined):
-            module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
-        tpu_only = next((f"imports `{name}`, {why}" for name, _ in module.imports
-                         for prefix, why in TPU_ONLY_MODULES if name == prefix or name.startswith(prefix + ".")), None)
-        if tpu_only is None and "TPU" in joined:
-            tpu_only = _tpu_gate(code)
-        if tpu_only is not None:
-            module.evidence.append(Evidence(TPU, TEXT, shown, tpu_only, feature=True))
-        m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
-        if m:
-            module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
-        named: dict[str, str] = {}
-        for m in _PROSE_INSTANCE.finditer(prose) if _HARDWARE_LETTERS.search(prose) else ():
-            target, words = _prose_target(m)
-            if target is not None:
-                named.setdefault(target, words)
-        module.evidence += [Evidence(target, TEXT, shown, f"names `{kind}`") for target, kind in named.items()]
-
-    @staticmethod
-    def _estimator(module: Module, node: ast.Call, names: dict[str, str], dicts: dict[str, set[str]]) -> None:
-        """A SageMaker estimator (or any call) with `entry_point="x.py"` (Metaflow: `entrypoint=`), and its
-        `instance_type="ml.inf2..."` when it spells one, or names a variable the file sets to one once
-        (`instance_type = "ml.trn1.32xlarge"`) (the program it runs is an entry point either way; the instance is
-        evidence of its target). The names of the arguments it passes the program (`hyperparameters=` /
-        `entrypoint_args=`, a dict literal or a name the file sets to one) are kept for `_launched`."""
-        words = {k.arg: k.value.value if isinstance(k.value, ast.Constant) else names.get(k.value.id)
-                 for k in node.keywords if k.arg and (isinstance(k.value, ast.Constant) and isinstance(
-                     k.value.value, str) or isinstance(k.value, ast.Name) and k.value.id in names)}
-        kind = words.get("instance_type", "")
-        entry = words.get("entry_point") or words.get("entrypoint")
-        if entry:
-            source = words.get("source_dir")
-            entry = os.path.join(source, entry) if source else entry
-            module.estimators.append((entry, kind if INSTANCE_TYPE.search(kind) else ""))
-            for k in node.keywords:
-                if k.arg in _ARGUMENT_KEYWORDS:
-                    value = k.value
-                    keys = _literal_keys(value) if isinstance(value, ast.Dict) else \
-                        dicts.get(value.id, set()) if isinstance(value, ast.Name) else set()
-                    module.estimator_flags.setdefault(entry, set()).update(keys)
 
     # -- the import graph ------------------------------------------------------------------------------------
     def _resolve_imports(self) -> None:
@@ -946,6 +877,97 @@ class Project:
             for f in program.files[1:]:
                 lines.append(f"    reaches {f.path}")
         return "\n".join(lines)
+
+
+def _read(full: str) -> tuple[str | None, str]:
+    """The digest of a file the model reads (None when it cannot be read) and its text."""
+    data = head(full)
+    return (None, "") if data is None else (digest(data), data.decode("utf-8", "replace"))
+
+
+def read_modules(code: list[tuple[Module, str]]) -> list[tuple[Module, str | None, str]]:
+    """Each Python file or notebook of `code` ((module, kind)) read into its module, with its digest and text."""
+    out = []
+    for module, kind in code:
+        read, text = _read(module.full)
+        read_module(module, kind, text)
+        out.append((module, read, text))
+    return out
+
+
+def read_module(module: Module, kind: str, text: str) -> None:
+    """What the model reads of one Python file or notebook of `text`, into `module`."""
+    shown = module.path
+    if kind == "notebook":
+        code, prose = _notebook_text(text, module)
+        module.entry = True
+    else:
+        code, prose = [text], _comments(text)
+    for part in code:
+        _read_code(module, part)
+        if "sys.path" in part:
+            module.paths += [p for p in _sys_path_additions(part, module.full) if p not in module.paths]
+    if any("entry_point" in part or "entrypoint" in part for part in code):
+        # an estimator (SageMaker's `entry_point=`, Metaflow's `current.torch.run(entrypoint=...)`): its keywords
+        # are read from Python's tree
+        trees = []
+        for part in code:
+            try:
+                trees.append(ast.parse(part))
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+        names = _string_constants(trees)
+        dicts = _dict_keys(trees)
+        for tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and node.keywords:
+                    _estimator(module, node, names, dicts)
+    # the file's own text: prose (comments, docstrings, markdown) naming the hardware, code setting PJRT_DEVICE
+    joined = "\n".join(code)
+    # ... or a notebook activates a DLAMI venv (`!source /opt/aws_neuronx_venv_.../bin/activate`, a `%%bash` cell)
+    module.sets_environment = (any(word in joined for word in _ENVIRONMENT_WORDS)
+                               and _SETS_ENVIRONMENT.search(joined) is not None) or (
+        kind == "notebook" and "aws_neuronx_venv" in text and LEGACY_VENV.search(text) is not None)
+    if "PJRT_DEVICE" in joined and PJRT_TPU.search(joined) and not PJRT_NEURON.search(joined):
+        module.evidence.append(Evidence(TPU, TEXT, shown, "sets `PJRT_DEVICE=TPU`"))
+    tpu_only = next((f"imports `{name}`, {why}" for name, _ in module.imports
+                     for prefix, why in TPU_ONLY_MODULES if name == prefix or name.startswith(prefix + ".")), None)
+    if tpu_only is None and "TPU" in joined:
+        tpu_only = _tpu_gate(code)
+    if tpu_only is not None:
+        module.evidence.append(Evidence(TPU, TEXT, shown, tpu_only, feature=True))
+    m = TPU_PROSE.search(prose) if "TPU" in prose or "tpu" in prose else None
+    if m:
+        module.evidence.append(Evidence(TPU, TEXT, shown, f"names `{m.group(0).strip()}`"))
+    named: dict[str, str] = {}
+    for m in _PROSE_INSTANCE.finditer(prose) if _HARDWARE_LETTERS.search(prose) else ():
+        target, words = _prose_target(m)
+        if target is not None:
+            named.setdefault(target, words)
+    module.evidence += [Evidence(target, TEXT, shown, f"names `{kind}`") for target, kind in named.items()]
+
+
+def _estimator(module: Module, node: ast.Call, names: dict[str, str], dicts: dict[str, set[str]]) -> None:
+    """A SageMaker estimator (or any call) with `entry_point="x.py"` (Metaflow: `entrypoint=`), and its
+    `instance_type="ml.inf2..."` when it spells one, or names a variable the file sets to one once
+    (`instance_type = "ml.trn1.32xlarge"`) (the program it runs is an entry point either way; the instance is
+    evidence of its target). The names of the arguments it passes the program (`hyperparameters=` /
+    `entrypoint_args=`, a dict literal or a name the file sets to one) are kept for `_launched`."""
+    words = {k.arg: k.value.value if isinstance(k.value, ast.Constant) else names.get(k.value.id)
+             for k in node.keywords if k.arg and (isinstance(k.value, ast.Constant) and isinstance(
+                 k.value.value, str) or isinstance(k.value, ast.Name) and k.value.id in names)}
+    kind = words.get("instance_type", "")
+    entry = words.get("entry_point") or words.get("entrypoint")
+    if entry:
+        source = words.get("source_dir")
+        entry = os.path.join(source, entry) if source else entry
+        module.estimators.append((entry, kind if INSTANCE_TYPE.search(kind) else ""))
+        for k in node.keywords:
+            if k.arg in _ARGUMENT_KEYWORDS:
+                value = k.value
+                keys = _literal_keys(value) if isinstance(value, ast.Dict) else \
+                    dicts.get(value.id, set()) if isinstance(value, ast.Name) else set()
+                module.estimator_flags.setdefault(entry, set()).update(keys)
 
 
 def _installed(text: str, kind: str, notebook: bool) -> list[str]:

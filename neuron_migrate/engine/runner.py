@@ -173,6 +173,7 @@ class Workers:
     def __init__(self, jobs: int, kinds) -> None:
         from concurrent.futures import ProcessPoolExecutor  # only here: its import costs a single-file run time
 
+        self.jobs = jobs
         self.pool = ProcessPoolExecutor(max_workers=jobs, initializer=_worker_start, initargs=(frozenset(kinds),))
         # the first submit forks the workers: Ctrl-C there would leave a worker that the pool does not know yet (and
         # that the exit then waits for), or a worker that dies of it before `_worker_start`, with a traceback
@@ -185,9 +186,48 @@ class Workers:
     def stop(self) -> None:
         _stop(self.pool)
 
+    def read_modules(self, code: list) -> list:
+        """`project.read_modules(code)`, shared with the workers: the model's reads of the Python files and
+        notebooks are most of its time, and the workers, once their imports are done, would wait for it. The
+        shares go to the pool in order; this process takes itself, from the last, each share no worker has taken
+        yet, and then the workers' results. A share a worker could not return is read here."""
+        from neuron_migrate.engine.project import read_modules
+
+        size = max(4, len(code) // (self.jobs * 8))
+        shares = [code[i:i + size] for i in range(0, len(code), size)]
+        parts = []
+        try:
+            parts += [self.pool.submit(_read_share, share) for share in shares]
+        except Exception:  # a pool broken or shut down: everything is read here
+            for part in parts:
+                part.cancel()
+            return read_modules(code)
+        own = {i: read_modules(shares[i]) for i in reversed(range(len(shares))) if parts[i].cancel()}
+        out = []
+        for i, part in enumerate(parts):
+            if i not in own:
+                try:
+                    read, seen = _result(part)
+                except Exception:  # a worker gone (BrokenProcessPool) or an error of its own: as if read here
+                    read = read_modules(shares[i])
+                else:
+                    replay.noted(*seen)
+                own[i] = read
+            out += own.pop(i)
+        return out
+
 
 def _ready() -> None:
     """The task that starts the workers."""
+
+
+def _read_share(code: list) -> tuple[list, replay.Taken]:
+    """Worker side of `Workers.read_modules`: the modules read, and what this share looked at."""
+    from neuron_migrate.engine.project import read_modules
+
+    replay.take()  # what this process looked at before
+    read = read_modules(code)
+    return read, replay.take()
 
 
 def _chunks(targets: list, jobs: int) -> list[list]:
@@ -312,7 +352,7 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
     workers = Workers(jobs, {t.kind for t in targets}) if jobs > 1 and fresh >= PARALLEL_THRESHOLD \
         and (cache is None or not len(cache)) else None
     try:  # the workers go with the run, whatever ends it
-        facts, project = _project_facts(paths, every, targets, settings, cache, model)
+        facts, project = _project_facts(paths, every, targets, settings, cache, model, workers)
         if not shared_helpers:
             facts = {path: f if f is None or f.shared_helpers is None else dataclasses.replace(f, shared_helpers=None)
                      for path, f in facts.items()}
@@ -380,10 +420,12 @@ def run(paths: Iterable[str], settings: Settings, rewrite: bool, kinds: frozense
 
 
 def _project_facts(paths: list[str], every: list[Target], targets: list[Target], settings: Settings,
-                   cache: ResultCache | None, model: bool) -> tuple[dict, object | None]:
+                   cache: ResultCache | None, model: bool,
+                   workers: Workers | None = None) -> tuple[dict, object | None]:
     """The project facts of each of `targets` (path -> FileProject or None), and the project model of `every`
-    target when it was built. The cache keeps the facts with what the model read: a run whose targets, settings and
-    working folder are the same and whose inputs read the same reuses them without building the model."""
+    target when it was built (its files read with the help of `workers`, where started). The cache keeps the facts
+    with what the model read: a run whose targets, settings and working folder are the same and whose inputs read
+    the same reuses them without building the model."""
     from neuron_migrate.engine.inputs import unchanged
     from neuron_migrate.project_facts import FileProject
 
@@ -401,7 +443,7 @@ def _project_facts(paths: list[str], every: list[Target], targets: list[Target],
             pass
     from neuron_migrate.engine.project import Project  # its cost is measured: bench/ and docs/
 
-    project = Project(paths, every, settings)
+    project = Project(paths, every, settings, workers.read_modules if workers is not None else None)
     facts = {t.path: project.of(t.path, t.kind) for t in targets}
     if cache is not None:
         cache.put_project(key, {"inputs": project.inputs(), "facts": {
