@@ -16,11 +16,17 @@ semantics) carries its match data as `[[rule.rename]]` rows, interpreted by one 
 
 An optional `alias` is the name a long module is imported as where the file has no import of it
 (`alias = "ckpt_wrapper"`: `import torch.distributed.algorithms._checkpoint.checkpoint_wrapper as ckpt_wrapper`).
+
+Parsing the 15 TOML files costs 23 ms of every start. `catalogue.json` beside them holds each one already parsed,
+with its size and digest, and `load_data` takes a file's data from there while its bytes are still those: 2 ms, their
+check included. `python -m neuron_migrate.catalogue --write-snapshot` writes it afresh; a test fails when it is stale.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +39,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+SNAPSHOT = "catalogue.json"  # every TOML file of the folder, parsed, by name: {"size", "digest", "data"}
+WRITE_SNAPSHOT = "python -m neuron_migrate.catalogue --write-snapshot"
 REQUIRED = ("code", "name", "message", "fix", "link", "summary", "why", "before", "after")
 RENAME_KEYS = frozenset({"names", "neuron", "accelerator", "import", "alias"})
 
@@ -108,9 +116,58 @@ class CatalogueError(Exception):
 
 @functools.lru_cache(maxsize=None)
 def load_data(name: str) -> dict:
-    """Parse one TOML file of the catalogue folder (for example `versions.toml`)."""
+    """One TOML file of the catalogue folder (for example `versions.toml`), parsed: the snapshot's copy when the
+    file's bytes are the ones it was made from, else the file parsed now (edited since, or not in the snapshot)."""
     with open(data_dir() / name, "rb") as fh:
-        return tomllib.load(fh)
+        raw = fh.read()
+    entry = _snapshot(data_dir()).get(name)
+    return entry["data"] if _made_from(entry, raw) else tomllib.loads(raw.decode())
+
+
+def _made_from(entry: object, raw: bytes) -> bool:
+    """Whether a snapshot entry holds a table parsed from exactly these bytes (their size and digest)."""
+    return isinstance(entry, dict) and entry.get("size") == len(raw) and entry.get("digest") == store.digest(raw) \
+        and isinstance(entry.get("data"), dict)
+
+
+@functools.lru_cache(maxsize=None)
+def _snapshot(folder: Path) -> dict:
+    """The entries of the folder's snapshot by file name; none when it is missing, unreadable or not the JSON
+    document `snapshot_text` writes."""
+    try:
+        document = json.loads((folder / SNAPSHOT).read_bytes())
+    except (OSError, ValueError):
+        return {}
+    files = document.get("files") if isinstance(document, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def snapshot_text(folder: Path) -> str:
+    """The snapshot of the TOML files in `folder`: one line per file, in name order. CatalogueError for a value
+    that JSON would not give back as tomllib gives it."""
+    lines = []
+    for path in sorted(folder.glob("*.toml")):
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode())
+        for key, value in data.items():
+            _check_json_safe(value, f"{path.name}: {key}")
+        entry = {"size": len(raw), "digest": store.digest(raw), "data": data}
+        lines.append(f"{json.dumps(path.name)}: {json.dumps(entry, ensure_ascii=False)}")
+    return f'{{"written_by": {json.dumps(WRITE_SNAPSHOT)}, "files": {{\n' + ",\n".join(lines) + "\n}}\n"
+
+
+def _check_json_safe(value: object, where: str) -> None:
+    """CatalogueError unless `value` is made of what JSON gives back unchanged: strings, booleans, integers, finite
+    floats, arrays and tables (not TOML's dates and times, nor inf and nan)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_json_safe(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json_safe(item, f"{where}[{i}]")
+    elif not isinstance(value, (str, int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+        raise CatalogueError(f"{where} is {value!r}, which JSON does not hold as TOML does; {SNAPSHOT} was not "
+                             "written (write the value as a string, or teach catalogue.py to encode it)")
 
 
 @functools.lru_cache(maxsize=1)
@@ -231,3 +288,22 @@ def rules_markdown() -> str:
     for info in cat.values():
         out.append(explain(info).replace(f"# {info.code}", f"## {info.code}", 1).replace("\n## ", "\n### "))
     return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """`python -m neuron_migrate.catalogue --write-snapshot`: writes the catalogue folder's snapshot afresh."""
+    if argv != ["--write-snapshot"]:
+        print(f"usage: {WRITE_SNAPSHOT}", file=sys.stderr)
+        return 2
+    try:
+        text = snapshot_text(data_dir())
+    except CatalogueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    (data_dir() / SNAPSHOT).write_text(text, encoding="utf-8")
+    print(f"wrote {data_dir() / SNAPSHOT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
