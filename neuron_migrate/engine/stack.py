@@ -28,15 +28,19 @@ import configparser
 import functools
 import os
 import re
-import tomllib
+import sys
 from dataclasses import dataclass
 from typing import Iterable
-
 
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.pin import canonical_name
 from neuron_migrate.engine import store
 from neuron_migrate.engine.sources import read_regular
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
 
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 XLA_STACK, MULTI_BACKEND = "xla-stack", "multi-backend"  # built on torch_xla; serving TPUs through it among others
