@@ -14,11 +14,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 from urllib.parse import urlsplit
 
-from packaging.markers import InvalidMarker, Marker
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from neuron_migrate.pin import canonical_name
 from neuron_migrate.engine.stack import XLA_STACK, Spec, specs
 from neuron_migrate.pin.matrix import Family, Matrix, matrix
 
@@ -63,7 +62,7 @@ def parse(text: str) -> Requirement | None:
     spec = rest[:cut]
     start = m.start("rest") + len(spec) - len(spec.lstrip())
     end = m.start("rest") + len(spec.rstrip())
-    return Requirement(text, canonicalize_name(m.group("name")), start, max(start, end), marker, url=url,
+    return Requirement(text, canonical_name(m.group("name")), start, max(start, end), marker, url=url,
                        templated=bool(_TEMPLATE.search(spec)))
 
 
@@ -89,7 +88,7 @@ def url_library(text: str) -> str | None:
             name = path[-1].partition("-")[0]
         else:
             return None
-    name = canonicalize_name(name)
+    name = canonical_name(name)
     return name if name in xla_libraries() else None
 
 
@@ -97,6 +96,9 @@ def applies_to_target(marker: str, mx: Matrix | None = None) -> bool:
     """Whether an environment marker can hold on a supported Neuron host (Linux x86_64, a supported Python)."""
     if not marker:
         return True
+    from packaging.markers import InvalidMarker, Marker  # here: its import is most of this module's (the model
+    # reads requirements with `parse` at every run)
+
     mx = mx or matrix()
     try:
         parsed = Marker(marker)
@@ -231,7 +233,7 @@ def names_of(texts: list[str]) -> set[str]:
 def _extras(text: str) -> set[str]:
     m = _REQUIREMENT.fullmatch(text)
     extras = (m.group("extras") or "[]")[1:-1] if m else ""
-    return {canonicalize_name(e.strip()) for e in extras.split(",") if e.strip()}
+    return {canonical_name(e.strip()) for e in extras.split(",") if e.strip()}
 
 
 def plan(texts: list[str | None], family: Family, present: set[str], may_add: bool = True,
