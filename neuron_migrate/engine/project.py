@@ -227,6 +227,7 @@ class Project:
         self._digests: dict[str, str | None] = {}
         self._markers: dict[str, bool] = {}
         self._readmes: dict[str, str | None] = {}
+        self._readme_evidence: dict[str, tuple[bool, list[Evidence]]] = {}  # a README's, read once for its folder
         self._xla_by_folder: dict[str, tuple[str, ...]] = {}
         self._infra: dict[str, list[Evidence]] = {}
         self._listings: dict[str, list[str]] = {}  # folder -> its infrastructure files' names (`inputs()`)
@@ -539,7 +540,9 @@ class Project:
             if name is None:
                 continue
             full = os.path.join(folder, name)
-            named, evidence = _readme_evidence(self._text(full), self._shown(full))
+            if full not in self._readme_evidence:
+                self._readme_evidence[full] = _readme_evidence(self._text(full), self._shown(full))
+            named, evidence = self._readme_evidence[full]
             if depth and any(e.target == TPU for e in evidence):
                 continue
             if named:
@@ -611,16 +614,15 @@ class Project:
         # at its entry (one NM521 for the program, when any of its files has legacy code)
         told = held and (module.legacy if conflict else any(
             p.entry is module and any(f.legacy for f in p.files) for p in programs))
-        # the torch.cuda names a module of the file's programs (else of its root) redefines at import time
-        modules = {f.full: f for p in programs for f in p.files} if programs else {
-            m.full: m for m in self.modules.values() if m.root == module.root}
-        patched = tuple(sorted({name for m in modules.values() for name in m.cuda_patches}))
+        text = self._text(module.full)
+        # the torch.cuda names a module of the file's programs (else of its root) redefines at import time, for a
+        # file that names cuda
+        patched = self._cuda_patched(module, programs) if "cuda" in text else ()
         # the Neuron-only training arguments launchers pass, told only to a file that imports optimum-neuron (NM508)
         flags = tuple(sorted({f"{flag}:{launcher}" for p in programs for flag, launcher in p.entry.neuron_flags.items()
                               })) if any(name.startswith("optimum.neuron") for name, _ in module.imports) else ()
         # only what the file's decisions read: a cache key changes with these facts and no others
-        sets_env = self._bf16_set_elsewhere(module, programs) if "_BF16" in self._text(module.full) else ()
-        text = self._text(module.full)
+        sets_env = self._bf16_set_elsewhere(module, programs) if "_BF16" in text else ()
         group = next((self._shown(f.full) for p in programs if p.entry is module for f in p.files
                       if f is not module and "init_process_group(" in self._text(f.full)), None) \
             if module.entry and "spawn" in text else None
@@ -632,7 +634,7 @@ class Project:
                            tuple(dict.fromkeys(conflict)), moving, module.importers[0] if module.importers else None,
                            tuple(module.modules), None, told, module.entry,
                            *(self._launch_facts(module.full) if module.sets_environment and not held else (None, ())),
-                           cuda_patched=patched if "cuda" in self._text(module.full) else (), neuron_flags=flags,
+                           cuda_patched=patched, neuron_flags=flags,
                            sets_env=sets_env, group_elsewhere=group, rate_tracker_from=shared,
                            shared_helpers=helpers,
                            base_compiled=compiled)
@@ -719,6 +721,11 @@ class Project:
         # scripts an earlier run (a shard before this one) moved onto the module count as its importers
         importers = {full for full in reaching if HELPERS_IMPORT.search(self._text(full))} if ours else set()
         return (HELPERS_MODULE, scripts) if len(scripts | importers) >= 2 else None
+
+    def _cuda_patched(self, module: Module, programs: list[Program]) -> tuple[str, ...]:
+        modules = {f.full: f for p in programs for f in p.files} if programs else {
+            m.full: m for m in self.modules.values() if m.root == module.root}
+        return tuple(sorted({name for m in modules.values() for name in m.cuda_patches}))
 
     def _bf16_set_elsewhere(self, module: Module, programs: list[Program]) -> tuple[str, ...]:
         """The bfloat16 switches that another file of the module's programs turns on: the scripts and notebooks
