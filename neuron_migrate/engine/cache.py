@@ -11,7 +11,7 @@ entries another run would have added. One more entry (`PROJECT_ENTRY`) keeps the
 run's files with what the model read (engine/runner.py `_project_facts`), so a warm run builds no model.
 
 The cache folder is not trusted (docs/reliability.md): it may be committed to the repository, restored from a
-shared CI cache or edited. JSON, not pickle, so reading it runs no code; every entry carries an HMAC of all it
+shared CI cache or edited. JSON, not pickle, so reading it runs no code; every entry carries a MAC (keyed BLAKE2b) of all it
 says (the cache file's name, the path, the digest of the source bytes, the result, the other files read) keyed
 by a secret of the user kept outside the tree (`user_key`), so an entry the tool did not write itself is a
 miss, and a `rewrite` never writes bytes it did not compute. No secret that can be kept safely: no cache. The
@@ -23,8 +23,6 @@ links (`sources.write_in_folder`).
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import os
 import stat
@@ -34,11 +32,12 @@ from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import read_regular, write_in_folder
 from neuron_migrate.engine.store import (  # noqa: F401 (the cache's folder, key and fingerprint live in store.py)
-    CACHE_DIR_NAME, ENV_DIR, KEY_BYTES, KEY_FILE, PROJECT_MARKERS, Unsafe, default_dir, digest, listing_digest, own_io,
-    tool_fingerprint, user_folder, user_key)
+    CACHE_DIR_NAME, ENV_DIR, KEY_BYTES, KEY_FILE, PROJECT_MARKERS, Unsafe, compare_digest, default_dir, digest,
+    keyed_digest, listing_digest, own_io, tool_fingerprint, user_folder, user_key)
 from neuron_migrate.engine.store import owned_folder as _owned_folder
 
-FORMAT = 4  # 2: entries list the other files a result depends on; 3: entries carry an HMAC; 4: store.py's fingerprint
+FORMAT = 5  # 2: entries list the other files a result depends on; 3: entries carry an HMAC; 4: store.py's fingerprint;
+# 5: the MAC is keyed BLAKE2b (store.keyed_digest), as the replay's: `hashlib` and OpenSSL are no longer loaded
 MAX_CACHE_FILE = 1 << 30  # a larger cache file is not read (it would only cost memory)
 # The entry of the project model's facts (engine/project.py): no file path holds a NUL
 PROJECT_ENTRY = "\0project"
@@ -87,17 +86,17 @@ class ResultCache:
     def _mac(self, path: str, data_digest: str, raw: object, files_read: object) -> str:
         assert self.key is not None
         message = json.dumps([self.name, path, data_digest, raw, files_read], sort_keys=True, separators=(",", ":"))
-        return hmac.new(self.key, message.encode(), hashlib.sha256).hexdigest()
+        return keyed_digest(self.key, message.encode())
 
     def get(self, path: str, data_digest: str, data: bytes) -> FileResult | None:
         """The result kept for `path` with these bytes; None (a miss) for an entry of other bytes, one whose
-        other files changed, or one the tool did not write (its HMAC does not match)."""
+        other files changed, or one the tool did not write (its MAC does not match)."""
         entry = self.entries.get(path)
         if self.key is None or not isinstance(entry, list) or len(entry) != 4 or entry[0] != data_digest:
             return None
         _, raw, files_read, mac = entry
         try:
-            if not (isinstance(mac, str) and hmac.compare_digest(mac, self._mac(path, data_digest, raw, files_read))):
+            if not (isinstance(mac, str) and compare_digest(mac, self._mac(path, data_digest, raw, files_read))):
                 return None
             files_read = dict(files_read)
             if any(_current_digest(other) != known for other, known in files_read.items()):
@@ -124,7 +123,7 @@ class ResultCache:
             return None
         _, raw, mac = entry
         try:
-            if not (isinstance(mac, str) and hmac.compare_digest(mac, self._mac(PROJECT_ENTRY, key, raw, None))):
+            if not (isinstance(mac, str) and compare_digest(mac, self._mac(PROJECT_ENTRY, key, raw, None))):
                 return None
         except (TypeError, ValueError):
             return None

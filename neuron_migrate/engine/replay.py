@@ -32,11 +32,7 @@ import sys
 import time
 
 from neuron_migrate.engine import store
-
-try:
-    from _operator import _compare_digest as compare_digest  # what `hmac.compare_digest` is, without OpenSSL
-except ImportError:  # pragma: no cover - another Python
-    from hmac import compare_digest
+from neuron_migrate.engine.store import compare_digest
 
 FORMAT = 1
 PREFIX = "replay-"

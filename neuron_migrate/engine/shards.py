@@ -12,7 +12,6 @@ shards, as an unsharded run reports it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -70,6 +69,8 @@ def key(path: str, root: str) -> str:
 
 def shard_of(path: str, root: str, count: int) -> int:
     """The shard (1 .. count) a path belongs to."""
+    import hashlib  # here: it loads OpenSSL (7 ms), and only `--shard` needs it
+
     digest = hashlib.sha256(key(path, root).encode("utf-8", "surrogateescape")).digest()
     return 1 + int.from_bytes(digest[:8], "big") % count
 

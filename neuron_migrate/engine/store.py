@@ -19,6 +19,11 @@ try:  # BLAKE2 is built into CPython; `hashlib` itself loads OpenSSL first (7 ms
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - another Python
     from hashlib import blake2b
+try:  # what `hmac.compare_digest` is (MACs compared in constant time), without OpenSSL
+    from _operator import _compare_digest
+except ImportError:  # pragma: no cover - another Python
+    from hmac import compare_digest as _compare_digest
+compare_digest = _compare_digest
 
 from neuron_migrate import __version__
 
