@@ -10,6 +10,7 @@ LibCST, not the patched classes (which a release that gave `If` its own `_codege
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -280,3 +281,23 @@ def test_torch_xla_sources_give_the_same_results_unpatched_and_patched(monkeypat
     files = [(t.path, Path(t.path).read_bytes(), t.kind) for t in targets]
     assert len(files) > 100
     _compare(files, monkeypatch)
+
+
+# `type(node) is cst.Call`, `type(x) is not cst.Name`, `type(x) in (cst.Name, cst.Attribute)`: the tool's exact type
+# tests (an `isinstance` against LibCST's classes, which are ABCs, runs a Python `__instancecheck__` when it fails)
+_EXACT_TEST = re.compile(r"type\([^()]*\) (?:is(?: not)?|(?:not )?in) (\(?cst\.\w+(?:, cst\.\w+)*\)?)")
+
+
+def test_every_class_the_tool_tests_by_exact_type_has_no_subclass():
+    """An exact type test means `isinstance` only while LibCST derives no class from the one tested: the tested
+    release's classes named in every such test have no subclass."""
+    package = Path(syntax.__file__).parent.parent
+    named: dict[str, str] = {}
+    for path in sorted(package.rglob("*.py")):
+        for m in _EXACT_TEST.finditer(path.read_text(encoding="utf-8")):
+            for name in re.findall(r"cst\.(\w+)", m.group(1)):
+                named.setdefault(name, f"{path.relative_to(package)}: {m.group(0)}")
+    assert len(named) > 30
+    for name, where in named.items():
+        cls = getattr(cst, name)
+        assert isinstance(cls, type) and cls.__subclasses__() == [], where

@@ -490,10 +490,9 @@ def _called_names(statement: cst.CSTNode) -> frozenset[str]:
     stack: list[cst.CSTNode] = [statement]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Call):
+        if type(node) is cst.Call:
             func = node.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(
-                func, cst.Name) else ""
+            name = func.attr.value if type(func) is cst.Attribute else func.value if type(func) is cst.Name else ""
             if len(name) >= 4:
                 names.add(name)
         stack.extend(children(node))

@@ -527,7 +527,7 @@ class Collector(cst.CSTVisitor):
         self.strings.append(node)
         # `__all__ = ["name"]` keeps an imported name alive.
         stmt = self._smalls[-1] if self._smalls else None
-        if isinstance(stmt, (cst.Assign, cst.AugAssign)) and self._scope is self.module_scope:
+        if type(stmt) in (cst.Assign, cst.AugAssign) and self._scope is self.module_scope:
             targets = [t.target for t in stmt.targets] if isinstance(stmt, cst.Assign) else [stmt.target]
             if any(isinstance(t, cst.Name) and t.value == "__all__" for t in targets):
                 value = node.evaluated_value

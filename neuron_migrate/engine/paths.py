@@ -126,9 +126,9 @@ XLA_PACKAGES = ("torch_xla", "torch_neuronx")
 
 
 def _is_legacy_import(small: cst.CSTNode) -> bool:
-    if isinstance(small, cst.Import):
+    if type(small) is cst.Import:
         return any((dotted_str(a.name) or "").split(".")[0] in XLA_PACKAGES for a in small.names)
-    if isinstance(small, cst.ImportFrom) and small.module is not None and not small.relative:
+    if type(small) is cst.ImportFrom and small.module is not None and not small.relative:
         return (dotted_str(small.module) or "").split(".")[0] in XLA_PACKAGES
     return False
 
@@ -481,10 +481,10 @@ class Paths:
 
     def _test(self, test: cst.BaseExpression, scope: Scope) -> tuple[str, bool] | None:
         """(the kind a condition tests for, True when it holds where that kind is in use) or None."""
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
             found = self._test(test.expression, scope)
             return (found[0], not found[1]) if found else None
-        if isinstance(test, cst.BooleanOperation):
+        if type(test) is cst.BooleanOperation:
             left, right = self._test(test.left, scope), self._test(test.right, scope)
             if isinstance(test.operator, cst.And):  # `xm is not None and x`: runs where XLA is
                 positive = [f for f in (left, right) if f is not None and f[1]]
@@ -560,7 +560,7 @@ class Paths:
         qual = self.ctx.analysis.qualname(call.func, scope)
         if qual in _TORCH_TESTS:
             return _TORCH_TESTS[qual], True
-        if isinstance(call.func, (cst.Name, cst.Attribute)):
+        if type(call.func) in (cst.Name, cst.Attribute):
             kind = self._name_kind(call.func, scope, called=True)
             if kind == XLA and any(a.keyword is not None and a.keyword.value == "check_is_tpu"
                                    and _bool(a.value) for a in call.args):

@@ -418,7 +418,7 @@ class DeviceLoaders(Rule):
     def _calls_with_arg(self, argument: cst.Arg):
         for occ, node in self.reads:
             parent = occ.parent
-            if isinstance(parent, cst.Call) and parent.func is node and any(a is argument for a in parent.args):
+            if type(parent) is cst.Call and parent.func is node and any(a is argument for a in parent.args):
                 yield parent
 
     def _device_usable(self, found: DeviceLoader, loops: list[Loop]) -> bool:

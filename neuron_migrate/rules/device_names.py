@@ -62,9 +62,9 @@ def family(node: cst.CSTNode | None) -> str | None:
 def is_tensor_device_expr(expr: cst.BaseExpression) -> bool:
     """`x.device.type`, `device.type`, `str(x.device)`, `str(device)`: what a device object says of itself (a
     name held as data is compared as it is)."""
-    if isinstance(expr, cst.Attribute) and expr.attr.value == "type":
+    if type(expr) is cst.Attribute and expr.attr.value == "type":
         return True
-    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "str" \
+    return type(expr) is cst.Call and type(expr.func) is cst.Name and expr.func.value == "str" \
         and len(expr.args) == 1
 
 
@@ -156,7 +156,7 @@ class DeviceNames:
         ctx = self.ctx
         if expr is None or is_tensor_device_expr(expr):
             return []
-        if isinstance(expr, cst.Name):
+        if type(expr) is cst.Name:
             owner = ctx.analysis.lookup(expr.value, ctx.scope)
             if owner is None or any(b.kind in ("import", "def", "class") for b in owner.bindings[expr.value]):
                 return []
@@ -391,7 +391,7 @@ class DeviceNames:
 
     # -- calls of the file's own functions and classes -------------------------------------------------------
     def local_callable(self, func: cst.BaseExpression) -> cst.CSTNode | None:
-        if not isinstance(func, cst.Name):
+        if type(func) is not cst.Name:
             return None
         ctx = self.ctx
         owner = ctx.analysis.lookup(func.value, ctx.scope)

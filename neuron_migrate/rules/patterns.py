@@ -44,7 +44,7 @@ def positional_count(call: cst.Call) -> int:
 
 def string_value(node: cst.CSTNode | None) -> str | None:
     """The value of a str literal (not bytes, not an f-string); None for anything else."""
-    if isinstance(node, cst.SimpleString):
+    if type(node) is cst.SimpleString:
         prefix = node.prefix.lower()
         if prefix in ("", "u", "r"):
             quote = node.quote
@@ -61,9 +61,9 @@ def is_device_string(node: cst.CSTNode | None) -> bool:
     value = string_value(node)
     if value is not None:
         return bool(DEVICE_STRING.match(value))
-    if isinstance(node, cst.FormattedString) and node.parts:
+    if type(node) is cst.FormattedString and node.parts:
         first = node.parts[0]
-        return isinstance(first, cst.FormattedStringText) and bool(DEVICE_PREFIX.match(first.value)) and (
+        return type(first) is cst.FormattedStringText and bool(DEVICE_PREFIX.match(first.value)) and (
             first.value in ("xla", "xla:") and (len(node.parts) == 1 or first.value == "xla:"))
     return False
 
