@@ -227,7 +227,7 @@ class Project:
         self._digests: dict[str, str | None] = {}
         self._markers: dict[str, bool] = {}
         self._readmes: dict[str, str | None] = {}
-        self._readme_evidence: dict[str, tuple[bool, list[Evidence]]] = {}  # a README's, read once for its folder
+        self._readme_found: dict[str, tuple[bool, list[Evidence]]] = {}  # a README's, read once for its folder
         self._xla_by_folder: dict[str, tuple[str, ...]] = {}
         self._infra: dict[str, list[Evidence]] = {}
         self._listings: dict[str, list[str]] = {}  # folder -> its infrastructure files' names (`inputs()`)
@@ -540,9 +540,9 @@ class Project:
             if name is None:
                 continue
             full = os.path.join(folder, name)
-            if full not in self._readme_evidence:
-                self._readme_evidence[full] = _readme_evidence(self._text(full), self._shown(full))
-            named, evidence = self._readme_evidence[full]
+            if full not in self._readme_found:
+                self._readme_found[full] = _readme_evidence(self._text(full), self._shown(full))
+            named, evidence = self._readme_found[full]
             if depth and any(e.target == TPU for e in evidence):
                 continue
             if named:
