@@ -11,9 +11,9 @@ entries another run would have added. One more entry (`PROJECT_ENTRY`) keeps the
 run's files with what the model read (engine/runner.py `_project_facts`), so a warm run builds no model.
 
 The cache folder is not trusted (docs/reliability.md): it may be committed to the repository, restored from a
-shared CI cache or edited. JSON, not pickle, so reading it runs no code; every entry carries a MAC (keyed BLAKE2b) of all it
-says (the cache file's name, the path, the digest of the source bytes, the result, the other files read) keyed
-by a secret of the user kept outside the tree (`user_key`), so an entry the tool did not write itself is a
+shared CI cache or edited. JSON, not pickle, so reading it runs no code; every entry carries a MAC (keyed BLAKE2b)
+of all it says (the cache file's name, the path, the digest of the source bytes, the result, the other files read)
+keyed by a secret of the user kept outside the tree (`user_key`), so an entry the tool did not write itself is a
 miss, and a `rewrite` never writes bytes it did not compute. No secret that can be kept safely: no cache. The
 folder and its files are never reached through a link: a folder that is a link or belongs to another user is
 not used (a warning says so), and files are created and replaced inside the opened folder without following

@@ -96,8 +96,8 @@ def applies_to_target(marker: str, mx: Matrix | None = None) -> bool:
     """Whether an environment marker can hold on a supported Neuron host (Linux x86_64, a supported Python)."""
     if not marker:
         return True
-    from packaging.markers import InvalidMarker, Marker  # here: its import is most of this module's (the model
-    # reads requirements with `parse` at every run)
+    # imported here: it is most of this module's import, and the project model imports the module at every run
+    from packaging.markers import InvalidMarker, Marker
 
     mx = mx or matrix()
     try:
