@@ -966,3 +966,35 @@ def test_the_model_read_with_the_workers_is_the_model_read_here(monkeypatch, bro
     assert shared.modules == here.modules
     assert shared.inputs() == here.inputs()
     assert [shared.of(t.path, t.kind) for t in targets] == [here.of(t.path, t.kind) for t in targets]
+
+
+def _find_every_folder(project: Project, name: str, bases) -> str | None:
+    """`Project._find` without its fast exit: each base's stem looked up."""
+    parts = name.split(".")
+    for base in bases:
+        stem = os.path.join(base, *parts)
+        if stem in project._stems:
+            for candidate in (stem + ".py", os.path.join(stem, "__init__.py")):
+                if candidate in project.modules:
+                    return candidate
+    return None
+
+
+def test_the_import_graphs_fast_exit_finds_what_every_folder_finds():
+    """`_find` leaves at once where no module of the project ends with the name's path; it finds what a look in
+    every folder finds, for every import of every fixture project, and for the tails of their own modules' paths
+    asked from each folder (which do exist, at some depth)."""
+    targets, _ = discover([str(FIXTURES)], frozenset(handlers.HANDLERS))
+    project = Project([str(FIXTURES)], targets, Settings())
+    asked = found = 0
+    for module in project.modules.values():
+        bases = project._search_path(os.path.dirname(module.full), module.root)
+        names = {name for name, level in module.imports if name and not level}
+        parts = os.path.splitext(module.full)[0].split(os.sep)
+        names |= {".".join(parts[i:]) for i in range(len(parts) - 3, len(parts))}
+        for name in sorted(names):
+            want = _find_every_folder(project, name, bases)
+            assert project._find(name, bases) == want, (module.full, name)
+            asked += 1
+            found += want is not None
+    assert asked > 1000 and found > 50

@@ -297,6 +297,12 @@ class Project:
     def _resolve_imports(self) -> None:
         self._stems = {os.path.splitext(full)[0] for full in self.modules}
         self._stems |= {os.path.dirname(full) for full in self.modules if full.endswith("__init__.py")}
+        # every stem's last components (`b`, `a/b`, ... of `/p/a/b`): a dotted name none of them spells is no
+        # module of the project from any folder (most imports: torch, numpy, transformers)
+        self._tails = set()
+        for stem in self._stems:
+            parts = stem.split(os.sep)
+            self._tails.update(os.sep.join(parts[i:]) for i in range(len(parts)))
         for module in self.modules.values():
             folder = os.path.dirname(module.full)
             for name, level in module.imports:
@@ -331,6 +337,8 @@ class Project:
 
     def _find(self, name: str, bases: Iterable[str]) -> str | None:
         parts = name.split(".")
+        if all(parts) and os.sep.join(parts) not in self._tails:
+            return None
         for base in bases:
             stem = os.path.join(base, *parts)
             if stem not in self._stems:
