@@ -6,12 +6,15 @@ its own when cold, warm and single-process `check` runs disagree.
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from bench import real
 from bench.run import main
+from tests.helpers import ROOT
 
 BED = Path("/work/bed/dl")  # the sdists and wheels of the real-code benchmark, already downloaded
 
@@ -83,3 +86,26 @@ def test_user_code_run_prints_the_ruff_row_and_reads_notebooks(tmp_path, capsys)
     printed = capsys.readouterr().out
     assert "ruff check --select ALL" in printed and "check cold / ruff check --select ALL" in printed
     assert figures.files == 1 and figures.notebooks == 1 and figures.findings > 0
+
+
+def test_the_stages_of_one_run_are_timed_on_a_copy(tmp_path, capsys):
+    """`python -m bench.stages`: every stage is printed with its calls, the stages inside the files take no more
+    than the files, and a rewrite runs on a copy (the folder given is left as it was)."""
+    from bench import stages
+
+    folder = tmp_path / "project"
+    shutil.copytree(ROOT / "examples" / "xla_mnist", folder / "train")
+    (folder / "notebook.ipynb").write_text(json.dumps({
+        "cells": [{"cell_type": "code", "source": "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n",
+                   "metadata": {}, "outputs": [], "execution_count": None}],
+        "metadata": {"kernelspec": {"language": "python"}}, "nbformat": 4, "nbformat_minor": 5}))
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    for command in ("check", "rewrite"):
+        found = {s.label: s for s in stages.main([str(folder), "--command", command])}
+        printed = capsys.readouterr().out
+        assert all(label in printed for _, _, label, _ in stages.STAGES)
+        files = found["the files"]
+        assert files.calls >= 2 and found["LibCST's parse"].calls >= 2 and found["the rules' decisions"].calls >= 2
+        assert found["notebooks (their cells' stages above too)"].calls >= 1
+        assert 0 < found["LibCST's parse"].seconds <= files.seconds
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
