@@ -92,6 +92,10 @@ class DeviceLoaders(Rule):
         self.loops: dict[cst.CSTNode, Loop] = {}  # iterated expression -> its loop
         self.reads: list[tuple[Occurrence, cst.Name]] = []
         self.functions: dict[str, list[tuple[Occurrence, cst.FunctionDef]]] = {}
+        # made from `reads` once every node was visited (`finish`): the reads of each name, in file order, and the
+        # call each positional or keyword argument whose function is a name read belongs to
+        self.reads_of: dict[str, list[tuple[Occurrence, cst.Name]]] = {}
+        self.call_of: dict[cst.Arg, cst.Call] = {}
 
     def visit_Call(self, node: cst.Call) -> None:
         found = self._device_loader(node)
@@ -171,14 +175,21 @@ class DeviceLoaders(Rule):
         scope = ctx.analysis.lookup(name, found.occ.scope)
         if scope is None:
             return False
-        reads = [(occ, node) for occ, node in self.reads if node.value == name
-                 and ctx.analysis.lookup(name, occ.scope) is scope and not isinstance(occ.parent, cst.AssignTarget)]
+        reads = [(occ, node) for occ, node in self.reads_of.get(name, ())
+                 if ctx.analysis.lookup(name, occ.scope) is scope and not isinstance(occ.parent, cst.AssignTarget)]
         calls = [found_.node.func.value for found_ in self.loaders if found_.made is not None]
         return len(reads) == len(scope.bindings.get(name, ())) and all(any(node is c for c in calls)
                                                                         for _occ, node in reads)
 
     def finish(self) -> None:
         ctx = self.ctx
+        if self.loaders:
+            for occ, node in self.reads:
+                self.reads_of.setdefault(node.value, []).append((occ, node))
+                parent = occ.parent
+                if type(parent) is cst.Call and parent.func is node:
+                    for argument in parent.args:
+                        self.call_of.setdefault(argument, parent)
         for found in self.loaders:
             ctx.current = found.occ
             if found.made is not None and not self._two_step_alone(found):
@@ -235,8 +246,8 @@ class DeviceLoaders(Rule):
             if top is None or body.index(top) >= where:
                 return  # bound again after the alias (or out of sight): the two names differ there
         reads = []
-        for read_occ, node in self.reads:
-            if node.value != alias.value or node is alias:
+        for read_occ, node in self.reads_of.get(alias.value, ()):
+            if node is alias:
                 continue
             parent = read_occ.parent
             if isinstance(parent, cst.Attribute) and parent.attr is node \
@@ -289,15 +300,15 @@ class DeviceLoaders(Rule):
         ctx = self.ctx
         if scope is None:
             return False
-        for occ, node in self.reads:
-            if node.value != name or ctx.analysis.lookup(name, occ.scope) is not scope:
+        for occ, node in self.reads_of.get(name, ()):
+            if ctx.analysis.lookup(name, occ.scope) is not scope:
                 continue
             parent = occ.parent
             if node in self.loops or isinstance(parent, (cst.AssignTarget, cst.Param, cst.Del)):
                 continue
             if not isinstance(parent, cst.Arg) or parent.keyword is not None or parent.star:
                 return False
-            call = next(self._calls_with_arg(parent), None)
+            call = self.call_of.get(parent)
             if call is None or not isinstance(call.func, cst.Name):
                 return False
             if call.func.value in ITERATING and ctx.analysis.lookup(call.func.value, occ.scope) is None:
@@ -358,8 +369,8 @@ class DeviceLoaders(Rule):
         if scope is None or len(scope.bindings.get(name, [])) != 1:
             return None
         loops = []
-        for occ, node in self.reads:
-            if node.value != name or ctx.analysis.lookup(name, occ.scope) is not scope:
+        for occ, node in self.reads_of.get(name, ()):
+            if ctx.analysis.lookup(name, occ.scope) is not scope:
                 continue
             if node in self.loops:
                 loops.append(self.loops[node])
@@ -376,7 +387,7 @@ class DeviceLoaders(Rule):
 
     def _through_call(self, occ: Occurrence, node: cst.Name, depth: int) -> list[Loop] | None:
         """`train_loop(device_loader, ...)` with `def train_loop(loader, ...)` in this file: its loops."""
-        call = next((c for c in self._calls_with_arg(occ.parent)), None)
+        call = self.call_of.get(occ.parent)
         inner = self._parameter(occ, call) if call is not None else None
         return None if inner is None else self._reads_as_loops(*inner, depth - 1)
 
@@ -410,16 +421,10 @@ class DeviceLoaders(Rule):
 
     def _length(self, occ: Occurrence, argument: cst.Arg) -> bool:
         """`argument` is the one argument of the built-in `len` (not a function of the file's own of that name)."""
-        call = next(self._calls_with_arg(argument), None)
+        call = self.call_of.get(argument)
         return call is not None and isinstance(call.func, cst.Name) and call.func.value == "len" \
             and len(call.args) == 1 and argument.keyword is None and not argument.star \
             and self.ctx.analysis.lookup("len", occ.scope) is None
-
-    def _calls_with_arg(self, argument: cst.Arg):
-        for occ, node in self.reads:
-            parent = occ.parent
-            if type(parent) is cst.Call and parent.func is node and any(a is argument for a in parent.args):
-                yield parent
 
     def _device_usable(self, found: DeviceLoader, loops: list[Loop]) -> bool:
         """The loops can name the device: by the loader's own name for it, or, where that name means something else
