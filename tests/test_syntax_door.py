@@ -301,3 +301,45 @@ def test_every_class_the_tool_tests_by_exact_type_has_no_subclass():
     for name, where in named.items():
         cls = getattr(cst, name)
         assert isinstance(cls, type) and cls.__subclasses__() == [], where
+
+
+def test_the_code_of_a_node_is_stock_libcsts_for_every_node(monkeypatch):
+    """`syntax.code(node)` skips LibCST's no-op hooks inside a session; the engine compares arms, tests and
+    import names by it: it must be `Module([]).code_for_node(node)` for every node of every kind, parentheses,
+    comments and continuations included, and a module's `.code` for a module."""
+    sources = [p.read_text(errors="replace") for p in sorted(FIXTURES.rglob("*.py"))] + \
+        [p.read_text() for p in stdlib_sample()[:8]] + \
+        ['x = ((a)  .b (c ,)) # note\nif (y):  # why\n    pass\nelif z: w = \\\n    1\nelse:\n\tv = [\n  1, # one\n]\n']
+    compared = 0
+    for text in sources:
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            continue  # the fixtures of bad input
+        stock = [(node, _stock_code(node)) for node in _nodes(module)]
+        with syntax.session():
+            assert syntax.code(cst.Module(body=module.body)) == cst.Module(body=module.body).code
+            for node, expected in stock:
+                if isinstance(expected, type):  # a node that cannot be generated alone fails the same way
+                    with pytest.raises(expected):
+                        syntax.code(node)
+                    continue
+                assert syntax.code(node) == expected, type(node).__name__
+                compared += 1
+    assert compared > 100_000
+
+
+def _stock_code(node: cst.CSTNode) -> str | type:
+    try:
+        return cst.Module([]).code_for_node(node)
+    except Exception as exc:  # noqa: BLE001 - what stock LibCST raises is the expectation
+        return type(exc)
+
+
+def _nodes(module: cst.Module) -> list[cst.CSTNode]:
+    out, stack = [], [module]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children)
+    return out

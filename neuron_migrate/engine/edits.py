@@ -23,6 +23,7 @@ from typing import Callable, Mapping
 
 import libcst as cst
 
+from neuron_migrate.syntax.codegen import code as generated
 from neuron_migrate.syntax.walk import children, node_kind, visit_fields
 
 Replacer = Callable[[cst.CSTNode], cst.CSTNode]
@@ -396,12 +397,12 @@ def import_key(statement: cst.CSTNode) -> tuple[int, bool, str] | None:
         return None
     small = statement.body[0]
     if isinstance(small, cst.Import):
-        name = cst.Module(body=[]).code_for_node(small.names[0].name)
+        name = generated(small.names[0].name)
         return section(name), False, name.lower()
     if isinstance(small, cst.ImportFrom):
         if small.relative or small.module is None:
             return FIRST_PARTY, True, ""
-        name = cst.Module(body=[]).code_for_node(small.module)
+        name = generated(small.module)
         return section(name), True, name.lower()
     return None
 
@@ -507,8 +508,8 @@ def _without_stale_comments(original: cst.SimpleStatementLine, updated: cst.Simp
     kept = without_xla_comments(lines, names=_called_names(original) - _called_names(updated))
     if len(kept) == len(lines) and not _talks_of_xla(updated.trailing_whitespace.comment):
         return updated
-    if updated.body == original.body or cst.Module(body=[]).code_for_node(updated.with_changes(
-            leading_lines=(), trailing_whitespace=original.trailing_whitespace)) == cst.Module(body=[]).code_for_node(
+    if updated.body == original.body or generated(updated.with_changes(
+            leading_lines=(), trailing_whitespace=original.trailing_whitespace)) == generated(
             original.with_changes(leading_lines=())):
         return updated
     return _without_xla_trailer(updated).with_changes(leading_lines=kept)
@@ -740,7 +741,7 @@ def pure(test: cst.BaseExpression) -> bool:
 
 
 def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
+    return generated(node)  # `generated(node)`, without LibCST's no-op hooks
 
 
 # Calls a test may make and still be dropped with the `if` whose arms are the same (`same_arms`): they read
@@ -786,7 +787,7 @@ def _arm_statements(block: cst.BaseSuite) -> list[cst.BaseStatement]:
 
 
 def _arm_code(block: cst.BaseSuite) -> str:
-    return cst.Module(body=_arm_statements(block)).code
+    return generated(cst.Module(body=_arm_statements(block)))  # its `.code`
 
 
 def same_code(codes: list[str]) -> bool:

@@ -24,6 +24,7 @@ from neuron_migrate.engine.edits import (FIRST_PARTY, STDLIB, THIRD_PARTY, EditS
                                          marker_code, section, set_off)
 from neuron_migrate.engine.names import Analysis, Binding, dotted, dotted_str
 from neuron_migrate.engine.paths import PACKAGE_PROBES, guards_imports
+from neuron_migrate.syntax.codegen import code as generated
 from neuron_migrate.syntax.walk import children
 
 LEGACY_ROOTS = ("torch_xla",)
@@ -549,10 +550,10 @@ def _imported_at_top(text: str, module: str) -> bool:
 
 
 def _keep_aliases(keep: list[cst.ImportAlias]):
-    keep_text = [cst.Module([]).code_for_node(a.name) for a in keep]
+    keep_text = [generated(a.name) for a in keep]
 
     def fn(updated):
-        names = [a for a in updated.names if cst.Module([]).code_for_node(a.name) in keep_text]
+        names = [a for a in updated.names if generated(a.name) in keep_text]
         names[-1] = names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
         return updated.with_changes(names=names)
     return fn
