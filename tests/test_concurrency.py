@@ -83,6 +83,44 @@ if __name__ == "__main__":
 """
 
 
+_SHARES_TAKEN_BACK = """
+import time
+from neuron_migrate.engine import runner
+
+if __name__ == "__main__":
+    workers = runner.Workers(2, ())
+    busy = [workers.pool.submit(time.sleep, 30) for _ in range(2)]  # both workers in a long read
+    # the shares behind them, large enough that the pipe of tasks fills and its feeder thread waits to write
+    shares = [workers.pool.submit(len, b"x" * 4_000_000) for _ in range(12)]
+    time.sleep(1)
+    taken = [part for part in reversed(shares) if runner._cancelled(part)]  # what the model's reads take back
+    assert taken, "no share was left to take back"
+    workers.stop()  # Ctrl-C: the pool breaks with the cancelled shares still listed
+    print("stopped", len(taken) > 0, flush=True)
+"""
+
+
+def test_shares_taken_back_from_the_pool_leave_no_traceback_and_no_hang_when_it_breaks(tmp_path):
+    """The model's reads cancel the shares no worker has taken (`Workers.read_modules`). Where the pool then breaks
+    (Ctrl-C during the reads: `_stop`), Python 3.11 marks every task it still lists failed, the cancelled ones too,
+    which raised in its manager thread: a traceback at exit, and the thread dead before it closed the pipe of
+    tasks, so the exit waited for ever on the feeder thread writing to it (the random Ctrl-C test hung so on a
+    loaded machine)."""
+    import os
+    import time
+
+    script = tmp_path / "shares_taken_back.py"
+    script.write_text(_SHARES_TAKEN_BACK)
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    except subprocess.TimeoutExpired:
+        pytest.fail("the process did not exit: its exit waits for the feeder thread of the pipe of tasks")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "stopped True\n", "")
+    assert time.monotonic() - started < 20
+
+
 @pytest.mark.parametrize("receiver", ["main-thread", "pool-thread"])
 def test_workers_stopped_while_one_sent_its_results_let_the_process_exit(tmp_path, receiver):
     """Ctrl-C while a worker sends its results: the pool's manager thread, reading the message the worker had begun

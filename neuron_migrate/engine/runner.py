@@ -202,7 +202,7 @@ class Workers:
             for part in parts:
                 part.cancel()
             return read_modules(code)
-        own = {i: read_modules(shares[i]) for i in reversed(range(len(shares))) if parts[i].cancel()}
+        own = {i: read_modules(shares[i]) for i in reversed(range(len(shares))) if _cancelled(parts[i])}
         out = []
         for i, part in enumerate(parts):
             if i not in own:
@@ -215,6 +215,22 @@ class Workers:
                 own[i] = read
             out += own.pop(i)
         return out
+
+
+def _cancelled(part) -> bool:
+    """`part.cancel()`, for a task the pool has not handed to a worker yet. Until its manager thread drops it, the
+    pool still lists it, and where the pool breaks first (a worker killed, Ctrl-C: `_stop`), Python 3.10 and 3.11
+    mark every listed task failed, this one too: that raises in the manager thread (InvalidStateError; 3.12 ignores
+    it), which then dies before it closes the pipe of tasks, and the exit waits for ever on the thread still writing
+    to that pipe. The cancelled task takes no failure."""
+    if not part.cancel():
+        return False
+    part.set_exception = _ignored
+    return True
+
+
+def _ignored(exc: BaseException) -> None:
+    """What a cancelled task does with the failure a broken pool gives it: nothing."""
 
 
 def _ready() -> None:
@@ -301,9 +317,11 @@ def _stop(pool) -> None:
     workers = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)  # shutdown forgets it
     results = getattr(pool, "_result_queue", None)  # and this
-    # no future is cancelled (nor by `pool.map`, which cancels the rest when its caller is interrupted): the pool
+    tasks = getattr(pool, "_call_queue", None)
+    # no future is cancelled here (nor by `pool.map`, which cancels the rest when its caller is interrupted): the pool
     # marks each one broken when it finds its workers gone, and on 3.11 doing so to a cancelled future raises in its
-    # manager thread (InvalidStateError, a traceback at exit; 3.12 ignores it)
+    # manager thread (InvalidStateError, a traceback at exit; 3.12 ignores it). The model's reads cancel the shares
+    # this process takes itself: those take no failure (`_cancelled`).
     pool.shutdown(wait=False)
     for worker in workers:
         worker.terminate()
@@ -312,6 +330,8 @@ def _stop(pool) -> None:
         if worker.is_alive():
             worker.kill()
             worker.join(timeout=1)
+    if tasks is not None:  # its feeder thread may be writing to the pipe of tasks, which no worker reads now:
+        tasks.cancel_join_thread()  # the exit must not wait for it (the manager thread closes the pipe, if alive)
     if results is not None:
         results._writer.close()
     if manager is not None:
