@@ -99,7 +99,7 @@ def measure(folder: Path, command: str = "check") -> tuple[list[Stage], float, i
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 entry()
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
         finally:
             took = time.perf_counter() - start
             sys.argv = argv

@@ -741,7 +741,7 @@ def pure(test: cst.BaseExpression) -> bool:
 
 
 def _code(node: cst.CSTNode) -> str:
-    return generated(node)  # `generated(node)`, without LibCST's no-op hooks
+    return generated(node)  # `cst.Module(body=[]).code_for_node(node)`, without LibCST's no-op hooks
 
 
 # Calls a test may make and still be dropped with the `if` whose arms are the same (`same_arms`): they read

@@ -200,7 +200,7 @@ class Workers:
             parts += [self.pool.submit(_read_share, share) for share in shares]
         except Exception:  # a pool broken or shut down: everything is read here
             for part in parts:
-                part.cancel()
+                _cancelled(part)
             return read_modules(code)
         own = {i: read_modules(shares[i]) for i in reversed(range(len(shares))) if _cancelled(parts[i])}
         out = []
