@@ -303,7 +303,7 @@ def test_every_class_the_tool_tests_by_exact_type_has_no_subclass():
         assert isinstance(cls, type) and cls.__subclasses__() == [], where
 
 
-def test_the_code_of_a_node_is_stock_libcsts_for_every_node(monkeypatch):
+def test_the_code_of_a_node_is_stock_libcsts_for_every_node():
     """`syntax.code(node)` skips LibCST's no-op hooks inside a session; the engine compares arms, tests and
     import names by it: it must be `Module([]).code_for_node(node)` for every node of every kind, parentheses,
     comments and continuations included, and a module's `.code` for a module."""
