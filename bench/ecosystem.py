@@ -147,7 +147,8 @@ def _files(folder: Path) -> dict[str, bytes]:
     return out
 
 
-def _copy(corpus: Path, to: Path) -> None:
+def writable_copy(corpus: Path, to: Path) -> None:
+    """`corpus` copied to `to` (the tool's cache folders left out), every file and folder writable."""
     shutil.copytree(corpus, to, ignore=shutil.ignore_patterns(".neuron_migrate_cache"))
     for path in [to, *to.rglob("*")]:  # the corpus is read-only
         path.chmod(path.stat().st_mode | 0o200)
@@ -289,8 +290,8 @@ def run(corpus: Path, command: list[str], env: dict[str, str] | None = None, job
     jobs_args = ["-j", str(jobs)] if jobs else []
     with tempfile.TemporaryDirectory(prefix="neuron-migrate-ecosystem-") as tmp:
         original, migrated = Path(tmp) / "original", Path(tmp) / "migrated"
-        _copy(corpus, original)
-        _copy(corpus, migrated)
+        writable_copy(corpus, original)
+        writable_copy(corpus, migrated)
         names = sorted(p.name for p in original.iterdir() if p.is_dir())
         repos = {name: Repo(name) for name in names}
         before = _files(original)

@@ -19,14 +19,14 @@ import argparse
 import contextlib
 import io
 import os
-import shutil
-import stat
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from importlib import import_module
 from pathlib import Path
+
+from bench.ecosystem import writable_copy
 
 # (module, function, what it is, depth under the stage listed above it)
 STAGES = (
@@ -116,17 +116,6 @@ def table(stages: list[Stage], took: float, command: str, folder: Path) -> str:
     return "\n".join(out)
 
 
-def _writable_copy(source: Path, into: Path) -> Path:
-    target = into / source.name
-    shutil.copytree(source, target, symlinks=True)
-    for root, dirs, files in os.walk(target):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, os.stat(path).st_mode | stat.S_IWUSR)
-    return target
-
-
 def main(argv: list[str] | None = None) -> list[Stage]:
     parser = argparse.ArgumentParser(prog="python -m bench.stages", description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="the code to run the tool over (copied first)")
@@ -135,7 +124,8 @@ def main(argv: list[str] | None = None) -> list[Stage]:
     if not args.folder.is_dir():
         raise SystemExit(f"error: no folder at {args.folder}")
     with tempfile.TemporaryDirectory(prefix="neuron-migrate-stages-") as tmp:
-        copy = _writable_copy(args.folder.resolve(), Path(tmp))
+        copy = Path(tmp) / args.folder.resolve().name
+        writable_copy(args.folder.resolve(), copy)
         stages, took, code = measure(copy, args.command)
     if code not in (0, 1):
         raise SystemExit(f"neuron-migrate {args.command} failed (exit {code})")

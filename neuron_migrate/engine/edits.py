@@ -670,7 +670,7 @@ def collapse_dead_arms(edits: EditSet, parents: Mapping[cst.CSTNode, cst.CSTNode
             if type(parents.get(node)) is not cst.If and constant(node.test) is None:  # an `elif` is its `if`'s
                 edits.fold.add(node)
         else:
-            differ = _code(node.body) != _code(node.orelse)  # arms that were the same already stay so
+            differ = generated(node.body) != generated(node.orelse)  # arms that were the same already stay so
             if (differ and pure(node.test)) or constant(node.test) is None:
                 edits.add_replace(node, _one_arm if differ else _constant_arm)
 
@@ -683,7 +683,7 @@ def _truth(new: cst.CSTNode) -> cst.CSTNode:
 
 def _one_arm(new: cst.CSTNode) -> cst.CSTNode:
     """The arm of an `a if test else b` the edits made constant or made the same with a test that reads only."""
-    if type(new) is cst.IfExp and constant(new.test) is None and _code(new.body) == _code(new.orelse) \
+    if type(new) is cst.IfExp and constant(new.test) is None and generated(new.body) == generated(new.orelse) \
             and pure(new.test):
         return _arm(new, new.body)
     return _constant_arm(new)
@@ -696,7 +696,7 @@ def _constant_arm(new: cst.CSTNode) -> cst.CSTNode:
 
 
 def _arm(new: cst.IfExp, arm: cst.BaseExpression) -> cst.BaseExpression:
-    if new.lpar and "\n" in _code(arm):  # the parentheses held the lines together
+    if new.lpar and "\n" in generated(arm):  # the parentheses held the lines together
         return arm.with_changes(lpar=new.lpar, rpar=new.rpar)
     return arm
 
@@ -738,10 +738,6 @@ def pure(test: cst.BaseExpression) -> bool:
     if isinstance(test, cst.Comparison):
         return pure(test.left) and all(pure(c.comparator) for c in test.comparisons)
     return False
-
-
-def _code(node: cst.CSTNode) -> str:
-    return generated(node)  # `cst.Module(body=[]).code_for_node(node)`, without LibCST's no-op hooks
 
 
 # Calls a test may make and still be dropped with the `if` whose arms are the same (`same_arms`): they read

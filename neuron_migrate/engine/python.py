@@ -23,7 +23,7 @@ import libcst as cst
 from neuron_migrate import catalogue, syntax
 from neuron_migrate.engine import imports, leftovers, patches
 from neuron_migrate.engine.context import FIXED, LEFT, MARKED, PROBE, Decision, FileContext, Reported
-from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, _code, apply, collapse_dead_arms, effect_free,
+from neuron_migrate.engine.edits import (MARKER_PREFIX, EditSet, apply, collapse_dead_arms, effect_free,
                                          if_arms, if_tests, merged_adjacent_arms, pure, same_arms)
 from neuron_migrate.engine.paths import COMMON
 from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
@@ -41,6 +41,7 @@ from neuron_migrate.suppress import UNUSED_CODE as UNUSED_SUPPRESSION
 from neuron_migrate.syntax import positions
 from neuron_migrate.syntax.parse import parse_module
 from neuron_migrate.syntax.codegen import Renderer
+from neuron_migrate.syntax.codegen import code as generated
 from neuron_migrate.syntax.walk import children
 
 MARKER_RE = re.compile(r"#\s*TODO\(neuron-migrate (NM\d{3})\):\s*(.*)$")
@@ -426,7 +427,7 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
 
         def differed(i: int, old=old, old_codes=old_codes) -> bool:
             if not old_codes:
-                old_codes += [_code(cst.Module(body=list(getattr(b, "body", ())))) for b in if_arms(old) or
+                old_codes += [generated(cst.Module(body=list(getattr(b, "body", ())))) for b in if_arms(old) or
                               _tested_arms(old)]
             return i + 1 < len(old_codes) and old_codes[i] != old_codes[i + 1]
         joined = None if whole else merged_adjacent_arms(new, differed)
@@ -436,7 +437,7 @@ def _merge_same_arms(ctx: FileContext, analysis: Analysis, module: cst.Module, o
         if any(arm.body and paths.path_of(arm.body[0]) != COMMON for arm in arms):
             continue  # a device branch (`if use_xla:`): engine/paths.py keeps its other paths as they are
         tests = if_tests(old)
-        if [_code(t) for t in if_tests(new)] != [_code(t) for t in tests]:
+        if [generated(t) for t in if_tests(new)] != [generated(t) for t in tests]:
             continue  # the fixes changed a test: a constant one is folded (edits.collapse_dead_arms)
         scope = _scope_of(old, analysis, scopes)
         if all(effect_free(t, lambda e: analysis.qualname(e, scope),

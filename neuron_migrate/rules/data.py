@@ -90,10 +90,8 @@ class DeviceLoaders(Rule):
         super().__init__(ctx)
         self.loaders: list[DeviceLoader] = []
         self.loops: dict[cst.CSTNode, Loop] = {}  # iterated expression -> its loop
-        self.reads: list[tuple[Occurrence, cst.Name]] = []
         self.functions: dict[str, list[tuple[Occurrence, cst.FunctionDef]]] = {}
-        # made from `reads` once every node was visited (`finish`): the reads of each name, in file order, and the
-        # call each positional or keyword argument whose function is a name read belongs to
+        # the reads of each name, in file order, and the call each argument belongs to where its function is a name
         self.reads_of: dict[str, list[tuple[Occurrence, cst.Name]]] = {}
         self.call_of: dict[cst.Arg, cst.Call] = {}
 
@@ -118,7 +116,12 @@ class DeviceLoaders(Rule):
         return iterated
 
     def visit_Name(self, node: cst.Name) -> None:
-        self.reads.append((self.ctx.current, node))
+        occ = self.ctx.current
+        self.reads_of.setdefault(node.value, []).append((occ, node))
+        parent = occ.parent
+        if type(parent) is cst.Call and parent.func is node:
+            for argument in parent.args:
+                self.call_of.setdefault(argument, parent)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.functions.setdefault(node.name.value, []).append((self.ctx.current, node))
@@ -183,13 +186,6 @@ class DeviceLoaders(Rule):
 
     def finish(self) -> None:
         ctx = self.ctx
-        if self.loaders:
-            for occ, node in self.reads:
-                self.reads_of.setdefault(node.value, []).append((occ, node))
-                parent = occ.parent
-                if type(parent) is cst.Call and parent.func is node:
-                    for argument in parent.args:
-                        self.call_of.setdefault(argument, parent)
         for found in self.loaders:
             ctx.current = found.occ
             if found.made is not None and not self._two_step_alone(found):

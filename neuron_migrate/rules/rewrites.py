@@ -12,6 +12,7 @@ import libcst as cst
 from neuron_migrate.engine.facts import fact
 from neuron_migrate.rules.processes import env_int
 from neuron_migrate.rules.patterns import has_star
+from neuron_migrate.syntax.codegen import code as generated
 from neuron_migrate.syntax.parse import expression
 
 # Places where an expression needs no parentheses of its own.
@@ -217,7 +218,7 @@ def _sole_statement_of(ctx, statement: cst.CSTNode) -> cst.If | None:
     parent = ctx.analysis.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
     if not isinstance(parent, cst.If) or parent.body is not block or parent.orelse is not None \
             or len(block.body) != 1 or any(line.comment is not None for line in statement.leading_lines) \
-            or "__name__" in _code(parent.test):
+            or "__name__" in generated(parent.test):
         return None
     return parent
 
@@ -259,7 +260,7 @@ def _merge_guards(block, made: RankGuards):
     for stmt in block.body:
         prev = body[-1] if body else None
         if (prev is not None and id(prev) in made and id(stmt) in made
-                and _code(prev.test) == _code(stmt.test)):
+                and generated(prev.test) == generated(stmt.test)):
             inner = list(stmt.body.body)
             inner[0] = inner[0].with_changes(leading_lines=[*stmt.leading_lines, *inner[0].leading_lines])
             joined = prev.with_changes(body=prev.body.with_changes(body=[*prev.body.body, *inner]))
@@ -269,10 +270,6 @@ def _merge_guards(block, made: RankGuards):
         else:
             body.append(stmt)
     return block.with_changes(body=body) if merged else block
-
-
-def _code(node: cst.CSTNode) -> str:
-    return cst.Module(body=[]).code_for_node(node)
 
 
 RANK_ZERO_NAMES = frozenset({"is_master_ordinal", "is_main_process", "is_master", "is_rank_zero", "is_global_zero",
@@ -322,7 +319,7 @@ def rank_zero_test(test: cst.BaseExpression) -> str | None:
             other = left
         else:
             other = None
-        text = _code(other) if other is not None else ""
+        text = generated(other) if other is not None else ""
         if text and RANKISH.search(text):
             return "local" if LOCAL.search(text) else "global"
     return None
@@ -361,7 +358,7 @@ def one_line_body(ctx, node: cst.CSTNode) -> cst.SimpleStatementSuite | None:
 
 def loose(test: cst.BaseExpression) -> str:
     """`test` as the left operand of `and`: in parentheses where it binds more loosely (`a or b`, `x if c else y`)."""
-    text = _code(test)
+    text = generated(test)
     weaker = (type(test) is cst.BooleanOperation and type(test.operator) is cst.Or) \
         or type(test) in (cst.IfExp, cst.Lambda, cst.NamedExpr)
     return f"({text})" if weaker and not test.lpar else text
