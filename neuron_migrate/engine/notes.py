@@ -68,7 +68,7 @@ class _Tree:
         self.imported: dict[str, set[str]] = {}  # a name -> every dotted path an import binds it to, any scope
         self.xla_names: set[str] = set()  # names an import of torch_xla / torch_neuronx binds, any scope
         self.parents: dict[int, ast.AST] = {}  # a string's id -> the node that holds it
-        self.statement: dict[int, ast.stmt] = {}  # a call's or string's id -> its statement
+        self.statement: dict[int, ast.stmt] = {}  # a call's, attribute's or string's id -> its statement
         self.calls: list[ast.Call] = []
         self.imports: list[ast.stmt] = []
         self.strings: list[ast.Constant] = []
@@ -199,6 +199,7 @@ class _Tree:
 
     def _on_attribute(self, node, parent, where, handlers, statement, fstring) -> None:
         self.attributes.append(node)
+        self.statement[id(node)] = statement
         self.identifiers.add(node.attr)
         if node.attr in _TORCH_TEST_NAMES:
             self.torch_tests.append(node)

@@ -30,6 +30,7 @@ from neuron_migrate.engine.facts import MOVING_TO_NEURON_BYTES
 from neuron_migrate.engine.lean import lean_text
 from neuron_migrate.engine.notes import NOTES_ONLY, probed
 from neuron_migrate.engine.notes import decide as decide_notes
+from neuron_migrate.engine.treecheck import decide as decide_on_tree
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.scan import Scan
 from neuron_migrate.engine.sources import Source, SourceError, decode
@@ -228,6 +229,11 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 result.findings = found
                 return result
         probe = PROBE.get()
+        if notes is None and probe is None and not rewrite and not has_markers and not may_suppress:
+            found = decide_on_tree(path, source.text, tree, rules, settings, made)  # a CUDA helper's leftovers
+            if found is not None:
+                result.findings = found
+                return result
         if probe is not None and not may_suppress:  # whether a set-aside file reports more
             rules, sure = probed(rules, probe, tree, source.text, settings, path, has_markers, made)
             if sure is not None:

@@ -1,0 +1,317 @@
+"""A `check` of a CUDA helper moving to neuron, decided on Python's tree (NM320, NM322, NM323).
+
+A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
+training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
+`torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Deciding that on LibCST's tree costs a LibCST parse, a scope
+analysis and a fix pass per file, for findings on calls and dotted names that Python's tree (which the engine has
+parsed anyway) holds as well.
+
+`decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
+(not a rewrite) of a file where they are the LibCST pass's decisions by construction, and returns None where it
+cannot be sure, for the LibCST pass to decide as before:
+
+- Every rule left to run after the pre-filters is one of the two, and the file has no markers and no suppression
+  comments (process_python asks only then), so nothing else can come out of the pass.
+- The file imports torch_xla and torch_neuronx nowhere and spells no use of the neuron device, and tests for no
+  backend (`notes._Tree.tests_nothing`): every statement is on the common path, XLA is not optional, the file is no
+  multi-backend file, no neuron library and no neuron switch, so the code paths let the CUDA family act everywhere
+  (`Paths.allows`) unless the file uses the XLA device and CUDA side by side (`paths._two_devices`: then nowhere).
+  With no legacy import there is no NM190 / NM191 for the fix pass to add, and with no monkeypatching
+  (`patches.MAY_PATCH`) no fix can be refused for making a patched function call itself.
+- The names a decision resolves follow `notes._Tree.qualname` (bound in the module scope only, else unsure), or
+  are bound by no import in any scope (then they stand for no import anywhere). No name is bound to `torch.cuda` or
+  below (a name alone, or a definition's own name, could then be an API reference only LibCST's tree holds).
+- Each reported node stands alone (not in parentheses), and the code a message quotes is LibCST's code for its
+  node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`, `torch.cuda.current_stream().cuda()`):
+  the LibCST pass applies such edits inside out, and no fix of the two rules can fail in `check`, which stops
+  before rendering the fixed file.
+
+`tests/test_treecheck.py` holds it to the LibCST pass on every fixture and example, as a helper of a moving program
+and as a file of its own, and on generated files.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import re
+
+from neuron_migrate.engine import lean, notes, paths
+from neuron_migrate.engine.notes import Unsure, _dotted
+from neuron_migrate.findings import Finding
+
+STRICT = notes.STRICT
+_LONE_CR = re.compile(r"\r(?!\n)")
+# words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
+_KEYWORDS = frozenset(keyword.kwlist) - {"True", "False", "None"} | {"match", "case", "type"}
+_ATTRIBUTE_REST = re.compile(r"[ \t\f\r\n\\]*\.[ \t\f\r\n\\]*cuda")  # `<value> . cuda`, the value unparenthesized
+
+
+class _Decisions:
+    """The two rules' decisions on one walked tree, each reporting what the rule would, with its message fields."""
+
+    def __init__(self, path: str, tree: notes._Tree, module: ast.Module, settings) -> None:
+        self.path, self.tree, self.module, self.settings = path, tree, module, settings
+        self.found: list[tuple[str, ast.AST, dict, None]] = []
+        self._quote: str | None = None
+        self._torch: str | None = None
+
+    def report(self, code: str, node: ast.AST, **fields) -> None:
+        self.alone(node)
+        self.found.append((code, node, fields, None))
+
+    def alone(self, node: ast.AST) -> None:
+        """Raises Unsure where `node` may be in parentheses (LibCST's node would hold them, and be placed with
+        them): the nearest characters around it, past white space and line breaks, are `(` and `)`, and that `(`
+        opens no call (`f(x)`: a name, a closing bracket or a string before it). A comment on the way, or a
+        keyword before the `(` (`if(x)`), leaves it unsure."""
+        lines = self.tree._lines()
+        line, at = node.lineno - 1, self.tree.column(node.lineno, node.col_offset)
+        before = self._near(lines, line, at, -1)
+        if before is None or lines[before[0]][before[1]] != "(":
+            return
+        line, at = node.end_lineno - 1, self.tree.column(node.end_lineno, node.end_col_offset)
+        after = self._near(lines, line, at, 1)
+        if after is None or lines[after[0]][after[1]] != ")":
+            return
+        head = lines[before[0]][:before[1]].rstrip(" \t\f")
+        start = len(head)
+        while start and (head[start - 1].isalnum() or head[start - 1] == "_"):
+            start -= 1
+        word = head[start:]
+        if (word and word not in _KEYWORDS) or (head and head[-1] in ")]'\""):
+            return  # the parentheses of a call, around its one argument
+        raise Unsure("in parentheses")
+
+    @staticmethod
+    def _near(lines: list[str], line: int, at: int, step: int) -> tuple[int, int] | None:
+        """The place (line, column) of the nearest character before (`step` -1) or after (1) column `at` of `line`
+        that is no white space, no line continuation and no comment; None at either end of the file. Raises
+        Unsure where a line before the node holds a `#` (the end of that line may be a comment)."""
+        first = True
+        while 0 <= line < len(lines):
+            text = lines[line].rstrip("\r\n")
+            if step < 0:
+                if not first and "#" in text:
+                    raise Unsure("a comment before the node")
+                code = text[:at].rstrip(" \t\f\\")
+                if code:
+                    return line, len(code) - 1
+            else:
+                rest = text[at:]
+                code = rest.lstrip(" \t\f")
+                if code and code[0] not in "#\\":
+                    return line, at + len(rest) - len(code)
+            first = False
+            line += step
+            at = len(lines[line].rstrip("\r\n")) if step < 0 and line >= 0 else 0
+        return None
+
+    def short(self, node: ast.AST, limit: int = 60) -> str:
+        text = " ".join(self.tree.segment(node).split())
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    # -- what the rules ask of the file ------------------------------------------------------------------------
+    def moving(self) -> bool:
+        """`facts.moving_to_neuron`, where the file imports neither torch_xla nor torch_neuronx and spells no use
+        of the neuron device (the preconditions): a moving program reaches it."""
+        project = self.settings.project
+        return project is not None and project.moving is not None
+
+    def qualname(self, expr: ast.AST, under: str | None = None) -> str | None:
+        """`ctx.qualname(expr)`: None where no import in any scope binds the chain's first name; with `under`,
+        also where no import could make the chain a name under that module."""
+        parts = _dotted(expr)
+        quals = self.tree.imported.get(parts[0]) if parts else None
+        if not quals:
+            return None
+        if under is not None and not any(".".join([q, *parts[1:]]).startswith(under) for q in quals):
+            return None
+        return self.tree.qualname(expr)
+
+    def string(self, value: str) -> str:
+        """`ctx.string(value)` in the file's quotes (`facts.quote`, over the whole file)."""
+        if self._quote is None:
+            tally = lean._quote_tally(self.module, self.tree._lines())
+            if tally is None:
+                raise Unsure("a string literal inside an f-string's braces")
+            self._quote = "'" if tally[0] > tally[1] else '"'
+        return f"{self._quote}{value}{self._quote}"
+
+    def torch(self) -> str:
+        """`ctx.module_ref("torch")`: the one name the module scope binds to torch, bound nowhere else."""
+        if self._torch is None:
+            names = [n for n, quals in self.tree.imported.items() if "torch" in quals]
+            if len(names) != 1:
+                raise Unsure("torch is imported under several names, or not at all")
+            name = names[0]
+            if self.tree.qualname(ast.Name(id=name)) != "torch":
+                raise Unsure("the name torch is imported as is not torch everywhere")
+            self._torch = name
+        return self._torch
+
+    def plain(self, value: ast.expr, call: ast.Call, before: str = "") -> str:
+        """LibCST's code for `value`, an argument of `call`, which must not be in parentheses (`before`: the text
+        that leads to it)."""
+        if "(" in before:
+            raise Unsure("a value in parentheses")
+        return self.code(self.tree.segment(value), value, call)
+
+    def code(self, text: str, node: ast.AST, call: ast.Call) -> str:
+        """LibCST's code for an expression whose source is `text` (`patterns.code`): the text itself, but over
+        several lines, where it leaves out the indentation of the block around it from each line that starts
+        with it (the rest of the line is the node's; an indentation of its own, less deep, stays)."""
+        if "\n" not in text:
+            return text
+        if "\r" in text or "\\\n" in text:
+            raise Unsure("a line continuation or a Windows line end")  # LibCST writes its own
+        for inner in ast.walk(node):
+            if inner.__class__ in (ast.Constant, ast.JoinedStr) and inner.end_lineno != inner.lineno:
+                raise Unsure("a string over several lines")  # its lines are its own
+        statement = self.tree.statement[id(call)]
+        line = self.tree.line_text(statement.lineno)
+        indent = line[:len(line) - len(line.lstrip(" \t\f"))]
+        first, *rest = text.split("\n")
+        return "\n".join([first, *(r[len(indent):] if r.startswith(indent) else r for r in rest)])
+
+    def value_code(self, call: ast.Call) -> str:
+        """LibCST's code for the value of `call`'s `func` (`x` of `x.cuda()`, `(a + b)` with its parentheses)."""
+        func, value = call.func, call.func.value
+        rest = self._between((value.end_lineno, value.end_col_offset), (func.end_lineno, func.end_col_offset))
+        if "#" in rest:
+            raise Unsure("a comment before the attribute")
+        cut = rest.rfind(")") + 1
+        opened = self._between((func.lineno, func.col_offset), (value.lineno, value.col_offset))
+        if (opened.strip("( \t\f\r\n") or rest[:cut].strip(") \t\f\r\n") or "#" in opened
+                or not _ATTRIBUTE_REST.fullmatch(rest[cut:])):
+            raise Unsure("a value LibCST may read otherwise")
+        return self.code(opened + self.tree.segment(value) + rest[:cut], value, call)
+
+    # CudaMethod: `x.cuda()` -> `x.to("neuron")`
+    def cuda_method(self) -> None:
+        for call in self.tree.calls:
+            func = call.func
+            if func.__class__ is not ast.Attribute or func.attr != "cuda":
+                continue
+            if self.qualname(func.value) is not None:
+                continue  # `torch.cuda(...)` or a module attribute
+            positional, named = call.args, {k.arg: k for k in call.keywords}
+            if any(a.__class__ is ast.Starred for a in positional) or None in named \
+                    or set(named) - {"device", "non_blocking"} or len(positional) > (0 if "device" in named else 1):
+                continue
+            index = named["device"].value if "device" in named else positional[0] if positional else None
+            target = self._target(index)
+            if target is None:
+                continue
+            extra = ""
+            blocking = named.get("non_blocking")
+            if blocking is not None:
+                start = (blocking.lineno, blocking.col_offset)
+                lead = self._between(start, (blocking.value.lineno, blocking.value.col_offset))
+                extra = f", non_blocking={self.plain(blocking.value, call, lead)}"
+            self.report("NM320", call, call=self.short(call), fixed=f"{self.value_code(call)}.to({target}{extra})")
+
+    def _target(self, index: ast.expr | None) -> str | None:
+        if index is None:
+            return self.string("neuron")
+        if index.__class__ is ast.Constant and index.value.__class__ is int:
+            return self.string(f"neuron:{self.tree.segment(index)}")
+        if index.__class__ is ast.Name or (index.__class__ is ast.Constant and (
+                index.value is None or index.value.__class__ is bool)):  # `True` and `None` are names to LibCST
+            name = index.id if index.__class__ is ast.Name else repr(index.value)
+            return f"{self.torch()}.device({self.string('neuron')}, {name})"
+        return None
+
+    def _between(self, start: tuple[int, int], end: tuple[int, int]) -> str:
+        """The source text between two places (line, UTF-8 offset) of the file."""
+        lines = self.tree._lines()
+        first, last = start[0] - 1, end[0] - 1
+        a, b = self.tree.column(start[0], start[1]), self.tree.column(end[0], end[1])
+        if first == last:
+            return lines[first][a:b]
+        return lines[first][a:] + "".join(lines[first + 1:last]) + lines[last][:b]
+
+    # TorchCudaApi: `torch.cuda.<f>` -> `torch.neuron.<f>` where TorchNeuron has the namesake; a finding otherwise
+    def torch_cuda_api(self) -> None:
+        from neuron_migrate.rules.cuda import CUDA_AUTOCAST, NEURON_NAMESAKES
+
+        tree = self.tree
+        chained = {id(a.value) for a in tree.attributes}  # a part of a longer chain: not a reference of its own
+        calls = {id(c.func): c for c in tree.calls}
+        project = self.settings.project
+        patched = project.cuda_patched if project is not None else ()
+        for node in tree.attributes:
+            if id(node) in chained:
+                continue
+            qual = self.qualname(node, "torch.cuda.")
+            if qual is None or not qual.startswith("torch.cuda.") or qual in CUDA_AUTOCAST:
+                continue
+            if node.ctx.__class__ is not ast.Load:
+                raise Unsure("a torch.cuda name bound or deleted")
+            name = qual[len("torch.cuda."):]
+            if name.split(".")[0] in patched:
+                continue  # the program redefines it: its own function stays
+            spelled = ".".join(_dotted(node))
+            if tree.segment(node) != spelled:
+                raise Unsure("a dotted name written with spaces, lines or parentheses")
+            if name in NEURON_NAMESAKES:
+                if name == "set_device":
+                    call = calls.get(id(node))
+                    if call is not None and len(call.args) == 1 and not call.keywords and (
+                            call.args[0].__class__ is ast.Name or (call.args[0].__class__ is ast.BinOp
+                                                                   and call.args[0].op.__class__ is ast.Mod)):
+                        raise Unsure("the device of a global rank")  # TorchCudaApi._global_rank_index
+                self.report("NM322", node, name=spelled, fixed=f"{self.torch()}.neuron.{name}")
+            else:
+                self.report("NM323", node, name=spelled, qualname="" if spelled == qual else f" (`{qual}`)")
+
+
+def _may_patch(text: str, walked: notes._Tree) -> bool:
+    """`patches.may_patch`: an assignment to an attribute of a name the module imports, or a setattr call."""
+    from neuron_migrate.engine.patches import MAY_PATCH
+
+    for match in MAY_PATCH.finditer(text):
+        head = match.group(1)
+        if head is None or any(b.kind == "import" for b in walked.module.get(head, ())):
+            return True
+    return False
+
+
+_RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api"}
+
+
+def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: dict | None = None) \
+        -> list[Finding] | None:
+    """The findings of a `check` of the file from the `rules` the pre-filters left, or None where the LibCST pass
+    must decide (see the module docstring). `made`: what the passes over one file share (python.Shared)."""
+    if not rules or any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
+        return None
+    try:
+        walked = notes.walk(tree, text, made)
+        if any(notes._legacy_import(node, paths.XLA_PACKAGES) for node in walked.imports):
+            return None  # a legacy import: XLA may be optional, and the fix pass reports on it
+        from neuron_migrate.engine.facts import NEURON_DEVICE_USE
+
+        if NEURON_DEVICE_USE.search(text) or _may_patch(text, walked):
+            return None
+        if any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values() for q in quals):
+            return None
+        from neuron_migrate.rules.target import ACCELERATOR
+
+        if settings.device_style == ACCELERATOR:
+            return None  # the portable style's spellings define a device variable
+        decisions = _Decisions(path, walked, tree, settings)
+        if not decisions.moving() or paths._two_devices(text):
+            return []  # the CUDA family reports nothing: a GPU program's code, or a CUDA path on purpose
+        if not walked.tests_nothing():
+            return None
+        for rule in rules:
+            getattr(decisions, _RULES[rule.__name__])()
+    except Unsure:
+        return None
+    except Exception:
+        if STRICT:
+            raise  # the test suite's setting: a failure here is a bug to see
+        return None  # the LibCST pass decides, as it did before this shortcut
+    codes = frozenset(c for r in rules for c in r.codes)
+    return notes._findings(path, walked, decisions.found, settings, codes)

@@ -1,0 +1,322 @@
+"""A CUDA helper's leftovers decided on Python's tree (engine/treecheck.py) are the LibCST pass's.
+
+The LibCST pass is the oracle: every fixture and example, and the cases below, give the same findings (line,
+column, end, code, message, fixable, held back) with the decision on Python's tree on and off: as a module a moving
+program reaches, as a file of its own, and in the portable device style. Each case also says whether Python's
+tree decides it or hands it back, so that both ways are known to be taken.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
+
+from neuron_migrate.engine import python as engine
+from neuron_migrate.engine import treecheck
+from neuron_migrate.engine.sources import SourceError
+from neuron_migrate.files.notebook import process_notebook
+from neuron_migrate.project_facts import FileProject
+from neuron_migrate.settings import Settings
+from tests.helpers import FIXTURES, ROOT
+
+HELPER = FileProject(target="trn2", moving="train.py", imported_by="train.py")
+SETTINGS = {
+    "helper": Settings(project=HELPER),
+    "alone": Settings(),
+    "portable": Settings(project=HELPER, device_style="accelerator"),
+    "patched": Settings(project=FileProject(target="trn2", moving="train.py", imported_by="train.py",
+                                            cuda_patched=("set_device",))),
+}
+FILES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith(".expected.py")) \
+    + sorted((ROOT / "examples").rglob("*.py"))
+NOTEBOOKS = sorted(p for p in [*FIXTURES.rglob("*.ipynb"), *(ROOT / "examples").rglob("*.ipynb")]
+                   if ".expected" not in p.name)
+
+
+def _check(path: str, data: bytes, settings: Settings, on: bool, monkeypatch) -> tuple[list | str, bool]:
+    """(the findings of a `check` of the file, whether Python's tree decided them)."""
+    decided = []
+
+    def spy(*args, **kwargs):
+        found = decide(*args, **kwargs) if on else None
+        decided.append(found is not None)
+        return found
+
+    decide = treecheck.decide
+    with monkeypatch.context() as m:
+        m.setattr(engine, "decide_on_tree", spy)
+        m.setattr(engine, "STRICT", False)  # a rule that fails on the way is isolated, as users run it
+        try:
+            result = process_notebook(path, data, settings, False) if path.endswith(".ipynb") else \
+                engine.process_python(path, data, settings, False)
+            found = [(f.line, f.col, f.end_line, f.end_col, f.code, f.message, f.fixable, f.held_back, f.cell,
+                      f.status) for f in result.findings]
+        except SourceError as exc:
+            found = f"error: {exc}"
+    return found, any(decided)
+
+
+def _same(path: str, data: bytes, settings: Settings, monkeypatch) -> tuple[list | str, bool]:
+    on, decided = _check(path, data, settings, True, monkeypatch)
+    off, _ = _check(path, data, settings, False, monkeypatch)
+    assert on == off, (path, settings.device_style, settings.project)
+    return on, decided
+
+
+def test_fixtures_and_examples_give_the_same_findings_on_either_tree(monkeypatch):
+    decided = 0
+    for path in FILES:
+        data = path.read_bytes()
+        for settings in SETTINGS.values():
+            found, on_tree = _same(str(path), data, settings, monkeypatch)
+            decided += on_tree and bool(found) and not isinstance(found, str)
+    assert decided >= 5, decided  # Python's tree decides real findings
+
+
+def test_notebooks_give_the_same_findings_on_either_tree(monkeypatch):
+    for path in NOTEBOOKS:
+        for settings in SETTINGS.values():
+            _same(str(path), path.read_bytes(), settings, monkeypatch)
+
+
+def _case(source: str, which: str = "helper", monkeypatch=None, path: str = "utils.py"):
+    return _same(path, textwrap.dedent(source).encode("utf-8"), SETTINGS[which], monkeypatch)
+
+
+DECIDED = {
+    "tensors and modules moved to the GPU": ("""\
+        import torch
+
+        def get_batch(data, model):
+            images = data[0].cuda()
+            labels = data[1].cuda(non_blocking=True)
+            model.cuda(0)
+            return images, labels
+        """, ["NM320", "NM320", "NM320"]),
+    "a device index by name, torch imported under another name": ("""\
+        import torch as th
+
+        def place(x, rank):
+            return x.cuda(rank), x.cuda(device=True)
+        """, ["NM320", "NM320"]),
+    "the torch.cuda API, with and without a namesake": ("""\
+        import torch
+
+        def sync():
+            torch.cuda.synchronize()
+            print(torch.cuda.memory_allocated() / 1e6)
+            state = torch.cuda.get_rng_state_all()
+            torch.cuda.set_device(0)
+        """, ["NM322", "NM322", "NM323", "NM322"]),
+    "a name the program patches stays": ("""\
+        import torch
+
+        torch.cuda.set_device(1)
+        torch.cuda.synchronize()
+        """, ["NM322"]),
+    "the file's quote style": ("""\
+        import torch
+        names = ['a', 'b', 'c']
+        x = y.cuda(); z = w.cuda(1)
+        """, ["NM320", "NM320"]),
+    "calls that only look alike": ("""\
+        import torch
+        import mylib
+
+        a = torch.cuda(x)
+        b = mylib.cuda()
+        c = x.cuda(args.local_rank)
+        d = x.cuda(0, 1)
+        e = x.cuda(*devices)
+        f = x.cuda(stream=s)
+        g = cuda()
+        """, []),
+    "windows line ends": ("import torch\r\n\r\nx = y.cuda()\r\ntorch.cuda.empty_cache()\r\n", ["NM320", "NM322"]),
+    "values in parentheses and over several lines (LibCST leaves out the block's indentation)": ("""\
+        import torch
+
+        def gather(data, keys, mask):
+            flat = torch.cat(
+                [data[key] for key in keys],
+              dim=0).cuda()
+            query_mask = (mask < 0.5).cuda()
+            other = ( mask
+                      + 1 ).cuda()
+            model = torch.nn.DataParallel(model.cuda())
+            fused = (
+                Softmax(
+                    scale=None,
+                )
+                .cuda()
+                .half()
+            )
+            return flat
+        """, ["NM320"] * 5),
+    "reports inside reports": ("""\
+        import torch
+        x = torch.cuda.current_stream().cuda()
+        y = f(a.cuda(), b.cuda(1)).cuda(non_blocking=True)
+        """, ["NM320", "NM322", "NM320", "NM320", "NM320"]),
+    "wide characters before the call": ("""\
+        import torch
+        label = "modèle"; x = y.cuda()
+        """, ["NM320"]),
+    "a GPU benchmark beside the XLA device (two devices: nothing)": ("""\
+        import torch
+        b = torch.randn(4).to(xla_device())
+        c = b.cpu().cuda()
+        """, []),
+}
+
+HANDED_BACK = {
+    "in parentheses": ("""\
+        import torch
+        x = (y.cuda())
+        """, ["NM320"]),
+    "a value in parentheses": ("""\
+        import torch
+        y = z.cuda(non_blocking=(True))
+        """, ["NM320"]),
+    "a CUDA test": ("""\
+        import torch
+        if torch.cuda.is_available():
+            x = y.cuda()
+        """, []),
+    "a device string compared": ("""\
+        import torch
+        if args.device == "cuda":
+            x = y.cuda()
+        """, []),
+    "another rule to run": ("""\
+        import torch
+        with torch.cuda.amp.autocast():
+            x = y.cuda()
+        """, ["NM320", "NM402"]),
+    "a legacy import": ("""\
+        import torch
+        import torch_neuronx
+        x = y.cuda()
+        """, ["NM320"]),
+    "the neuron device used": ("""\
+        import torch
+        x = y.to("neuron")
+        z = w.cuda()
+        """, ["NM320"]),
+    "torch.cuda imported by name": ("""\
+        from torch.cuda import synchronize
+        synchronize()
+        """, ["NM322"]),
+    "torch bound in a function too": ("""\
+        import torch
+
+        def run(torch):
+            torch.cuda.synchronize()
+        """, []),
+    "a dotted name across lines": ("""\
+        import torch
+        torch.cuda . synchronize()
+        """, ["NM322"]),
+    "a global rank's device": ("""\
+        import torch
+        torch.cuda.set_device(args.rank % torch.cuda.device_count())
+        """, ["NM322"]),
+    "a string over several lines in the value": ('''\
+        import torch
+
+        def gather(data, keys):
+            return torch.tensor(f(
+                """a
+                b""")).cuda()
+        ''', ["NM320"]),
+    "a monkeypatch": ("""\
+        import torch
+        torch.cuda.synchronize = lambda: None
+        x = y.cuda()
+        """, ["NM320"]),
+    "a string in an f-string's braces (the quote style)": ("""\
+        import torch
+        label = f"{d['key']}"
+        x = y.cuda()
+        """, ["NM320"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DECIDED))
+def test_python_tree_decides_the_common_forms(name, monkeypatch):
+    source, codes = DECIDED[name]
+    which = "patched" if "patches" in name else "helper"
+    found, decided = _case(source, which, monkeypatch=monkeypatch)
+    assert decided, name
+    assert [f[4] for f in found] == codes
+
+
+@pytest.mark.parametrize("name", sorted(HANDED_BACK))
+def test_what_python_tree_cannot_be_sure_of_goes_to_libcst(name, monkeypatch):
+    source, codes = HANDED_BACK[name]
+    found, decided = _case(source, monkeypatch=monkeypatch)
+    assert not decided, name
+    assert sorted(f[4] for f in found) == codes
+
+
+def test_a_file_no_moving_program_reaches_reports_nothing_on_either_tree(monkeypatch):
+    source = DECIDED["tensors and modules moved to the GPU"][0]
+    assert _case(source, "alone", monkeypatch=monkeypatch)[0] == []
+
+
+def test_the_portable_style_goes_to_libcst(monkeypatch):
+    found, decided = _case(DECIDED["tensors and modules moved to the GPU"][0], "portable", monkeypatch=monkeypatch)
+    assert not decided
+    assert [f[4] for f in found] == ["NM320"] * 3
+
+
+def test_messages_quote_the_code_as_written(monkeypatch):
+    found, decided = _case("""\
+        import torch
+        names = ['a', 'b']
+        batch = data['text'].long().cuda(non_blocking = True)
+        """, monkeypatch=monkeypatch)
+    assert decided
+    assert "`data['text'].long().to('neuron', non_blocking=True)`" in found[0][5]
+
+
+# -- generated helpers: the pieces above and their look-alikes, in any order and nesting -----------------------
+PIECES = [
+    "x = y.cuda()", "x = y.cuda(1)", "x = y.cuda(dev)", "x = y.cuda(device=2, non_blocking=True)",
+    "x = (y.cuda())", "x = (a + b).cuda()", "x = y.cuda(0x1)", "x = y.cuda(True)", "x = y.cuda(args.rank)",
+    "torch.cuda.synchronize()", "n = torch.cuda.device_count()", "torch.cuda.set_device(local_rank)",
+    "torch.cuda.set_device(rank % 8)", "torch.cuda.set_device(2)", "s = torch.cuda.Stream()",
+    "m = torch.cuda.max_memory_allocated", "g = torch.cuda.get_rng_state_all()", "torch.cuda.foo.bar = 1",
+    "torch.cuda.manual_seed(1)", "with torch.cuda.amp.autocast(): pass", "label = 'text'", 'label = "text"',
+    "if torch.cuda.is_available(): z = w.cuda()", "import torch_neuronx", "import torch as th",
+    "from torch import cuda", "del torch.cuda.x", "a, torch.cuda.y = 1, 2", "q = f\"{d['k']}\"",
+    "torch.nn.Module.cuda(model)", "model = model.cuda() if gpu else model", "setattr(torch, 'x', 1)",
+    "v = y.to('neuron')", "e = {'cuda': y.cuda()}", "x = torch.cat(\n    [a, b]).cuda()",
+    "y = f(\n    z.cuda(),\n    w.cuda(non_blocking=\n        True))", "torch.cuda.synchronize(\n)",
+    "print(torch.cuda.memory_allocated() / 2)", "models = [\n    m.cuda(),\n    (n.cuda()),\n]",
+    "x = (\n    a  # note\n    + b\n).cuda()", "x = (a +\n  \n        b).cuda()", "x = ((a)\n ).cuda()",
+    "if(y.cuda()): pass", "x = f((y.cuda()))", "x = (\n    f(y)\n    .cuda()\n    .half()\n)",
+    "x = [a.cuda() for a in b]", "x = f(a.cuda()).cuda()", "x = torch.cuda.current_stream(y.cuda()).cuda()", "x = y.cuda() \\\n    .half()", "x = \\\n    y.cuda()",
+]
+WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
+            "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]
+
+
+@hypothesis_settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(st.tuples(st.sampled_from(PIECES), st.sampled_from(WRAPPERS)), min_size=1, max_size=6),
+       which=st.sampled_from(sorted(SETTINGS)))
+def test_generated_helpers_give_the_same_findings_on_either_tree(parts, which, monkeypatch):
+    lines = ["import torch"]
+    for piece, wrapper in parts:
+        if wrapper.startswith("lam"):
+            if "=" in piece.replace("==", "") or ":" in piece or piece.startswith(("import", "from", "del")):
+                wrapper = "{}"
+        indent = wrapper[wrapper.rfind("\n") + 1:wrapper.find("{}")] if "\n" in wrapper else ""
+        lines.append(wrapper.format(piece.replace("\n", "\n" + indent)))
+    source = "\n".join(lines) + "\n"
+    try:
+        compile(source, "<generated>", "exec")
+    except SyntaxError:
+        return
+    _same("utils.py", source.encode("utf-8"), SETTINGS[which], monkeypatch)
