@@ -138,6 +138,18 @@ class _Decisions:
             self._quote = "'" if tally[0] > tally[1] else '"'
         return f"{self._quote}{value}{self._quote}"
 
+    def target(self):
+        """The file's spellings of the target device (`rules.target.Target`), which ask this object what they ask
+        of a FileContext: the settings, the name of torch and the file's quotes."""
+        from neuron_migrate.rules.target import Target
+
+        return Target(self)
+
+    def module_ref(self, module: str, alias: str | None = None, scope=None) -> str:
+        if module != "torch" or alias is not None or scope is not None:
+            raise Unsure(f"a reference to {module}")
+        return self.torch()
+
     def torch(self) -> str:
         """`ctx.module_ref("torch")`: the one name the module scope binds to torch, bound nowhere else."""
         if self._torch is None:
@@ -218,8 +230,7 @@ class _Decisions:
             return self.string(f"neuron:{self.tree.segment(index)}")
         if index.__class__ is ast.Name or (index.__class__ is ast.Constant and (
                 index.value is None or index.value.__class__ is bool)):  # `True` and `None` are names to LibCST
-            name = index.id if index.__class__ is ast.Name else repr(index.value)
-            return f"{self.torch()}.device({self.string('neuron')}, {name})"
+            return self.target().device(index.id if index.__class__ is ast.Name else repr(index.value))
         return None
 
     def _between(self, start: tuple[int, int], end: tuple[int, int]) -> str:
@@ -261,7 +272,7 @@ class _Decisions:
                             call.args[0].__class__ is ast.Name or (call.args[0].__class__ is ast.BinOp
                                                                    and call.args[0].op.__class__ is ast.Mod)):
                         raise Unsure("the device of a global rank")  # TorchCudaApi._global_rank_index
-                self.report("NM322", node, name=spelled, fixed=f"{self.torch()}.neuron.{name}")
+                self.report("NM322", node, name=spelled, fixed=self.target().device_module(name))
             else:
                 self.report("NM323", node, name=spelled, qualname="" if spelled == qual else f" (`{qual}`)")
 
