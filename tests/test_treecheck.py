@@ -8,6 +8,7 @@ tree decides it or hands it back, so that both ways are known to be taken.
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -320,3 +321,73 @@ def test_generated_helpers_give_the_same_findings_on_either_tree(parts, which, m
     except SyntaxError:
         return
     _same("utils.py", source.encode("utf-8"), SETTINGS[which], monkeypatch)
+
+
+PROGRAM = {
+    "train.py": """\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        from utils import get_batch, report
+
+
+        def main():
+            device = xm.xla_device()
+            model = torch.nn.Linear(4, 4).to(device)
+            for batch in range(3):
+                images, labels = get_batch([torch.rand(4), torch.rand(4)], model)
+                xm.mark_step()
+            report()
+
+
+        if __name__ == "__main__":
+            main()
+        """,
+    "utils.py": """\
+        import torch
+
+
+        def get_batch(data, model):
+            images = data[0].cuda()
+            labels = data[1].cuda(non_blocking=True)
+            return images, labels
+
+
+        def report():
+            torch.cuda.synchronize()
+            print(torch.cuda.max_memory_allocated() / 1e6)
+        """,
+}
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_program_s_cuda_helper_is_decided_on_python_s_tree_with_the_same_report(output, tmp_path, monkeypatch):
+    """Through the command line: the project model tells the helper it moves with the program, Python's tree
+    decides it (the one file of the two) and the report is the LibCST pass's, byte for byte. A JSON report holds
+    each finding's fix, which a rewrite pass on LibCST's tree makes: there Python's tree decides nothing."""
+    from click.testing import CliRunner
+
+    from neuron_migrate.cli import main
+
+    for name, source in PROGRAM.items():
+        (tmp_path / name).write_text(textwrap.dedent(source))
+    decided: list[str] = []
+
+    def spy(path, *args, **kwargs):
+        found = decide(path, *args, **kwargs) if on else None
+        if found is not None:
+            decided.append(os.path.basename(path))
+        return found
+
+    decide = treecheck.decide
+    monkeypatch.setattr(engine, "decide_on_tree", spy)
+    monkeypatch.chdir(tmp_path)
+    reports = []
+    for on in (True, False):
+        result = CliRunner().invoke(main, ["check", "--no-cache", "-j", "1", "--format", output, "."],
+                                    catch_exceptions=False)
+        assert result.exit_code == 1, result.output
+        reports.append(result.stdout)
+    assert reports[0] == reports[1]
+    assert decided == (["utils.py"] if output == "text" else [])
+    assert reports[0].count("NM320") >= 2 and reports[0].count("NM322") >= 2
