@@ -231,6 +231,10 @@ HANDED_BACK = {
                 """a
                 b""")).cuda()
         ''', ["NM320"]),
+    "inside an f-string": ("""\
+        import torch
+        label = f"{y.cuda()} on {torch.cuda.device_count()} devices"
+        """, ["NM320"]),
     "a monkeypatch": ("""\
         import torch
         torch.cuda.synchronize = lambda: None
@@ -298,7 +302,7 @@ PIECES = [
     "print(torch.cuda.memory_allocated() / 2)", "models = [\n    m.cuda(),\n    (n.cuda()),\n]",
     "x = (\n    a  # note\n    + b\n).cuda()", "x = (a +\n  \n        b).cuda()", "x = ((a)\n ).cuda()",
     "if(y.cuda()): pass", "x = f((y.cuda()))", "x = (\n    f(y)\n    .cuda()\n    .half()\n)",
-    "x = [a.cuda() for a in b]", "x = f(a.cuda()).cuda()", "x = torch.cuda.current_stream(y.cuda()).cuda()", "x = y.cuda() \\\n    .half()", "x = \\\n    y.cuda()",
+    "x = [a.cuda() for a in b]", "x = f(a.cuda()).cuda()", "s = f\"{y.cuda()} {torch.cuda.device_count()}\"", "x = torch.cuda.current_stream(y.cuda()).cuda()", "x = y.cuda() \\\n    .half()", "x = \\\n    y.cuda()",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]

@@ -179,6 +179,8 @@ class _Tree:
     def _on_call(self, node, parent, where, handlers, statement, fstring) -> None:
         self.calls.append(node)
         self.statement[id(node)] = statement
+        if fstring:
+            self.in_fstring.add(id(node))
         func = node.func
         last = func.attr if func.__class__ is ast.Attribute else func.id if func.__class__ is ast.Name else None
         if last in paths.PACKAGE_PROBES and _dotted(func):
@@ -200,6 +202,8 @@ class _Tree:
     def _on_attribute(self, node, parent, where, handlers, statement, fstring) -> None:
         self.attributes.append(node)
         self.statement[id(node)] = statement
+        if fstring:
+            self.in_fstring.add(id(node))
         self.identifiers.add(node.attr)
         if node.attr in _TORCH_TEST_NAMES:
             self.torch_tests.append(node)

@@ -21,7 +21,7 @@ cannot be sure, for the LibCST pass to decide as before:
 - The names a decision resolves follow `notes._Tree.qualname` (bound in the module scope only, else unsure), or
   are bound by no import in any scope (then they stand for no import anywhere). No name is bound to `torch.cuda` or
   below (a name alone, or a definition's own name, could then be an API reference only LibCST's tree holds).
-- Each reported node stands alone (not in parentheses), and the code a message quotes is LibCST's code for its
+- Each reported node stands alone (not in parentheses, not inside an f-string), and the code a message quotes is LibCST's code for its
   node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`, `torch.cuda.current_stream().cuda()`):
   the LibCST pass applies such edits inside out, and no fix of the two rules can fail in `check`, which stops
   before rendering the fixed file.
@@ -57,6 +57,8 @@ class _Decisions:
         self._torch: str | None = None
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
+        if id(node) in self.tree.in_fstring:
+            raise Unsure("inside an f-string")  # where Python's places are its own before 3.12
         self.alone(node)
         self.found.append((code, node, fields, None))
 
