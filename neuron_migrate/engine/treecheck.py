@@ -40,7 +40,6 @@ from neuron_migrate.engine import lean, notes, paths
 from neuron_migrate.engine.notes import Unsure, _dotted
 from neuron_migrate.findings import Finding
 
-STRICT = notes.STRICT
 _LONE_CR = re.compile(r"\r(?!\n)")
 # words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
 _KEYWORDS = frozenset(keyword.kwlist) - {"True", "False", "None"} | {"match", "case", "type"}
@@ -299,20 +298,18 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
     must decide (see the module docstring). `made`: what the passes over one file share (python.Shared)."""
     if not rules or any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
         return None
-    try:
+
+    def run() -> list[Finding] | None:
         walked = notes.walk(tree, text, made)
         if any(notes._legacy_import(node, paths.XLA_PACKAGES) for node in walked.imports):
             return None  # a legacy import: XLA may be optional, and the fix pass reports on it
         from neuron_migrate.engine.facts import NEURON_DEVICE_USE
-
-        if NEURON_DEVICE_USE.search(text) or _may_patch(text, walked):
-            return None
-        if any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values() for q in quals):
-            return None
         from neuron_migrate.rules.target import ACCELERATOR
 
-        if settings.device_style == ACCELERATOR:
-            return None  # the portable style's spellings define a device variable
+        if NEURON_DEVICE_USE.search(text) or _may_patch(text, walked) or settings.device_style == ACCELERATOR:
+            return None  # (the portable style's spellings define a device variable)
+        if any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values() for q in quals):
+            return None
         decisions = _Decisions(path, walked, tree, settings)
         if not decisions.moving() or paths._two_devices(text):
             return []  # the CUDA family reports nothing: a GPU program's code, or a CUDA path on purpose
@@ -320,11 +317,7 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             return None
         for rule in rules:
             getattr(decisions, _RULES[rule.__name__])()
-    except Unsure:
-        return None
-    except Exception:
-        if STRICT:
-            raise  # the test suite's setting: a failure here is a bug to see
-        return None  # the LibCST pass decides, as it did before this shortcut
-    codes = frozenset(c for r in rules for c in r.codes)
-    return notes._findings(path, walked, decisions.found, settings, codes)
+        codes = frozenset(c for r in rules for c in r.codes)
+        return notes._findings(path, walked, decisions.found, settings, codes)
+
+    return notes.sure(run)
