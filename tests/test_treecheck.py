@@ -194,7 +194,7 @@ HANDED_BACK = {
         import torch
         with torch.cuda.amp.autocast():
             x = y.cuda()
-        """, ["NM320", "NM402"]),
+        """, ["NM402", "NM320"]),
     "a legacy import": ("""\
         import torch
         import torch_neuronx
@@ -248,21 +248,15 @@ HANDED_BACK = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(DECIDED))
-def test_python_tree_decides_the_common_forms(name, monkeypatch):
-    source, codes = DECIDED[name]
+@pytest.mark.parametrize("name, on_tree", [(name, True) for name in sorted(DECIDED)]
+                         + [(name, False) for name in sorted(HANDED_BACK)])
+def test_python_tree_decides_the_common_forms_and_hands_back_what_it_cannot_be_sure_of(name, on_tree, monkeypatch):
+    """The findings of each case, in the file's order, and which tree decided them."""
+    source, codes = (DECIDED if on_tree else HANDED_BACK)[name]
     which = "patched" if "patches" in name else "helper"
     found, decided = _case(source, which, monkeypatch=monkeypatch)
-    assert decided, name
+    assert decided == on_tree, name
     assert [f[4] for f in found] == codes
-
-
-@pytest.mark.parametrize("name", sorted(HANDED_BACK))
-def test_what_python_tree_cannot_be_sure_of_goes_to_libcst(name, monkeypatch):
-    source, codes = HANDED_BACK[name]
-    found, decided = _case(source, monkeypatch=monkeypatch)
-    assert not decided, name
-    assert sorted(f[4] for f in found) == codes
 
 
 def test_a_file_no_moving_program_reaches_reports_nothing_on_either_tree(monkeypatch):
@@ -302,7 +296,8 @@ PIECES = [
     "print(torch.cuda.memory_allocated() / 2)", "models = [\n    m.cuda(),\n    (n.cuda()),\n]",
     "x = (\n    a  # note\n    + b\n).cuda()", "x = (a +\n  \n        b).cuda()", "x = ((a)\n ).cuda()",
     "if(y.cuda()): pass", "x = f((y.cuda()))", "x = (\n    f(y)\n    .cuda()\n    .half()\n)",
-    "x = [a.cuda() for a in b]", "x = f(a.cuda()).cuda()", "s = f\"{y.cuda()} {torch.cuda.device_count()}\"", "x = torch.cuda.current_stream(y.cuda()).cuda()", "x = y.cuda() \\\n    .half()", "x = \\\n    y.cuda()",
+    "x = [a.cuda() for a in b]", "x = f(a.cuda()).cuda()", "s = f\"{y.cuda()} {torch.cuda.device_count()}\"",
+    "x = torch.cuda.current_stream(y.cuda()).cuda()", "x = y.cuda() \\\n    .half()", "x = \\\n    y.cuda()",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]

@@ -189,11 +189,16 @@ def _literal_in_braces(joined: ast.JoinedStr) -> bool:
 
 def segment(node: ast.expr, lines: list[str]) -> str:
     """The source text of an expression (ast's columns count UTF-8 bytes)."""
-    first, last = node.lineno - 1, node.end_lineno - 1
-    start, end = column(lines[first], node.col_offset), column(lines[last], node.end_col_offset)
+    return between(lines, (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset))
+
+
+def between(lines: list[str], start: tuple[int, int], end: tuple[int, int]) -> str:
+    """The source text from `start` to `end`, each a line (from 1) and a UTF-8 offset in it, as ast gives them."""
+    first, last = start[0] - 1, end[0] - 1
+    a, b = column(lines[first], start[1]), column(lines[last], end[1])
     if first == last:
-        return lines[first][start:end]
-    return lines[first][start:] + "".join(lines[first + 1:last]) + lines[last][:end]
+        return lines[first][a:b]
+    return lines[first][a:] + "".join(lines[first + 1:last]) + lines[last][:b]
 
 
 def column(line: str, offset: int) -> int:

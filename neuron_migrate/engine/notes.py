@@ -387,6 +387,11 @@ class _Tree:
         """The node's source text, as LibCST's code for it (the file's own line ends)."""
         return lean.segment(node, self._lines())
 
+    def short(self, node: ast.AST, limit: int = 60) -> str:
+        """`patterns.short`: the node's text on one line, cut at `limit` characters."""
+        text = " ".join(self.segment(node).split())
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 def _dotted(expr: ast.AST) -> list[str] | None:
     parts: list[str] = []
@@ -460,10 +465,6 @@ class _Notes:
         self.tree.alone(node)
         self.found.append((code, node, fields, offset))
 
-    def short(self, node: ast.AST, limit: int = 60) -> str:
-        text = " ".join(self.tree.segment(node).split())
-        return text if len(text) <= limit else text[: limit - 3] + "..."
-
     # NeuronxTrace: a trace call of the maintained XLA inference path
     def trace(self) -> None:
         from neuron_migrate.rules.inference import TRACE, TRACE_NOTE, maintained_fields
@@ -472,7 +473,8 @@ class _Notes:
             return
         for call in self.tree.calls:
             if self.tree.resolves_to(call.func, (TRACE,)) == TRACE:
-                self.report("NM510", call, call=self.short(call), what=TRACE_NOTE, **maintained_fields(self.settings))
+                self.report("NM510", call, call=self.tree.short(call), what=TRACE_NOTE,
+                            **maintained_fields(self.settings))
 
     # NeuronLibrary: optimum-neuron's inference classes
     def library(self) -> None:
@@ -526,7 +528,7 @@ class _Notes:
                 continue  # a name imported from the module was reported at its import
             what = NXD_TRACE.get(self.tree.resolves_to(call.func, NXD_TRACE) or "")
             if what is not None:
-                self.report("NM510", call, call=self.short(call), what=f"uses {what}", **fields)
+                self.report("NM510", call, call=self.tree.short(call), what=f"uses {what}", **fields)
         if nxdi:
             first = min(nxdi, key=_place)
             n = len(nxdi)
@@ -556,7 +558,7 @@ class _Notes:
                 candidates.append((node, f"from {node.module} import ...", IMPORT_VERB))
         for call in self.tree.calls:
             if self.tree.resolves_to(call.func, apis) in apis:
-                candidates.append((call, self.short(call), "is the torch-neuron API of"))
+                candidates.append((call, self.tree.short(call), "is the torch-neuron API of"))
         if candidates and self._inferentia1(apis, modules, last):
             node, subject, verb = min(candidates, key=lambda c: _place(c[0]))
             self.report("NM513", node, subject=subject, verb=verb)

@@ -18,6 +18,7 @@ the decision that caused it and marks it, like a fix that does not compile.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 import libcst as cst
 
@@ -33,11 +34,13 @@ class SelfCall(Exception):
 MAY_PATCH = re.compile(r"^[ \t]*([A-Za-z_]\w*)\.[\w.]*[ \t]*=(?!=)|\bsetattr\(", re.M)
 
 
-def may_patch(text: str, analysis: Analysis) -> bool:
-    """The cheap test first: an assignment to an attribute of a name the module imports, or a setattr call."""
+def may_patch(text: str, module_bindings: Mapping[str, Sequence]) -> bool:
+    """The cheap test first: an assignment to an attribute of a name the module imports, or a setattr call.
+    `module_bindings`: the module scope's bindings by name (of LibCST's analysis, or of Python's tree in
+    engine/notes.py), each with its `kind`."""
     for match in MAY_PATCH.finditer(text):
         head = match.group(1)
-        if head is None or any(b.kind == "import" for b in analysis.module_scope.bindings.get(head, ())):
+        if head is None or any(b.kind == "import" for b in module_bindings.get(head, ())):
             return True
     return False
 

@@ -384,7 +384,7 @@ def _fixed(ctx: FileContext, edits, renderer: Renderer, rewrite: bool, original:
     collapse_dead_arms(edits, analysis.parents)
     new_module = apply(module, edits, analysis.parents, made, origins)
     after = Analysis(new_module, reuse=analysis)
-    if edits and patches.may_patch(ctx.source.text, analysis):
+    if edits and patches.may_patch(ctx.source.text, analysis.module_scope.bindings):
         patches.self_calls(analysis, after)  # a patched function must not come to call itself
     unused = [b for b in imports.unused_bindings(after) if not _kept_import(ctx, b)]
     if unused and ctx.facts.paths.multi_backend:

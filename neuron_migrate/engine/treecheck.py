@@ -17,13 +17,13 @@ cannot be sure, for the LibCST pass to decide as before:
   multi-backend file, no neuron library and no neuron switch, so the code paths let the CUDA family act everywhere
   (`Paths.allows`) unless the file uses the XLA device and CUDA side by side (`paths._two_devices`: then nowhere).
   With no legacy import there is no NM190 / NM191 for the fix pass to add, and with no monkeypatching
-  (`patches.MAY_PATCH`) no fix can be refused for making a patched function call itself.
+  (`patches.may_patch`) no fix can be refused for making a patched function call itself.
 - The names a decision resolves follow `notes._Tree.qualname` (bound in the module scope only, else unsure), or
   are bound by no import in any scope (then they stand for no import anywhere). No name is bound to `torch.cuda` or
   below (a name alone, or a definition's own name, could then be an API reference only LibCST's tree holds).
-- Each reported node stands alone (not in parentheses, not inside an f-string), and the code a message quotes is LibCST's code for its
-  node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`, `torch.cuda.current_stream().cuda()`):
-  the LibCST pass applies such edits inside out, and no fix of the two rules can fail in `check`, which stops
+- Each reported node stands alone (not in parentheses, not inside an f-string), and the code a message quotes is
+  LibCST's code for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
+  `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of the two rules can fail in `check`, which stops
   before rendering the fixed file.
 
 `tests/test_treecheck.py` holds it to the LibCST pass on every fixture and example, as a helper of a moving program
@@ -37,10 +37,11 @@ import keyword
 import re
 
 from neuron_migrate.engine import lean, notes, paths
-from neuron_migrate.engine.notes import Unsure, _dotted
+from neuron_migrate.engine.facts import NEURON_DEVICE_USE
+from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
+from neuron_migrate.engine.patches import may_patch
 from neuron_migrate.findings import Finding
 
-_LONE_CR = re.compile(r"\r(?!\n)")
 # words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
 _KEYWORDS = frozenset(keyword.kwlist) - {"True", "False", "None"} | {"match", "case", "type"}
 _ATTRIBUTE_REST = re.compile(r"[ \t\f\r\n\\]*\.[ \t\f\r\n\\]*cuda")  # `<value> . cuda`, the value unparenthesized
@@ -107,10 +108,6 @@ class _Decisions:
             line += step
             at = len(lines[line].rstrip("\r\n")) if step < 0 and line >= 0 else 0
         return None
-
-    def short(self, node: ast.AST, limit: int = 60) -> str:
-        text = " ".join(self.tree.segment(node).split())
-        return text if len(text) <= limit else text[: limit - 3] + "..."
 
     # -- what the rules ask of the file ------------------------------------------------------------------------
     def moving(self) -> bool:
@@ -222,7 +219,8 @@ class _Decisions:
                 start = (blocking.lineno, blocking.col_offset)
                 lead = self._between(start, (blocking.value.lineno, blocking.value.col_offset))
                 extra = f", non_blocking={self.plain(blocking.value, call, lead)}"
-            self.report("NM320", call, call=self.short(call), fixed=f"{self.value_code(call)}.to({target}{extra})")
+            fixed = f"{self.value_code(call)}.to({target}{extra})"
+            self.report("NM320", call, call=self.tree.short(call), fixed=fixed)
 
     def _target(self, index: ast.expr | None) -> str | None:
         if index is None:
@@ -236,12 +234,7 @@ class _Decisions:
 
     def _between(self, start: tuple[int, int], end: tuple[int, int]) -> str:
         """The source text between two places (line, UTF-8 offset) of the file."""
-        lines = self.tree._lines()
-        first, last = start[0] - 1, end[0] - 1
-        a, b = self.tree.column(start[0], start[1]), self.tree.column(end[0], end[1])
-        if first == last:
-            return lines[first][a:b]
-        return lines[first][a:] + "".join(lines[first + 1:last]) + lines[last][:b]
+        return lean.between(self.tree._lines(), start, end)
 
     # TorchCudaApi: `torch.cuda.<f>` -> `torch.neuron.<f>` where TorchNeuron has the namesake; a finding otherwise
     def torch_cuda_api(self) -> None:
@@ -278,17 +271,6 @@ class _Decisions:
                 self.report("NM323", node, name=spelled, qualname="" if spelled == qual else f" (`{qual}`)")
 
 
-def _may_patch(text: str, walked: notes._Tree) -> bool:
-    """`patches.may_patch`: an assignment to an attribute of a name the module imports, or a setattr call."""
-    from neuron_migrate.engine.patches import MAY_PATCH
-
-    for match in MAY_PATCH.finditer(text):
-        head = match.group(1)
-        if head is None or any(b.kind == "import" for b in walked.module.get(head, ())):
-            return True
-    return False
-
-
 _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api"}
 
 
@@ -303,10 +285,9 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         walked = notes.walk(tree, text, made)
         if any(notes._legacy_import(node, paths.XLA_PACKAGES) for node in walked.imports):
             return None  # a legacy import: XLA may be optional, and the fix pass reports on it
-        from neuron_migrate.engine.facts import NEURON_DEVICE_USE
         from neuron_migrate.rules.target import ACCELERATOR
 
-        if NEURON_DEVICE_USE.search(text) or _may_patch(text, walked) or settings.device_style == ACCELERATOR:
+        if NEURON_DEVICE_USE.search(text) or may_patch(text, walked.module) or settings.device_style == ACCELERATOR:
             return None  # (the portable style's spellings define a device variable)
         if any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values() for q in quals):
             return None

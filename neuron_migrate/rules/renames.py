@@ -67,7 +67,7 @@ class Renamed(Rule):
         assignment goes: see `_patches_itself`)."""
         if self._patched is None:
             ctx = self.ctx
-            found = patches.assignments(ctx.analysis) if patches.may_patch(ctx.source.text, ctx.analysis) else []
+            found = patches.assignments(ctx.analysis) if patches.may_patch(ctx.source.text, ctx.analysis.module_scope.bindings) else []
             self._patched = {(name, ctx.qualname(value, scope)) for name, value, scope in found}
         return any(name in (row.neuron, row.accelerator) and value not in row.names for name, value in self._patched)
 
