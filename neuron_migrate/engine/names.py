@@ -556,31 +556,12 @@ def _is_stand_in(value: cst.BaseExpression) -> bool:
     )
 
 
-class Analysis:
-    """The scope table of one module, with name resolution."""
+class Resolver:
+    """Name resolution over a scope table (`scopes`, `module_scope`): what the LibCST analysis (`Analysis`) and
+    the one of Python's tree (engine/treenames.py) share. `_dotted` reads a name chain of the tree's own nodes."""
 
-    def __init__(self, module: cst.Module, wanted: Sequence[type] = (), record: bool = False,
-                 reuse: Analysis | None = None) -> None:
-        """`record`: remember what each top-level statement contributes, so that the analysis of an edited copy
-        of the module (`reuse=` this one) walks only the top-level statements the edits replaced."""
-        collector = Collector(wanted)
-        # no binding, read or scope is in a token
-        collector.collect(module, tokens=wants_tokens(wanted), record=record, reuse=reuse)
-        self.module = module
-        self.scopes = collector.scopes
-        self.module_scope = collector.module_scope
-        self.occurrences = collector.occurrences
-        self.contributions = collector.contributions
-        # what facts read instead of walking the module again (see Collector.strings); the statements `reuse`
-        # replayed add what it recorded of them, where it recorded
-        complete = reuse is None or reuse.strings is not None
-        self.strings = collector.strings if complete else None
-        self.attributes = collector.attributes if complete else None
-        self.attribute_assignments = collector.attribute_assignments if complete else None
-        self.setattr_names = collector.setattr_names if complete else None
-        self._bound: dict[tuple[str, Scope], str | None] = {}  # binding_of, once the tables are complete
-        # every node's parent (None for the module); below reused statements, the parents `reuse` found
-        self.parents = ChainMap(collector.parents, reuse.parents) if reuse is not None else collector.parents
+    _dotted = staticmethod(dotted)
+    _bound: dict[tuple[str, Scope], str | None]  # binding_of, once the tables are complete
 
     @staticmethod
     def lookup(name: str, scope: Scope) -> Scope | None:
@@ -607,7 +588,7 @@ class Analysis:
         return found
 
     def qualname(self, expr: cst.CSTNode, scope: Scope) -> str | None:
-        parts = dotted(expr)
+        parts = self._dotted(expr)
         if not parts:
             return None
         base = self.binding_of(parts[0], scope)
@@ -630,6 +611,32 @@ class Analysis:
             current = current.parent
         return None
 
+
+class Analysis(Resolver):
+    """The scope table of one module, with name resolution."""
+
+    def __init__(self, module: cst.Module, wanted: Sequence[type] = (), record: bool = False,
+                 reuse: Analysis | None = None) -> None:
+        """`record`: remember what each top-level statement contributes, so that the analysis of an edited copy
+        of the module (`reuse=` this one) walks only the top-level statements the edits replaced."""
+        collector = Collector(wanted)
+        # no binding, read or scope is in a token
+        collector.collect(module, tokens=wants_tokens(wanted), record=record, reuse=reuse)
+        self.module = module
+        self.scopes = collector.scopes
+        self.module_scope = collector.module_scope
+        self.occurrences = collector.occurrences
+        self.contributions = collector.contributions
+        # what facts read instead of walking the module again (see Collector.strings); the statements `reuse`
+        # replayed add what it recorded of them, where it recorded
+        complete = reuse is None or reuse.strings is not None
+        self.strings = collector.strings if complete else None
+        self.attributes = collector.attributes if complete else None
+        self.attribute_assignments = collector.attribute_assignments if complete else None
+        self.setattr_names = collector.setattr_names if complete else None
+        self._bound: dict[tuple[str, Scope], str | None] = {}  # binding_of, once the tables are complete
+        # every node's parent (None for the module); below reused statements, the parents `reuse` found
+        self.parents = ChainMap(collector.parents, reuse.parents) if reuse is not None else collector.parents
 
 def import_target(bindings: list[Binding]) -> str | None:
     imports = {b.qualname for b in bindings if b.kind == "import"}
