@@ -169,6 +169,17 @@ DECIDED = {
         b = torch.randn(4).to(xla_device())
         c = b.cpu().cuda()
         """, []),
+    "a CUDA test": ("""\
+        import torch
+        if torch.cuda.is_available():
+            x = y.cuda()
+        """, []),
+    "torch bound in a function too": ("""\
+        import torch
+
+        def run(torch):
+            torch.cuda.synchronize()
+        """, []),
 }
 
 HANDED_BACK = {
@@ -180,12 +191,7 @@ HANDED_BACK = {
         import torch
         y = z.cuda(non_blocking=(True))
         """, ["NM320"]),
-    "a CUDA test": ("""\
-        import torch
-        if torch.cuda.is_available():
-            x = y.cuda()
-        """, []),
-    "a device string compared": ("""\
+    "a device string compared (NM321 is LibCST's)": ("""\
         import torch
         if args.device == "cuda":
             x = y.cuda()
@@ -209,12 +215,6 @@ HANDED_BACK = {
         from torch.cuda import synchronize
         synchronize()
         """, ["NM322"]),
-    "torch bound in a function too": ("""\
-        import torch
-
-        def run(torch):
-            torch.cuda.synchronize()
-        """, []),
     "a dotted name across lines": ("""\
         import torch
         torch.cuda . synchronize()
@@ -298,6 +298,11 @@ PIECES = [
     "if(y.cuda()): pass", "x = f((y.cuda()))", "x = (\n    f(y)\n    .cuda()\n    .half()\n)",
     "x = [a.cuda() for a in b]", "x = f(a.cuda()).cuda()", "s = f\"{y.cuda()} {torch.cuda.device_count()}\"",
     "x = torch.cuda.current_stream(y.cuda()).cuda()", "x = y.cuda() \\\n    .half()", "x = \\\n    y.cuda()",
+    # backend tests and names bound in other scopes: the code paths and scopes of Python's tree decide them
+    "from accelerate.utils import is_torch_xla_available", "if is_torch_xla_available():\n    x = y.cuda()",
+    "if not is_torch_xla_available():\n    return y.cuda()", "if dev.type == 'xla':\n    z = w.cuda()",
+    "ok = torch.cuda.is_available() and y.cuda()", "HAS = is_torch_xla_available()", "if HAS:\n    y.cuda()",
+    "x = y.cuda() if torch.cuda.device_count() > 1 else y", "torch = load()", "import torch",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]

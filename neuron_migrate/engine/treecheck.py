@@ -12,19 +12,20 @@ cannot be sure, for the LibCST pass to decide as before:
 
 - Every rule left to run after the pre-filters is one of the two, and the file has no markers and no suppression
   comments (process_python asks only then), so nothing else can come out of the pass.
-- The file imports torch_xla and torch_neuronx nowhere and spells no use of the neuron device, and tests for no
-  backend (`notes._Tree.tests_nothing`): every statement is on the common path, XLA is not optional, the file is no
-  multi-backend file, no neuron library and no neuron switch, so the code paths let the CUDA family act everywhere
-  (`Paths.allows`) unless the file uses the XLA device and CUDA side by side (`paths._two_devices`: then nowhere).
-  With no legacy import there is no NM190 / NM191 for the fix pass to add, and with no monkeypatching
-  (`patches.may_patch`) no fix can be refused for making a patched function call itself.
-- The names a decision resolves follow `notes._Tree.qualname` (bound in the module scope only, else unsure), or
-  are bound by no import in any scope (then they stand for no import anywhere). No name is bound to `torch.cuda` or
-  below (a name alone, or a definition's own name, could then be an API reference only LibCST's tree holds).
+- The file imports torch_xla and torch_neuronx nowhere and spells no use of the neuron device: with no legacy import
+  there is no NM190 / NM191 for the fix pass to add, and the file is no neuron library and holds no neuron switch.
+  With no monkeypatching (`patches.may_patch`) no fix can be refused for making a patched function call itself.
+- The code paths are engine/paths.py's, built on Python's tree (engine/treepaths.py): a finding is reported where
+  they let the CUDA family act (`Paths.allows`), so a CUDA branch (`if torch.cuda.is_available():`) keeps its
+  code, and a file that tests for XLA reports only its XLA path's. A file that uses the XLA device and CUDA side
+  by side (`paths._two_devices`) reports nothing, nor does one no moving program reaches.
+- Names resolve through the scopes of Python's tree (engine/treenames.py), as the rules resolve them through
+  LibCST's; no name is bound to `torch.cuda` or below (a name alone, or a definition's own name, could then be an
+  API reference only LibCST's tree holds).
 - Each reported node stands alone (not in parentheses, not inside an f-string), and the code a message quotes is
   LibCST's code for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
-  `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of the two rules can fail in `check`, which stops
-  before rendering the fixed file.
+  `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of the two
+  rules can fail in `check`, which stops before rendering the fixed file.
 
 `tests/test_treecheck.py` holds it to the LibCST pass on every fixture and example, as a helper of a moving program
 and as a file of its own, and on generated files.
@@ -37,9 +38,13 @@ import keyword
 import re
 
 from neuron_migrate.engine import lean, notes, paths
-from neuron_migrate.engine.facts import NEURON_DEVICE_USE
+from neuron_migrate.engine.facts import MAIN_BLOCK, NEURON_DEVICE_USE
+from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
+from neuron_migrate.engine.paths import CUDA_LEFTOVER
 from neuron_migrate.engine.patches import may_patch
+from neuron_migrate.engine.treenames import TreeNames
+from neuron_migrate.engine.treepaths import TreePaths
 from neuron_migrate.findings import Finding
 
 # words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
@@ -52,11 +57,16 @@ class _Decisions:
 
     def __init__(self, path: str, tree: notes._Tree, module: ast.Module, settings) -> None:
         self.path, self.tree, self.module, self.settings = path, tree, module, settings
+        self.names: TreeNames | None = None  # the scopes and code paths, once the file moves
+        self.paths: TreePaths | None = None
+        self._scopes: dict[int, Scope] | None = None
         self.found: list[tuple[str, ast.AST, dict, None]] = []
         self._quote: str | None = None
         self._torch: str | None = None
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
+        if not self.paths.allows(CUDA_LEFTOVER, node):
+            return  # `ctx.report`: the code paths keep the family off this node (a CUDA branch, a file's XLA-less code)
         if id(node) in self.tree.in_fstring:
             raise Unsure("inside an f-string")  # where Python's places are its own before 3.12
         self.alone(node)
@@ -125,7 +135,12 @@ class _Decisions:
             return None
         if under is not None and not any(".".join([q, *parts[1:]]).startswith(under) for q in quals):
             return None
-        return self.tree.qualname(expr)
+        if self._scopes is None:
+            self._scopes = {id(node): scope for node, scope in self.names.names}
+        scope = self._scopes.get(id(expr))
+        if scope is None:
+            raise Unsure("a name outside the scope table")
+        return self.names.qualname(expr, scope)
 
     def string(self, value: str) -> str:
         """`ctx.string(value)` in the file's quotes (`facts.quote`, over the whole file)."""
@@ -294,7 +309,11 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         decisions = _Decisions(path, walked, tree, settings)
         if not decisions.moving() or paths._two_devices(text):
             return []  # the CUDA family reports nothing: a GPU program's code, or a CUDA path on purpose
-        if not walked.tests_nothing():
+        project = settings.project
+        decisions.names = TreeNames(tree, text)
+        decisions.paths = TreePaths(decisions.names, bool(project is not None and project.entry)
+                                    or MAIN_BLOCK.search(text) is not None)  # `facts.program`
+        if not decisions.paths.exact:
             return None
         for rule in rules:
             getattr(decisions, _RULES[rule.__name__])()
