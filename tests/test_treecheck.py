@@ -196,6 +196,11 @@ HANDED_BACK = {
         if args.device == "cuda":
             x = y.cuda()
         """, []),
+    "an identifier Python's parser reads otherwise": ("""\
+        import torch
+        \u00b5 = 1
+        x = y.cuda()
+        """, ["NM320"]),
     "another rule to run": ("""\
         import torch
         with torch.cuda.amp.autocast():

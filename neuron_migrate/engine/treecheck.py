@@ -43,7 +43,7 @@ from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
 from neuron_migrate.engine.paths import CUDA_LEFTOVER
 from neuron_migrate.engine.patches import may_patch
-from neuron_migrate.engine.treenames import TreeNames
+from neuron_migrate.engine.treenames import TreeNames, exact_identifiers
 from neuron_migrate.engine.treepaths import TreePaths
 from neuron_migrate.findings import Finding
 
@@ -57,15 +57,15 @@ class _Decisions:
 
     def __init__(self, path: str, tree: notes._Tree, module: ast.Module, settings) -> None:
         self.path, self.tree, self.module, self.settings = path, tree, module, settings
-        self.names: TreeNames | None = None  # the scopes and code paths, once the file moves
-        self.paths: TreePaths | None = None
+        self._names: TreeNames | None = None  # the scopes of Python's tree, made where they are needed
         self._scopes: dict[int, Scope] | None = None
+        self.paths: TreePaths | None = None  # the code paths, where the file tests for a backend
         self.found: list[tuple[str, ast.AST, dict, None]] = []
         self._quote: str | None = None
         self._torch: str | None = None
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
-        if not self.paths.allows(CUDA_LEFTOVER, node):
+        if self.paths is not None and not self.paths.allows(CUDA_LEFTOVER, node):
             return  # `ctx.report`: the code paths keep the family off this node (a CUDA branch, a file's XLA-less code)
         if id(node) in self.tree.in_fstring:
             raise Unsure("inside an f-string")  # where Python's places are its own before 3.12
@@ -135,12 +135,18 @@ class _Decisions:
             return None
         if under is not None and not any(".".join([q, *parts[1:]]).startswith(under) for q in quals):
             return None
+        try:
+            return self.tree.qualname(expr)  # the module scope's bindings, where no other scope binds the name
+        except Unsure:
+            pass
         if self._scopes is None:
-            self._scopes = {id(node): scope for node, scope in self.names.names}
-        scope = self._scopes.get(id(expr))
-        if scope is None:
-            raise Unsure("a name outside the scope table")
-        return self.names.qualname(expr, scope)
+            self._scopes = {id(node): scope for node, scope in self.names().names}
+        return self.names().qualname(expr, self._scopes[id(expr)])
+
+    def names(self) -> TreeNames:
+        if self._names is None:
+            self._names = TreeNames(self.module, self.tree.text)
+        return self._names
 
     def string(self, value: str) -> str:
         """`ctx.string(value)` in the file's quotes (`facts.quote`, over the whole file)."""
@@ -309,12 +315,14 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         decisions = _Decisions(path, walked, tree, settings)
         if not decisions.moving() or paths._two_devices(text):
             return []  # the CUDA family reports nothing: a GPU program's code, or a CUDA path on purpose
-        project = settings.project
-        decisions.names = TreeNames(tree, text)
-        decisions.paths = TreePaths(decisions.names, bool(project is not None and project.entry)
-                                    or MAIN_BLOCK.search(text) is not None)  # `facts.program`
-        if not decisions.paths.exact:
-            return None
+        if not exact_identifiers(text):
+            return None  # Python's tree holds an identifier as it normalized it, LibCST's as spelled
+        if not walked.tests_nothing():  # else every statement is on the common path, and the family acts there
+            project = settings.project
+            decisions.paths = TreePaths(decisions.names(), bool(project is not None and project.entry)
+                                        or MAIN_BLOCK.search(text) is not None)  # `facts.program`
+            if not decisions.paths.exact:
+                return None
         for rule in rules:
             getattr(decisions, _RULES[rule.__name__])()
         codes = frozenset(c for r in rules for c in r.codes)

@@ -56,6 +56,13 @@ def dotted(expr: ast.AST) -> list[str] | None:
     return None
 
 
+def exact_identifiers(text: str) -> bool:
+    """No word of the text is one Python's parser would read otherwise (NFKC: `µ` as `μ`): its tree holds the
+    identifiers as LibCST's does."""
+    return text.isascii() or not any(
+        unicodedata.normalize("NFKC", word) != word for word in _WORD.findall(text) if not word.isascii())
+
+
 class TreeNames(Resolver):
     """The scope table of one module's Python tree, with name resolution (see the module docstring)."""
 
@@ -71,8 +78,7 @@ class TreeNames(Resolver):
         self._lines: list[str] | None = None
         # False where Python's parser normalized an identifier of the text (NFKC: `µ` is read as `μ`), which
         # LibCST keeps as spelled: the names of the two tables may differ
-        self.exact = text.isascii() or not any(
-            unicodedata.normalize("NFKC", word) != word for word in _WORD.findall(text) if not word.isascii())
+        self.exact = exact_identifiers(text)
         self._walk(tree)
 
     def _open(self, kind: str, node: ast.AST, parent: Scope | None) -> Scope:
