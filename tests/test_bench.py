@@ -109,3 +109,24 @@ def test_the_stages_of_one_run_are_timed_on_a_copy(tmp_path, capsys):
         assert found["notebooks (their cells' stages above too)"].calls >= 1
         assert 0 < found["LibCST's parse"].seconds <= files.seconds
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+
+
+def test_the_two_trees_layers_are_timed_side_by_side(tmp_path, capsys):
+    """`python -m bench.trees`: both parsers and both sets of layers over the files both read, with the ratios;
+    a file LibCST cannot read is left out, and a folder with none is an error."""
+    from bench import trees
+
+    folder = tmp_path / "code"
+    shutil.copytree(ROOT / "examples" / "xla_mnist", folder)
+    (folder / "python2.py").write_text("print 'no'\n")
+    figures = trees.main([str(folder)])
+    printed = capsys.readouterr().out
+    assert f"{len(list((ROOT / 'examples' / 'xla_mnist').rglob('*.py')))} files of" in printed
+    assert "the layers alone" in printed and "parse included" in printed
+    assert all(seconds > 0 for seconds in figures.values())
+    assert figures["python"] >= figures["python_parse"] and figures["libcst"] >= figures["libcst_parse"]
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "legacy.py").write_text("print 'Python 2'\n")
+    with pytest.raises(SystemExit, match="no Python file"):
+        trees.main([str(old)])

@@ -41,6 +41,7 @@ _NESTING = frozenset({ast.If, ast.Try, ast.For, ast.AsyncFor, ast.While, ast.Wit
                       ast.Match})
 _READS = (ast.Load, ast.Del)
 _WORD = re.compile(r"\w+")
+_CHILDREN: dict[type, tuple[str, ...]] = {}  # child_fields, by node type
 
 
 def dotted(expr: ast.AST) -> list[str] | None:
@@ -54,6 +55,19 @@ def dotted(expr: ast.AST) -> list[str] | None:
         parts.reverse()
         return parts
     return None
+
+
+# the fields of a node that hold no node (names, operators, contexts, flags), and the nodes that hold none
+_LEAF_FIELDS = frozenset({"ctx", "op", "ops", "id", "attr", "arg", "conversion", "type_comment", "is_async", "simple",
+                          "module", "level", "asname", "kind", "type_ignores"})
+_LEAVES = frozenset({ast.Constant, ast.Name, ast.Global, ast.Nonlocal, ast.alias, ast.Pass, ast.Break, ast.Continue,
+                     ast.Import, ast.ImportFrom})
+
+
+def child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type of an expression or statement that may hold nodes: each holds a node, None, or a
+    list of nodes and Nones (a dict's `**` key), so a walk needs no type test of what it finds there."""
+    return () if kind in _LEAVES else tuple(f for f in kind._fields if f not in _LEAF_FIELDS)
 
 
 def exact_identifiers(text: str) -> bool:
@@ -93,7 +107,7 @@ class TreeNames(Resolver):
         module = self.module_scope
         stack: list[tuple] = [(s, module, 0, False) for s in reversed(tree.body)]
         pop, push, names = stack.pop, stack.append, self.names
-        AST, Name, Attribute = ast.AST, ast.Name, ast.Attribute
+        Name, Attribute, children_of = ast.Name, ast.Attribute, _CHILDREN
         while stack:
             node, scope, handlers, in_all = pop()
             if node is None:
@@ -125,12 +139,15 @@ class TreeNames(Resolver):
                 elif in_all and scope is module:
                     self._all_names(node)
                 continue
+            fields = children_of.get(kind)
+            if fields is None:
+                fields = children_of[kind] = child_fields(kind)
             children = []
-            for field in node._fields:
-                value = getattr(node, field, None)
+            for field in fields:
+                value = getattr(node, field)
                 if value.__class__ is list:
-                    children.extend((item, scope, handlers, in_all) for item in value if isinstance(item, AST))
-                elif isinstance(value, AST):
+                    children.extend((item, scope, handlers, in_all) for item in value if item is not None)
+                elif value is not None:
                     children.append((value, scope, handlers, in_all))
             stack.extend(reversed(children))
 

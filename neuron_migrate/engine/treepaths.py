@@ -36,14 +36,13 @@ from neuron_migrate.engine.names import Scope, import_target
 from neuron_migrate.engine.paths import (_ENUM_KINDS, _GUARD_EXCEPTIONS, _TORCH_TESTS, _TPU_TEXT, BACKENDS, COMMON,
                                          CUDA_LEFTOVER, FALLBACK, OTHER_PATHS, PACKAGE_PROBES, TPU, XLA, XLA_PACKAGES,
                                          XLA_QUERY, _helper_kind, _kind_of_string, _two_devices)
-from neuron_migrate.engine.treenames import TreeNames, dotted
+from neuron_migrate.engine.treenames import TreeNames, child_fields, dotted
 
 _TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
 _COMPOUND = (ast.If, ast.Try, ast.TryStar, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Match,
              ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-# what an expression's walk skips: contexts and operators hold nothing
-_LEAVES = (ast.expr_context, ast.boolop, ast.operator, ast.unaryop, ast.cmpop)
+_CHILDREN: dict[type, tuple[str, ...]] = {}  # child_fields, by node type
 _POSITIVE = (ast.Eq, ast.Is, ast.In)
 _NEGATIVE = (ast.NotEq, ast.IsNot, ast.NotIn)
 
@@ -351,12 +350,14 @@ class TreePaths:
                 stack.append((left, self._path.get(left, (p, b))[0], b))
                 stack.append((right_node, right, rb))
                 continue
-            for field in current._fields:
-                value = getattr(current, field, None)
+            fields = _CHILDREN.get(kind)
+            if fields is None:
+                fields = _CHILDREN[kind] = child_fields(kind)
+            for field in fields:
+                value = getattr(current, field)
                 if value.__class__ is list:
-                    stack.extend((item, p, b) for item in value
-                                 if isinstance(item, ast.AST) and not isinstance(item, _LEAVES))
-                elif isinstance(value, ast.AST) and not isinstance(value, _LEAVES):
+                    stack.extend((item, p, b) for item in value if item is not None)
+                elif value is not None:
                     stack.append((value, p, b))
 
     # -- tests -----------------------------------------------------------------------------------------------
