@@ -183,6 +183,9 @@ CASES = {
     "an elif chain on the neuron device in every arm": "import torch\ndef place(m, kind):\n    if kind == 1:\n"
                                                        "        return m.to('neuron')\n    elif kind == 2:\n"
                                                        "        return m.to('neuron')\n",
+    "a one-line arm, its test on the neuron device": "import torch\ndef place(m):\n"
+                                                     "    if m.device == torch.neuron.current_device(): m.cuda()\n"
+                                                     "    else: return m.to('neuron')\n",
     "a library that uses the neuron device in functions": "import torch\nDEFAULT = 1\n"
                                                            "def place(m):\n    return m.to('neuron')\n",
     "a module that uses it at module level": "import torch\nm = M().to('neuron')\ndef f():\n    return 1\n",
@@ -197,10 +200,12 @@ def test_written_cases_give_the_same_paths(text):
     assert compare(text) > 0
 
 
-def test_a_comment_spelling_the_neuron_device_makes_the_paths_inexact():
+def test_a_comment_spelling_the_neuron_device_or_a_continued_header_makes_the_paths_inexact():
     text = "import torch\n# m.to('neuron') in a comment\ndef place(m):\n    return m.to('neuron')\n"
     assert not TreePaths(TreeNames(ast.parse(text), text), False).exact
     assert compare(text) == 0
+    continued = "if x: \\\n    y = 1\n"  # a header continued over a line: its one-line block is not told by its text
+    assert not TreePaths(TreeNames(ast.parse(continued), continued), False).exact
     assert TreePaths(TreeNames(ast.parse(CASES["a switch to the neuron device"]),
                                CASES["a switch to the neuron device"]), False).exact
 

@@ -18,7 +18,8 @@ Where the two trees differ, the walk follows LibCST's:
   subject, a function's parameters or a class's bases.
 - `neuron_library` and the neuron switch read the code of whole statements and blocks, with the comments LibCST
   gives them. Where a comment spells a use of the neuron device, which statement owns it is LibCST's call:
-  `exact` is False there (and where `TreeNames.exact` is), and a caller decides on LibCST's tree instead.
+  `exact` is False there, where a block's header goes on over a line continuation (`if x: \\`) and where
+  `TreeNames.exact` is; a caller decides on LibCST's tree instead.
 
 The markers of multi-backend files (`Paths.hold`, `mark_branches`) are not here: a file whose decisions they take
 goes to LibCST. `tests/test_treepaths.py` holds `TreePaths` to `Paths` on every fixture and example, the standard
@@ -28,6 +29,7 @@ library sample, the ecosystem and generated modules: node by node and fact by fa
 from __future__ import annotations
 
 import ast
+import functools
 import re
 
 from neuron_migrate.engine import lean
@@ -43,6 +45,8 @@ _COMPOUND = (ast.If, ast.Try, ast.TryStar, ast.For, ast.AsyncFor, ast.While, ast
              ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _CHILDREN: dict[type, tuple[str, ...]] = {}  # child_fields, by node type
+# a block header continued onto the next line (`if x: \`): its one-line block is not told by the text before it
+_COLON_CONTINUED = re.compile(r":[ \t\f]*\\\r?\n")
 _POSITIVE = (ast.Eq, ast.Is, ast.In)
 _NEGATIVE = (ast.NotEq, ast.IsNot, ast.NotIn)
 
@@ -74,7 +78,7 @@ class TreePaths:
         self._continued: set[ast.If] = set()
         self._chains: dict[ast.BoolOp, _Chain] = {}
         self._parents: dict[ast.AST, ast.AST] | None = None
-        self.exact = names.exact and not _device_in_comment(self._lines)
+        self.exact = names.exact and not _device_in_comment(self._lines) and not _COLON_CONTINUED.search(self.text)
         tree = names.tree
         self._walk_block(tree.body, COMMON, None, names.module_scope, toplevel=True)
         self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds or self.conditional
@@ -579,7 +583,7 @@ class TreePaths:
         return False
 
     # -- the file's other answers -------------------------------------------------------------------------------
-    @property
+    @functools.cached_property
     def neuron_library(self) -> bool:
         if not NEURON_DEVICE_USE.search(self.text) or self._imports_xla() or self.program:
             return False
@@ -589,11 +593,16 @@ class TreePaths:
 
     def _code(self, body: list[ast.stmt], i: int, end: int | None = None) -> str:
         """The text of statements `i` to `end` (one past the last; `i + 1` when None) of a block, from the line after
-        the statement before them (their comments and blank lines) to the end of the last one's line."""
+        the statement before them (their comments and blank lines) to the end of the last one's line; a one-line
+        block's from its first statement on (its header is not its code)."""
         last = body[(i + 1 if end is None else end) - 1]
+        tail = "".join(self._lines[body[i].lineno:last.end_lineno])
+        if i == 0 and self._one_line(body):
+            line = self._lines[body[0].lineno - 1]
+            return line[lean.column(line, body[0].col_offset):] + tail
         first_line = body[i - 1].end_lineno + 1 if i else _first_line(body[i])
         first_line = min(first_line, _first_line(body[i]))
-        return "".join(self._lines[first_line - 1:last.end_lineno])
+        return "".join(self._lines[first_line - 1:body[i].lineno]) + tail
 
     def _neuron_switch(self) -> bool:
         if self._imports_xla() or not NEURON_DEVICE_USE.search(self.text):
