@@ -20,10 +20,9 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from neuron_migrate.engine import lean
 from neuron_migrate.engine.names import Analysis, Scope
-from neuron_migrate.engine.sources import SourceError, decode
 from neuron_migrate.engine.treenames import TreeNames
 from tests.helpers import FIXTURES, ROOT
-from tests.test_positions import stdlib_sample
+from tests.test_positions import readable, stdlib_sample
 
 FILES = sorted(FIXTURES.rglob("*.py")) + sorted((ROOT / "examples").rglob("*.py"))
 ECOSYSTEM = ROOT.parent / "shared" / "ecosystem"
@@ -127,42 +126,34 @@ def compare(text: str, where: str = "<text>") -> int:
     return len(tree_nodes)
 
 
-def _readable(path: Path) -> str | None:
-    try:
-        text = decode(path.read_bytes()).text
-        ast.parse(text)
-        cst.parse_module(text)
-    except (SourceError, SyntaxError, ValueError, cst.ParserSyntaxError, RecursionError):
-        return None
-    return text
-
-
-def _compare_files(paths: list[Path]) -> tuple[int, int]:
-    files = names = 0
+def compare_files(paths: list[Path], compare=compare) -> tuple[int, int]:
+    """(how many of the files were compared, how many nodes) with `compare` over the files both parsers read."""
+    files = nodes = 0
     for path in paths:
-        text = _readable(path)
+        text = readable(path)
         if text is not None:
-            names += compare(text, str(path))
-            files += 1
-    return files, names
+            compared = compare(text, str(path))
+            nodes += compared
+            files += compared > 0
+    return files, nodes
 
 
 # -- the files ------------------------------------------------------------------------------------------------------
 def test_fixtures_and_examples_give_the_same_table():
-    files, names = _compare_files(FILES)
+    files, names = compare_files(FILES)
     assert files >= 300 and names >= 20000, (files, names)
 
 
 @pytest.mark.slow
 def test_standard_library_sample_gives_the_same_table():
-    files, names = _compare_files(stdlib_sample())
+    files, names = compare_files(stdlib_sample())
     assert files >= 140, files
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not ECOSYSTEM.is_dir(), reason="the ecosystem's files are beside the checkout only")
 def test_ecosystem_gives_the_same_table():
-    files, _ = _compare_files(sorted(ECOSYSTEM.rglob("*.py")))
+    files, _ = compare_files(sorted(ECOSYSTEM.rglob("*.py")))
     assert files >= 300, files
 
 

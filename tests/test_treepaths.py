@@ -26,7 +26,7 @@ from neuron_migrate.engine.treenames import TreeNames
 from neuron_migrate.engine.treepaths import TreePaths
 from neuron_migrate.settings import Settings
 from tests.test_positions import stdlib_sample
-from tests.test_treenames import ECOSYSTEM, FILES, _readable
+from tests.test_treenames import ECOSYSTEM, FILES, compare_files
 
 FAMILIES = (P.XLA_REWRITE, P.XLA_QUERY, P.CUDA_LEFTOVER)
 
@@ -109,14 +109,7 @@ def compare(text: str, where: str = "<text>") -> int:
 
 
 def _compare_files(paths: list[Path]) -> tuple[int, int]:
-    files = nodes = 0
-    for path in paths:
-        text = _readable(path)
-        if text is not None:
-            compared = compare(text, str(path))
-            nodes += compared
-            files += compared > 0
-    return files, nodes
+    return compare_files(paths, compare)
 
 
 def test_fixtures_and_examples_give_the_same_paths():
