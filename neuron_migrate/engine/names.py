@@ -638,6 +638,7 @@ class Analysis(Resolver):
         # every node's parent (None for the module); below reused statements, the parents `reuse` found
         self.parents = ChainMap(collector.parents, reuse.parents) if reuse is not None else collector.parents
 
+
 def import_target(bindings: list[Binding]) -> str | None:
     imports = {b.qualname for b in bindings if b.kind == "import"}
     if len(imports) != 1:

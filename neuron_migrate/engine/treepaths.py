@@ -75,10 +75,10 @@ class TreePaths:
         self.unguarded = False
         self.conditional = False
         self.own_switch = False
-        self._continued: set[ast.If] = set()
         self._chains: dict[ast.BoolOp, _Chain] = {}
         self._parents: dict[ast.AST, ast.AST] | None = None
-        self.exact = names.exact and not _device_in_comment(self._lines) and not _COLON_CONTINUED.search(self.text)
+        self.exact = names.exact and not _device_in_comment(self.text, self._lines) \
+            and _COLON_CONTINUED.search(self.text) is None
         tree = names.tree
         self._walk_block(tree.body, COMMON, None, names.module_scope, toplevel=True)
         self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds or self.conditional
@@ -249,7 +249,6 @@ class TreePaths:
             self._walk_suite(node.orelse, orelse, else_branch, scope)
         if not node.orelse and _terminates(node.body) and orelse != path and not self._value_test(node.test):
             if orelse == XLA and path != XLA:
-                self._continued.add(node)
                 return orelse, node
             return orelse, branch
         return path, branch
@@ -676,8 +675,10 @@ def _first_line(statement: ast.stmt) -> int:
     return min([statement.lineno, *(d.lineno for d in decorators)])
 
 
-def _device_in_comment(lines: list[str]) -> bool:
+def _device_in_comment(text: str, lines: list[str]) -> bool:
     """A comment may spell a use of the neuron device (a `#` before the match on its line)."""
+    if NEURON_DEVICE_USE.search(text) is None:
+        return False
     for line in lines:
         if "#" in line:
             for match in NEURON_DEVICE_USE.finditer(line):
