@@ -21,6 +21,9 @@ The table is LibCST's, quirks and all, not Python's symbol table:
   a name (`True`, `False` and `None` are names to LibCST), a single string literal, an integer, an attribute or a
   call of a dotted name. A binding is conditional where an `if`, `try`, loop, `with` or `match` of its scope holds it.
 
+Python's parser normalizes identifiers (NFKC: `µ` is read as `μ`); LibCST keeps them as spelled. Where the text
+holds such a word, `exact` is False and a caller decides on LibCST's tree.
+
 `tests/test_treenames.py` holds the table to LibCST's on every fixture and example, a sample of the standard
 library and generated code: scope by scope, and the qualified name of every name and attribute.
 """
@@ -34,11 +37,10 @@ import unicodedata
 from neuron_migrate.engine import lean
 from neuron_migrate.engine.names import Binding, Resolver, Scope
 
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
-# the compound statements that make a binding inside them conditional (names.NESTING)
-_NESTING = frozenset({ast.If, ast.Try, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith,
-                      ast.Match})
+# the compound statements that make a binding inside them conditional (names.NESTING; `for` and `try: except*` are
+# walked by their own methods)
+_NESTING = frozenset({ast.If, ast.Try, ast.While, ast.With, ast.AsyncWith, ast.Match})
 _READS = (ast.Load, ast.Del)
 _WORD = re.compile(r"\w+")
 _CHILDREN: dict[type, tuple[str, ...]] = {}  # child_fields, by node type
