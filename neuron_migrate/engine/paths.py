@@ -32,8 +32,8 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact, imports_any
-from neuron_migrate.engine.names import Scope, dotted, dotted_str, import_target
+from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact
+from neuron_migrate.engine.names import Resolver, Scope, dotted, dotted_str, import_target
 from neuron_migrate.syntax.walk import KINDS, SYNTAX, children, field_order, node_kind, syntax_fields
 
 XLA, TPU, CUDA, MPS, XPU, OTHER, FALLBACK, COMMON = "xla", "tpu", "cuda", "mps", "xpu", "other", "fallback", "common"
@@ -139,12 +139,143 @@ def _bool(node: cst.CSTNode) -> bool | None:
     return None
 
 
-class Paths:
+class PathLogic:
+    """What the code paths decide the same way on either tree: `Paths` walks LibCST's, engine/treepaths.py's
+    `TreePaths` Python's. A subclass sets `resolver` (the scope table: names.Analysis or treenames.TreeNames) and
+    `program` (`facts.program`), and says how its import nodes read (`_imported`, `_from_import`,
+    `_relative_import`); the walk, the tests of its node types and the file-wide facts from its text are its own."""
+
+    resolver: Resolver
+    program: bool
+    kinds: set[str]
+    flags: dict[tuple[int, str], str]
+    functions: dict
+    detections: set
+    evaluated_on: dict
+    guarded_imports: set
+    unguarded: bool
+    conditional: bool
+    own_switch: bool
+
+    def _answer(self, text: str) -> None:
+        """The file-wide answers, once the walk is done (see the module docstring)."""
+        self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds or self.conditional
+                                                    or self._imports_xla_in_functions() or self._neuron_switch())
+        self.two_devices = _two_devices(text)
+        others = self.kinds & BACKENDS
+        self.multi_backend = self.xla_optional and (
+            TPU in self.kinds or len(others) >= 2 or self.own_switch or bool(_TPU_TEXT.search(text)))
+
+    def allows(self, acts_on: str, node) -> bool:
+        """Whether a finding of a family that acts on `acts_on` may act at `node` (report it, fix or mark it)."""
+        path = self.path_of(node)
+        if acts_on == CUDA_LEFTOVER:
+            if self.multi_backend or path in OTHER_PATHS or self.two_devices or self.neuron_library:
+                return False
+            return path == XLA or not self.xla_optional
+        if acts_on == XLA_QUERY:
+            return path not in OTHER_PATHS or self._evaluated_path(node) not in OTHER_PATHS
+        return path not in OTHER_PATHS
+
+    def _condition(self, test, path, branch, body, orelse, scope) -> None:
+        """The condition of a branch: on the tested backend's path when it tests another backend; marked as a
+        detection when it tests for XLA."""
+        tested = body if body != path else orelse if orelse != path else None
+        if tested in (XLA, FALLBACK) and (body == XLA or orelse == XLA):
+            self.detections.add(test)
+            self._expressions(test, path, branch, scope)
+        elif tested is not None and tested in OTHER_PATHS:
+            self._set(test, tested, None)
+            self.evaluated_on[test] = path
+            self._expressions(test, tested, None, scope)
+        else:
+            self._expressions(test, path, branch, scope)
+
+    def _branch(self, test, path: str, scope: Scope) -> tuple[str, str]:
+        """(the path of the code a test lets run, the path of its `else`)."""
+        found = self._test(test, scope)
+        if found is None:
+            return path, path
+        kind, positive = found
+        self.kinds.add(kind)
+        if path == TPU and kind == XLA:
+            return path, path  # an XLA test inside a TPU branch
+        other = FALLBACK if kind == XLA and path == COMMON else path
+        return (kind, other) if positive else (other, kind)
+
+    def _name_kind(self, expr, scope: Scope, called: bool = False) -> str | None:
+        analysis = self.resolver
+        qual = analysis.qualname(expr, scope)
+        if qual in _TORCH_TESTS:
+            return _TORCH_TESTS[qual]
+        parts = analysis._dotted(expr)
+        if not parts:
+            return None
+        if len(parts) > 1:
+            if qual is not None:
+                return _helper_kind(parts[-1]) if called or qual.split(".")[0] != "torch" else None
+            return None
+        name = parts[0]
+        owner = analysis.lookup(name, scope)
+        if owner is None:
+            return None
+        known = self.flags.get((id(owner), name))
+        if known is not None:
+            return known
+        bindings = owner.bindings[name]
+        target = import_target(bindings)
+        if target is not None and target.split(".")[0] in XLA_PACKAGES:
+            return XLA  # `xm` of a guarded import, tested: `if xm:`, `xm is not None`
+        for b in bindings:
+            if b.kind == "import" and b.alias is not None:
+                imported = self._imported(b.alias).split(".")[-1]
+                kind = _helper_kind(imported)
+                if kind == XLA and self._from_import(b.node) and (self._relative_import(b.node)
+                                                                   or imported.startswith("_")):
+                    # a library's own backend switch: accelerate's `from .utils import is_torch_xla_available`,
+                    # Lightning's private `_XLA_AVAILABLE`
+                    self.own_switch = True
+                return kind
+            if b.kind == "def" and b.node in self.functions:
+                return self.functions[b.node]
+            if b.kind == "def":
+                return _helper_kind(name)
+        return None
+
+    def _relative(self, parts: list[str] | None) -> bool:
+        """Whether the head of `parts` is bound by a relative import (the package's own names)."""
+        if not parts:
+            return False
+        owner = self.resolver.lookup(parts[0], self.resolver.module_scope)
+        return owner is not None and any(self._relative_import(b.node) for b in owner.bindings[parts[0]])
+
+    def _owner_key(self, name: str, scope: Scope) -> tuple[int, str]:
+        owner = self.resolver.module_scope if name in scope.globals else scope
+        return id(owner), name
+
+    @functools.cached_property
+    def _imports_xla(self) -> bool:
+        """The file imports torch_xla in some scope (a comment or docstring that names it does not count)."""
+        return any(b.kind == "import" and (b.qualname or "").split(".")[0] == "torch_xla"
+                   for scope in self.resolver.scopes for bindings in scope.bindings.values() for b in bindings)
+
+    def _imports_xla_in_functions(self) -> bool:
+        """A torch_xla import inside a function makes XLA optional (the module's other functions serve other
+        paths), except one in a program's function outside any branch: the program needs torch_xla there and moves
+        to neuron (`facts.moving_to_neuron`), and its CUDA code is a leftover, as with an import at module level."""
+        program = self.program
+        return any(b.kind == "import" and (b.qualname or "").split(".")[0] in XLA_PACKAGES
+                   and not (program and self._outside_branches(b.node))
+                   for s in self.resolver.scopes if s.kind == "function"
+                   for bindings in s.bindings.values() for b in bindings)
+
+
+class Paths(PathLogic):
     """The paths of one file (see the module docstring)."""
 
     def __init__(self, ctx) -> None:
         self.ctx = ctx
-        analysis = ctx.analysis
+        analysis = self.resolver = ctx.analysis
         self._scopes = {s.node: s for s in analysis.scopes if s.kind in ("function", "class", "module")}
         self._path: dict[cst.CSTNode, tuple[str, cst.CSTNode | None]] = {}  # node -> (path, XLA branch statement)
         self.detections: set[cst.CSTNode] = set()  # conditions that test for XLA (`xm is not None`, `HAS_XLA`)
@@ -162,12 +293,23 @@ class Paths:
         self.own_switch = False  # XLA is tested through the package's own helpers (a relative import)
         self._continued: set[cst.If] = set()  # `if not HAS_XLA: return`: the code after it is the XLA branch
         self._walk_block(analysis.module.body, COMMON, None, analysis.module_scope, toplevel=True)
-        self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds or self.conditional
-                                                    or self._imports_xla_in_functions() or self._neuron_switch())
-        self.two_devices = _two_devices(ctx.source.text)
-        others = self.kinds & BACKENDS
-        self.multi_backend = self.xla_optional and (
-            TPU in self.kinds or len(others) >= 2 or self.own_switch or bool(_TPU_TEXT.search(ctx.source.text)))
+        self._answer(ctx.source.text)
+
+    @property
+    def program(self) -> bool:
+        return self.ctx.facts.program
+
+    @staticmethod
+    def _imported(alias: cst.ImportAlias) -> str:
+        return dotted_str(alias.name) or ""
+
+    @staticmethod
+    def _from_import(node) -> bool:
+        return isinstance(node, cst.ImportFrom)
+
+    @staticmethod
+    def _relative_import(node) -> bool:
+        return isinstance(node, cst.ImportFrom) and bool(node.relative)
 
     # -- queries ---------------------------------------------------------------------------------------------
     def where(self, node: cst.CSTNode) -> tuple[str, cst.CSTNode | None]:
@@ -204,17 +346,6 @@ class Paths:
         owner = self.ctx.analysis.lookup(node.value, scope)
         return owner is not None and any(b.kind == "import" and b.node in self.guarded_imports
                                          for b in owner.bindings[node.value])
-
-    def allows(self, acts_on: str, node: cst.CSTNode) -> bool:
-        """Whether a finding of a family that acts on `acts_on` may act at `node` (report it, fix or mark it)."""
-        path = self.path_of(node)
-        if acts_on == CUDA_LEFTOVER:
-            if self.multi_backend or path in OTHER_PATHS or self.two_devices or self.neuron_library:
-                return False
-            return path == XLA or not self.xla_optional
-        if acts_on == XLA_QUERY:
-            return path not in OTHER_PATHS or self._evaluated_path(node) not in OTHER_PATHS
-        return path not in OTHER_PATHS
 
     def _evaluated_path(self, node: cst.CSTNode) -> str:
         """The path that evaluates the condition holding `node`, where `node` is in the condition of a branch for
@@ -365,20 +496,6 @@ class Paths:
             return orelse, branch
         return path, branch
 
-    def _condition(self, test, path, branch, body, orelse, scope) -> None:
-        """The condition of a branch: on the tested backend's path when it tests another backend; marked as a
-        detection when it tests for XLA."""
-        tested = body if body != path else orelse if orelse != path else None
-        if tested in (XLA, FALLBACK) and (body == XLA or orelse == XLA):
-            self.detections.add(test)
-            self._expressions(test, path, branch, scope)
-        elif tested is not None and tested in OTHER_PATHS:
-            self._set(test, tested, None)
-            self.evaluated_on[test] = path
-            self._expressions(test, tested, None, scope)
-        else:
-            self._expressions(test, path, branch, scope)
-
     def _try(self, node: cst.Try, path: str, branch, scope: Scope) -> None:
         guarded = any(_handler_guards(h) for h in node.handlers)
         xla_from = None
@@ -467,18 +584,6 @@ class Paths:
                         stack.append((item, p, b))
 
     # -- tests -----------------------------------------------------------------------------------------------
-    def _branch(self, test: cst.BaseExpression, path: str, scope: Scope) -> tuple[str, str]:
-        """(the path of the code a test lets run, the path of its `else`)."""
-        found = self._test(test, scope)
-        if found is None:
-            return path, path
-        kind, positive = found
-        self.kinds.add(kind)
-        if path == TPU and kind == XLA:
-            return path, path  # an XLA test inside a TPU branch
-        other = FALLBACK if kind == XLA and path == COMMON else path
-        return (kind, other) if positive else (other, kind)
-
     def _test(self, test: cst.BaseExpression, scope: Scope) -> tuple[str, bool] | None:
         """(the kind a condition tests for, True when it holds where that kind is in use) or None."""
         if type(test) is cst.UnaryOperation and type(test.operator) is cst.Not:
@@ -545,14 +650,6 @@ class Paths:
             return kind
         return None
 
-    def _relative(self, parts: list[str] | None) -> bool:
-        """Whether the head of `parts` is bound by a relative import (the package's own names)."""
-        if not parts:
-            return False
-        owner = self.ctx.analysis.lookup(parts[0], self.ctx.analysis.module_scope)
-        return owner is not None and any(isinstance(b.node, cst.ImportFrom) and b.node.relative
-                                         for b in owner.bindings[parts[0]])
-
     def _call(self, call: cst.Call, scope: Scope) -> tuple[str, bool] | None:
         probe = self._probe(call, scope)
         if probe is not None:
@@ -578,49 +675,7 @@ class Paths:
                 return XLA
         return None
 
-    def _name_kind(self, expr: cst.CSTNode, scope: Scope, called: bool = False) -> str | None:
-        analysis = self.ctx.analysis
-        qual = analysis.qualname(expr, scope)
-        if qual in _TORCH_TESTS:
-            return _TORCH_TESTS[qual]
-        parts = dotted(expr)
-        if not parts:
-            return None
-        if len(parts) > 1:
-            if qual is not None:
-                return _helper_kind(parts[-1]) if called or qual.split(".")[0] != "torch" else None
-            return None
-        name = parts[0]
-        owner = analysis.lookup(name, scope)
-        if owner is None:
-            return None
-        known = self.flags.get((id(owner), name))
-        if known is not None:
-            return known
-        bindings = owner.bindings[name]
-        target = import_target(bindings)
-        if target is not None and target.split(".")[0] in XLA_PACKAGES:
-            return XLA  # `xm` of a guarded import, tested: `if xm:`, `xm is not None`
-        for b in bindings:
-            if b.kind == "import" and b.alias is not None:
-                imported = (dotted_str(b.alias.name) or "").split(".")[-1]
-                kind = _helper_kind(imported)
-                if kind == XLA and isinstance(b.node, cst.ImportFrom) and (b.node.relative or imported.startswith("_")):
-                    # a library's own backend switch: accelerate's `from .utils import is_torch_xla_available`,
-                    # Lightning's private `_XLA_AVAILABLE`
-                    self.own_switch = True
-                return kind
-            if b.kind == "def" and b.node in self.functions:
-                return self.functions[b.node]
-            if b.kind == "def":
-                return _helper_kind(name)
-        return None
-
     # -- flags -----------------------------------------------------------------------------------------------
-    def _owner_key(self, name: str, scope: Scope) -> tuple[int, str]:
-        owner = self.ctx.analysis.module_scope if name in scope.globals else scope
-        return id(owner), name
-
     def _guard_flag(self, small: cst.CSTNode, scope: Scope, value: bool) -> None:
         """`HAS_XLA = True` after a guarded torch_xla import (and `= False` / `= None` in its handler)."""
         if isinstance(small, cst.Assign) and (_bool(small.value) is value or (not value and isinstance(
@@ -704,21 +759,6 @@ class Paths:
             if any(found) and not all(found):
                 return True
         return False
-
-    @functools.cached_property
-    def _imports_xla(self) -> bool:
-        """The file imports torch_xla in some scope (a comment or docstring that names it does not count)."""
-        return imports_any(self.ctx, ("torch_xla",))
-
-    def _imports_xla_in_functions(self) -> bool:
-        """A torch_xla import inside a function makes XLA optional (the module's other functions serve other
-        paths), except one in a program's function outside any branch: the program needs torch_xla there and moves
-        to neuron (`facts.moving_to_neuron`), and its CUDA code is a leftover, as with an import at module level."""
-        program = self.ctx.facts.program
-        return any(b.kind == "import" and (b.qualname or "").split(".")[0] in XLA_PACKAGES
-                   and not (program and self._outside_branches(b.node))
-                   for s in self.ctx.analysis.scopes if s.kind == "function"
-                   for bindings in s.bindings.values() for b in bindings)
 
     def _outside_branches(self, node: cst.CSTNode) -> bool:
         """`node` runs whenever its function does: no `if`, `match` or `try` between it and the function (a loop or

@@ -4,7 +4,9 @@ The rules' reports are gated by the code paths (`Paths.allows`): a finding acts 
 family act. A decision taken on Python's tree needs the same paths, so `TreePaths` walks Python's tree as `Paths`
 walks LibCST's: the same statements, arms of `x if c else y` and operands of `a and b` / `a or b` on the same paths,
 the same tests, flags, availability functions and guarded imports, and from them the same file-wide answers
-(`xla_optional`, `multi_backend`, `two_devices`, `neuron_library`). See engine/paths.py for what each path means.
+(`xla_optional`, `multi_backend`, `two_devices`, `neuron_library`). See engine/paths.py for what each path means;
+what does not depend on the tree's node types (`allows`, what a test's branches are, the names that test for a
+backend, the file-wide answers) is `paths.PathLogic`, which both classes share.
 
 Where the two trees differ, the walk follows LibCST's:
 
@@ -34,10 +36,9 @@ import re
 
 from neuron_migrate.engine import lean
 from neuron_migrate.engine.facts import NEURON_DEVICE_USE
-from neuron_migrate.engine.names import Scope, import_target
-from neuron_migrate.engine.paths import (_ENUM_KINDS, _GUARD_EXCEPTIONS, _TORCH_TESTS, _TPU_TEXT, BACKENDS, COMMON,
-                                         CUDA_LEFTOVER, FALLBACK, OTHER_PATHS, PACKAGE_PROBES, TPU, XLA, XLA_PACKAGES,
-                                         XLA_QUERY, _helper_kind, _kind_of_string, _two_devices)
+from neuron_migrate.engine.names import Scope
+from neuron_migrate.engine.paths import (_ENUM_KINDS, _GUARD_EXCEPTIONS, _TORCH_TESTS, COMMON, FALLBACK, OTHER_PATHS,
+                                         PACKAGE_PROBES, TPU, XLA, XLA_PACKAGES, PathLogic, _kind_of_string)
 from neuron_migrate.engine.treenames import TreeNames, child_fields, dotted
 
 _TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
@@ -57,11 +58,12 @@ class _Chain(ast.BoolOp):
     _fields = ("values",)
 
 
-class TreePaths:
+class TreePaths(PathLogic):
     """The paths of one file's Python tree (see the module docstring and engine/paths.py)."""
 
     def __init__(self, names: TreeNames, program: bool) -> None:
         self.names, self.program = names, program
+        self.resolver = names
         self.text = names.text
         self._lines = lean.LINE.findall(self.text)
         self._scopes = {s.node: s for s in names.scopes if s.kind in ("function", "class", "module")}
@@ -81,12 +83,19 @@ class TreePaths:
             and _COLON_CONTINUED.search(self.text) is None
         tree = names.tree
         self._walk_block(tree.body, COMMON, None, names.module_scope, toplevel=True)
-        self.xla_optional = not self.unguarded and (bool(self.guarded_imports) or XLA in self.kinds or self.conditional
-                                                    or self._imports_xla_in_functions() or self._neuron_switch())
-        self.two_devices = _two_devices(self.text)
-        others = self.kinds & BACKENDS
-        self.multi_backend = self.xla_optional and (
-            TPU in self.kinds or len(others) >= 2 or self.own_switch or bool(_TPU_TEXT.search(self.text)))
+        self._answer(self.text)
+
+    @staticmethod
+    def _imported(alias: ast.alias) -> str:
+        return alias.name
+
+    @staticmethod
+    def _from_import(node) -> bool:
+        return node.__class__ is ast.ImportFrom
+
+    @staticmethod
+    def _relative_import(node) -> bool:
+        return node.__class__ is ast.ImportFrom and bool(node.level)
 
     # -- queries ---------------------------------------------------------------------------------------------
     def parent(self, node: ast.AST) -> ast.AST | None:
@@ -130,16 +139,6 @@ class TreePaths:
         owner = self.names.lookup(node.id, scope)
         return owner is not None and any(b.kind == "import" and b.node in self.guarded_imports
                                          for b in owner.bindings[node.id])
-
-    def allows(self, acts_on: str, node: ast.AST) -> bool:
-        path = self.path_of(node)
-        if acts_on == CUDA_LEFTOVER:
-            if self.multi_backend or path in OTHER_PATHS or self.two_devices or self.neuron_library:
-                return False
-            return path == XLA or not self.xla_optional
-        if acts_on == XLA_QUERY:
-            return path not in OTHER_PATHS or self._evaluated_path(node) not in OTHER_PATHS
-        return path not in OTHER_PATHS
 
     def _evaluated_path(self, node: ast.AST) -> str:
         current = node
@@ -261,18 +260,6 @@ class TreePaths:
         line = self._lines[inner.lineno - 1]
         return line[lean.column(line, inner.col_offset):].startswith("elif")
 
-    def _condition(self, test, path, branch, body, orelse, scope) -> None:
-        tested = body if body != path else orelse if orelse != path else None
-        if tested in (XLA, FALLBACK) and (body == XLA or orelse == XLA):
-            self.detections.add(test)
-            self._expressions(test, path, branch, scope)
-        elif tested is not None and tested in OTHER_PATHS:
-            self._set(test, tested, None)
-            self.evaluated_on[test] = path
-            self._expressions(test, tested, None, scope)
-        else:
-            self._expressions(test, path, branch, scope)
-
     def _try(self, node: ast.Try, path: str, branch, scope: Scope) -> None:
         guarded = any(_handler_guards(h) for h in node.handlers)
         # a one-line `try:` holds small statements, no line of them: no guarded import (LibCST's suite)
@@ -364,17 +351,6 @@ class TreePaths:
                     stack.append((value, p, b))
 
     # -- tests -----------------------------------------------------------------------------------------------
-    def _branch(self, test: ast.expr, path: str, scope: Scope) -> tuple[str, str]:
-        found = self._test(test, scope)
-        if found is None:
-            return path, path
-        kind, positive = found
-        self.kinds.add(kind)
-        if path == TPU and kind == XLA:
-            return path, path
-        other = FALLBACK if kind == XLA and path == COMMON else path
-        return (kind, other) if positive else (other, kind)
-
     def _test(self, test: ast.expr, scope: Scope) -> tuple[str, bool] | None:
         kind = test.__class__
         if kind is ast.UnaryOp and test.op.__class__ is ast.Not:
@@ -446,14 +422,6 @@ class TreePaths:
         found = lean.literals(lean.segment(node, self._lines))
         return node.value if found is not None and len(found) == 1 else None
 
-    def _relative(self, parts: list[str] | None) -> bool:
-        if not parts:
-            return False
-        names = self.names
-        owner = names.lookup(parts[0], names.module_scope)
-        return owner is not None and any(b.node.__class__ is ast.ImportFrom and b.node.level
-                                         for b in owner.bindings[parts[0]])
-
     def _call(self, call: ast.Call, scope: Scope) -> tuple[str, bool] | None:
         probe = self._probe(call)
         if probe is not None:
@@ -480,47 +448,7 @@ class TreePaths:
                 return XLA
         return None
 
-    def _name_kind(self, expr: ast.expr, scope: Scope, called: bool = False) -> str | None:
-        names = self.names
-        qual = names.qualname(expr, scope)
-        if qual in _TORCH_TESTS:
-            return _TORCH_TESTS[qual]
-        parts = dotted(expr)
-        if not parts:
-            return None
-        if len(parts) > 1:
-            if qual is not None:
-                return _helper_kind(parts[-1]) if called or qual.split(".")[0] != "torch" else None
-            return None
-        name = parts[0]
-        owner = names.lookup(name, scope)
-        if owner is None:
-            return None
-        known = self.flags.get((id(owner), name))
-        if known is not None:
-            return known
-        bindings = owner.bindings[name]
-        target = import_target(bindings)
-        if target is not None and target.split(".")[0] in XLA_PACKAGES:
-            return XLA
-        for b in bindings:
-            if b.kind == "import" and b.alias is not None:
-                imported = b.alias.name.split(".")[-1]
-                kind = _helper_kind(imported)
-                if kind == XLA and b.node.__class__ is ast.ImportFrom and (b.node.level or imported.startswith("_")):
-                    self.own_switch = True
-                return kind
-            if b.kind == "def" and b.node in self.functions:
-                return self.functions[b.node]
-            if b.kind == "def":
-                return _helper_kind(name)
-        return None
-
     # -- flags -----------------------------------------------------------------------------------------------
-    def _owner_key(self, name: str, scope: Scope) -> tuple[int, str]:
-        owner = self.names.module_scope if name in scope.globals else scope
-        return id(owner), name
-
     def _guard_flag(self, small: ast.stmt, scope: Scope, value: bool) -> None:
         if small.__class__ is ast.Assign and small.value.__class__ is ast.Constant and (
                 small.value.value is value or (not value and small.value.value is None)):
@@ -584,7 +512,7 @@ class TreePaths:
     # -- the file's other answers -------------------------------------------------------------------------------
     @functools.cached_property
     def neuron_library(self) -> bool:
-        if not NEURON_DEVICE_USE.search(self.text) or self._imports_xla() or self.program:
+        if not NEURON_DEVICE_USE.search(self.text) or self._imports_xla or self.program:
             return False
         body = self.names.tree.body
         return not any(NEURON_DEVICE_USE.search(self._code(body, i)) for i, s in enumerate(body)
@@ -604,7 +532,7 @@ class TreePaths:
         return "".join(self._lines[first_line - 1:body[i].lineno]) + tail
 
     def _neuron_switch(self) -> bool:
-        if self._imports_xla() or not NEURON_DEVICE_USE.search(self.text):
+        if self._imports_xla or not NEURON_DEVICE_USE.search(self.text):
             return False
         for block, node, i in self._ifs():
             arms = [node.body]
@@ -648,16 +576,6 @@ class TreePaths:
                     stack.append((handler.body, False))
                 for case in getattr(statement, "cases", ()):
                     stack.append((case.body, False))
-
-    def _imports_xla(self) -> bool:
-        return any(b.kind == "import" and (b.qualname or "").split(".")[0] == "torch_xla"
-                   for scope in self.names.scopes for bindings in scope.bindings.values() for b in bindings)
-
-    def _imports_xla_in_functions(self) -> bool:
-        return any(b.kind == "import" and (b.qualname or "").split(".")[0] in XLA_PACKAGES
-                   and not (self.program and self._outside_branches(b.node))
-                   for s in self.names.scopes if s.kind == "function"
-                   for bindings in s.bindings.values() for b in bindings)
 
     def _outside_branches(self, node: ast.AST) -> bool:
         child, current = node, self.parent(node)
