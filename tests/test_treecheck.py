@@ -180,6 +180,64 @@ DECIDED = {
         def run(torch):
             torch.cuda.synchronize()
         """, []),
+    "float64 types, conversions and dtypes": ("""\
+        import torch
+
+        x = torch.zeros(3, dtype="float64", device=dev)
+        y = torch.ones(2, dtype = 'double' )
+        z = x.double()
+
+        class Model(torch.nn.Module):
+            dtype = torch.double
+
+            def forward(self, x: torch.DoubleTensor):
+                return x.to(torch.float64), torch.float32
+        """, ["NM401"] * 6),
+    "tensors made from NumPy's float64 arrays": ("""\
+        import numpy as np
+        import torch
+
+        a = np.zeros(3)
+        t = torch.from_numpy(a)
+        b = np.array([1.0, -2.0])
+        c = torch.as_tensor(b).float()
+        d = torch.tensor(data=np.random.rand(3))
+        e = np.ones(4, dtype=float)
+        f = torch.from_numpy(e)
+        a = torch.from_numpy(a)
+
+        def convert(arr):
+            arr = np.asarray(arr, dtype="float64")
+            return torch.from_numpy(arr), torch.tensor(arr.astype(np.float32)), torch.from_numpy(a)
+        """, ["NM401"] * 4),
+    "float64 in a CUDA helper": ("""\
+        import torch
+
+        def load(x):
+            return x.double().cuda()
+        """, ["NM320", "NM401"]),
+    "the XLA stack's environment variables set and read": ('''\
+        """Sets XLA_USE_BF16 for the run."""
+        import os
+
+        os.environ["XLA_USE_BF16"] = "1"
+        os.environ["NEURON_CC_FLAGS"] = "--model-type=transformer"
+        os.environ.setdefault("XLA_DOWNCAST_BF16", "0")
+        os.environ["NEURON_FRAMEWORK_DEBUG"] = "1"; debug = os.environ["NEURON_FRAMEWORK_DEBUG"]
+        if os.environ.get("XLA_USE_BF16"): half = os.getenv("XLA_DOWNCAST_BF16")
+        del os.environ["NEURON_RT_STOCHASTIC_ROUNDING_EN"]
+
+        def setup():
+            os.putenv("XLA_USE_BF16", "1")
+        ''', ["NM403", "NM403", "NM405", "NM404", "NM405", "NM405", "NM403"]),
+    "a bfloat16 switch read where the file does not set it": ("""\
+        import os
+        import torch
+
+        use = os.environ.get("XLA_USE_BF16") == "1"
+        dtype = torch.bfloat16 if "XLA_DOWNCAST_BF16" in os.environ else torch.float32
+        env = {"XLA_USE_BF16": "1", "NEURON_CC_FLAGS": "-O1"}
+        """, ["NM405", "NM403", "NM405"]),
 }
 
 HANDED_BACK = {
@@ -250,6 +308,32 @@ HANDED_BACK = {
         label = f"{d['key']}"
         x = y.cuda()
         """, ["NM320"]),
+    "a float64 type imported by name": ("""\
+        import torch
+        from torch import float64
+        x = torch.zeros(3, dtype=float64)
+        """, ["NM401"]),
+    "a comment after a float64 dtype's comma": ("""\
+        import torch
+        x = torch.zeros(3, dtype="float64",  # precise
+                        device=dev)
+        """, ["NM401"]),
+    "float64 asked for inside an f-string": ("""\
+        import torch
+        label = f"{torch.zeros(3, dtype='float64')}"
+        """, ["NM401"]),
+    "a variable named in strings joined implicitly": ("""\
+        import os
+        os.environ["XLA_USE_" "BF16"] = "1"
+        """, []),
+    "a variable named in an f-string": ("""\
+        import os
+        print(f"{os.environ['NEURON_CC_FLAGS']}")
+        """, ["NM405"]),
+    "a float64 type in parentheses": ("""\
+        import torch
+        x = y.to((torch.float64))
+        """, ["NM401"]),
 }
 
 
@@ -308,6 +392,23 @@ PIECES = [
     "if not is_torch_xla_available():\n    return y.cuda()", "if dev.type == 'xla':\n    z = w.cuda()",
     "ok = torch.cuda.is_available() and y.cuda()", "HAS = is_torch_xla_available()", "if HAS:\n    y.cuda()",
     "x = y.cuda() if torch.cuda.device_count() > 1 else y", "torch = load()", "import torch",
+    # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
+    "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",
+    "t = torch.from_numpy(a)", "t = torch.tensor(a).half()", "t = torch.as_tensor(a, dtype=torch.float32)",
+    "t = torch.tensor(np.ones(2, dtype=float))", "t = torch.tensor(a.astype('float64'))", "float = int",
+    "x = y.double()", "x = y.double(1)", "x = torch.double", "x = torch.float64.itemsize", "torch.double = 1",
+    "x = torch.zeros(2, dtype='float64')", "x = torch.zeros(2, dtype='f' 'loat64')", "x = f(dtype='double')",
+    "x = torch.ones(2,\n    dtype='double',\n    device=d)", "x = torch.ones(2, dtype='double' )",
+    "def g(x: torch.DoubleTensor): return x", "x = torch.cuda.DoubleTensor(2)", "np = None",
+    # the XLA stack's environment variables (NM403-NM405): set, read, removed, and their look-alikes
+    "import os", "os.environ['XLA_USE_BF16'] = '1'", "os.environ['XLA_USE_BF16'] = '0'", "os = None",
+    "v = os.environ.get('XLA_USE_BF16')", "v = os.getenv('XLA_DOWNCAST_BF16', '0')", "del os.environ['XLA_USE_BF16']",
+    "if 'XLA_USE_BF16' in os.environ: v = os.environ['XLA_USE_BF16']", "os.putenv(key='XLA_USE_BF16', value='1')",
+    "os.environ.setdefault('NEURON_CC_FLAGS', '-O1')", "a, os.environ['XLA_USE_BF16'] = 1, '1'", "w = ('XLA_USE_BF16')",
+    "x = os.environ['XLA_USE_BF16'] = '1'", "os.environ['XLA_USE_BF16'] += '1'", "e = {'NEURON_CC_FLAGS': '-O1'}",
+    "f(os.environ['XLA_DOWNCAST_BF16'])", "s = 'XLA_USE_BF16'; t = 'XLA_USE_BF16'", "os.environ[1:2] = 'XLA_USE_BF16'",
+    '"""Reads NEURON_CC_FLAGS."""', "s = 'XLA_USE_BF16 and NEURON_CC_FLAGS'",
+    "os.environ['NEURON_FRAMEWORK_DEBUG'] = '1'",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]
@@ -400,3 +501,33 @@ def test_a_program_s_cuda_helper_is_decided_on_python_s_tree_with_the_same_repor
     assert reports[0] == reports[1]
     assert decided == (["utils.py"] if output == "text" else [])
     assert reports[0].count("NM320") >= 2 and reports[0].count("NM322") >= 2
+
+
+def test_a_set_aside_file_s_probe_gives_the_same_answer_on_either_tree(monkeypatch):
+    """A file of a program set aside for another platform: whether it would report more than its notes
+    (`handlers._would_change`, which stops at the first other finding) is the same when Python's tree decides."""
+    from neuron_migrate.engine import handlers
+
+    sources = [textwrap.dedent(source).encode("utf-8") for source, _ in (*DECIDED.values(), *HANDED_BACK.values())]
+    sources += [p.read_bytes() for p in FILES]
+    sources.append(b"import numpy as np\nimport torch\n\nt = torch.tensor(np.ones(2, dtype=np.float32))\n")
+    answers, decided = [], 0
+    for data in sources:
+        pair = []
+        for on in (True, False):
+            seen = []
+
+            def spy(*args, **kwargs):
+                found = decide(*args, **kwargs) if on else None
+                seen.append(found is not None)
+                return found
+
+            decide = treecheck.decide
+            with monkeypatch.context() as m:
+                m.setattr(engine, "decide_on_tree", spy)
+                m.setattr(engine, "STRICT", False)
+                pair.append(handlers._would_change("utils.py", data, "python", Settings()))
+            decided += on and any(seen)
+        assert pair[0] == pair[1], data.decode("utf-8")[:300]
+        answers.append(pair[0])
+    assert decided >= 5 and True in answers and False in answers

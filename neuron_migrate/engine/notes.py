@@ -389,8 +389,13 @@ class _Tree:
 
     def short(self, node: ast.AST, limit: int = 60) -> str:
         """`patterns.short`: the node's text on one line, cut at `limit` characters."""
-        text = " ".join(self.segment(node).split())
-        return text if len(text) <= limit else text[: limit - 3] + "..."
+        return one_line(self.segment(node), limit)
+
+
+def one_line(text: str, limit: int = 60) -> str:
+    """`patterns.short` of a node whose code is `text`: on one line, cut at `limit` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _dotted(expr: ast.AST) -> list[str] | None:

@@ -230,7 +230,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 return result
         probe = PROBE.get()
         if notes is None and probe is None and not rewrite and not has_markers and not may_suppress:
-            found = decide_on_tree(path, source.text, tree, rules, settings, made)  # a CUDA helper's leftovers
+            found = decide_on_tree(path, source.text, tree, rules, settings, made)  # CUDA leftovers, float64
             if found is not None:
                 result.findings = found
                 return result
@@ -239,6 +239,13 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
             if sure is not None:
                 raise Reported(sure)
             if not rules and not has_markers:
+                return result
+            found = None if has_markers else decide_on_tree(path, source.text, tree, rules, settings, made)
+            if found is not None:  # decided on Python's tree: the LibCST pass would stop at its first other code
+                other = next((f.code for f in found if f.code not in probe), None)
+                if other is not None:
+                    raise Reported(other)
+                result.findings = found
                 return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
         module, left_out = parse(source, None if rewrite else lean_needles(rules), tree)

@@ -1,39 +1,50 @@
-"""A `check` of a CUDA helper moving to neuron, decided on Python's tree (NM320, NM322, NM323).
+"""A `check` of a file that never names torch_xla, decided on Python's tree: its CUDA leftovers (NM320, NM322,
+NM323), float64 (NM401) and the XLA stack's environment variables (NM403-NM405).
 
 A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
 training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
-`torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Deciding that on LibCST's tree costs a LibCST parse, a scope
-analysis and a fix pass per file, for findings on calls and dotted names that Python's tree (which the engine has
-parsed anyway) holds as well.
+`torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Any file reports float64 on the device (`Float64`, NM401) and the
+XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405). Deciding that on LibCST's
+tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on calls, dotted names and string
+literals that Python's tree (which the engine has parsed anyway) holds as well.
 
 `decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
 (not a rewrite) of a file where they are the LibCST pass's decisions by construction, and returns None where it
-cannot be sure, for the LibCST pass to decide as before:
+cannot be sure, for the LibCST pass to decide as before. The probe of a file set aside for another platform (does
+it report more than its notes?) asks it too:
 
-- Every rule left to run after the pre-filters is one of the two, and the file has no markers and no suppression
-  comments (process_python asks only then), so nothing else can come out of the pass.
-- The file imports torch_xla and torch_neuronx nowhere and spells no use of the neuron device: with no legacy import
-  there is no NM190 / NM191 for the fix pass to add, and the file is no neuron library and holds no neuron switch.
-  With no monkeypatching (`patches.may_patch`) no fix can be refused for making a patched function call itself.
+- Every rule left to run after the pre-filters is one of these four, and the file has no markers and no
+  suppression comments (process_python asks only then), so nothing else can come out of the pass.
+- The file imports torch_xla and torch_neuronx nowhere: with no legacy import there is no NM190 / NM191 for the
+  fix pass to add. Where the CUDA rules run, it also spells no use of the neuron device (it is no neuron library
+  and holds no neuron switch) and patches nothing (`patches.may_patch`: no fix can be refused for making a
+  patched function call itself); NM404's removal asks the latter too.
 - The code paths are engine/paths.py's, built on Python's tree (engine/treepaths.py): a finding is reported where
-  they let the CUDA family act (`Paths.allows`), so a CUDA branch (`if torch.cuda.is_available():`) keeps its
-  code, and a file that tests for XLA reports only its XLA path's. A file that uses the XLA device and CUDA side
-  by side (`paths._two_devices`) reports nothing, nor does one no moving program reaches.
+  they let its family act (`Paths.allows`), so a CUDA branch (`if torch.cuda.is_available():`) keeps its CUDA
+  code, and a file that tests for XLA reports only its XLA path's. The CUDA family reports nothing in a file that
+  uses the XLA device and CUDA side by side (`paths._two_devices`), nor in one no moving program reaches. A
+  finding of the XLA family that a multi-backend file would hold for its branch's marker is left to LibCST.
 - Names resolve through the scopes of Python's tree (engine/treenames.py), as the rules resolve them through
-  LibCST's; no name is bound to `torch.cuda` or below (a name alone, or a definition's own name, could then be an
-  API reference only LibCST's tree holds).
+  LibCST's; no name is bound to `torch.cuda` or below, nor to a float64 type (a name alone, or a definition's own
+  name, could then be an API reference only LibCST's tree holds).
+- LibCST's walk meets the nodes in the file's order, an assignment before the code of its value: NM401's NumPy
+  arrays by name and NM403-NM405's one finding per statement and variable follow that order, with LibCST's
+  statements (a line of `;`-joined statements, a block on its header's line: `_statement_keys`). A variable named
+  in an f-string or in strings joined implicitly (LibCST's pieces) is left to LibCST.
 - Each reported node stands alone (not in parentheses, not inside an f-string), and the code a message quotes is
   LibCST's code for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
-  `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of the two
-  rules can fail in `check`, which stops before rendering the fixed file.
+  `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of these
+  rules can fail in `check`, which stops before rendering the fixed file. An argument's message quotes it with
+  the comma after it, which LibCST's argument holds (`_argument_code`).
 
 `tests/test_treecheck.py` holds it to the LibCST pass on every fixture and example, as a helper of a moving program
-and as a file of its own, and on generated files.
+and as a file of its own, on generated files, and in a set-aside file's probe.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import keyword
 import re
 
@@ -41,10 +52,9 @@ from neuron_migrate.engine import lean, notes, paths
 from neuron_migrate.engine.facts import MAIN_BLOCK, NEURON_DEVICE_USE
 from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
-from neuron_migrate.engine.paths import CUDA_LEFTOVER
 from neuron_migrate.engine.patches import may_patch
 from neuron_migrate.engine.treenames import TreeNames, exact_identifiers
-from neuron_migrate.engine.treepaths import TreePaths
+from neuron_migrate.engine.treepaths import _COMPOUND, TreePaths
 from neuron_migrate.findings import Finding
 
 # words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
@@ -63,10 +73,15 @@ class _Decisions:
         self.found: list[tuple[str, ast.AST, dict, None]] = []
         self._quote: str | None = None
         self._torch: str | None = None
+        self._assigned: dict[tuple[int, str], list] | None = None  # (scope, name) -> (start, value) of its assignments
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
-        if self.paths is not None and not self.paths.allows(CUDA_LEFTOVER, node):
-            return  # `ctx.report`: the code paths keep the family off this node (a CUDA branch, a file's XLA-less code)
+        if self.paths is not None:
+            family = paths.acts_on(code)
+            if not self.paths.allows(family, node):
+                return  # `ctx.report`: the paths keep the family off this node (a CUDA branch, a file's XLA-less code)
+            if family == paths.XLA_REWRITE and self.paths.multi_backend:
+                raise Unsure("a finding held for its branch's marker")
         if id(node) in self.tree.in_fstring:
             raise Unsure("inside an f-string")  # where Python's places are its own before 3.12
         self.alone(node)
@@ -139,9 +154,7 @@ class _Decisions:
             return self.tree.qualname(expr)  # the module scope's bindings, where no other scope binds the name
         except Unsure:
             pass
-        if self._scopes is None:
-            self._scopes = {id(node): scope for node, scope in self.names().names}
-        return self.names().qualname(expr, self._scopes[id(expr)])
+        return self.names().qualname(expr, self.scope(expr))
 
     def names(self) -> TreeNames:
         if self._names is None:
@@ -292,7 +305,301 @@ class _Decisions:
                 self.report("NM323", node, name=spelled, qualname="" if spelled == qual else f" (`{qual}`)")
 
 
-_RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api"}
+    # Float64: float64 types, `.double()`, float64 dtype strings and tensors made from float64 NumPy arrays (NM401)
+    def float64(self) -> None:
+        from neuron_migrate.rules.precision import CONVERTED_AFTER, FLOAT64, FLOAT64_STRINGS, TO_TENSOR
+
+        tree = self.tree
+        if any(not FLOAT64.isdisjoint(quals) for quals in tree.imported.values()):
+            raise Unsure("a float64 type imported under a name of its own")  # a bare name: the scopes decide
+        chained = {id(a.value) for a in tree.attributes}  # a part of a longer chain: not a reference of its own
+        for node in tree.attributes:  # `Float64._reference`
+            if id(node) in chained or self.qualname(node, "torch.") not in FLOAT64:
+                continue
+            if node.ctx.__class__ is not ast.Load:
+                raise Unsure("a float64 type bound or deleted")  # LibCST reads some targets as references
+            self.report("NM401", node, text=tree.short(node), what="is a float64 type")
+        converted = {id(a.value) for a in tree.attributes if a.attr in CONVERTED_AFTER}
+        for call in tree.calls:  # `Float64.visit_Call`
+            func = call.func
+            if func.__class__ is ast.Attribute and func.attr == "double" and not call.args and not call.keywords:
+                self.report("NM401", call, text=tree.short(call), what="converts to float64")
+                continue
+            qual = self.qualname(func) or ""
+            if id(call) in tree.in_fstring and qual.startswith("torch."):
+                raise Unsure("inside an f-string")  # where Python's places are its own before 3.12
+            dtype = next((k for k in call.keywords if k.arg == "dtype"), None)
+            if qual.startswith("torch.") and dtype is not None and self._string(dtype.value) in FLOAT64_STRINGS:
+                self.report("NM401", dtype, text=self._argument_code(dtype), what="asks for float64")
+            if qual in TO_TENSOR and dtype is None and id(call) not in converted and not _star(call):
+                source = _first(call)
+                if source is not None and (self._numpy_float64(source) or self._float64_name(source)):
+                    self.report("NM401", call, text=tree.short(call), what="makes a float64 tensor from a NumPy "
+                                "array (NumPy's default dtype is float64)")
+
+    def _string(self, node: ast.expr) -> str | None:
+        """`patterns.string_value`: the value of one str literal (not joined to another, not an f-string)."""
+        if node.__class__ is not ast.Constant or node.value.__class__ is not str or id(node) in self.tree.in_fstring:
+            return None
+        pieces = lean.literals(self.tree.segment(node))
+        return node.value if pieces is not None and len(pieces) == 1 else None
+
+    def _argument_code(self, keyword: ast.keyword) -> str:
+        """`patterns.short` of LibCST's argument for `keyword`: its text, with the comma after it and the white
+        space around that comma (which LibCST's argument holds), on one line."""
+        tree = self.tree
+        text = tree.segment(keyword)
+        line = tree.line_text(keyword.end_lineno)
+        rest = line[tree.column(keyword.end_lineno, keyword.end_col_offset):].lstrip(" \t\f")
+        if "\n" in text or not rest or rest[0] not in ",)":
+            raise Unsure("an argument over several lines")
+        if rest[0] == ",":
+            after = rest[1:]
+            if "#" in after or "\\" in after:
+                raise Unsure("a comment or a line continuation after the argument's comma")
+            if not after.strip():
+                lines, at = tree._lines(), keyword.end_lineno
+                while at < len(lines) and (not lines[at].strip() or lines[at].lstrip().startswith("#")):
+                    if lines[at].lstrip().startswith("#"):
+                        raise Unsure("a comment line after the argument's comma")  # the comma's white space
+                    at += 1
+            text += ","
+        return notes.one_line(text)
+
+    def _numpy_float64(self, expr: ast.expr) -> bool:
+        """`Float64._numpy_float64`: a NumPy array whose dtype is float64."""
+        from neuron_migrate.rules.precision import NUMPY_FLOAT_DEFAULT, NUMPY_FROM_VALUES
+
+        if expr.__class__ is not ast.Call:
+            return False
+        func, first = expr.func, _first(expr)
+        if func.__class__ is ast.Attribute and func.attr == "astype" and first is not None:
+            return self._float64_dtype(first)
+        qual = self.qualname(func)
+        dtype = next((k for k in expr.keywords if k.arg == "dtype"), None)
+        if dtype is not None:
+            return qual in NUMPY_FLOAT_DEFAULT | NUMPY_FROM_VALUES and self._float64_dtype(dtype.value)
+        if qual in NUMPY_FLOAT_DEFAULT:
+            return True
+        return qual in NUMPY_FROM_VALUES and first is not None and _float_literal(first)
+
+    def _float64_dtype(self, expr: ast.expr) -> bool:
+        from neuron_migrate.rules.precision import FLOAT64_STRINGS, NUMPY_FLOAT64
+
+        if self._string(expr) in FLOAT64_STRINGS:
+            return True
+        if expr.__class__ is ast.Name and expr.id == "float" and self.names().lookup("float", self.scope(expr)) \
+                is None:
+            return True  # the builtin
+        return self.qualname(expr) in NUMPY_FLOAT64
+
+    def _float64_name(self, expr: ast.expr) -> bool:
+        """`Float64._float64_name`: a name whose last assignment in its scope before `expr` (in LibCST's walk, which
+        meets an assignment before the code of its value) is a float64 NumPy array."""
+        if expr.__class__ is not ast.Name:
+            return False
+        if self._assigned is None:
+            self._assigned = {}
+            for node in ast.walk(self.module):
+                if node.__class__ is ast.Assign and len(node.targets) == 1 and node.targets[0].__class__ is ast.Name:
+                    target = node.targets[0]
+                    key = (id(self.scope(target)), target.id)
+                    self._assigned.setdefault(key, []).append(((node.lineno, node.col_offset), node.value))
+            for assigned in self._assigned.values():
+                assigned.sort(key=lambda item: item[0])
+        at, last = (expr.lineno, expr.col_offset), None
+        for start, value in self._assigned.get((id(self.scope(expr)), expr.id), ()):
+            if start >= at:
+                break
+            last = value
+        return last is not None and self._numpy_float64(last)
+
+    # EnvironmentVariable: a variable of the XLA stack named in a string literal (NM403-NM405)
+    def environment(self) -> None:
+        from neuron_migrate.rules.environment import READ_CODE, READ_FIELDS, code_for, env_pattern, env_table
+
+        tree, pattern, table = self.tree, env_pattern(), env_table()
+        named = []
+        for string in tree.strings:
+            if _env_names().search(string.value) is None:
+                continue
+            if id(string) in tree.in_fstring:
+                raise Unsure("a variable named in an f-string")  # LibCST's literal parts are no strings
+            pieces = lean.literals(tree.segment(string))
+            if pieces is None or len(pieces) != 1:
+                raise Unsure("a variable named in strings joined implicitly")  # LibCST visits each piece
+            match = pattern.search(string.value)
+            if match is not None:
+                named.append((string, match.group(1)))
+        named.sort(key=lambda item: (item[0].lineno, item[0].col_offset))  # LibCST's walk: the file's order
+        keys = self._statement_keys() if named else {}
+        seen, reads, set_here = set(), [], set()
+        for string, name in named:  # `EnvironmentVariable.visit_SimpleString`
+            statement = tree.statement[id(string)]
+            key = (keys[id(statement)], name)
+            if key in seen:
+                continue  # one finding for each statement and variable
+            seen.add(key)
+            entry = table[name]
+            if entry.get("bf16") and string.value == name and self._env_read(string, statement):
+                reads.append((string, name))
+                continue
+            value, removable = self._env_setting(string, statement) if string.value == name else (None, False)
+            code = code_for(name, value, removable)
+            if code == "NM403":
+                set_here.add(name)
+            elif code == "NM404" and may_patch(tree.text, tree.module):
+                raise Unsure("a removal in a file that may patch a function")  # the fix pass checks self-calls
+            self.report(code, string, var=name, did=entry["did"], instead=entry["instead"])
+        project = self.settings.project
+        elsewhere = set(project.sets_env) if project is not None else set()
+        for string, name in reads:  # `EnvironmentVariable.finish`
+            if name not in set_here and name not in elsewhere:
+                self.report(READ_CODE, string, var=name, **READ_FIELDS)
+
+    def _env_read(self, string: ast.Constant, statement: ast.stmt) -> bool:
+        """`EnvironmentVariable._read`: the string names the variable only to read it (`os.environ.get(NAME)`,
+        `os.getenv(NAME)`, `os.environ[NAME]` not assigned nor deleted, `NAME in os.environ`)."""
+        from neuron_migrate.rules.environment import OS_ENVIRON, READERS
+
+        parent = self.tree.parents[id(string)]
+        kind = parent.__class__
+        if kind is ast.Call:
+            return bool(parent.args) and parent.args[0] is string and self.qualname(parent.func) in READERS
+        if kind in (ast.keyword, ast.Starred):
+            raise Unsure("a variable named as a keyword's or a star's value")
+        if kind is ast.Subscript:
+            if parent.slice is not string or self.qualname(parent.value) != OS_ENVIRON:
+                return False
+            kind = statement.__class__  # LibCST's small statement: `del a, b` deletes one tuple
+            targets = statement.targets if kind is ast.Assign else [statement.target] \
+                if kind in (ast.AugAssign, ast.AnnAssign) else statement.targets[:1] \
+                if kind is ast.Delete and len(statement.targets) == 1 else []
+            return all(t is not parent for t in targets)
+        if kind is ast.Compare:
+            return parent.left is string and len(parent.ops) == 1 \
+                and parent.ops[0].__class__ in (ast.In, ast.NotIn) \
+                and self.qualname(parent.comparators[0]) == OS_ENVIRON
+        return False
+
+    def _env_setting(self, string: ast.Constant, statement: ast.stmt) -> tuple[str | None, bool]:
+        """`EnvironmentVariable._setting`: (the value, True) where the statement only sets the variable to a
+        literal (`os.environ[NAME] = "1"`, `os.environ.setdefault(NAME, "1")`, `os.putenv(NAME, "1")`)."""
+        from neuron_migrate.rules.environment import OS_ENVIRON, SETTERS
+
+        kind = statement.__class__
+        if kind is ast.Assign and len(statement.targets) == 1:
+            target = statement.targets[0]
+            if target.__class__ is ast.Subscript and self.qualname(target.value) == OS_ENVIRON:
+                if target.slice.__class__ is ast.Slice:
+                    raise Unsure("a slice of os.environ assigned")  # where the rule fails
+                if target.slice is string:
+                    value = self._string(statement.value)
+                    return (value, True) if value is not None else (None, False)
+        if kind is ast.Expr and statement.value.__class__ is ast.Call:
+            call = statement.value
+            if len(call.args) + len(call.keywords) == 2 and _argument(call, 0, "key") is string \
+                    and _argument(call, 1, "value") is not None and self.qualname(call.func) in SETTERS:
+                value = self._string(_argument(call, 1, "value"))
+                return (value, True) if value is not None else (None, False)
+        return None, False
+
+    def _statement_keys(self) -> dict[int, int]:
+        """For each statement of Python's tree, the LibCST statement that holds it (by its first statement's id):
+        a compound statement is its own; simple statements joined by `;` are one line; a block written on its
+        header's line (`if x: a; b`) belongs to its compound statement, an `except` or `case` block's to the
+        `try` or `match`."""
+        lines = self.tree._lines()
+        keys: dict[int, int] = {}
+        stack: list[tuple[list, ast.stmt | None]] = [(self.module.body, None)]
+        while stack:
+            body, owner = stack.pop()
+            if not body:
+                continue
+            first = body[0]
+            line = lines[first.lineno - 1]
+            suite = owner is not None and line[:lean.column(line, first.col_offset)].rstrip().endswith(":")
+            head = first
+            for i, statement in enumerate(body):
+                if i and body[i - 1].end_lineno != statement.lineno:
+                    head = statement
+                if statement.__class__ in _COMPOUND:
+                    keys[id(statement)] = id(statement)
+                    for name in ("body", "orelse", "finalbody"):
+                        stack.append((getattr(statement, name, None) or [], statement))
+                    for inner in (*getattr(statement, "handlers", ()), *getattr(statement, "cases", ())):
+                        stack.append((inner.body, statement))
+                else:
+                    keys[id(statement)] = id(owner) if suite else id(head)
+        return keys
+
+    def scope(self, node: ast.expr) -> Scope:
+        """The scope a name or attribute of the tree is read in (engine/treenames.py)."""
+        if self._scopes is None:
+            self._scopes = {id(n): scope for n, scope in self.names().names}
+        return self._scopes[id(node)]
+
+
+def _star(call: ast.Call) -> bool:
+    return any(a.__class__ is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords)
+
+
+def _first(call: ast.Call) -> ast.expr | None:
+    """The value of the call's first argument as written (LibCST's `args[0].value`), positional or named."""
+    first = min((*call.args, *call.keywords), key=lambda a: (a.lineno, a.col_offset), default=None)
+    if first is None:
+        return None
+    return first.value if first.__class__ in (ast.Starred, ast.keyword) else first
+
+
+def _float_literal(expr: ast.expr) -> bool:
+    """`precision._has_float_literal`: a float literal, signed, or in a list or tuple."""
+    if expr.__class__ is ast.Constant:
+        return expr.value.__class__ is float
+    if expr.__class__ in (ast.List, ast.Tuple):
+        return any(_float_literal(e.value if e.__class__ is ast.Starred else e) for e in expr.elts)
+    return expr.__class__ is ast.UnaryOp and expr.operand.__class__ is ast.Constant \
+        and expr.operand.value.__class__ is float
+
+
+def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
+    """`patterns.arg`: the value of the argument named `keyword`, or else of the one at `position` among the
+    positional ones before any star."""
+    for k in call.keywords:
+        if k.arg == keyword:
+            return k.value
+    positional = []
+    for a in call.args:
+        if a.__class__ is ast.Starred:
+            break
+        positional.append(a)
+    return positional[position] if position < len(positional) else None
+
+
+@functools.lru_cache(maxsize=1)
+def _env_names() -> re.Pattern[str]:
+    """A variable of the XLA stack's table anywhere in a text, a part of a longer word too."""
+    from neuron_migrate.rules.environment import env_table
+
+    return re.compile("|".join(sorted(env_table(), key=len, reverse=True)))
+
+
+_RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float64": "float64",
+          "EnvironmentVariable": "environment"}
+_CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
+
+
+def _cuda_sure(text: str, walked: notes._Tree, settings) -> bool:
+    """Whether the CUDA family's decisions can be taken on Python's tree: the file spells no use of the neuron
+    device (no neuron library, no neuron switch, and `facts.moving_to_neuron` is the program's), patches nothing,
+    is not written in the portable style (whose spellings define a device variable) and binds no name to torch.cuda
+    or below."""
+    from neuron_migrate.rules.target import ACCELERATOR
+
+    if NEURON_DEVICE_USE.search(text) or may_patch(text, walked.module) or settings.device_style == ACCELERATOR:
+        return False
+    return not any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values()
+                   for q in quals)
 
 
 def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: dict | None = None) \
@@ -306,15 +613,15 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         walked = notes.walk(tree, text, made)
         if any(notes._legacy_import(node, paths.XLA_PACKAGES) for node in walked.imports):
             return None  # a legacy import: XLA may be optional, and the fix pass reports on it
-        from neuron_migrate.rules.target import ACCELERATOR
-
-        if NEURON_DEVICE_USE.search(text) or may_patch(text, walked.module) or settings.device_style == ACCELERATOR:
-            return None  # (the portable style's spellings define a device variable)
-        if any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values() for q in quals):
+        cuda = any(r.__name__ in _CUDA_RULES for r in rules)
+        if cuda and not _cuda_sure(text, walked, settings):
             return None
         decisions = _Decisions(path, walked, tree, settings)
-        if not decisions.moving() or paths._two_devices(text):
-            return []  # the CUDA family reports nothing: a GPU program's code, or a CUDA path on purpose
+        chosen = rules
+        if cuda and (not decisions.moving() or paths._two_devices(text)):  # a GPU program, or a CUDA path on purpose
+            chosen = [r for r in rules if r.__name__ not in _CUDA_RULES]  # the CUDA family reports nothing
+            if not chosen:
+                return []
         if not exact_identifiers(text):
             return None  # Python's tree holds an identifier as it normalized it, LibCST's as spelled
         if not walked.tests_nothing():  # else every statement is on the common path, and the family acts there
@@ -323,7 +630,7 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
                                         or MAIN_BLOCK.search(text) is not None)  # `facts.program`
             if not decisions.paths.exact:
                 return None
-        for rule in rules:
+        for rule in chosen:
             getattr(decisions, _RULES[rule.__name__])()
         codes = frozenset(c for r in rules for c in r.codes)
         return notes._findings(path, walked, decisions.found, settings, codes)
