@@ -44,6 +44,8 @@ def _notes(path: str, data: bytes, instance: str | None, on: bool, monkeypatch) 
     token = notes.NOTES_ONLY.set(CODES) if on else None
     with monkeypatch.context() as m:
         m.setattr(engine, "decide_notes", spy)
+        if not on:  # the LibCST pass alone: no rule decided on Python's tree (engine/treecheck.py) either
+            m.setattr(engine, "decide_on_tree", lambda *args: None)
         # a rule that fails on the way is isolated, as users run it (the suite's strict mode would raise where a
         # disabled code's fix cannot be made: NM501's import of `torch` beside `for torch in ...`)
         m.setattr(engine, "STRICT", False)
@@ -290,6 +292,7 @@ def _probe(path: str, data: bytes, narrowed: bool, monkeypatch) -> bool | str:
     with monkeypatch.context() as m:
         if not narrowed:
             m.setattr(engine, "probed", lambda rules, *args: (rules, None))
+            m.setattr(engine, "decide_on_tree", lambda *args: None)
         try:
             result = engine.process_python(path, data, Settings(), False)
         except Reported:

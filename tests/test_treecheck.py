@@ -238,6 +238,31 @@ DECIDED = {
         dtype = torch.bfloat16 if "XLA_DOWNCAST_BF16" in os.environ else torch.float32
         env = {"XLA_USE_BF16": "1", "NEURON_CC_FLAGS": "-O1"}
         """, ["NM405", "NM403", "NM405"]),
+    "the Neuron libraries imported, one finding per library": ("""\
+        # the model's layers
+        import os, neuronx_distributed.parallel_layers as pl, torch
+        from neuronx_distributed.parallel_layers import parallel_state
+        import transformers_neuronx
+        import libneuronxla
+
+        def build():
+            from optimum.neuron import NeuronModelForSequenceClassification, NeuronStableDiffusionPipeline
+            import neuronx_distributed.trainer
+            return pl, libneuronxla
+        """, ["NM506", "NM506", "NM506", "NM524"]),
+    "optimum-neuron's inference classes beside its other names": ("""\
+        from optimum.neuron import NeuronModelForCausalLM, pipeline
+        from optimum.neuron import *
+        model = NeuronModelForCausalLM.from_pretrained("x", export=True)
+        """, ["NM506", "NM524"]),
+    "NxD Core's inference tracing and NxD Inference": ('''\
+        import neuronx_distributed as nxd
+        from neuronx_distributed.trace import parallel_model_trace
+        import os, neuronx_distributed_inference.models.config as config
+        from neuronx_distributed_inference.utils.hf_adapter import load_pretrained_config
+
+        traced = nxd.trace.parallel_model_trace(build, inputs, tp_degree=2)
+        ''', ["NM506", "NM507", "NM507", "NM507"]),
 }
 
 HANDED_BACK = {
@@ -330,6 +355,14 @@ HANDED_BACK = {
         import os
         print(f"{os.environ['NEURON_CC_FLAGS']}")
         """, ["NM405"]),
+    "libneuronxla's snapshot hook (NM258 removes it)": ("""\
+        import libneuronxla
+        libneuronxla.register_hlo_snapshot_callback(dump)
+        """, ["NM506", "NM258"]),
+    "the compiler's NKI namespace (NM505 is LibCST's)": ("""\
+        from neuronxcc import nki
+        import neuronx_distributed
+        """, ["NM505", "NM506"]),
     "a float64 type in parentheses": ("""\
         import torch
         x = y.to((torch.float64))
@@ -409,6 +442,16 @@ PIECES = [
     "f(os.environ['XLA_DOWNCAST_BF16'])", "s = 'XLA_USE_BF16'; t = 'XLA_USE_BF16'", "os.environ[1:2] = 'XLA_USE_BF16'",
     '"""Reads NEURON_CC_FLAGS."""', "s = 'XLA_USE_BF16 and NEURON_CC_FLAGS'",
     "os.environ['NEURON_FRAMEWORK_DEBUG'] = '1'",
+    # the Neuron libraries (NM506) and optimum-neuron's inference classes (NM524), and their look-alikes
+    "import neuronx_distributed", "import neuronx_distributed.parallel_layers as pl, os",
+    "from neuronx_distributed.parallel_layers import parallel_state", "import transformers_neuronx",
+    "from optimum.neuron import NeuronModelForCausalLM", "from optimum.neuron import NeuronModelForCausalLM, pipeline",
+    "from optimum.neuron import (\n    NeuronModelForCausalLM,\n)", "from optimum.neuron import *",
+    "import libneuronxla", "from optimum.neuron import NeuronTrainer", "from . import neuronx_distributed",
+    "import neuronx_distributed_x", "from neuronx_distributed.trace import parallel_model_trace", "import optimum",
+    "import neuronx_distributed as nxd", "m = nxd.trace.parallel_model_trace(f, x)", "m = nxd.trace.other(f)",
+    "import neuronx_distributed_inference", "from neuronx_distributed_inference.models import config as c",
+    "from neuronx_distributed.trace import *", "m = (nxd.trace.parallel_model_trace(f, x))",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]

@@ -484,25 +484,14 @@ class _Notes:
     # NeuronLibrary: optimum-neuron's inference classes
     def library(self) -> None:
         from neuron_migrate.rules import inference
-        from neuron_migrate.rules.unsupported import lookup
 
         if not self.maintained:
             return
         for node in self.tree.imports:
             if not isinstance(node, ast.ImportFrom) or node.level or node.module is None:
                 continue
-            module = node.module
             names = [a.name for a in node.names]
-            if "*" in names:
-                continue
-            classes_only = inference.optimum_classes_only(module, names)
-            if not classes_only and inference.nxd_trace_import(module, names) is not None:
-                continue  # NxdInference reports it
-            if inference._bundled_nki(module) or (module == "neuronxcc" and "nki" in names):
-                continue
-            if lookup(inference.library_hints(), module) is None or not module.startswith("optimum.neuron"):
-                continue
-            served = [n for n in names if inference.optimum_inference_class(n, module)]
+            served = inference.library_import(node.module, None if "*" in names else names)[0]
             if served:
                 self.report("NM510", node, **inference.optimum_note(served),
                             **inference.maintained_fields(self.settings))

@@ -229,8 +229,8 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 result.findings = found
                 return result
         probe = PROBE.get()
-        if notes is None and probe is None and not rewrite and not has_markers and not may_suppress:
-            found = decide_on_tree(path, source.text, tree, rules, settings, made)  # CUDA leftovers, float64
+        if probe is None and not rewrite and not has_markers and not may_suppress:
+            found = decide_on_tree(path, source.text, tree, rules, settings, made)  # CUDA leftovers, float64, ...
             if found is not None:
                 result.findings = found
                 return result

@@ -1,19 +1,22 @@
 """A `check` of a file that never names torch_xla, decided on Python's tree: its CUDA leftovers (NM320, NM322,
-NM323), float64 (NM401) and the XLA stack's environment variables (NM403-NM405).
+NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), its Neuron libraries (NM506, NM524)
+and NxD's inference APIs (NM507; NM510 where the target keeps the XLA inference path).
 
 A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
 training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
-`torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Any file reports float64 on the device (`Float64`, NM401) and the
-XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405). Deciding that on LibCST's
-tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on calls, dotted names and string
-literals that Python's tree (which the engine has parsed anyway) holds as well.
+`torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Any file reports float64 on the device (`Float64`, NM401), the
+XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405), the imports of the Neuron
+libraries built on the XLA stack (`NeuronLibrary`) and NxD's inference APIs (`NxdInference`). Deciding that on
+LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on calls, dotted names,
+imports and string literals that Python's tree (which the engine has parsed anyway) holds as well.
 
 `decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
 (not a rewrite) of a file where they are the LibCST pass's decisions by construction, and returns None where it
-cannot be sure, for the LibCST pass to decide as before. The probe of a file set aside for another platform (does
-it report more than its notes?) asks it too:
+cannot be sure, for the LibCST pass to decide as before. The two passes over a file set aside for another platform
+ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
+notes?):
 
-- Every rule left to run after the pre-filters is one of these four, and the file has no markers and no
+- Every rule left to run after the pre-filters is one of these six, and the file has no markers and no
   suppression comments (process_python asks only then), so nothing else can come out of the pass.
 - The file imports torch_xla and torch_neuronx nowhere: with no legacy import there is no NM190 / NM191 for the
   fix pass to add. Where the CUDA rules run, it also spells no use of the neuron device (it is no neuron library
@@ -30,7 +33,10 @@ it report more than its notes?) asks it too:
 - LibCST's walk meets the nodes in the file's order, an assignment before the code of its value: NM401's NumPy
   arrays by name and NM403-NM405's one finding per statement and variable follow that order, with LibCST's
   statements (a line of `;`-joined statements, a block on its header's line: `_statement_keys`). A variable named
-  in an f-string or in strings joined implicitly (LibCST's pieces) is left to LibCST.
+  in an f-string or in strings joined implicitly (LibCST's pieces) is left to LibCST. NeuronLibrary's and
+  NxdInference's decisions on an import are the rules' own functions (`inference.library_import`,
+  `optimum_finding`, `library_fields`, `nxd_finding`); libneuronxla's snapshot hook (NM258, a removal) is left to
+  LibCST, and the counts leave out optimum-neuron's trainer classes, which NM509 (not run here) would keep.
 - Each reported node stands alone (not in parentheses, not inside an f-string), and the code a message quotes is
   LibCST's code for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
   `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of these
@@ -91,7 +97,10 @@ class _Decisions:
         """Raises Unsure where `node` may be in parentheses (LibCST's node would hold them, and be placed with
         them): the nearest characters around it, past white space and line breaks, are `(` and `)`, and that `(`
         opens no call (`f(x)`: a name, a closing bracket or a string before it). A comment on the way, or a
-        keyword before the `(` (`if(x)`), leaves it unsure."""
+        keyword before the `(` (`if(x)`), leaves it unsure. A statement, an import's name and a call's argument
+        are never in parentheses of their own."""
+        if isinstance(node, (ast.stmt, ast.alias, ast.keyword)):
+            return
         lines = self.tree._lines()
         line, at = node.lineno - 1, self.tree.column(node.lineno, node.col_offset)
         before = self._near(lines, line, at, -1)
@@ -533,6 +542,70 @@ class _Decisions:
                     keys[id(statement)] = id(owner) if suite else id(head)
         return keys
 
+    # NeuronLibrary: the Neuron libraries of the XLA stack where they are imported, one finding per library (NM506),
+    # and optimum-neuron's inference classes (NM524, or NM510 where the target keeps the XLA inference path)
+    def library(self) -> None:
+        from neuron_migrate.rules.inference import HLO_SNAPSHOT, library_fields, library_import, optimum_finding
+
+        tree = self.tree
+        if any(self.qualname(call.func) == HLO_SNAPSHOT for call in tree.calls):
+            raise Unsure("libneuronxla's snapshot hook")  # NM258 removes it, and the imports only it reads
+        found: dict[str, list[tuple[ast.AST, str, str]]] = {}
+        for node in sorted(tree.imports, key=lambda n: (n.lineno, n.col_offset)):  # LibCST's walk: the file's order
+            if node.__class__ is ast.Import:
+                parts = [(alias, alias.name, None) for alias in node.names]
+            elif node.level or node.module is None:
+                continue
+            else:
+                names = [a.name for a in node.names]
+                parts = [(node, node.module, None if "*" in names else names)]
+            for where, module, names in parts:
+                served, library, hint, classes_only = library_import(module, names)
+                if served:
+                    code, fields = optimum_finding(served, self.settings)
+                    self.report(code, where, **fields)
+                if library is not None and not classes_only:  # (trainer classes NM509 keeps: it does not run here)
+                    found.setdefault(library, []).append((where, module, hint))
+        for library, imports in found.items():  # `NeuronLibrary.finish`
+            where, module, _ = imports[0]
+            self.report("NM506", where, **library_fields(library, module, [hint for *_, hint in imports]))
+
+    # NxdInference: NxD Core's inference tracing and model builders, where they are imported by name or called
+    # through a module, and NxD Inference, one finding at its first import (NM507; NM510 where the target keeps the
+    # XLA inference path)
+    def nxd(self) -> None:
+        from neuron_migrate.rules.inference import NXD_INFERENCE, NXD_TRACE, nxd_finding, nxd_trace_import
+
+        tree = self.tree
+        inference: list[tuple[ast.stmt, str]] = []  # the imports of NxD Inference, and the module each names
+        for node in sorted(tree.imports, key=lambda n: (n.lineno, n.col_offset)):  # LibCST's walk: the file's order
+            if node.__class__ is ast.Import:
+                module = next((a.name for a in node.names if a.name.split(".")[0] == NXD_INFERENCE), None)
+                if module is not None:
+                    inference.append((node, module))
+            elif not node.level and node.module is not None:
+                module = node.module
+                if module.split(".")[0] == NXD_INFERENCE:
+                    inference.append((node, module))
+                    continue
+                names = [a.name for a in node.names]
+                found = None if "*" in names else nxd_trace_import(module, names)
+                if found is not None:
+                    code, fields = nxd_finding(*found, self.settings)
+                    self.report(code, node, **fields)
+        for call in tree.calls:
+            if call.func.__class__ is ast.Attribute:
+                what = NXD_TRACE.get(self.qualname(call.func) or "")
+                if what is not None:
+                    code, fields = nxd_finding(tree.short(call), what, self.settings)
+                    self.report(code, call, **fields)
+        if inference:  # `NxdInference.finish`
+            (node, module), n = inference[0], len(inference)
+            code, fields = nxd_finding(NXD_INFERENCE if n > 1 else module,
+                                       "NxD Inference" + (f" ({n} imports in this file)" if n > 1 else ""),
+                                       self.settings)
+            self.report(code, node, **fields)
+
     def scope(self, node: ast.expr) -> Scope:
         """The scope a name or attribute of the tree is read in (engine/treenames.py)."""
         if self._scopes is None:
@@ -585,7 +658,7 @@ def _env_names() -> re.Pattern[str]:
 
 
 _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float64": "float64",
-          "EnvironmentVariable": "environment"}
+          "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd"}
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
 
 

@@ -701,11 +701,7 @@ class NeuronLibrary(Rule):
                 continue  # nothing but the trainer classes: NM509's markers say what to port
             occ, node, module, _ = imports[0]
             ctx.current = occ
-            hints = "; ".join(dict.fromkeys(hint for *_, hint in imports))
-            n = len(imports)
-            ctx.report("NM506", node, module=module if n == 1 else library, hint=hints, library=library,
-                       count="" if n == 1 else f" ({n} imports in this file)",
-                       uses="" if n == 1 else f" ({n} imports)")
+            ctx.report("NM506", node, **library_fields(library, module, [hint for *_, hint in imports]))
         ctx.current = None
 
     def visit_Import(self, node: cst.Import) -> None:
@@ -716,49 +712,70 @@ class NeuronLibrary(Rule):
         if not node.relative and node.module is not None:
             self._module(node, dotted_str(node.module))
 
-    def _module(self, node: cst.CSTNode, module: str | None) -> None:
-        classes_only = _optimum_classes_import(node, module)
-        if not classes_only and _nxd_inference_import(node, module):
-            return  # NM507 (or NM510) reports it with the documented replacement
-        if _bundled_nki(module) or (module == "neuronxcc" and _imports_nki(node)):
-            return  # NeuronxTrace reports the compiler's NKI namespace (NM505)
-        hint = lookup(library_hints(), module)
-        if hint is not None and module.startswith("optimum.neuron") and isinstance(node, cst.ImportFrom) \
-                and not isinstance(node.names, cst.ImportStar):
-            names = [dotted_str(a.name) or "" for a in node.names]
-            served = [n for n in names if optimum_inference_class(n, module)]
-            if served:
-                self._optimum_inference(node, served)
-                self.ctx.handled.add(node)
-                rest = [n for n in names if n not in served]
-                if not rest:
-                    return  # NM524 (or NM510) says all there is to say about this import
-                from neuron_migrate.rules.huggingface import classes
-
-                # beside trainer classes only, the import is NM508 / NM509's as the trainer classes' own import is
-                classes_only = all(f"{module}.{n}" in classes() for n in rest)
-        if hint is not None:
+    def _module(self, node: cst.CSTNode, module: str) -> None:
+        names = [dotted_str(a.name) or "" for a in node.names] \
+            if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar) else None
+        served, library, hint, classes_only = library_import(module, names)
+        if served:
+            code, fields = optimum_finding(served, self.ctx.settings)
+            self.ctx.report(code, node, **fields)
+            self.ctx.handled.add(node)
+        if library is not None:
             if classes_only:
                 self.classes_only.add(node)
             else:
                 self.ctx.handled.add(node)
-            library = next((root for root in LIBRARY_ROOTS if module == root or module.startswith(root + ".")), module)
             self.found.setdefault(library, []).append((self.ctx.current, node, module, hint))
 
-    def _optimum_inference(self, node: cst.ImportFrom, served: list[str]) -> None:
-        """NM524 on an import of optimum-neuron's inference classes, with the native route of each (NM510 where the
-        target still maintains the XLA inference path)."""
-        ctx = self.ctx
-        names = " and ".join(f"`{n}`" for n in served)
-        verb = "exports and compiles" if len(served) == 1 else "export and compile"
-        if release.xla_inference_maintained(ctx.settings):
-            ctx.report("NM510", node, **optimum_note(served), **maintained_fields(ctx.settings))
-            return
-        routes = [optimum_route(n) for n in served]
-        route = routes[0][0] if len(served) == 1 else "; ".join(f"for `{n}`, {r}" for n, (r, _) in zip(served, routes))
-        marks = list(dict.fromkeys(m for _, m in routes))
-        ctx.report("NM524", node, subject=f"{names} {verb}", route=route,
-                   mark=marks[0] if len(marks) == 1 else OPTIMUM_ROUTES, **maintained_fields(ctx.settings))
+
+def library_import(module: str, names: list[str] | None) -> tuple[list[str], str | None, str | None, bool]:
+    """What NeuronLibrary makes of an import of `module` (`names`: what `from module import ...` imports; None for
+    `import module` and a star import): (the optimum-neuron inference classes it imports, which NM524 / NM510
+    report; the library NM506 counts it for, or None; that part's hint; whether it imports nothing else but
+    optimum-neuron's trainer classes, which NM508 / NM509 report). An import that names an NxD Core inference API
+    is NM507's, and the compiler's NKI namespace NM505's: neither is counted."""
+    classes_only = names is not None and optimum_classes_only(module, names)
+    if not classes_only and names is not None and any(f"{module}.{name}" in NXD_TRACE for name in names):
+        return [], None, None, False  # NM507 (or NM510) reports it with the documented replacement
+    if _bundled_nki(module) or (module == "neuronxcc" and names is not None and "nki" in names):
+        return [], None, None, False  # NeuronxTrace reports the compiler's NKI namespace (NM505)
+    hint = lookup(library_hints(), module)
+    served: list[str] = []
+    if hint is not None and module.startswith("optimum.neuron") and names is not None:
+        served = [n for n in names if optimum_inference_class(n, module)]
+        if served:
+            rest = [n for n in names if n not in served]
+            if not rest:
+                return served, None, None, False  # NM524 (or NM510) says all there is to say about this import
+            from neuron_migrate.rules.huggingface import classes
+
+            # beside trainer classes only, the import is NM508 / NM509's as the trainer classes' own import is
+            classes_only = all(f"{module}.{n}" in classes() for n in rest)
+    if hint is None:
+        return served, None, None, False
+    library = next((root for root in LIBRARY_ROOTS if module == root or module.startswith(root + ".")), module)
+    return served, library, hint, classes_only
+
+
+def optimum_finding(served: list[str], settings) -> tuple[str, dict[str, str]]:
+    """(code, message fields) of an import of optimum-neuron's inference classes `served`: NM524 with the native
+    route of each, NM510 where the target still maintains the XLA inference path."""
+    if release.xla_inference_maintained(settings):
+        return "NM510", {**optimum_note(served), **maintained_fields(settings)}
+    names = " and ".join(f"`{n}`" for n in served)
+    verb = "exports and compiles" if len(served) == 1 else "export and compile"
+    routes = [optimum_route(n) for n in served]
+    route = routes[0][0] if len(served) == 1 else "; ".join(f"for `{n}`, {r}" for n, (r, _) in zip(served, routes))
+    marks = list(dict.fromkeys(m for _, m in routes))
+    return "NM524", {"subject": f"{names} {verb}", "route": route,
+                     "mark": marks[0] if len(marks) == 1 else OPTIMUM_ROUTES, **maintained_fields(settings)}
+
+
+def library_fields(library: str, module: str, hints: list[str]) -> dict[str, str]:
+    """NM506's message fields for a library's imports in a file (`module`: the first one's; `hints`: each one's)."""
+    n = len(hints)
+    return {"module": module if n == 1 else library, "hint": "; ".join(dict.fromkeys(hints)), "library": library,
+            "count": "" if n == 1 else f" ({n} imports in this file)", "uses": "" if n == 1 else f" ({n} imports)"}
 
 
 def optimum_note(served: list[str]) -> dict[str, str]:
@@ -832,12 +849,6 @@ def optimum_route(name: str | None) -> tuple[str, str]:
             next((m for m in marks if len(m) <= marker_room("NM524")), marks[-1]))
 
 
-def _optimum_classes_import(node: cst.CSTNode, module: str | None) -> bool:
-    """An import of optimum-neuron's trainer classes only: NM508 / NM509 report it."""
-    return isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar) \
-        and optimum_classes_only(module, [dotted_str(a.name) for a in node.names])
-
-
 def optimum_classes_only(module: str | None, names: list[str]) -> bool:
     """`from module import names` imports optimum-neuron's trainer classes only."""
     if module not in ("optimum.neuron", "optimum.neuron.trainers"):
@@ -845,15 +856,6 @@ def optimum_classes_only(module: str | None, names: list[str]) -> bool:
     from neuron_migrate.rules.huggingface import classes
 
     return all(f"{module}.{name}" in classes() for name in names)
-
-
-def _nxd_inference_import(node: cst.CSTNode, module: str | None) -> bool:
-    """An import another rule reports: one that names an NxD Core inference API (NM507)."""
-    if module is None:
-        return False
-    if isinstance(node, cst.ImportFrom) and not isinstance(node.names, cst.ImportStar):
-        return any(f"{module}.{dotted_str(a.name)}" in NXD_TRACE for a in node.names)
-    return False
 
 
 class NxdInference(Rule):
@@ -894,11 +896,8 @@ class NxdInference(Rule):
         return next(m for a in node.names if (m := dotted_str(a.name) or "").split(".")[0] == NXD_INFERENCE)
 
     def _report(self, node: cst.CSTNode, name: str, what: str) -> None:
-        ctx = self.ctx
-        if release.xla_inference_maintained(ctx.settings):
-            ctx.report("NM510", node, call=name, what=f"uses {what}", **maintained_fields(ctx.settings))
-        else:
-            ctx.report("NM507", node, name=name, what=what, **maintained_fields(ctx.settings))
+        code, fields = nxd_finding(name, what, self.ctx.settings)
+        self.ctx.report(code, node, **fields)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         if node.relative or node.module is None:
@@ -926,6 +925,14 @@ class NxdInference(Rule):
         what = NXD_TRACE.get(self.ctx.qualname(node.func) or "")
         if what is not None:
             self._report(node, short(node), what)
+
+
+def nxd_finding(name: str, what: str, settings) -> tuple[str, dict[str, str]]:
+    """(code, message fields) of NxdInference's finding on `name` (an import or a call) that uses `what`: NM507,
+    NM510 where the target still maintains the XLA inference path."""
+    if release.xla_inference_maintained(settings):
+        return "NM510", {"call": name, "what": f"uses {what}", **maintained_fields(settings)}
+    return "NM507", {"name": name, "what": what, **maintained_fields(settings)}
 
 
 IMPORT_VERB = "imports torch-neuron, the PyTorch integration of"
