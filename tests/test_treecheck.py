@@ -21,6 +21,8 @@ from neuron_migrate.files.notebook import process_notebook
 from neuron_migrate.project_facts import FileProject
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, ROOT
+from tests.test_positions import stdlib_sample
+from tests.test_treenames import ECOSYSTEM
 
 HELPER = FileProject(target="trn2", moving="train.py", imported_by="train.py")
 SETTINGS = {
@@ -574,3 +576,30 @@ def test_a_set_aside_file_s_probe_gives_the_same_answer_on_either_tree(monkeypat
         assert pair[0] == pair[1], data.decode("utf-8")[:300]
         answers.append(pair[0])
     assert decided >= 5 and True in answers and False in answers
+
+
+def _sweep(paths: list, monkeypatch) -> tuple[int, int]:
+    """(files Python's tree decided with findings, files compared): every file as a helper of a moving program
+    and as a file of its own, with the same findings either way."""
+    decided = compared = 0
+    for path in paths:
+        data = path.read_bytes()
+        for which in ("helper", "alone"):
+            found, on_tree = _same(str(path), data, SETTINGS[which], monkeypatch)
+            decided += on_tree and bool(found) and not isinstance(found, str)
+        compared += 1
+    return decided, compared
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ECOSYSTEM.is_dir(), reason="the ecosystem's files are beside the checkout only")
+def test_ecosystem_gives_the_same_findings_on_either_tree(monkeypatch):
+    """Real user code: its Python files and notebooks, each decided both ways."""
+    decided, compared = _sweep(sorted([*ECOSYSTEM.rglob("*.py"), *ECOSYSTEM.rglob("*.ipynb")]), monkeypatch)
+    assert compared >= 450 and decided >= 40, (compared, decided)
+
+
+@pytest.mark.slow
+def test_standard_library_sample_gives_the_same_findings_on_either_tree(monkeypatch):
+    decided, compared = _sweep(stdlib_sample(), monkeypatch)
+    assert compared >= 140, compared
