@@ -416,6 +416,7 @@ def test_a_held_program_s_notes_parse_no_libcst_tree(tmp_path, monkeypatch):
     assert parsed == []
     monkeypatch.setattr(engine, "probed", lambda rules, *args: (rules, None))
     monkeypatch.setattr(engine, "decide_notes", lambda *args: None)
+    monkeypatch.setattr(engine, "decide_on_tree", lambda *args: None)
     assert run([str(tmp_path)], Settings(), rewrite=False, jobs=1).findings == found
     assert len(parsed) == 1  # the LibCST pass: one tree, shared by the notes and the probe
 

@@ -265,6 +265,13 @@ DECIDED = {
 
         traced = nxd.trace.parallel_model_trace(build, inputs, tp_degree=2)
         ''', ["NM506", "NM507", "NM507", "NM507"]),
+    "Inf1 code beside float64, a trn1 instance asked for": ("""\
+        import torch
+        import torch.neuron
+
+        model = torch.neuron.trace(net, example_inputs=[torch.zeros(1, dtype=torch.float64)])
+        job = Estimator(instance_type="ml.trn1.32xlarge")
+        """, ["NM513", "NM401", "NM520"]),
 }
 
 HANDED_BACK = {
@@ -365,6 +372,13 @@ HANDED_BACK = {
         from neuronxcc import nki
         import neuronx_distributed
         """, ["NM505", "NM506"]),
+    "Inf1 code in a file that tests for a backend": ("""\
+        import torch
+        import torch.neuron
+
+        if torch.cuda.is_available():
+            model = torch.neuron.trace(net, [x])
+        """, []),
     "a float64 type in parentheses": ("""\
         import torch
         x = y.to((torch.float64))
@@ -454,6 +468,10 @@ PIECES = [
     "import neuronx_distributed as nxd", "m = nxd.trace.parallel_model_trace(f, x)", "m = nxd.trace.other(f)",
     "import neuronx_distributed_inference", "from neuronx_distributed_inference.models import config as c",
     "from neuronx_distributed.trace import *", "m = (nxd.trace.parallel_model_trace(f, x))",
+    # Inf1 code (NM513) and trn1 instances (NM520)
+    "import torch.neuron", "import torch_neuron", "m = torch.neuron.trace(net, [x])", "t = 'trn1 is the old one'",
+    "job = Estimator(instance_type='ml.trn1.32xlarge')", "d = {'trn1.2xlarge': 1.34}",
+    "cmd = '--instance-type trn1.2xlarge'",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]

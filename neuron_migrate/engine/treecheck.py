@@ -76,7 +76,7 @@ class _Decisions:
         self._names: TreeNames | None = None  # the scopes of Python's tree, made where they are needed
         self._scopes: dict[int, Scope] | None = None
         self.paths: TreePaths | None = None  # the code paths, where the file tests for a backend
-        self.found: list[tuple[str, ast.AST, dict, None]] = []
+        self.found: list[tuple[str, ast.AST, dict, tuple[int, int] | None]] = []  # (code, node, fields, offset)
         self._quote: str | None = None
         self._torch: str | None = None
         self._assigned: dict[tuple[int, str], list] | None = None  # (scope, name) -> (start, value) of its assignments
@@ -606,6 +606,21 @@ class _Decisions:
                                        self.settings)
             self.report(code, node, **fields)
 
+    # Inferentia1 (NM513, once per file where Inf1 code first shows) and InstanceType (NM520, a string that asks for
+    # a trn1 instance): the notes' own decisions (engine/notes.py), in a file that tests for no backend
+    def inferentia1(self) -> None:
+        self._notes("inferentia1")
+
+    def instance_type(self) -> None:
+        self._notes("instance_type")
+
+    def _notes(self, rule: str) -> None:
+        if self.paths is not None:
+            raise Unsure("a file that tests for a backend")  # the notes resolve names in the module scope only
+        decided = notes._Notes(self.path, self.tree, self.settings)
+        getattr(decided, rule)()
+        self.found.extend(decided.found)
+
     def scope(self, node: ast.expr) -> Scope:
         """The scope a name or attribute of the tree is read in (engine/treenames.py)."""
         if self._scopes is None:
@@ -658,7 +673,8 @@ def _env_names() -> re.Pattern[str]:
 
 
 _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float64": "float64",
-          "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd"}
+          "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd",
+          "Inferentia1": "inferentia1", "InstanceType": "instance_type"}
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
 
 
