@@ -37,7 +37,7 @@ STAGES = (
     ("neuron_migrate.engine.python", "Scan", "the tree pre-filter's scan", 1),
     ("neuron_migrate.engine.python", "_python_accepts", "compiling the files no rule reads", 1),
     ("neuron_migrate.engine.python", "decide_notes", "set-aside notes decided on Python's tree", 1),
-    ("neuron_migrate.engine.python", "decide_on_tree", "CUDA helpers decided on Python's tree", 1),
+    ("neuron_migrate.engine.python", "decide_on_tree", "rules decided on Python's tree (treecheck)", 1),
     ("neuron_migrate.engine.python", "lean_text", "the lean pass", 1),
     ("neuron_migrate.engine.python", "parse_module", "LibCST's parse", 1),
     ("neuron_migrate.engine.python", "Analysis", "the scope analysis (of fixed trees too)", 1),

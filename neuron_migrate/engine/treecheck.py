@@ -1,14 +1,16 @@
-"""A `check` of a file that never names torch_xla, decided on Python's tree: its CUDA leftovers (NM320, NM322,
-NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), its Neuron libraries (NM506, NM524)
-and NxD's inference APIs (NM507; NM510 where the target keeps the XLA inference path).
+"""A `check` of a file that imports neither torch_xla nor torch_neuronx, decided on Python's tree: its CUDA
+leftovers (NM320, NM322, NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), its Neuron
+libraries (NM506, NM524), NxD's inference APIs (NM507; NM510 where the target keeps the XLA inference path), Inf1
+code (NM513) and trn1 instances (NM520).
 
 A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
 training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
 `torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Any file reports float64 on the device (`Float64`, NM401), the
 XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405), the imports of the Neuron
-libraries built on the XLA stack (`NeuronLibrary`) and NxD's inference APIs (`NxdInference`). Deciding that on
-LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on calls, dotted names,
-imports and string literals that Python's tree (which the engine has parsed anyway) holds as well.
+libraries built on the XLA stack (`NeuronLibrary`), NxD's inference APIs (`NxdInference`), Inf1 code
+(`Inferentia1`) and the trn1 instances it asks for (`InstanceType`). Deciding that on LibCST's tree costs a LibCST
+parse, a scope analysis and a fix pass per file, for findings on calls, dotted names, imports and string literals
+that Python's tree (which the engine has parsed anyway) holds as well.
 
 `decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
 (not a rewrite) of a file where they are the LibCST pass's decisions by construction, and returns None where it
@@ -16,7 +18,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these six, and the file has no markers and no
+- Every rule left to run after the pre-filters is one of these eight, and the file has no markers and no
   suppression comments (process_python asks only then), so nothing else can come out of the pass.
 - The file imports torch_xla and torch_neuronx nowhere: with no legacy import there is no NM190 / NM191 for the
   fix pass to add. Where the CUDA rules run, it also spells no use of the neuron device (it is no neuron library
@@ -37,6 +39,7 @@ notes?):
   NxdInference's decisions on an import are the rules' own functions (`inference.library_import`,
   `optimum_finding`, `library_fields`, `nxd_finding`); libneuronxla's snapshot hook (NM258, a removal) is left to
   LibCST, and the counts leave out optimum-neuron's trainer classes, which NM509 (not run here) would keep.
+  Inferentia1 and InstanceType are the notes' own decisions (engine/notes.py), where the file tests for no backend.
 - Each reported node stands alone (not in parentheses, not inside an f-string), and the code a message quotes is
   LibCST's code for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
   `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of these
@@ -44,7 +47,8 @@ notes?):
   the comma after it, which LibCST's argument holds (`_argument_code`).
 
 `tests/test_treecheck.py` holds it to the LibCST pass on every fixture and example, as a helper of a moving program
-and as a file of its own, on generated files, and in a set-aside file's probe.
+and as a file of its own, on generated files and in a set-aside file's probe, and in the slow suite over the
+ecosystem and a sample of the standard library; `tests/test_notes.py` holds a set-aside file's notes pass to it.
 """
 
 from __future__ import annotations
