@@ -8,6 +8,7 @@ tree decides it or hands it back, so that both ways are known to be taken.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 
@@ -38,19 +39,27 @@ NOTEBOOKS = sorted(p for p in [*FIXTURES.rglob("*.ipynb"), *(ROOT / "examples").
                    if ".expected" not in p.name)
 
 
-def _check(path: str, data: bytes, settings: Settings, on: bool, monkeypatch) -> tuple[list | str, bool]:
-    """(the findings of a `check` of the file, whether Python's tree decided them)."""
-    decided = []
+@contextlib.contextmanager
+def _python_tree(on: bool, monkeypatch):
+    """Python's tree decides what it can (`on`), or the LibCST pass decides alone; yields, for each time the engine
+    asks, whether Python's tree decided."""
+    decided: list[bool] = []
+    decide = treecheck.decide
 
     def spy(*args, **kwargs):
         found = decide(*args, **kwargs) if on else None
         decided.append(found is not None)
         return found
 
-    decide = treecheck.decide
     with monkeypatch.context() as m:
         m.setattr(engine, "decide_on_tree", spy)
         m.setattr(engine, "STRICT", False)  # a rule that fails on the way is isolated, as users run it
+        yield decided
+
+
+def _check(path: str, data: bytes, settings: Settings, on: bool, monkeypatch) -> tuple[list | str, bool]:
+    """(the findings of a `check` of the file, whether Python's tree decided them)."""
+    with _python_tree(on, monkeypatch) as decided:
         try:
             result = process_notebook(path, data, settings, False) if path.endswith(".ipynb") else \
                 engine.process_python(path, data, settings, False)
@@ -578,17 +587,7 @@ def test_a_set_aside_file_s_probe_gives_the_same_answer_on_either_tree(monkeypat
     for data in sources:
         pair = []
         for on in (True, False):
-            seen = []
-
-            def spy(*args, **kwargs):
-                found = decide(*args, **kwargs) if on else None
-                seen.append(found is not None)
-                return found
-
-            decide = treecheck.decide
-            with monkeypatch.context() as m:
-                m.setattr(engine, "decide_on_tree", spy)
-                m.setattr(engine, "STRICT", False)
+            with _python_tree(on, monkeypatch) as seen:
                 pair.append(handlers._would_change("utils.py", data, "python", Settings()))
             decided += on and any(seen)
         assert pair[0] == pair[1], data.decode("utf-8")[:300]

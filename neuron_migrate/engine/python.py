@@ -240,7 +240,8 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 raise Reported(sure)
             if not rules and not has_markers:
                 return result
-            found = None if has_markers else decide_on_tree(path, source.text, tree, rules, settings, made)
+            found = None if has_markers or rewrite else decide_on_tree(path, source.text, tree, rules, settings,
+                                                                           made)
             if found is not None:  # decided on Python's tree: the LibCST pass would stop at its first other code
                 other = next((f.code for f in found if f.code not in probe), None)
                 if other is not None:
