@@ -428,7 +428,8 @@ def test_a_set_aside_files_two_passes_read_one_tree(tmp_path, monkeypatch):
     from neuron_migrate.engine import python
 
     (tmp_path / "README.md").write_text("Compile the model for inf2.xlarge.\n")
-    # a device string compared: the notes are not decided on Python's tree (engine/notes.py), LibCST parses
+    # a device string compared: the notes are not decided on Python's tree (engine/notes.py), LibCST parses (the
+    # rules engine/treecheck.py decides on Python's tree are left to LibCST too: this is about LibCST's trees)
     (tmp_path / "serve.py").write_text(INF2_SERVE + "    if args.device == 'cpu':\n        model = model.float()\n")
     parsed: list[str] = []
     parse_module = python.parse_module
@@ -438,7 +439,11 @@ def test_a_set_aside_files_two_passes_read_one_tree(tmp_path, monkeypatch):
         return sorted((f.line, f.col, f.code, f.message) for f in run([str(tmp_path)], Settings(), rewrite=False,
                                                                       jobs=1).findings)
 
+    on_tree = findings()
+    monkeypatch.setattr(python, "decide_on_tree", lambda *args: None)
+    parsed.clear()
     shared = findings()
+    assert shared == on_tree
     assert {code for _, _, code, _ in shared} == {"NM510"}  # the note, and nothing would change: no NM521
     assert parsed and len(parsed) == len(set(parsed))
     once = len(parsed)
