@@ -281,13 +281,19 @@ DECIDED = {
         model = torch.neuron.trace(net, example_inputs=[torch.zeros(1, dtype=torch.float64)])
         job = Estimator(instance_type="ml.trn1.32xlarge")
         """, ["NM513", "NM401", "NM520"]),
+    "in parentheses (the message quotes them, the place leaves them out)": ("""\
+        import torch
+        x = (y.cuda())
+        z = f(( a.double() ))
+        w = (
+            torch.ones(2)
+            .cuda()
+        )  # on the device
+        v = y.to((torch.float64))
+        """, ["NM320", "NM401", "NM320", "NM401"]),
 }
 
 HANDED_BACK = {
-    "in parentheses": ("""\
-        import torch
-        x = (y.cuda())
-        """, ["NM320"]),
     "a value in parentheses": ("""\
         import torch
         y = z.cuda(non_blocking=(True))
@@ -351,6 +357,17 @@ HANDED_BACK = {
         label = f"{d['key']}"
         x = y.cuda()
         """, ["NM320"]),
+    "in parentheses after a keyword": ("""\
+        import torch
+        if (y.cuda()):
+            pass
+        """, ["NM320"]),
+    "a comment before the node in its parentheses": ("""\
+        import torch
+        x = (  # moved
+            y.cuda()
+        )
+        """, ["NM320"]),
     "a float64 type imported by name": ("""\
         import torch
         from torch import float64
@@ -388,10 +405,6 @@ HANDED_BACK = {
         if torch.cuda.is_available():
             model = torch.neuron.trace(net, [x])
         """, []),
-    "a float64 type in parentheses": ("""\
-        import torch
-        x = y.to((torch.float64))
-        """, ["NM401"]),
 }
 
 
@@ -415,6 +428,15 @@ def test_the_portable_style_goes_to_libcst(monkeypatch):
     found, decided = _case(DECIDED["tensors and modules moved to the GPU"][0], "portable", monkeypatch=monkeypatch)
     assert not decided
     assert [f[4] for f in found] == ["NM320"] * 3
+
+
+def test_a_node_in_parentheses_is_placed_without_them_and_quoted_with_them(monkeypatch):
+    found, decided = _case("""\
+        import torch
+        y = ( torch.zeros(3).double() )
+        """, monkeypatch=monkeypatch)
+    assert decided
+    assert found[0][:4] == (2, 7, 2, 30) and found[0][5].startswith("`( torch.zeros(3).double() )` converts")
 
 
 def test_messages_quote_the_code_as_written(monkeypatch):

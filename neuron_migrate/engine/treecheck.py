@@ -40,8 +40,10 @@ notes?):
   `optimum_finding`, `library_fields`, `nxd_finding`); libneuronxla's snapshot hook (NM258, a removal) is left to
   LibCST, and the counts leave out optimum-neuron's trainer classes, which NM509 (not run here) would keep.
   Inferentia1 and InstanceType are the notes' own decisions (engine/notes.py), where the file tests for no backend.
-- Each reported node stands alone (not in parentheses, not inside an f-string), and the code a message quotes is
-  LibCST's code for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
+- No reported node is inside an f-string. A node in parentheses is placed without them, as LibCST places it, and
+  the code a message quotes of it holds them, as LibCST's node does (`_Decisions.short`); parentheses after a
+  keyword (`if (x):`) or a comment before the node leave it to LibCST. The code a message quotes is LibCST's code
+  for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
   `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of these
   rules can fail in `check`, which stops before rendering the fixed file. An argument's message quotes it with
   the comma after it, which LibCST's argument holds (`_argument_code`).
@@ -94,34 +96,47 @@ class _Decisions:
                 raise Unsure("a finding held for its branch's marker")
         if id(node) in self.tree.in_fstring:
             raise Unsure("inside an f-string")  # where Python's places are its own before 3.12
-        self.alone(node)
-        self.found.append((code, node, fields, None))
+        self.found.append((code, node, fields, None))  # placed without its parentheses, as LibCST places it
 
-    def alone(self, node: ast.AST) -> None:
-        """Raises Unsure where `node` may be in parentheses (LibCST's node would hold them, and be placed with
-        them): the nearest characters around it, past white space and line breaks, are `(` and `)`, and that `(`
-        opens no call (`f(x)`: a name, a closing bracket or a string before it). A comment on the way, or a
-        keyword before the `(` (`if(x)`), leaves it unsure. A statement, an import's name and a call's argument
-        are never in parentheses of their own."""
-        if isinstance(node, (ast.stmt, ast.alias, ast.keyword)):
-            return
+    def short(self, node: ast.AST) -> str:
+        """`patterns.short` of LibCST's node for `node`: its text with the parentheses LibCST gives it (which a
+        finding's place leaves out, and the code a message quotes holds), on one line, cut to its length."""
+        span = self._parentheses(node)
+        if span is None:
+            return self.tree.short(node)
+        (first, a), (last, b) = span
         lines = self.tree._lines()
-        line, at = node.lineno - 1, self.tree.column(node.lineno, node.col_offset)
-        before = self._near(lines, line, at, -1)
-        if before is None or lines[before[0]][before[1]] != "(":
-            return
-        line, at = node.end_lineno - 1, self.tree.column(node.end_lineno, node.end_col_offset)
-        after = self._near(lines, line, at, 1)
-        if after is None or lines[after[0]][after[1]] != ")":
-            return
-        head = lines[before[0]][:before[1]].rstrip(" \t\f")
-        start = len(head)
-        while start and (head[start - 1].isalnum() or head[start - 1] == "_"):
-            start -= 1
-        word = head[start:]
-        if (word and word not in _KEYWORDS) or (head and head[-1] in ")]'\""):
-            return  # the parentheses of a call, around its one argument
-        raise Unsure("in parentheses")
+        text = lines[first][a:b] if first == last else lines[first][a:] + "".join(lines[first + 1:last]) \
+            + lines[last][:b]
+        return notes.one_line(text)
+
+    def _parentheses(self, node: ast.AST) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """Where the outermost parentheses LibCST gives `node` open and close ((line, column) from 0, the end's
+        column past the `)`), or None where it has none: the nearest characters around it, past white space and
+        line breaks, are `(` and `)`, and that `(` opens no call (`f(x)`: a name, a closing bracket or a string
+        before it), again and again outward. A comment before the node, or a keyword before the `(` (`if(x)`,
+        `match (x):`), leaves it unsure."""
+        lines, found = self.tree._lines(), None
+        start = node.lineno - 1, self.tree.column(node.lineno, node.col_offset)
+        end = node.end_lineno - 1, self.tree.column(node.end_lineno, node.end_col_offset)
+        while True:
+            before = self._near(lines, *start, -1)
+            if before is None or lines[before[0]][before[1]] != "(":
+                return found
+            after = self._near(lines, *end, 1)
+            if after is None or lines[after[0]][after[1]] != ")":
+                return found
+            head = lines[before[0]][:before[1]].rstrip(" \t\f")
+            at = len(head)
+            while at and (head[at - 1].isalnum() or head[at - 1] == "_"):
+                at -= 1
+            word = head[at:]
+            if (word and word not in _KEYWORDS) or (head and head[-1] in ")]'\""):
+                return found  # the parentheses of a call, around its one argument
+            if word:
+                raise Unsure("in parentheses after a keyword")
+            start, end = before, (after[0], after[1] + 1)
+            found = start, end
 
     @staticmethod
     def _near(lines: list[str], line: int, at: int, step: int) -> tuple[int, int] | None:
@@ -267,7 +282,7 @@ class _Decisions:
                 lead = self._between(start, (blocking.value.lineno, blocking.value.col_offset))
                 extra = f", non_blocking={self.plain(blocking.value, call, lead)}"
             fixed = f"{self.value_code(call)}.to({target}{extra})"
-            self.report("NM320", call, call=self.tree.short(call), fixed=fixed)
+            self.report("NM320", call, call=self.short(call), fixed=fixed)
 
     def _target(self, index: ast.expr | None) -> str | None:
         if index is None:
@@ -331,12 +346,12 @@ class _Decisions:
                 continue
             if node.ctx.__class__ is not ast.Load:
                 raise Unsure("a float64 type bound or deleted")  # LibCST reads some targets as references
-            self.report("NM401", node, text=tree.short(node), what="is a float64 type")
+            self.report("NM401", node, text=self.short(node), what="is a float64 type")
         converted = {id(a.value) for a in tree.attributes if a.attr in CONVERTED_AFTER}
         for call in tree.calls:  # `Float64.visit_Call`
             func = call.func
             if func.__class__ is ast.Attribute and func.attr == "double" and not call.args and not call.keywords:
-                self.report("NM401", call, text=tree.short(call), what="converts to float64")
+                self.report("NM401", call, text=self.short(call), what="converts to float64")
                 continue
             qual = self.qualname(func) or ""
             if id(call) in tree.in_fstring and qual.startswith("torch."):
@@ -347,7 +362,7 @@ class _Decisions:
             if qual in TO_TENSOR and dtype is None and id(call) not in converted and not _star(call):
                 source = _first(call)
                 if source is not None and (self._numpy_float64(source) or self._float64_name(source)):
-                    self.report("NM401", call, text=tree.short(call), what="makes a float64 tensor from a NumPy "
+                    self.report("NM401", call, text=self.short(call), what="makes a float64 tensor from a NumPy "
                                 "array (NumPy's default dtype is float64)")
 
     def _string(self, node: ast.expr) -> str | None:
@@ -601,7 +616,7 @@ class _Decisions:
             if call.func.__class__ is ast.Attribute:
                 what = NXD_TRACE.get(self.qualname(call.func) or "")
                 if what is not None:
-                    code, fields = nxd_finding(tree.short(call), what, self.settings)
+                    code, fields = nxd_finding(self.short(call), what, self.settings)
                     self.report(code, call, **fields)
         if inference:  # `NxdInference.finish`
             (node, module), n = inference[0], len(inference)
