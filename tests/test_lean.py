@@ -327,3 +327,35 @@ def test_a_word_needle_is_a_whole_identifier():
     pattern = lean._words(("det", "lu"))
     assert [m.group(0) for m in pattern.finditer("x.det(a); lu(b); 'det'; value; detach; élu; lu_x; _lu\n")] == \
         ["det", "lu", "det"]
+
+
+ARTIFACTS = '''\
+import torch
+import torch_neuronx
+
+
+class Server:
+    def load(self, path):
+        return torch.jit.load(path)
+
+
+def export(model, example):
+    traced = torch_neuronx.trace(model, example, compiler_args="-O2")
+    save(traced)
+
+
+def save(traced):
+    torch.jit.save(traced, "model.pt")
+'''
+
+
+def test_a_rule_s_words_keep_the_definitions_that_spell_them(monkeypatch):
+    """NeuronxTrace reports `torch.jit.save` / `torch.jit.load` in a file of the Neuron libraries (NM502), also in a
+    function that spells no trigger: its word `jit` keeps such a function, and `check` reports what `rewrite` does."""
+    rules = engine.active_rules(ARTIFACTS.encode(), Settings(), "serve.py")
+    assert "jit" in engine.lean_needles(rules)[1]
+    lean_found = _findings("serve.py", ARTIFACTS.encode(), True, monkeypatch)
+    assert lean_found == _findings("serve.py", ARTIFACTS.encode(), False, monkeypatch)
+    rewritten = engine.process_python("serve.py", ARTIFACTS.encode(), Settings(), True)
+    assert [(f[0], f[4]) for f in lean_found] == [(f.line, f.code) for f in rewritten.findings] \
+        == [(7, "NM502"), (11, "NM502"), (16, "NM502")]
