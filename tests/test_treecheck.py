@@ -30,6 +30,7 @@ SETTINGS = {
     "helper": Settings(project=HELPER),
     "alone": Settings(),
     "portable": Settings(project=HELPER, device_style="accelerator"),
+    "inf2": Settings(instance="inf2"),  # the XLA inference path is maintained there (NM510)
     "patched": Settings(project=FileProject(target="trn2", moving="train.py", imported_by="train.py",
                                             cuda_patched=("set_device",))),
 }
@@ -281,6 +282,35 @@ DECIDED = {
         model = torch.neuron.trace(net, example_inputs=[torch.zeros(1, dtype=torch.float64)])
         job = Estimator(instance_type="ml.trn1.32xlarge")
         """, ["NM513", "NM401", "NM520"]),
+    "torch_neuronx's traces with options, its helpers, saved and loaded artifacts, the bundled NKI": ("""\
+        import torch
+        import torch_neuronx as tnx
+        try:
+            from torch_neuronx import DataParallel
+        except ImportError:
+            DataParallel = None  # bound here, not a read of the API
+        from neuronxcc import nki
+        import neuronxcc.nki.language as nl
+
+        def build(model, example):
+            traced = tnx.trace(model, example, compiler_args=["--auto-cast", "none"])
+            torch.jit.save(traced, "model.pt")
+            loaded = torch.jit.load("model.pt")
+            tnx.lazy_load(loaded)
+            if isinstance(loaded, DataParallel):
+                return (DataParallel(loaded, device_ids=[0, 1]))
+            return nl.program_id(0), tnx.xla_impl.ops.RmsNorm, tnx.nki_jit(kernel)
+        """, ["NM505", "NM502", "NM502", "NM502", "NM504", "NM503", "NM503", "NM505", "NM505"]),
+    "the bundled NKI named where it is read, no import of it": ("""\
+        import neuronxcc as cc
+        k = cc.nki.jit(kernel)
+        grid = cc.nki.language.program_id(0)
+        """, ["NM506", "NM505"]),
+    "torch.jit's saves where torch_neuronx is only named stay": ("""\
+        import torch
+        import neuronx_distributed
+        torch.jit.save(model, "m.pt")  # traced with torch_neuronx elsewhere
+        """, ["NM506"]),
     "in parentheses (the message quotes them, the place leaves them out)": ("""\
         import torch
         x = (y.cuda())
@@ -394,10 +424,24 @@ HANDED_BACK = {
         import libneuronxla
         libneuronxla.register_hlo_snapshot_callback(dump)
         """, ["NM506", "NM258"]),
-    "the compiler's NKI namespace (NM505 is LibCST's)": ("""\
-        from neuronxcc import nki
-        import neuronx_distributed
-        """, ["NM505", "NM506"]),
+    "a trace the rule rewrites (NM501's message is the rewritten code)": ("""\
+        import torch, torch_neuronx
+        traced = torch_neuronx.trace(model, torch.zeros(1, 8))
+        traced = torch_neuronx.trace(model, example, compiler_args="-O2")
+        """, ["NM501", "NM502"]),
+    "torch_neuronx's API as a parameter's name": ("""\
+        from torch_neuronx import DataParallel
+        def serve(model, DataParallel=DataParallel):
+            return DataParallel(model)
+        """, []),
+    "torch_neuronx's API in an f-string": ("""\
+        import torch_neuronx
+        print(f"{torch_neuronx.DataParallel}")
+        """, ["NM503"]),
+    "torch_neuronx's API bound in a tuple": ("""\
+        import torch_neuronx
+        a, torch_neuronx.lazy_load = 1, 2
+        """, ["NM504"]),
     "Inf1 code in a file that tests for a backend": ("""\
         import torch
         import torch.neuron
@@ -417,6 +461,16 @@ def test_python_tree_decides_the_common_forms_and_hands_back_what_it_cannot_be_s
     found, decided = _case(source, which, monkeypatch=monkeypatch)
     assert decided == on_tree, name
     assert [f[4] for f in found] == codes
+
+
+def test_a_trace_where_the_target_keeps_the_xla_inference_path_is_noted_on_python_s_tree(monkeypatch):
+    found, decided = _case("""\
+        import torch_neuronx
+        m = torch_neuronx.trace(net, x)
+        replicas = torch_neuronx.DataParallel(m)
+        """, "inf2", monkeypatch=monkeypatch)
+    assert decided
+    assert [(f[0], f[4]) for f in found] == [(2, "NM510")] and "on inf2 that path is still maintained" in found[0][5]
 
 
 def test_a_file_no_moving_program_reaches_reports_nothing_on_either_tree(monkeypatch):
@@ -503,6 +557,12 @@ PIECES = [
     "import torch.neuron", "import torch_neuron", "m = torch.neuron.trace(net, [x])", "t = 'trn1 is the old one'",
     "job = Estimator(instance_type='ml.trn1.32xlarge')", "d = {'trn1.2xlarge': 1.34}",
     "cmd = '--instance-type trn1.2xlarge'",
+    # torch_neuronx's traces, artifacts and APIs (NM502-NM505), and the trace the rule rewrites (NM501: LibCST's)
+    "m = torch_neuronx.trace(net, x, compiler_args='-O2')", "m = torch_neuronx.trace(net, x)", "m = tnx.trace(*a)",
+    "torch.jit.save(m, 'a.pt')", "m = torch.jit.load('a.pt')", "from torch_neuronx import DataParallel",
+    "d = DataParallel(m)", "torch_neuronx.lazy_load(m)", "import torch_neuronx as tnx", "DataParallel = None",
+    "import neuronxcc.nki.language as nl", "g = nl.program_id(0)", "from neuronxcc import nki", "import neuronxcc",
+    "k = tnx.nki_jit(f)", "x = torch_neuronx.xla_impl.ops.X", "k = neuronxcc.nki.jit(f)", "nki = load()",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]

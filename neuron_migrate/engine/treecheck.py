@@ -1,16 +1,17 @@
-"""A `check` of a file that imports neither torch_xla nor torch_neuronx, decided on Python's tree: its CUDA
-leftovers (NM320, NM322, NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), its Neuron
-libraries (NM506, NM524), NxD's inference APIs (NM507; NM510 where the target keeps the XLA inference path), Inf1
-code (NM513) and trn1 instances (NM520).
+"""A `check` of a file that does not import torch_xla, decided on Python's tree: its CUDA leftovers (NM320, NM322,
+NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), torch_neuronx's traces and APIs
+(NM502-NM505; NM510 where the target keeps the XLA inference path), its Neuron libraries (NM506, NM524), NxD's
+inference APIs (NM507; NM510), Inf1 code (NM513) and trn1 instances (NM520).
 
 A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
 training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
 `torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Any file reports float64 on the device (`Float64`, NM401), the
-XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405), the imports of the Neuron
-libraries built on the XLA stack (`NeuronLibrary`), NxD's inference APIs (`NxdInference`), Inf1 code
-(`Inferentia1`) and the trn1 instances it asks for (`InstanceType`). Deciding that on LibCST's tree costs a LibCST
-parse, a scope analysis and a fix pass per file, for findings on calls, dotted names, imports and string literals
-that Python's tree (which the engine has parsed anyway) holds as well.
+XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405), torch_neuronx's inference
+traces and APIs (`NeuronxTrace`), the imports of the Neuron libraries built on the XLA stack (`NeuronLibrary`),
+NxD's inference APIs (`NxdInference`), Inf1 code (`Inferentia1`) and the trn1 instances it asks for
+(`InstanceType`). Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for
+findings on calls, dotted names, imports and string literals that Python's tree (which the engine has parsed
+anyway) holds as well.
 
 `decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
 (not a rewrite) of a file where they are the LibCST pass's decisions by construction, and returns None where it
@@ -18,12 +19,13 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these eight, and the file has no markers and no
+- Every rule left to run after the pre-filters is one of these nine, and the file has no markers and no
   suppression comments (process_python asks only then), so nothing else can come out of the pass.
-- The file imports torch_xla and torch_neuronx nowhere: with no legacy import there is no NM190 / NM191 for the
-  fix pass to add. Where the CUDA rules run, it also spells no use of the neuron device (it is no neuron library
-  and holds no neuron switch) and patches nothing (`patches.may_patch`: no fix can be refused for making a
-  patched function call itself); NM404's removal asks the latter too.
+- The file imports torch_xla nowhere: with no torch_xla import there is no NM190 / NM191 for the fix pass to add.
+  Where the CUDA rules run, it also imports no torch_neuronx and spells no use of the neuron device (it is no
+  neuron library and holds no neuron switch: `facts.moving_to_neuron` is the program's) and patches nothing
+  (`patches.may_patch`: no fix can be refused for making a patched function call itself); NM404's removal asks
+  the latter too.
 - The code paths are engine/paths.py's, built on Python's tree (engine/treepaths.py): a finding is reported where
   they let its family act (`Paths.allows`), so a CUDA branch (`if torch.cuda.is_available():`) keeps its CUDA
   code, and a file that tests for XLA reports only its XLA path's. The CUDA family reports nothing in a file that
@@ -40,6 +42,12 @@ notes?):
   `optimum_finding`, `library_fields`, `nxd_finding`); libneuronxla's snapshot hook (NM258, a removal) is left to
   LibCST, and the counts leave out optimum-neuron's trainer classes, which NM509 (not run here) would keep.
   Inferentia1 and InstanceType are the notes' own decisions (engine/notes.py), where the file tests for no backend.
+- NeuronxTrace's messages are the rule's own fields (`inference.trace_options_fields`, `artifact_fields`,
+  `api_fields`, `nki_fields`). A trace the rule rewrites (NM501, whose message is the rewritten code) is left to
+  LibCST; so is a name of torch_neuronx's API that LibCST's tree holds where Python's holds none (a definition's,
+  a parameter's, `global`'s, an exception's or a pattern's name), one bound other than by an assignment, and one
+  read inside an f-string. A save is quoted with `model.state_dict()`: only a trace the rule rewrites names the
+  model it saves.
 - No reported node is inside an f-string. A node in parentheses is placed without them, as LibCST places it, and
   the code a message quotes of it holds them, as LibCST's node does (`_Decisions.short`); parentheses after a
   keyword (`if (x):`) or a comment before the node leave it to LibCST. The code a message quotes is LibCST's code
@@ -62,12 +70,14 @@ import re
 
 from neuron_migrate.engine import lean, notes, paths
 from neuron_migrate.engine.facts import MAIN_BLOCK, NEURON_DEVICE_USE
+from neuron_migrate.engine.imports import LEGACY_ROOTS
 from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
 from neuron_migrate.engine.patches import may_patch
 from neuron_migrate.engine.treenames import TreeNames, exact_identifiers
 from neuron_migrate.engine.treepaths import _COMPOUND, TreePaths
 from neuron_migrate.findings import Finding
+from neuron_migrate.rules.unsupported import lookup
 
 # words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
 _KEYWORDS = frozenset(keyword.kwlist) - {"True", "False", "None"} | {"match", "case", "type"}
@@ -301,6 +311,7 @@ class _Decisions:
     # TorchCudaApi: `torch.cuda.<f>` -> `torch.neuron.<f>` where TorchNeuron has the namesake; a finding otherwise
     def torch_cuda_api(self) -> None:
         from neuron_migrate.rules.cuda import CUDA_AUTOCAST, NEURON_NAMESAKES
+        from neuron_migrate.rules.unsupported import spelled_as_text
 
         tree = self.tree
         chained = {id(a.value) for a in tree.attributes}  # a part of a longer chain: not a reference of its own
@@ -330,7 +341,7 @@ class _Decisions:
                         raise Unsure("the device of a global rank")  # TorchCudaApi._global_rank_index
                 self.report("NM322", node, name=spelled, fixed=self.target().device_module(name))
             else:
-                self.report("NM323", node, name=spelled, qualname="" if spelled == qual else f" (`{qual}`)")
+                self.report("NM323", node, **spelled_as_text(spelled, qual))
 
 
     # Float64: float64 types, `.double()`, float64 dtype strings and tensors made from float64 NumPy arrays (NM401)
@@ -625,6 +636,105 @@ class _Decisions:
                                        self.settings)
             self.report(code, node, **fields)
 
+    # NeuronxTrace: torch_neuronx's traces with compiler options, a star or other arguments (NM502), the saves and
+    # loads of traced models (NM502), torch_neuronx's DataParallel and loading helpers (NM503, NM504), the XLA-era
+    # NKI entry points (NM505) and the NKI namespace bundled with neuronx-cc (NM505, once a file); NM510 on each
+    # trace where the target keeps the XLA inference path. A trace the rule rewrites (NM501) goes to LibCST.
+    def neuronx_trace(self) -> None:
+        from neuron_migrate.rules import inference
+
+        tree = self.tree
+        maintained = inference.release.xla_inference_maintained(self.settings)
+        for call in tree.calls:  # `NeuronxTrace.visit_Call`
+            qual = self.qualname(call.func)
+            if qual == inference.TRACE:
+                if maintained:
+                    self.report("NM510", call, call=self.short(call), what=inference.TRACE_NOTE,
+                                **inference.maintained_fields(self.settings))
+                    continue
+                named = {k.arg for k in call.keywords}
+                if not (_star(call) or len(call.args) + len(call.keywords) != 2
+                        or (not call.args and "func" not in named)
+                        or (len(call.args) < 2 and "example_inputs" not in named)):
+                    raise Unsure("a trace the rule rewrites")  # NM501: its message is the rewritten code
+                self.report("NM502", call, **inference.trace_options_fields(self.short(call)))
+            elif qual in inference.JIT_ARTIFACT and not maintained and self._uses_neuronx():
+                self.report("NM502", call, **inference.artifact_fields(self.short(call), None,
+                                                                       load=qual == inference.JIT_LOAD))
+        if maintained:
+            return
+        nki: list[ast.AST] = []  # the imports of the NKI namespace bundled with neuronx-cc, then its reads
+        for node in tree.imports:  # `visit_Import`, `visit_ImportFrom`
+            if node.__class__ is ast.Import:
+                bundled = any(inference._bundled_nki(a.name) for a in node.names)
+            else:
+                module = None if node.level else node.module
+                bundled = inference._bundled_nki(module) or (
+                    module == "neuronxcc" and any(a.name == "nki" for a in node.names))
+            if bundled:
+                nki.append(node)
+        nki.sort(key=lambda n: (n.lineno, n.col_offset))
+        imported = len(nki)
+        for node, qual in self._references(inference.NEURONX_API):  # `_reference`
+            found = lookup(inference.NEURONX_API, qual)
+            if inference._bundled_nki(qual):
+                nki.append(node)
+            else:
+                self.report(found, node, **inference.api_fields(found, qual, ".".join(_dotted(node))))
+        if nki:  # `_nki_finding`: at the first import, or the first read
+            self.report("NM505", nki[0], **inference.nki_fields(len(nki) - imported))
+
+    def _uses_neuronx(self) -> bool:
+        """`facts.imports_neuron_libraries and not facts.inferentia1`."""
+        from neuron_migrate.engine.facts import inf1_names
+        from neuron_migrate.rules.inference import NEURON_ROOTS
+
+        if not any(q.split(".")[0] in NEURON_ROOTS for quals in self.tree.imported.values() for q in quals):
+            return False
+        apis, modules = inf1_names()
+        last = frozenset(api.rpartition(".")[2] for api in apis)
+        return not notes._Notes(self.path, self.tree, self.settings)._inferentia1(apis, modules, last)
+
+    def _references(self, table: dict[str, str]) -> list[tuple[ast.expr, str]]:
+        """`unsupported.reference` of every whole name chain read in the file whose name is one of `table`'s or
+        under one of them, in LibCST's order (the file's); Unsure where a name an import binds to one of them
+        stands where LibCST's tree holds a name that Python's does not (a definition, a parameter, `global`), is
+        bound by something other than an assignment, or is read inside an f-string."""
+        roots = {q.split(".")[0] for q in table}
+        names = {n for n, quals in self.tree.imported.items() if any(q.split(".")[0] in roots for q in quals)}
+        if not names:
+            return []
+        for node in ast.walk(self.module):
+            kind = node.__class__
+            if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) and node.name in names \
+                    or kind is ast.arg and node.arg in names \
+                    or kind in (ast.Global, ast.Nonlocal) and names.intersection(node.names) \
+                    or kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name in names \
+                    or kind is ast.MatchMapping and node.rest in names:
+                raise Unsure("a name of torch_neuronx's API that LibCST's tree holds where Python's does not")
+            if kind is ast.JoinedStr and any(n.__class__ is ast.Name and n.id in names for n in ast.walk(node)):
+                raise Unsure("torch_neuronx's API named in an f-string")  # where Python's places are its own
+        assigned = {id(t) for n in ast.walk(self.module) if n.__class__ in (ast.Assign, ast.AnnAssign, ast.AugAssign)
+                    for t in (n.targets if n.__class__ is ast.Assign else (n.target,))}
+        chained = {id(a.value) for a in self.tree.attributes}
+        found = []
+        for node, _ in self.names().names:
+            if id(node) in chained:
+                continue
+            parts = _dotted(node)
+            if not parts or parts[0] not in names:
+                continue
+            qual = self.qualname(node)
+            if qual is None or lookup(table, qual) is None:
+                continue
+            if node.ctx.__class__ is not ast.Load:
+                if id(node) in assigned:
+                    continue  # `unsupported.reference`: a name bound here is not a read of the API
+                raise Unsure("torch_neuronx's API bound or deleted")
+            found.append(node)
+        found.sort(key=lambda n: (n.lineno, n.col_offset))
+        return [(node, self.qualname(node)) for node in found]
+
     # Inferentia1 (NM513, once per file where Inf1 code first shows) and InstanceType (NM520, a string that asks for
     # a trn1 instance): the notes' own decisions (engine/notes.py), in a file that tests for no backend
     def inferentia1(self) -> None:
@@ -693,7 +803,7 @@ def _env_names() -> re.Pattern[str]:
 
 _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float64": "float64",
           "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd",
-          "Inferentia1": "inferentia1", "InstanceType": "instance_type"}
+          "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace"}
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
 
 
@@ -719,11 +829,12 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
 
     def run() -> list[Finding] | None:
         walked = notes.walk(tree, text, made)
-        if any(notes._legacy_import(node, paths.XLA_PACKAGES) for node in walked.imports):
-            return None  # a legacy import: XLA may be optional, and the fix pass reports on it
+        if any(notes._legacy_import(node, LEGACY_ROOTS) for node in walked.imports):
+            return None  # a torch_xla import: the fix pass reports on it
         cuda = any(r.__name__ in _CUDA_RULES for r in rules)
-        if cuda and not _cuda_sure(text, walked, settings):
-            return None
+        if cuda and (not _cuda_sure(text, walked, settings)
+                     or any(notes._legacy_import(node, paths.XLA_PACKAGES) for node in walked.imports)):
+            return None  # (a torch_neuronx import makes the file move to neuron: `facts.moving_to_neuron`)
         decisions = _Decisions(path, walked, tree, settings)
         chosen = rules
         if cuda and (not decisions.moving() or paths._two_devices(text)):  # a GPU program, or a CUDA path on purpose

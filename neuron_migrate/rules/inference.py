@@ -21,7 +21,7 @@ from neuron_migrate.engine.imports import _native_import_line
 from neuron_migrate.rules.data import tree_mover
 from neuron_migrate.rules.rewrites import assigned_name, assigned_values, paren
 from neuron_migrate.rules.target import target
-from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as
+from neuron_migrate.rules.unsupported import imports_any, lookup, reference, spelled_as_text
 from neuron_migrate.syntax.parse import expression
 
 TRACE = "torch_neuronx.trace"
@@ -197,13 +197,7 @@ class NeuronxTrace(Rule):
             return
         occ, node = (self.nki_imports or self.nki_uses)[0]
         ctx.current = occ
-        n = len(self.nki_uses)
-        count = f" ({_uses(n)} in this file)" if n else ""
-        ctx.report("NM505", node, name=NKI_BUNDLED,
-                   what=f"is the NKI namespace bundled with neuronx-cc, removed in Neuron 2.34{count}",
-                   todo="import NKI from the standalone `nki` package TorchNeuron uses (`import nki.language as nl`, "
-                        "`import nki.isa as nisa`), then port the kernels (the NKI migration guide)",
-                   short=f"switch to `nki.language`{f' ({_uses(n)})' if n else ''}")
+        ctx.report("NM505", node, **nki_fields(len(self.nki_uses)))
         ctx.current = None
 
     def visit_Call(self, node: cst.Call) -> None:
@@ -224,8 +218,7 @@ class NeuronxTrace(Rule):
         ctx = self.ctx
         fn, example = arg(node, 0, "func"), arg(node, 1, "example_inputs")
         if fn is None or example is None or has_star(node) or len(node.args) != 2:
-            what, todo, marker = TRACE_OPTIONS
-            ctx.report("NM502", node, call=short(node), what=what, todo=todo, short=marker)
+            ctx.report("NM502", node, **trace_options_fields(short(node)))
             return
         name = assigned_name(ctx, node)
         scope = ctx.analysis.lookup(name, ctx.current.scope) if name is not None else None
@@ -525,24 +518,14 @@ class NeuronxTrace(Rule):
 
     def _artifact(self, node: cst.Call, qual: str) -> None:
         """`torch.jit.save` / `torch.jit.load` in a file of the Neuron libraries: the traced artifact."""
-        ctx = self.ctx
         if qual == JIT_SAVE:
             saved = arg(node, 0, "m")
             self._report_save(node, self._traced_model(saved.value) if saved is not None else None)
         else:
-            ctx.report("NM502", node, call=short(node), what="loads a traced Neuron model",
-                       todo="build the model, load its weights (`model.load_state_dict(torch.load(path))`), move it to "
-                            "the `neuron` device and compile it with `torch.compile(model, backend=\"neuron\", "
-                            "fullgraph=True, dynamic=False)`",
-                       short="load weights into the model, compile it")
+            self.ctx.report("NM502", node, **artifact_fields(short(node), None, load=True))
 
     def _report_save(self, node: cst.Call, model: str | None) -> None:
-        weights = f"{model}.state_dict()" if model else "model.state_dict()"
-        self.ctx.report("NM502", node, call=short(node), what="saves a traced Neuron model",
-                        todo=f"save the weights instead (`torch.save({weights}, path)`) and, where they are loaded, "
-                             "build the model, load them and compile it with `torch.compile(model, backend=\"neuron\", "
-                             "fullgraph=True, dynamic=False)` (its compiled graphs are cached on disk)",
-                        short=f"save {weights} instead")
+        self.ctx.report("NM502", node, **artifact_fields(short(node), model))
 
     def _traced_model(self, saved: cst.BaseExpression) -> str | None:
         """The model a saved name was traced from, when the name is bound once, by a trace of this file."""
@@ -575,13 +558,51 @@ class NeuronxTrace(Rule):
         if _bundled_nki(qual):
             self.nki_uses.append((self.ctx.current, node))
             self.ctx.handled.add(node)
-        elif found == "NM505":
-            what, todo, short = XLA_ERA_NKI if qual.rsplit(".", 1)[-1] == "nki_jit" else XLA_IMPL
-            self.ctx.report(found, node, what=what, todo=todo, short=short, **spelled_as(node, qual))
         else:
-            self.ctx.report(found, node, **spelled_as(node, qual))
+            self.ctx.report(found, node, **api_fields(found, qual, dotted_str(node)))
 
     visit_Attribute = _reference
+
+
+def trace_options_fields(call: str) -> dict[str, str]:
+    """NM502's fields for a trace with compiler options (or a star, or other arguments): `call` its code."""
+    what, todo, marker = TRACE_OPTIONS
+    return {"call": call, "what": what, "todo": todo, "short": marker}
+
+
+def artifact_fields(call: str, model: str | None, load: bool = False) -> dict[str, str]:
+    """NM502's fields for `torch.jit.load` (`load`) or `torch.jit.save` of a traced model (`model`: the model it
+    was traced from, where the file says)."""
+    if load:
+        return {"call": call, "what": "loads a traced Neuron model",
+                "todo": "build the model, load its weights (`model.load_state_dict(torch.load(path))`), move it to "
+                        "the `neuron` device and compile it with `torch.compile(model, backend=\"neuron\", "
+                        "fullgraph=True, dynamic=False)`",
+                "short": "load weights into the model, compile it"}
+    weights = f"{model}.state_dict()" if model else "model.state_dict()"
+    return {"call": call, "what": "saves a traced Neuron model",
+            "todo": f"save the weights instead (`torch.save({weights}, path)`) and, where they are loaded, build the "
+                    "model, load them and compile it with `torch.compile(model, backend=\"neuron\", fullgraph=True, "
+                    "dynamic=False)` (its compiled graphs are cached on disk)",
+            "short": f"save {weights} instead"}
+
+
+def api_fields(code: str, qual: str, spelled: str | None) -> dict[str, str]:
+    """The fields of NM503-NM505 for a read of a torch_neuronx API (`NEURONX_API`) spelled `spelled` in the file."""
+    fields = spelled_as_text(spelled, qual)
+    if code == "NM505":
+        what, todo, marker = XLA_ERA_NKI if qual.rsplit(".", 1)[-1] == "nki_jit" else XLA_IMPL
+        fields.update(what=what, todo=todo, short=marker)
+    return fields
+
+
+def nki_fields(uses: int) -> dict[str, str]:
+    """NM505's fields for the NKI namespace bundled with neuronx-cc, read `uses` times in the file."""
+    count = f" ({_uses(uses)} in this file)" if uses else ""
+    return {"name": NKI_BUNDLED, "what": f"is the NKI namespace bundled with neuronx-cc, removed in Neuron 2.34{count}",
+            "todo": "import NKI from the standalone `nki` package TorchNeuron uses (`import nki.language as nl`, "
+                    "`import nki.isa as nisa`), then port the kernels (the NKI migration guide)",
+            "short": f"switch to `nki.language`{f' ({_uses(uses)})' if uses else ''}"}
 
 
 def _not_a_read(node: cst.Name, parent: cst.CSTNode | None) -> bool:

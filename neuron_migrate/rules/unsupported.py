@@ -66,7 +66,12 @@ def reference(ctx, node: cst.CSTNode) -> str | None:
 
 def spelled_as(node: cst.CSTNode, qualname: str) -> dict[str, str]:
     """Message fields `name` (as written) and `qualname` (` (`what it is`)`, only when that says more)."""
-    name = dotted_str(node) or qualname
+    return spelled_as_text(dotted_str(node), qualname)
+
+
+def spelled_as_text(spelled: str | None, qualname: str) -> dict[str, str]:
+    """`spelled_as` of a name chain spelled `spelled` (its parts joined by dots; None: not a plain chain)."""
+    name = spelled or qualname
     return {"name": name, "qualname": "" if name == qualname else f" (`{qualname}`)"}
 
 
