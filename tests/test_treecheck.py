@@ -311,6 +311,34 @@ DECIDED = {
         import neuronx_distributed
         torch.jit.save(model, "m.pt")  # traced with torch_neuronx elsewhere
         """, ["NM506"]),
+    "optimum-neuron's trainer classes, where the arguments carry over": ("""\
+        from optimum.neuron import NeuronTrainer, NeuronTrainingArguments
+        import optimum.neuron.trainers as ont
+
+        args = NeuronTrainingArguments(output_dir="out", bf16=True)
+        trainer = NeuronTrainer(model=model, args=args, train_dataset=ds)
+        other = (ont.NeuronSFTTrainer)(model, args=args)
+        """, ["NM506", "NM508", "NM508", "NM508"]),
+    "optimum-neuron's trainer classes the program still needs": ("""\
+        from dataclasses import dataclass
+        from optimum.neuron import NeuronSFTConfig, NeuronSFTTrainer, NeuronHfArgumentParser
+
+        @dataclass
+        class Script:
+            dp_size: int = 1  # the script's own field, not the Neuron class's
+
+        class Holder:
+            def __init__(self, tp):
+                self.trn_config = tp
+
+        def main():
+            parser = NeuronHfArgumentParser((Script, NeuronSFTConfig))
+            script, training_args = parser.parse_args_into_dataclasses()
+            cfg = training_args.trn_config
+            n = getattr(training_args, "tensor_parallel_size", 1)
+            trainer = NeuronSFTTrainer(model=model, args=training_args, zero_1 = True)
+            return script.dp_size, (training_args).world_size_as_dp_size
+        """, ["NM506", "NM509", "NM509", "NM509", "NM509"]),
     "in parentheses (the message quotes them, the place leaves them out)": ("""\
         import torch
         x = (y.cuda())
@@ -563,6 +591,13 @@ PIECES = [
     "d = DataParallel(m)", "torch_neuronx.lazy_load(m)", "import torch_neuronx as tnx", "DataParallel = None",
     "import neuronxcc.nki.language as nl", "g = nl.program_id(0)", "from neuronxcc import nki", "import neuronxcc",
     "k = tnx.nki_jit(f)", "x = torch_neuronx.xla_impl.ops.X", "k = neuronxcc.nki.jit(f)", "nki = load()",
+    # optimum-neuron's trainer classes (NM508), what keeps them (NM509), and their look-alikes
+    "from optimum.neuron import NeuronTrainer, NeuronTrainingArguments", "import optimum.neuron.trainers as ont",
+    "a = NeuronTrainingArguments(output_dir='o', bf16=True)", "t = NeuronTrainer(model, args=a)",
+    "t = ont.NeuronSFTTrainer(model, tensor_parallel_size = 8)", "t = NeuronTrainer(**kw)", "a.dp_size = 2",
+    "n = a.trn_config", "n = getattr(a, 'tensor_parallel_size', 1)", "self.dp_size = 2", "dp_size: int = 1",
+    "from optimum.neuron import NeuronHfArgumentParser", "p = NeuronHfArgumentParser((A,))", "NeuronTrainer = None",
+    "n = hasattr(a, 'zero' '_1')", "from optimum.neuron.distributed import lazy_load_for_parallelism",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]

@@ -192,7 +192,7 @@ def lean_needles(rules: list[type[Rule]]) -> tuple[tuple[str, ...], tuple[str, .
     A rule whose byte pre-filter asks for names (a `NamesPattern`) gives those names, not its triggers."""
     text, words = {"torch_xla"}, set()
     for r in rules:
-        words.update(r.words)
+        words.update(r.words())
         if isinstance(r.pattern, NamesPattern):
             words.update(r.pattern.names)
         else:

@@ -81,6 +81,7 @@ from neuron_migrate.rules.unsupported import lookup
 
 # words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
 _KEYWORDS = frozenset(keyword.kwlist) - {"True", "False", "None"} | {"match", "case", "type"}
+_ONE_STRING = re.compile(r"""[rRuUbB]{0,2}(?:'[^'\\\n]*'|"[^"\\\n]*")""")  # one string literal, no escapes
 _ATTRIBUTE_REST = re.compile(r"[ \t\f\r\n\\]*\.[ \t\f\r\n\\]*cuda")  # `<value> . cuda`, the value unparenthesized
 
 
@@ -96,6 +97,8 @@ class _Decisions:
         self._quote: str | None = None
         self._torch: str | None = None
         self._assigned: dict[tuple[int, str], list] | None = None  # (scope, name) -> (start, value) of its assignments
+        self._assign_targets: dict[int, type] | None = None
+        self.optimum_kept = False  # `facts.optimum_classes_kept` is not empty: the trainer classes stay (NM509)
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
         if self.paths is not None:
@@ -580,7 +583,7 @@ class _Decisions:
         tree = self.tree
         if any(self.qualname(call.func) == HLO_SNAPSHOT for call in tree.calls):
             raise Unsure("libneuronxla's snapshot hook")  # NM258 removes it, and the imports only it reads
-        found: dict[str, list[tuple[ast.AST, str, str]]] = {}
+        found: dict[str, list[tuple[ast.AST, str, str, bool]]] = {}
         for node in sorted(tree.imports, key=lambda n: (n.lineno, n.col_offset)):  # LibCST's walk: the file's order
             if node.__class__ is ast.Import:
                 parts = [(alias, alias.name, None) for alias in node.names]
@@ -594,11 +597,13 @@ class _Decisions:
                 if served:
                     code, fields = optimum_finding(served, self.settings)
                     self.report(code, where, **fields)
-                if library is not None and not classes_only:  # (trainer classes NM509 keeps: it does not run here)
-                    found.setdefault(library, []).append((where, module, hint))
+                if library is not None and (not classes_only or self.optimum_kept):  # (those NM509 keeps)
+                    found.setdefault(library, []).append((where, module, hint, classes_only))
         for library, imports in found.items():  # `NeuronLibrary.finish`
-            where, module, _ = imports[0]
-            self.report("NM506", where, **library_fields(library, module, [hint for *_, hint in imports]))
+            if all(classes_only for *_, classes_only in imports):
+                continue  # nothing but the trainer classes: NM509 says what to port
+            where, module, *_ = imports[0]
+            self.report("NM506", where, **library_fields(library, module, [hint for _, _, hint, _ in imports]))
 
     # NxdInference: NxD Core's inference tracing and model builders, where they are imported by name or called
     # through a module, and NxD Inference, one finding at its first import (NM507; NM510 where the target keeps the
@@ -695,11 +700,11 @@ class _Decisions:
         last = frozenset(api.rpartition(".")[2] for api in apis)
         return not notes._Notes(self.path, self.tree, self.settings)._inferentia1(apis, modules, last)
 
-    def _references(self, table: dict[str, str]) -> list[tuple[ast.expr, str]]:
-        """`unsupported.reference` of every whole name chain read in the file whose name is one of `table`'s or
-        under one of them, in LibCST's order (the file's); Unsure where a name an import binds to one of them
-        stands where LibCST's tree holds a name that Python's does not (a definition, a parameter, `global`), is
-        bound by something other than an assignment, or is read inside an f-string."""
+    def _references(self, table: dict[str, str], exact: bool = False) -> list[tuple[ast.expr, str]]:
+        """`unsupported.reference` of every whole name chain read in the file that is one of `table`'s names (`exact`)
+        or under one of them, in LibCST's order (the file's), with its qualified name; Unsure where a name an import
+        binds to one of them stands where LibCST's tree holds a name that Python's does not (a definition, a
+        parameter, `global`), is bound by something other than an assignment, or is read inside an f-string."""
         roots = {q.split(".")[0] for q in table}
         names = {n for n, quals in self.tree.imported.items() if any(q.split(".")[0] in roots for q in quals)}
         if not names:
@@ -711,11 +716,10 @@ class _Decisions:
                     or kind in (ast.Global, ast.Nonlocal) and names.intersection(node.names) \
                     or kind in (ast.ExceptHandler, ast.MatchAs, ast.MatchStar) and node.name in names \
                     or kind is ast.MatchMapping and node.rest in names:
-                raise Unsure("a name of torch_neuronx's API that LibCST's tree holds where Python's does not")
+                raise Unsure("a name of the API that LibCST's tree holds where Python's does not")
             if kind is ast.JoinedStr and any(n.__class__ is ast.Name and n.id in names for n in ast.walk(node)):
-                raise Unsure("torch_neuronx's API named in an f-string")  # where Python's places are its own
-        assigned = {id(t) for n in ast.walk(self.module) if n.__class__ in (ast.Assign, ast.AnnAssign, ast.AugAssign)
-                    for t in (n.targets if n.__class__ is ast.Assign else (n.target,))}
+                raise Unsure("the API named in an f-string")  # where Python's places are its own
+        targets = self._targets()
         chained = {id(a.value) for a in self.tree.attributes}
         found = []
         for node, _ in self.names().names:
@@ -725,15 +729,141 @@ class _Decisions:
             if not parts or parts[0] not in names:
                 continue
             qual = self.qualname(node)
-            if qual is None or lookup(table, qual) is None:
+            if qual is None or (qual not in table if exact else lookup(table, qual) is None):
                 continue
             if node.ctx.__class__ is not ast.Load:
-                if id(node) in assigned:
+                if id(node) in targets:
                     continue  # `unsupported.reference`: a name bound here is not a read of the API
-                raise Unsure("torch_neuronx's API bound or deleted")
+                raise Unsure("the API bound or deleted")
             found.append(node)
         found.sort(key=lambda n: (n.lineno, n.col_offset))
         return [(node, self.qualname(node)) for node in found]
+
+    def _targets(self) -> dict[int, type]:
+        """The id of each target of an assignment, an annotated or an augmented one (not one inside a tuple) ->
+        the kind of its statement."""
+        if self._assign_targets is None:
+            self._assign_targets = {
+                id(t): n.__class__ for n in ast.walk(self.module) if n.__class__ in (ast.Assign, ast.AnnAssign,
+                                                                                    ast.AugAssign)
+                for t in (n.targets if n.__class__ is ast.Assign else (n.target,))}
+        return self._assign_targets
+
+    # OptimumNeuronTrainer: optimum-neuron's trainer classes become transformers' / trl's (NM508) where nothing of the
+    # program needs the Neuron class; each reason it does gets NM509, and its imports count for NM506
+    def optimum_trainer(self) -> None:
+        from neuron_migrate.rules import huggingface as hf
+
+        classes, helpers = hf.classes(), hf.helpers()
+        uses, others = [], []
+        for node, qual in self._references({**classes, **helpers}, exact=True):  # `_reference`
+            (uses if qual in classes else others).append((node, qual))
+        if not uses:
+            return
+        only, attributes = hf.neuron_only(), hf.neuron_only_attributes()
+        blocking, splat = [], False
+        for call in self.tree.calls:  # `visit_Call`
+            qual = self.qualname(call.func)
+            if qual in classes:
+                splat = splat or any(k.arg is None for k in call.keywords)
+                blocking += [(k, k.arg, call.func, qual) for k in call.keywords if k.arg in only]
+        if any(set(name.split(".")) & attributes.keys() for node in self.tree.imports
+               for name in [getattr(node, "module", None) or "", *(a.name for a in node.names)]):
+            raise Unsure("an import that names a Neuron-only attribute")  # an attribute of LibCST's, not Python's
+        reads = self._attribute_reads(attributes)
+        if blocking or reads or others or (self.settings.project is not None and self.settings.project.neuron_flags):
+            self._held(uses, blocking, reads, others)
+            return
+        if splat:
+            return
+        if may_patch(self.tree.text, self.tree.module):
+            raise Unsure("a rewrite in a file that may patch a function")  # the fix pass checks self-calls
+        for node, qual in uses:
+            self.report("NM508", node, name=self._code_of(node), what=hf.WHAT.get(qual.rpartition(".")[2], "class"),
+                        fixed=classes[qual])
+
+    def _held(self, uses: list, blocking: list, reads: list, others: list) -> None:
+        """`OptimumNeuronTrainer._held`: an NM509 finding for each reason the program still needs the class."""
+        from neuron_migrate.rules import huggingface as hf
+
+        classes = hf.classes()
+        self.optimum_kept = True  # `facts.optimum_classes_kept`: NeuronLibrary counts the classes' imports
+        for keyword_, name, _, qual in blocking:
+            fixed = classes[qual]
+            self.report("NM509", keyword_, argument=name, fixed=fixed, native=hf.neuron_only()[name],
+                        name=qual.rpartition(".")[2],
+                        subject=f"`{name}` is an optimum-neuron argument that `{fixed}` does not have")
+        node, qual = next(((n, q) for n, q in uses if q.endswith(hf._ARGUMENTS)), uses[0])
+        fixed, short = classes[qual], qual.rpartition(".")[2]
+        for read, attribute in reads:
+            self.report("NM509", read, argument=attribute, fixed=fixed, name=short,
+                        native=hf.neuron_only_attributes()[attribute],
+                        subject=f"`{self._code_of(read)}` reads `{attribute}`, which optimum-neuron's `{short}` has "
+                                f"and `{fixed}` does not")
+        for other, helper in others:
+            self.report("NM509", other, argument=helper.rpartition(".")[2], fixed=fixed, name=short,
+                        native=hf.helpers()[helper],
+                        subject=f"`{self._code_of(other)}` (`{helper}`) stays on optimum-neuron, with `{short}`")
+        project = self.settings.project
+        for item in project.neuron_flags if project is not None else ():
+            flag, _, launcher = item.partition(":")
+            self.report("NM509", node, argument=flag, fixed=fixed, name=short, native=hf.neuron_only()[flag],
+                        subject=f"`{launcher}` passes this program `--{flag}`, an optimum-neuron argument that "
+                                f"`{fixed}` does not have")
+
+    def _attribute_reads(self, attributes: dict[str, str]) -> list[tuple[ast.AST, str]]:
+        """What the file reads of the Neuron arguments object (`visit_Attribute`, and `getattr(x, "name")` /
+        `hasattr` in `visit_Call`), less the fields its own classes declare (`visit_ClassDef`, `self.x = ...`)."""
+        tree, own, reads = self.tree, set(), []
+        targets = self._targets()
+        for node in tree.attributes:
+            if node.attr not in attributes:
+                continue
+            value = node.value
+            if targets.get(id(node)) is ast.Assign and value.__class__ is ast.Name and value.id == "self":
+                own.add(node.attr)  # `self.tensor_parallel_size = tp`: the file's own object
+            else:
+                reads.append((node, node.attr))
+        for call in tree.calls:
+            func = call.func
+            if func.__class__ is not ast.Name or func.id not in ("getattr", "hasattr") \
+                    or len(call.args) + len(call.keywords) < 2:
+                continue
+            if len(call.args) < 2 or any(a.__class__ is ast.Starred for a in call.args[:2]):
+                raise Unsure("getattr's name as a keyword or a star")  # LibCST's second argument
+            name = call.args[1]
+            if name.__class__ is ast.Constant and name.value.__class__ is str and name.value in attributes \
+                    and self.qualname(func) is None:
+                if not _ONE_STRING.fullmatch(tree.segment(name)):
+                    raise Unsure("getattr's name in strings joined implicitly")  # no SimpleString to LibCST
+                reads.append((call, name.value))
+        if not reads:
+            return reads
+        for node in ast.walk(self.module):
+            if node.__class__ is not ast.ClassDef or not node.body:
+                continue
+            first = node.body[0]
+            if self.tree.line_text(first.lineno)[:self.tree.column(first.lineno, first.col_offset)].strip():
+                continue  # `class A: x = 1`: a body on the header's line is no block of statement lines to LibCST
+            for statement in node.body:
+                if statement.__class__ is ast.AnnAssign and statement.target.__class__ is ast.Name:
+                    own.add(statement.target.id)
+                elif statement.__class__ is ast.Assign:
+                    own.update(t.id for t in statement.targets if t.__class__ is ast.Name)
+        return [(node, attribute) for node, attribute in reads if attribute not in own]
+
+    def _code_of(self, node: ast.AST) -> str:
+        """`patterns.code` of a name chain or call on one line: its text, with the parentheses LibCST gives it."""
+        span = self._parentheses(node)
+        if span is None:
+            text = self.tree.segment(node)
+        elif span[0][0] == span[1][0]:
+            text = self.tree._lines()[span[0][0]][span[0][1]:span[1][1]]
+        else:
+            raise Unsure("code over several lines")
+        if "\n" in text or "\r" in text:
+            raise Unsure("code over several lines")  # LibCST writes its own
+        return text
 
     # Inferentia1 (NM513, once per file where Inf1 code first shows) and InstanceType (NM520, a string that asks for
     # a trn1 instance): the notes' own decisions (engine/notes.py), in a file that tests for no backend
@@ -803,7 +933,8 @@ def _env_names() -> re.Pattern[str]:
 
 _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float64": "float64",
           "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd",
-          "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace"}
+          "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace",
+          "OptimumNeuronTrainer": "optimum_trainer"}
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
 
 

@@ -62,9 +62,6 @@ class Rule:
     context: ClassVar[tuple[bytes, ...]] = ()
     # ... and, when set, this pattern too (see `names_pattern`): for names short enough to hide in other words.
     pattern: ClassVar[NamesPattern | re.Pattern[bytes] | None] = None
-    # Words a report may rest on in a function that spells no trigger (`torch.jit.save` of a traced model in a file
-    # that imports torch_neuronx elsewhere): `check`'s lean parse keeps every definition that spells one as a word.
-    words: ClassVar[tuple[str, ...]] = ()
     # Which code paths (engine/paths.py) the codes act on: XLA_REWRITE (the default) acts on XLA-path and common
     # code, never on a TPU, CUDA, MPS, XPU or CPU-fallback path, and not at all in a multi-backend file (one NM111
     # marker per XLA branch instead); CUDA_LEFTOVER (NM320-NM323) acts on XLA-path code, and on common code only
@@ -96,6 +93,13 @@ class Rule:
         names resolved through its imports. The default keeps the rule, unless all it reports are names imported
         from torch_xla (`torch_xla_names_only`)."""
         return not cls.torch_xla_names_only or scan.imports_under(("torch_xla",))
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        """Words a decision may rest on in a function that spells no trigger (`torch.jit.save` of a traced model in a
+        file that imports torch_neuronx elsewhere, a field named like a Neuron-only argument in the file's own
+        class): `check`'s lean parse (engine/lean.py) keeps every definition that spells one as a word."""
+        return ()
 
     @classmethod
     def node_types(cls) -> dict[type, str]:

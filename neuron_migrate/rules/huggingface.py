@@ -88,6 +88,12 @@ class OptimumNeuronTrainer(Rule):
     def may_match_tree(cls, scan, settings) -> bool:
         return scan.any_qual(classes())
 
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        """The Neuron-only attributes: a function or class that reads one keeps the class, one that declares one (a
+        script's own dataclass field, `self.dp_size = ...`) lets the file read its own."""
+        return tuple(neuron_only_attributes())
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.uses: list[_Use] = []

@@ -122,7 +122,10 @@ class NeuronxTrace(Rule):
 
     codes = ("NM501", "NM502", "NM503", "NM504", "NM505", "NM510")
     triggers = (b"torch_neuronx", b"neuronxcc")
-    words = ("jit",)  # `torch.jit.save` / `torch.jit.load` of a traced model, anywhere in the file (NM502)
+
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        return ("jit",)  # `torch.jit.save` / `torch.jit.load` of a traced model, anywhere in the file (NM502)
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
