@@ -466,6 +466,17 @@ HANDED_BACK = {
         import torch_neuronx
         print(f"{torch_neuronx.DataParallel}")
         """, ["NM503"]),
+    "optimum-neuron's trainer swapped in a file that may patch a function": ("""\
+        import transformers
+        from optimum.neuron import NeuronTrainer
+        transformers.Trainer.train = train_faster
+        trainer = NeuronTrainer(model=model)
+        """, ["NM508"]),
+    "a Neuron-only attribute read through strings joined implicitly": ("""\
+        from optimum.neuron import NeuronTrainingArguments
+        args = NeuronTrainingArguments(output_dir="out")
+        size = getattr(args, "tensor_parallel" "_size", 1)
+        """, ["NM508"]),
     "torch_neuronx's API bound in a tuple": ("""\
         import torch_neuronx
         a, torch_neuronx.lazy_load = 1, 2

@@ -189,7 +189,8 @@ def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings) -> list
 
 def lean_needles(rules: list[type[Rule]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What a function or class must hold to matter to these rules (engine/lean.py): (text, names as whole words).
-    A rule whose byte pre-filter asks for names (a `NamesPattern`) gives those names, not its triggers."""
+    A rule whose byte pre-filter asks for names (a `NamesPattern`) gives those names, not its triggers; every rule
+    gives the words its decisions may rest on far from a trigger (`Rule.words`)."""
     text, words = {"torch_xla"}, set()
     for r in rules:
         words.update(r.words())

@@ -1,17 +1,18 @@
 """A `check` of a file that does not import torch_xla, decided on Python's tree: its CUDA leftovers (NM320, NM322,
 NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), torch_neuronx's traces and APIs
 (NM502-NM505; NM510 where the target keeps the XLA inference path), its Neuron libraries (NM506, NM524), NxD's
-inference APIs (NM507; NM510), Inf1 code (NM513) and trn1 instances (NM520).
+inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508, NM509), Inf1 code (NM513) and trn1
+instances (NM520).
 
 A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
 training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
 `torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Any file reports float64 on the device (`Float64`, NM401), the
 XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405), torch_neuronx's inference
 traces and APIs (`NeuronxTrace`), the imports of the Neuron libraries built on the XLA stack (`NeuronLibrary`),
-NxD's inference APIs (`NxdInference`), Inf1 code (`Inferentia1`) and the trn1 instances it asks for
-(`InstanceType`). Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for
-findings on calls, dotted names, imports and string literals that Python's tree (which the engine has parsed
-anyway) holds as well.
+NxD's inference APIs (`NxdInference`), optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code
+(`Inferentia1`) and the trn1 instances it asks for (`InstanceType`). Deciding that on LibCST's tree costs a LibCST
+parse, a scope analysis and a fix pass per file, for findings on calls, dotted names, imports and string literals
+that Python's tree (which the engine has parsed anyway) holds as well.
 
 `decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
 (not a rewrite) of a file where they are the LibCST pass's decisions by construction, and returns None where it
@@ -19,7 +20,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these nine, and the file has no markers and no
+- Every rule left to run after the pre-filters is one of these ten, and the file has no markers and no
   suppression comments (process_python asks only then), so nothing else can come out of the pass.
 - The file imports torch_xla nowhere: with no torch_xla import there is no NM190 / NM191 for the fix pass to add.
   Where the CUDA rules run, it also imports no torch_neuronx and spells no use of the neuron device (it is no
@@ -40,14 +41,19 @@ notes?):
   in an f-string or in strings joined implicitly (LibCST's pieces) is left to LibCST. NeuronLibrary's and
   NxdInference's decisions on an import are the rules' own functions (`inference.library_import`,
   `optimum_finding`, `library_fields`, `nxd_finding`); libneuronxla's snapshot hook (NM258, a removal) is left to
-  LibCST, and the counts leave out optimum-neuron's trainer classes, which NM509 (not run here) would keep.
-  Inferentia1 and InstanceType are the notes' own decisions (engine/notes.py), where the file tests for no backend.
+  LibCST, and the counts leave out optimum-neuron's trainer classes unless NM509 keeps them (OptimumNeuronTrainer
+  decides first, as its rule finishes first). Inferentia1 and InstanceType are the notes' own decisions
+  (engine/notes.py), where the file tests for no backend.
 - NeuronxTrace's messages are the rule's own fields (`inference.trace_options_fields`, `artifact_fields`,
   `api_fields`, `nki_fields`). A trace the rule rewrites (NM501, whose message is the rewritten code) is left to
   LibCST; so is a name of torch_neuronx's API that LibCST's tree holds where Python's holds none (a definition's,
   a parameter's, `global`'s, an exception's or a pattern's name), one bound other than by an assignment, and one
   read inside an f-string. A save is quoted with `model.state_dict()`: only a trace the rule rewrites names the
-  model it saves.
+  model it saves. OptimumNeuronTrainer reads its classes' and helpers' names the same way, and the Neuron-only
+  attributes as LibCST visits them: every attribute of that name, less the fields the file's own classes declare
+  (not a class whose body is on its header's line, which LibCST holds as no block) and its `self.<name> = ...`;
+  `getattr` / `hasattr` with the name as one plain string literal. Its swap (NM508) goes to LibCST in a file that
+  may patch a function.
 - No reported node is inside an f-string. A node in parentheses is placed without them, as LibCST places it, and
   the code a message quotes of it holds them, as LibCST's node does (`_Decisions.short`); parentheses after a
   keyword (`if (x):`) or a comment before the node leave it to LibCST. The code a message quotes is LibCST's code
@@ -766,7 +772,7 @@ class _Decisions:
             qual = self.qualname(call.func)
             if qual in classes:
                 splat = splat or any(k.arg is None for k in call.keywords)
-                blocking += [(k, k.arg, call.func, qual) for k in call.keywords if k.arg in only]
+                blocking += [(k, k.arg, qual) for k in call.keywords if k.arg in only]
         if any(set(name.split(".")) & attributes.keys() for node in self.tree.imports
                for name in [getattr(node, "module", None) or "", *(a.name for a in node.names)]):
             raise Unsure("an import that names a Neuron-only attribute")  # an attribute of LibCST's, not Python's
@@ -788,7 +794,7 @@ class _Decisions:
 
         classes = hf.classes()
         self.optimum_kept = True  # `facts.optimum_classes_kept`: NeuronLibrary counts the classes' imports
-        for keyword_, name, _, qual in blocking:
+        for keyword_, name, qual in blocking:
             fixed = classes[qual]
             self.report("NM509", keyword_, argument=name, fixed=fixed, native=hf.neuron_only()[name],
                         name=qual.rpartition(".")[2],
