@@ -339,6 +339,29 @@ DECIDED = {
             trainer = NeuronSFTTrainer(model=model, args=training_args, zero_1 = True)
             return script.dp_size, (training_args).world_size_as_dp_size
         """, ["NM506", "NM509", "NM509", "NM509", "NM509"]),
+    "torch_neuronx and optimum-neuron imported inside functions": ("""\
+        def export(model, example):
+            import torch_neuronx
+            traced = torch_neuronx.trace(model, example, compiler_workdir="/tmp/neuron")
+            return torch_neuronx.DataParallel(traced)
+
+        def train(model, data):
+            from optimum.neuron import NeuronTrainer
+            return NeuronTrainer(model=model, train_dataset=data)
+        """, ["NM502", "NM503", "NM508"]),
+    "the file's own classes named like optimum-neuron's and torch_neuronx's stay": ("""\
+        import torch
+
+        class NeuronTrainer:  # this project's own Neuron trainer, not optimum-neuron's
+            def __init__(self, model, tensor_parallel_size=1):
+                self.trn_config = {"tp": tensor_parallel_size}
+
+        class DataParallel(torch.nn.Module):
+            pass
+
+        trainer = NeuronTrainer(model, tensor_parallel_size=8)
+        print(trainer.trn_config, DataParallel, torch.jit.load("traced_for_torch_neuronx.pt"))
+        """, []),
     "in parentheses (the message quotes them, the place leaves them out)": ("""\
         import torch
         x = (y.cuda())

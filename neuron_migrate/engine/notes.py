@@ -541,7 +541,6 @@ class _Notes:
         from neuron_migrate.rules.inference import IMPORT_VERB
 
         apis, modules = inf1_names()
-        last = frozenset(api.rpartition(".")[2] for api in apis)
         candidates: list[tuple[ast.AST, str, str]] = []
         for node in self.tree.imports:
             if isinstance(node, ast.Import):
@@ -553,25 +552,9 @@ class _Notes:
         for call in self.tree.calls:
             if self.tree.resolves_to(call.func, apis) in apis:
                 candidates.append((call, self.tree.short(call), "is the torch-neuron API of"))
-        if candidates and self._inferentia1(apis, modules, last):
+        if candidates and inferentia1(self.tree):
             node, subject, verb = min(candidates, key=lambda c: _place(c[0]))
             self.report("NM513", node, subject=subject, verb=verb)
-
-    def _inferentia1(self, apis: frozenset[str], modules: frozenset[str], last: frozenset[str]) -> bool:
-        """`facts.inferentia1` on Python's tree."""
-        tree = self.tree
-        if "neuron" not in tree.text:
-            return False
-        if any(q.split(".")[0] in modules or q in apis for quals in tree.imported.values() for q in quals):
-            return True
-        if not any(name in tree.text for name in last):
-            return False
-        for node in tree.attributes:
-            if node.attr in last:
-                parts = _dotted(node)
-                if parts and any(".".join([q, *parts[1:]]) in apis for q in tree.imported.get(parts[0], ())):
-                    return True
-        return False
 
     # InstanceType: a string that asks for a trn1 instance
     def instance_type(self) -> None:
@@ -655,6 +638,26 @@ def sure(decide: Callable[[], list[Finding] | None]) -> list[Finding] | None:
         if STRICT:
             raise  # the test suite's setting: a failure here is a bug to see
         return None
+
+
+def inferentia1(tree: _Tree) -> bool:
+    """`facts.inferentia1` on Python's tree: the file imports torch-neuron or reads an Inf1 API."""
+    from neuron_migrate.engine.facts import inf1_names
+
+    apis, modules = inf1_names()
+    if "neuron" not in tree.text:
+        return False
+    if any(q.split(".")[0] in modules or q in apis for quals in tree.imported.values() for q in quals):
+        return True
+    last = {api.rpartition(".")[2] for api in apis}
+    if not any(name in tree.text for name in last):
+        return False
+    for node in tree.attributes:
+        if node.attr in last:
+            parts = _dotted(node)
+            if parts and any(".".join([q, *parts[1:]]) in apis for q in tree.imported.get(parts[0], ())):
+                return True
+    return False
 
 
 def _findings(path: str, tree: _Tree, found: list, settings, codes: frozenset[str]) -> list[Finding]:

@@ -104,6 +104,7 @@ class _Decisions:
         self._torch: str | None = None
         self._assigned: dict[tuple[int, str], list] | None = None  # (scope, name) -> (start, value) of its assignments
         self._assign_targets: dict[int, type] | None = None
+        self._parts: set[int] | None = None
         self.optimum_kept = False  # `facts.optimum_classes_kept` is not empty: the trainer classes stay (NM509)
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
@@ -323,7 +324,7 @@ class _Decisions:
         from neuron_migrate.rules.unsupported import spelled_as_text
 
         tree = self.tree
-        chained = {id(a.value) for a in tree.attributes}  # a part of a longer chain: not a reference of its own
+        chained = self._chained()
         calls = {id(c.func): c for c in tree.calls}
         project = self.settings.project
         patched = project.cuda_patched if project is not None else ()
@@ -697,14 +698,10 @@ class _Decisions:
 
     def _uses_neuronx(self) -> bool:
         """`facts.imports_neuron_libraries and not facts.inferentia1`."""
-        from neuron_migrate.engine.facts import inf1_names
         from neuron_migrate.rules.inference import NEURON_ROOTS
 
-        if not any(q.split(".")[0] in NEURON_ROOTS for quals in self.tree.imported.values() for q in quals):
-            return False
-        apis, modules = inf1_names()
-        last = frozenset(api.rpartition(".")[2] for api in apis)
-        return not notes._Notes(self.path, self.tree, self.settings)._inferentia1(apis, modules, last)
+        return any(q.split(".")[0] in NEURON_ROOTS for quals in self.tree.imported.values() for q in quals) \
+            and not notes.inferentia1(self.tree)
 
     def _references(self, table: dict[str, str], exact: bool = False) -> list[tuple[ast.expr, str]]:
         """`unsupported.reference` of every whole name chain read in the file that is one of `table`'s names (`exact`)
@@ -725,8 +722,7 @@ class _Decisions:
                 raise Unsure("a name of the API that LibCST's tree holds where Python's does not")
             if kind is ast.JoinedStr and any(n.__class__ is ast.Name and n.id in names for n in ast.walk(node)):
                 raise Unsure("the API named in an f-string")  # where Python's places are its own
-        targets = self._targets()
-        chained = {id(a.value) for a in self.tree.attributes}
+        targets, chained = self._targets(), self._chained()
         found = []
         for node, _ in self.names().names:
             if id(node) in chained:
@@ -744,6 +740,12 @@ class _Decisions:
             found.append(node)
         found.sort(key=lambda n: (n.lineno, n.col_offset))
         return [(node, self.qualname(node)) for node in found]
+
+    def _chained(self) -> set[int]:
+        """The ids of the names and attributes that are a part of a longer chain: no reference of their own."""
+        if self._parts is None:
+            self._parts = {id(a.value) for a in self.tree.attributes}
+        return self._parts
 
     def _targets(self) -> dict[int, type]:
         """The id of each target of an assignment, an annotated or an augmented one (not one inside a tuple) ->
