@@ -15,7 +15,7 @@ def main() -> None:
             replay.ARGV = sys.argv[1:]
             from neuron_migrate.engine import deferred
 
-            deferred.install()  # before anything imports LibCST
+            deferred.install()  # before the command line, its rules and LibCST are imported
             from neuron_migrate.cli import entry
 
             entry()
