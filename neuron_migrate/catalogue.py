@@ -30,14 +30,10 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from neuron_migrate.engine import store
 from neuron_migrate.findings import FixSafety
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 SNAPSHOT = "catalogue.json"  # every TOML file of the folder, parsed, by name: {"size", "digest", "data"}
 WRITE_SNAPSHOT = "python -m neuron_migrate.catalogue --write-snapshot"
@@ -121,7 +117,21 @@ def load_data(name: str) -> dict:
     with open(data_dir() / name, "rb") as fh:
         raw = fh.read()
     entry = _snapshot(data_dir()).get(name)
-    return entry["data"] if _made_from(entry, raw) else tomllib.loads(raw.decode())
+    return entry["data"] if _made_from(entry, raw) else _toml(raw)
+
+
+def _toml(raw: bytes) -> dict:
+    return toml_reader().loads(raw.decode())
+
+
+def toml_reader() -> Any:
+    """Python's TOML reader (tomli before 3.11), imported on first use: a run whose catalogue files match the
+    snapshot and that reads no project file never loads it (2 ms of start-up)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+    return tomllib
 
 
 def _made_from(entry: object, raw: bytes) -> bool:
@@ -148,7 +158,7 @@ def snapshot_text(folder: Path) -> str:
     lines = []
     for path in sorted(folder.glob("*.toml")):
         raw = path.read_bytes()
-        data = tomllib.loads(raw.decode())
+        data = _toml(raw)
         for key, value in data.items():
             _check_json_safe(value, f"{path.name}: {key}")
         entry = {"size": len(raw), "digest": store.digest(raw), "data": data}
@@ -261,7 +271,8 @@ def explain(info: RuleInfo) -> str:
     }[info.fix]
     if info.marks_migrating_only:
         safety += (" The marker goes only into files moving to neuron (they import torch_xla or torch_neuronx, or "
-                   "already use the `neuron` device); elsewhere `check` reports it and `rewrite` leaves the file alone.")
+                   "already use the `neuron` device); elsewhere `check` reports it and `rewrite` leaves the file "
+                   "alone.")
     if info.check_only:
         safety = ("Report only: no automatic fix and no marker; `check` reports it until the code changes or the "
                   "line is suppressed (`# neuron-migrate: ignore[" + info.code + "]`).")

@@ -23,7 +23,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
@@ -32,11 +31,6 @@ from neuron_migrate import catalogue
 from neuron_migrate.engine.sources import SourceError, read_bytes, size_limit
 from neuron_migrate.pin.matrix import matrix
 from neuron_migrate.settings import Settings
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 TABLE = "neuron-migrate"
 DEVICE_STYLES = ("neuron", "accelerator")
@@ -124,6 +118,7 @@ def explicit_table(path: Path) -> dict:
 
 
 def _read(path: Path) -> dict:
+    tomllib = catalogue.toml_reader()
     try:
         # a regular file under the limit of its kind: a 50 MB pyproject.toml took a minute and 2.5 GB to parse
         return tomllib.loads(read_bytes(str(path), size_limit("pyproject"), "pyproject").decode("utf-8"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import pytest
 
@@ -12,7 +13,11 @@ from neuron_migrate import catalogue
 from neuron_migrate.catalogue import SNAPSHOT, CatalogueError, load_data, snapshot_text
 from neuron_migrate.engine import store
 
-tomllib = catalogue.tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
 PARSE = tomllib.loads  # what the tests expect; `parsed` spies on the calls that load_data makes
 FOLDER = catalogue.data_dir()
 NAMES = sorted(p.name for p in FOLDER.glob("*.toml"))

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from hypothesis import given, strategies as st
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 from libcst._nodes.expression import _BaseParenthesizedNode
 
 from neuron_migrate import syntax
@@ -189,6 +192,25 @@ def test_a_nested_session_keeps_the_replacements_until_the_outer_one_ends():
             assert syntax.current() is inner and inner is not outer
         assert syntax.patched() and syntax.current() is outer
     assert not syntax.patched() and syntax.current() is None
+
+
+def _packaging_says(version: str) -> bool:
+    try:
+        return Version(version) in SpecifierSet(syntax.TESTED)
+    except InvalidVersion:
+        return False
+
+
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=5).map(lambda parts: ".".join(map(str, parts))))
+def test_the_tested_range_is_read_as_packaging_reads_it(version):
+    """door._tested compares a release in numbers only without packaging: the same answer as packaging's."""
+    assert door._tested(version) == _packaging_says(version)
+
+
+@pytest.mark.parametrize("version", ["1.9.0rc1", "1.10.0rc1", "1.1.0.dev1", "1.9.0.post1", "1.9.0+local", "1.09",
+                                     "v1.8.2", "1..2", "", "unknown", "1.8.2 ", "1.\u0668"])
+def test_any_other_spelling_of_the_libcst_release_is_left_to_packaging(version):
+    assert door._tested(version) == _packaging_says(version)
 
 
 def test_a_release_outside_the_tested_range_runs_unpatched(monkeypatch):

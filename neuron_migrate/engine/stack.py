@@ -24,23 +24,16 @@ Code that imports such a library from outside (a training script, another projec
 from __future__ import annotations
 
 import ast
-import configparser
 import functools
 import os
 import re
-import sys
 from dataclasses import dataclass
 from typing import Iterable
 
-from neuron_migrate.catalogue import load_data
+from neuron_migrate.catalogue import load_data, toml_reader
 from neuron_migrate.pin import canonical_name
 from neuron_migrate.engine import store
 from neuron_migrate.engine.sources import read_regular
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 XLA_STACK, MULTI_BACKEND = "xla-stack", "multi-backend"  # built on torch_xla; serving TPUs through it among others
@@ -259,6 +252,9 @@ def _egg_infos(folder: str) -> list[str]:
 def _metadata_in(path: str) -> tuple[str | None, list[str]]:
     """The project name a project file declares ("" when it declares a project without a readable name, None when
     it declares none: a pyproject.toml that only configures tools) and the URLs it names."""
+    import configparser  # here, not at the start: most runs read no project file
+
+    tomllib = toml_reader()
     data = read_regular(path, 1 << 20)
     if data is None:
         return None, []

@@ -1,4 +1,5 @@
-"""The Neuron release matrix (`rules/versions.toml`): releases, their torch-neuronx families, platforms, legacy packages.
+"""The Neuron release matrix (`rules/versions.toml`): releases, their torch-neuronx families, platforms, legacy
+packages.
 
 A `Release` is one Neuron SDK release (2.34.0, 2.33.1, ...); each has one `Family` per PyTorch version it ships
 torch-neuronx for. `Matrix.select(sdk, torch)` picks the row `--neuron-sdk` / `--torch` (or the project's
@@ -9,12 +10,16 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
+from typing import TYPE_CHECKING
 
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.pin import canonical_name
+
+if TYPE_CHECKING:
+    from packaging.version import Version
+
+# packaging is imported by the methods that compare versions, not here: `check` and `rewrite` build the matrix
+# (config.py validates the settings against it) and compare none (5 ms of start-up)
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,7 @@ class Matrix:
     system: str
     machine: str
     index_url: str
-    native_since: Version
+    native_since_text: str  # the first torch-neuronx of the native backend, as written ("2.13.3")
     legacy_packages: frozenset[str]
     inf1_packages: frozenset[str]
     tpu_packages: frozenset[str]
@@ -108,6 +113,8 @@ class Matrix:
     @property
     def torch_versions(self) -> tuple[str, ...]:
         """The PyTorch versions some release has a family for ("2.14", "2.13")."""
+        from packaging.version import Version
+
         return tuple(sorted({f.torch for f in self.families}, key=Version))
 
     @property
@@ -169,7 +176,15 @@ class Matrix:
         """Packages whose presence says a file is about Neuron (so pinning it is in scope)."""
         return self.legacy_packages | frozenset(self.required_packages)
 
+    @functools.cached_property
+    def native_since(self) -> Version:
+        from packaging.version import Version
+
+        return Version(self.native_since_text)
+
     def is_native_neuronx(self, version: str) -> bool:
+        from packaging.version import InvalidVersion, Version
+
         try:
             return Version(version) >= self.native_since
         except InvalidVersion:
@@ -193,6 +208,8 @@ class Matrix:
     def python_floor_below(self, spec: str) -> str | None:
         """The oldest Python below the first supported one that a `requires-python` style specifier admits, when
         it admits a supported one too (`>=3.10` -> "3.10"); None otherwise (NM607 reports one that admits none)."""
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
         try:
             specifiers = SpecifierSet(spec)
         except InvalidSpecifier:
@@ -207,6 +224,8 @@ class Matrix:
 
     def python_spec_admits_any(self, spec: str) -> bool:
         """Whether a `requires-python` style specifier admits one of the supported Python versions."""
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
         try:
             specifiers = SpecifierSet(spec)
         except InvalidSpecifier:
@@ -216,6 +235,9 @@ class Matrix:
     def family_of_neuronx(self, version: str) -> Family | None:
         """The family a torch-neuronx version belongs to: the newest release whose release of it matches,
         else the newest family whose pin admits it."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
         try:
             public = Version(version).public
         except InvalidVersion:
@@ -231,6 +253,9 @@ class Matrix:
 
     def releases_of_neuronx(self, version: str) -> list[Release]:
         """Every release whose torch-neuronx build `version` is (2.14.3.0 is in 2.33.0 and 2.33.1)."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
         try:
             public = Version(version).public
         except InvalidVersion:
@@ -266,7 +291,7 @@ def matrix() -> Matrix:
             torchao_instances=tuple(row.get("torchao_instances", ())),
             libtorch_lite_last=bool(row.get("libtorch_lite_last", False)),
             same_packages_as=str(row.get("same_packages_as", ""))))
-    releases.sort(key=lambda r: Version(r.sdk), reverse=True)
+    _newest_first(releases)
     return Matrix(
         releases=tuple(releases),
         ubuntu=tuple(platform["ubuntu"]),
@@ -276,7 +301,7 @@ def matrix() -> Matrix:
         system=platform["system"],
         machine=platform["machine"],
         index_url=platform["extra_index_url"].rstrip("/"),
-        native_since=Version(platform["native_neuronx_since"]),
+        native_since_text=str(platform["native_neuronx_since"]),
         legacy_packages=frozenset(canonical_name(n) for n in platform["legacy_packages"]),
         inf1_packages=frozenset(canonical_name(n) for n in platform["inf1_packages"]),
         tpu_packages=frozenset(canonical_name(n) for n in platform["tpu_packages"]),
@@ -286,6 +311,25 @@ def matrix() -> Matrix:
         neuron_index_only=frozenset(canonical_name(n) for n in platform["neuron_index_only"]),
         huggingface={canonical_name(k): dict(v) for k, v in data.get("huggingface", {}).items()},
     )
+
+
+def _newest_first(releases: list[Release]) -> None:
+    """Sort releases newest first, as packaging's `Version` orders them: releases written in numbers only
+    ("2.34.0") by their numbers less trailing zeros (2.34 is 2.34.0), without packaging; any other spelling, all
+    by `Version`."""
+    numbers = {}
+    for r in releases:
+        parts = r.sdk.split(".")
+        if not all(p.isascii() and p.isdigit() for p in parts):
+            from packaging.version import Version
+
+            releases.sort(key=lambda r: Version(r.sdk), reverse=True)
+            return
+        kept = [int(p) for p in parts]
+        while len(kept) > 1 and kept[-1] == 0:
+            kept.pop()
+        numbers[r.sdk] = tuple(kept)
+    releases.sort(key=lambda r: numbers[r.sdk], reverse=True)
 
 
 def python_fields() -> dict[str, str]:

@@ -27,7 +27,8 @@ from typing import Any, Iterator
 
 # The LibCST releases the suite ran against (keep equal to `libcst` in pyproject.toml; CI runs the floor too).
 # 1.0.1 is below: its parser rejects a file mixing \r and \r\n line ends (tests/test_positions.py).
-TESTED = ">=1.1.0,<1.10"
+TESTED_FROM, TESTED_BELOW = (1, 1, 0), (1, 10)
+TESTED = f">={'.'.join(map(str, TESTED_FROM))},<{'.'.join(map(str, TESTED_BELOW))}"  # ">=1.1.0,<1.10"
 STOCK_ENV = "NEURON_MIGRATE_STOCK_LIBCST"  # set to 1: run LibCST unpatched even where the release is tested
 
 
@@ -60,22 +61,38 @@ def _libcst_version() -> str:
             return "unknown"
 
 
+def _tested(version: str) -> bool:
+    """Whether LibCST `version` is in TESTED, as packaging's `Version in SpecifierSet` says. A final release in
+    numbers only ("1.8.2") is compared with the bounds here, its numbers padded with zeros (1.10 is 1.10.0); any
+    other spelling (a pre-release, a local build) is left to packaging, imported for it (5 ms of start-up)."""
+    parts = version.split(".")
+    if all(p.isascii() and p.isdigit() for p in parts):
+        numbers = tuple(map(int, parts))
+        width = max(len(numbers), len(TESTED_FROM), len(TESTED_BELOW))
+
+        def padded(release: tuple[int, ...]) -> tuple[int, ...]:
+            return release + (0,) * (width - len(release))
+
+        return padded(TESTED_FROM) <= padded(numbers) < padded(TESTED_BELOW)
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version) in SpecifierSet(TESTED)
+    except InvalidVersion:
+        return False
+
+
 def install(patched: bool = True) -> Installation:
     """Decide whether the tool's calls use the speed-ups: only for a LibCST release in `TESTED`, and not when
     `patched` is False or NEURON_MIGRATE_STOCK_LIBCST=1. Called once by the engine; call again to change it
     (tests compare both ways). Nothing is replaced here: sessions do that."""
     global _installed
-    from packaging.specifiers import SpecifierSet
-    from packaging.version import InvalidVersion, Version
-
     with _lock:
         if _depth:
             raise RuntimeError("syntax.install() inside a session of the tool")
         found = _libcst_version()
-        try:
-            tested = Version(found) in SpecifierSet(TESTED)
-        except InvalidVersion:
-            tested = False
+        tested = _tested(found)
         if not patched:
             _installed = Installation(found, False, "LibCST unpatched (asked for)")
         elif os.environ.get(STOCK_ENV, "") not in ("", "0"):
