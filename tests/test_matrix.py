@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from neuron_migrate.pin.matrix import Release, _newest_first, matrix
+from neuron_migrate.pin.matrix import _ascending, matrix
 from tests.helpers import ROOT
 
 METADATA = tomllib.loads((ROOT / "tests" / "data" / "package-metadata.toml").read_text())
@@ -31,22 +31,20 @@ def test_the_matrix_covers_the_releases_issue_17_names():
     assert MX.select().pins["torch-neuronx"] == "==2.14.*"  # the family spelling of the install guidance
 
 
-def _releases(names: list[str]) -> list[Release]:
-    return [Release(sdk=name, date="", source="", python=(), instances=(), default_torch="", families=())
-            for name in names]
-
-
 NUMBERS = st.lists(st.integers(0, 40), min_size=1, max_size=4).map(lambda parts: ".".join(map(str, parts)))
 
 
-@given(st.lists(NUMBERS, min_size=1, max_size=6, unique_by=Version),
+@given(st.lists(NUMBERS, max_size=6, unique_by=Version),
        st.lists(st.sampled_from(["2.34.0rc1", "2.33.0.post1", "2.35.0.dev2"]), max_size=1))
-def test_releases_are_sorted_newest_first_as_packaging_orders_them(names, spelled_otherwise):
-    """Without packaging for releases in numbers only (2.34 and 2.34.0 are one release); with it for any other."""
+def test_versions_are_ordered_as_packaging_orders_them(names, spelled_otherwise):
+    """Without packaging for versions in numbers only (2.34 and 2.34.0 are one release); with it for any other."""
     names = [*names, *(n for n in spelled_otherwise if all(Version(n) != Version(m) for m in names))]
-    releases = _releases(names)
-    _newest_first(releases)
-    assert [Version(r.sdk) for r in releases] == sorted(map(Version, names), reverse=True)
+    assert [Version(v) for v in _ascending(names)] == sorted(map(Version, names))
+
+
+def test_the_releases_are_newest_first_and_the_torch_versions_oldest_first():
+    assert [Version(r.sdk) for r in MX.releases] == sorted((Version(r.sdk) for r in MX.releases), reverse=True)
+    assert list(MX.torch_versions) == sorted({f.torch for f in MX.families}, key=Version)
 
 
 def test_the_native_backend_starts_at_the_version_the_matrix_names():

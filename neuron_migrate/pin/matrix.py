@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.pin import canonical_name
@@ -113,9 +113,7 @@ class Matrix:
     @property
     def torch_versions(self) -> tuple[str, ...]:
         """The PyTorch versions some release has a family for ("2.14", "2.13")."""
-        from packaging.version import Version
-
-        return tuple(sorted({f.torch for f in self.families}, key=Version))
+        return tuple(_ascending({f.torch for f in self.families}))
 
     @property
     def sdk_names(self) -> tuple[str, ...]:
@@ -291,7 +289,8 @@ def matrix() -> Matrix:
             torchao_instances=tuple(row.get("torchao_instances", ())),
             libtorch_lite_last=bool(row.get("libtorch_lite_last", False)),
             same_packages_as=str(row.get("same_packages_as", ""))))
-    _newest_first(releases)
+    order = {sdk: i for i, sdk in enumerate(_ascending(r.sdk for r in releases))}
+    releases.sort(key=lambda r: order[r.sdk], reverse=True)
     return Matrix(
         releases=tuple(releases),
         ubuntu=tuple(platform["ubuntu"]),
@@ -313,23 +312,23 @@ def matrix() -> Matrix:
     )
 
 
-def _newest_first(releases: list[Release]) -> None:
-    """Sort releases newest first, as packaging's `Version` orders them: releases written in numbers only
-    ("2.34.0") by their numbers less trailing zeros (2.34 is 2.34.0), without packaging; any other spelling, all
-    by `Version`."""
+def _ascending(versions: Iterable[str]) -> list[str]:
+    """Versions sorted oldest first, as packaging's `Version` orders them: when every one is written in numbers
+    only ("2.34.0"), by its numbers less trailing zeros (2.34 is 2.34.0), without packaging; else all by `Version`
+    (packaging imported for it)."""
+    versions = list(versions)
     numbers = {}
-    for r in releases:
-        parts = r.sdk.split(".")
+    for text in versions:
+        parts = text.split(".")
         if not all(p.isascii() and p.isdigit() for p in parts):
             from packaging.version import Version
 
-            releases.sort(key=lambda r: Version(r.sdk), reverse=True)
-            return
+            return sorted(versions, key=Version)
         kept = [int(p) for p in parts]
         while len(kept) > 1 and kept[-1] == 0:
             kept.pop()
-        numbers[r.sdk] = tuple(kept)
-    releases.sort(key=lambda r: numbers[r.sdk], reverse=True)
+        numbers[text] = tuple(kept)
+    return sorted(versions, key=numbers.__getitem__)
 
 
 def python_fields() -> dict[str, str]:
