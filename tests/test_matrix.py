@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 import zipfile
 from pathlib import Path
 
@@ -15,6 +15,11 @@ from packaging.version import Version
 
 from neuron_migrate.pin.matrix import _ascending, matrix
 from tests.helpers import ROOT
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 METADATA = tomllib.loads((ROOT / "tests" / "data" / "package-metadata.toml").read_text())
 PACKAGES = METADATA["package"]

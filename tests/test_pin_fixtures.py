@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tomllib
+import sys
 
 import pytest
 
@@ -18,6 +18,11 @@ from neuron_migrate.pin.command import PIN_CODES
 from neuron_migrate.engine.runner import run, write_results
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 UPDATE = os.environ.get("NEURON_MIGRATE_UPDATE_SNAPSHOTS") == "1"  # rewrite the expected copies that exist
 CASES = sorted(p for p in (FIXTURES / "pin").iterdir() if p.is_dir())

@@ -14,7 +14,7 @@ from neuron_migrate.syntax import positions
 from neuron_migrate.engine.python import process_python
 from neuron_migrate.settings import Settings
 from neuron_migrate.engine.sources import SourceError, decode
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, for_this_python
 
 STDLIB_SAMPLE = 150
 STDLIB_MAX_BYTES = 25_000
@@ -234,6 +234,8 @@ CASES = {
     "a form feed on a comment line": "a = 1\n\x0c# comment\nb = 2\n",
     "blank lines with trailing spaces": "a = 1\n    \n\t\nb = 2\n",
 }
+
+CASES = for_this_python(CASES)
 
 
 @pytest.mark.parametrize("text", CASES.values(), ids=CASES.keys())

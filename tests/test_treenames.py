@@ -21,7 +21,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from neuron_migrate.engine import lean
 from neuron_migrate.engine.names import Analysis, Scope
 from neuron_migrate.engine.treenames import TreeNames
-from tests.helpers import FIXTURES, ROOT
+from tests.helpers import FIXTURES, ROOT, for_this_python
 from tests.test_positions import readable, stdlib_sample
 
 FILES = sorted(FIXTURES.rglob("*.py")) + sorted((ROOT / "examples").rglob("*.py"))
@@ -192,6 +192,8 @@ CASES = {
                    "    print(group)\nelse:\n    done = 1\n",
     "lambdas": "import torch as t\nf = lambda a, b=t.x: (lambda: a + t.y)\n",
 }
+
+CASES = for_this_python(CASES)
 
 
 @pytest.mark.parametrize("text", CASES.values(), ids=CASES.keys())

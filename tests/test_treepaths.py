@@ -25,6 +25,7 @@ from neuron_migrate.engine.sources import decode
 from neuron_migrate.engine.treenames import TreeNames
 from neuron_migrate.engine.treepaths import TreePaths
 from neuron_migrate.settings import Settings
+from tests.helpers import for_this_python
 from tests.test_positions import stdlib_sample
 from tests.test_treenames import ECOSYSTEM, FILES, compare_files
 
@@ -186,6 +187,8 @@ CASES = {
     "a tpu program": "import os\ntry:\n    import torch_xla\nexcept ImportError:\n    pass\n"
                      "if os.environ.get('PJRT_DEVICE') == 'TPU':\n    a()\n",
 }
+
+CASES = for_this_python(CASES)
 
 
 @pytest.mark.parametrize("text", CASES.values(), ids=CASES.keys())

@@ -34,6 +34,7 @@ from contextvars import ContextVar
 from typing import Callable
 
 from neuron_migrate.engine import lean, paths
+from neuron_migrate.engine.treenames import TRY_STAR
 from neuron_migrate.findings import Finding
 
 STRICT = os.environ.get("NEURON_MIGRATE_STRICT_RULES") == "1"  # the test suite's: failures raise
@@ -759,7 +760,7 @@ _DISPATCH = {
     ast.AnnAssign: _Tree._on_annassign, ast.AugAssign: _Tree._on_augassign, ast.For: _Tree._on_for,
     ast.AsyncFor: _Tree._on_for, ast.With: _Tree._on_with, ast.AsyncWith: _Tree._on_with,
     ast.Global: _Tree._on_declare, ast.Nonlocal: _Tree._on_declare, ast.If: _Tree._on_if, ast.Try: _Tree._on_try,
-    ast.TryStar: _Tree._on_try, ast.ExceptHandler: _Tree._on_handler, ast.Call: _Tree._on_call,
+    TRY_STAR: _Tree._on_try, ast.ExceptHandler: _Tree._on_handler, ast.Call: _Tree._on_call,
     ast.Constant: _Tree._on_constant, ast.Name: _Tree._on_name, ast.Attribute: _Tree._on_attribute,
     ast.Compare: _Tree._on_compare, ast.IfExp: _Tree._on_ifexp, ast.BoolOp: _Tree._on_boolop,
     ast.NamedExpr: _Tree._on_named, ast.arguments: _Tree._on_arguments, ast.comprehension: _Tree._on_comprehension,

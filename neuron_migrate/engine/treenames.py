@@ -38,6 +38,9 @@ from neuron_migrate.engine import lean
 from neuron_migrate.engine.names import Binding, Resolver, Scope
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+# `try: ... except* ...` (ast.TryStar, Python 3.11); on 3.10, whose parser takes no such statement, a class that no
+# node is an instance of, so the tables that name it need no second form
+TRY_STAR: type = getattr(ast, "TryStar", None) or type("TryStar", (), {})
 # the compound statements that make a binding inside them conditional (names.NESTING; `for` and `try: except*` are
 # walked by their own methods)
 _NESTING = frozenset({ast.If, ast.Try, ast.While, ast.With, ast.AsyncWith, ast.Match})
@@ -272,7 +275,7 @@ class TreeNames(Resolver):
         return [(node.context_expr, scope, handlers, False),
                 *(() if node.optional_vars is None else ((node.optional_vars, scope, handlers, False),))]
 
-    def _try_star(self, node: ast.TryStar, scope, handlers, in_all):
+    def _try_star(self, node: ast.stmt, scope, handlers, in_all):
         """`try: ... except* E as name:`: LibCST's walk binds no name there (it reads it) and counts no handler."""
         scope.nesting += 1
         items = [(s, scope, handlers, False) for s in node.body]
@@ -386,7 +389,7 @@ _DISPATCH = {
     ast.ImportFrom: TreeNames._import_from, ast.Assign: TreeNames._assign, ast.AnnAssign: TreeNames._ann_assign,
     ast.AugAssign: TreeNames._aug_assign, ast.NamedExpr: TreeNames._named, ast.For: TreeNames._for,
     ast.AsyncFor: TreeNames._for, ast.withitem: TreeNames._with_item, ast.ExceptHandler: TreeNames._handler,
-    ast.TryStar: TreeNames._try_star, ast.MatchAs: TreeNames._match_as, ast.MatchStar: TreeNames._match_star,
+    TRY_STAR: TreeNames._try_star, ast.MatchAs: TreeNames._match_as, ast.MatchStar: TreeNames._match_star,
     ast.MatchMapping: TreeNames._match_mapping, ast.MatchSingleton: TreeNames._match_singleton,
     ast.MatchClass: TreeNames._match_class, ast.JoinedStr: TreeNames._joined,
 }

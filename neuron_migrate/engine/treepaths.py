@@ -39,10 +39,10 @@ from neuron_migrate.engine.facts import NEURON_DEVICE_USE
 from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.paths import (_ENUM_KINDS, _GUARD_EXCEPTIONS, _TORCH_TESTS, COMMON, FALLBACK, OTHER_PATHS,
                                          PACKAGE_PROBES, TPU, XLA, XLA_PACKAGES, PathLogic, _kind_of_string)
-from neuron_migrate.engine.treenames import TreeNames, child_fields, dotted
+from neuron_migrate.engine.treenames import TRY_STAR, TreeNames, child_fields, dotted
 
 _TERMINATORS = (ast.Return, ast.Raise, ast.Continue, ast.Break)
-_COMPOUND = (ast.If, ast.Try, ast.TryStar, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Match,
+_COMPOUND = (ast.If, ast.Try, TRY_STAR, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Match,
              ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _CHILDREN: dict[type, tuple[str, ...]] = {}  # child_fields, by node type
@@ -580,7 +580,7 @@ class TreePaths(PathLogic):
     def _outside_branches(self, node: ast.AST) -> bool:
         child, current = node, self.parent(node)
         while current is not None and current.__class__ not in (*_FUNCTIONS, ast.Lambda):
-            if current.__class__ in (ast.If, ast.Try, ast.TryStar, ast.Match):
+            if current.__class__ in (ast.If, ast.Try, TRY_STAR, ast.Match):
                 return False
             if current.__class__ in (ast.For, ast.AsyncFor, ast.While) and child in current.orelse:
                 return False  # a loop's `else:` block (LibCST's Else)
