@@ -21,7 +21,7 @@ from neuron_migrate.engine.discover import Target
 from neuron_migrate.files.launch import process_shell as launch_shell
 from neuron_migrate.pin.command import PIN_CODES
 from neuron_migrate.settings import Settings
-from tests.helpers import FIXTURES, cli
+from tests.helpers import FIXTURES, cli, deadline
 
 CASES = sorted(p for family in ("stack", "products") for p in (FIXTURES / family).iterdir() if p.is_dir())
 
@@ -164,6 +164,20 @@ def test_the_project_declared_above_the_file_tells(tmp_path, files, library):
     _write(tmp_path, {**files, "examples/run.py": "import torch_xla\n"})
     found = Finder().library_of(str(tmp_path / "examples" / "run.py"))
     assert (found.spec.name if found else None) == library
+
+
+def test_a_setup_cfg_that_configparser_would_read_for_hours_is_read_as_one_without_a_name(tmp_path):
+    """A line of blanks between two words (no `=` or `:`) makes configparser's option pattern backtrack: quadratic,
+    6 s for 32,000 blanks. The file is a tree's, untrusted: it is read as a project without a readable name, at
+    once; blanks that align a `=`, or stand after it, are read as ever."""
+    slow = "[metadata]\nname = torch_xla\nsummary a" + " " * 500_000 + "b\n"
+    _write(tmp_path, {"setup.cfg": slow, "examples/run.py": "import torch_xla\n"})
+    with deadline(5, "setup.cfg"):
+        assert Finder().library_of(str(tmp_path / "examples" / "run.py")) is None
+    aligned = "[metadata]\n# a comment" + " " * 40 + "with blanks\nname" + " " * 30 + "= torch_xla\n" \
+        "description = a" + " " * 40 + "b\n"
+    _write(tmp_path, {"setup.cfg": aligned})
+    assert Finder().library_of(str(tmp_path / "examples" / "run.py")).spec.name == "torch_xla"
 
 
 @pytest.mark.parametrize("files, library", [

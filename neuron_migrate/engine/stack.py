@@ -249,6 +249,13 @@ def _egg_infos(folder: str) -> list[str]:
     return [os.path.join(found[0], "PKG-INFO")] if len(found) == 1 else []
 
 
+# configparser finds an option line's delimiter with a pattern that backtracks over a run of blanks which something
+# other than the delimiter follows: quadratic in the run's length (a line of 32,000 blanks between two letters took
+# 6 s, a megabyte would take hours). A setup.cfg with such a run of 16 blanks or more before a line's first `=` or
+# `:` is read as a file without a readable name; under 16, a megabyte takes at most 0.2 s.
+_SLOW_FOR_CONFIGPARSER = re.compile(r"^[^\S\n]*[^#;\s][^=:\n]*?[^\S\n]{16}[^\s=:]", re.M)
+
+
 def _metadata_in(path: str) -> tuple[str | None, list[str]]:
     """The project name a project file declares ("" when it declares a project without a readable name, None when
     it declares none: a pyproject.toml that only configures tools) and the URLs it names."""
@@ -270,8 +277,11 @@ def _metadata_in(path: str) -> tuple[str | None, list[str]]:
                     return name if isinstance(name, str) else "", [u for u in links if isinstance(u, str)]
             return None, []
         if base == "setup.cfg":
+            text = data.decode("utf-8", "replace")
+            if _SLOW_FOR_CONFIGPARSER.search(text):
+                return "", []
             parser = configparser.ConfigParser(interpolation=None)
-            parser.read_string(data.decode("utf-8", "replace"))
+            parser.read_string(text)
             if not parser.has_section("metadata"):
                 return None, []
             links = [parser.get("metadata", "url", fallback="")]
