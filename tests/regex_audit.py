@@ -145,16 +145,24 @@ def _compiled_at_run_time() -> list[re.Pattern]:
 
 
 def _held_elsewhere() -> set:
-    """The patterns, and the pattern texts, held by modules that are not the package's (tokenize, LibCST, ...)."""
+    """The patterns, and the pattern texts, held by modules that are not the package's (tokenize, LibCST, ...) or
+    by their classes (configparser's option pattern, compiled when the package first reads a setup.cfg)."""
     out: set = set()
+
+    def take(value) -> None:
+        if isinstance(value, re.Pattern):
+            out.add((type(value.pattern), value.pattern, value.flags))
+        elif isinstance(value, str) and len(value) > 8:
+            out.add(value)
+
     for name, module in list(sys.modules.items()):
         if name.startswith("neuron_migrate") or module is None:
             continue
         for value in list(vars(module).values()):
-            if isinstance(value, re.Pattern):
-                out.add((type(value.pattern), value.pattern, value.flags))
-            elif isinstance(value, str) and len(value) > 8:
-                out.add(value)
+            take(value)
+            if isinstance(value, type) and getattr(value, "__module__", None) == name:
+                for attribute in list(vars(value).values()):
+                    take(attribute)
     return out
 
 
@@ -181,8 +189,9 @@ def patterns() -> list[tuple[re.Pattern, str]]:
         if method == "compile" and (type(p.pattern), p.pattern, p.flags) in unique:
             continue  # held by a module: its uses are known
         add(p, set() if method == "compile" else {method})
-    foreign = _held_elsewhere()
-    for p in _compiled_at_run_time():  # the ones built from tables; not the standard library's nor LibCST's
+    compiled = _compiled_at_run_time()
+    foreign = _held_elsewhere()  # after the run: a module the tool imports on first use (configparser) counts too
+    for p in compiled:  # the ones built from tables; not the standard library's nor LibCST's
         key = (type(p.pattern), p.pattern, p.flags)
         if key not in unique and key not in foreign and p.pattern not in foreign and not _fnmatch_shaped(p):
             add(p, set())
