@@ -622,15 +622,12 @@ class Spawn(Rule):
         """Every call of the file whose function resolves through the file's imports, with its name (resolved in
         the scope of each function that holds it, so that an import inside a function counts)."""
         ctx, found, seen = self.ctx, [], set()
-        under = _calls_by_function(ctx.module)
         for scope in ctx.analysis.scopes:
             if type(scope.node) not in (cst.Module, cst.FunctionDef):
                 continue
-            for call in under.get(id(scope.node), ()) if type(scope.node) is cst.FunctionDef else under[None]:
-                if id(call) in seen:
-                    continue
+            for call in _calls(scope.node):
                 qual = ctx.qualname(call.func, scope)
-                if qual is not None:
+                if qual is not None and id(call) not in seen:
                     seen.add(id(call))
                     found.append((call, qual))
         return found
@@ -825,24 +822,6 @@ def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
         found.append(current)
         stack.extend(reversed(children(current, tokens=False)))
     return found
-
-
-def _calls_by_function(module: cst.Module) -> dict[int | None, list[cst.Call]]:
-    """Every call of the module in `_calls`' order (key None), and by the id of each `def` node, the calls under
-    it (its decorators and defaults too), in the same order: one walk where a walk of each `def` after the
-    module's walked the body of a nested function once for each function around it."""
-    out: dict[int | None, list[cst.Call]] = {None: []}
-    stack: list[tuple[cst.CSTNode, tuple[int, ...]]] = [(module, ())]
-    while stack:
-        node, functions = stack.pop()
-        if type(node) is cst.FunctionDef:
-            functions = (*functions, id(node))
-        elif type(node) is cst.Call:
-            out[None].append(node)
-            for function in functions:
-                out.setdefault(function, []).append(node)
-        stack.extend((child, functions) for child in reversed(children(node, tokens=False)))
-    return out
 
 
 def _calls(node: cst.CSTNode) -> list[cst.Call]:
