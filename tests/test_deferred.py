@@ -29,8 +29,6 @@ for found in pkgutil.walk_packages(neuron_migrate.__path__, "neuron_migrate."):
         if exc.name != "torch":
             raise
 from neuron_migrate.engine.deferred import compiled, is_stand_in, written
-# (a frozenset among the constants, 3.12's frozen classes' field names, is compared sorted: its order is the hash
-# seed's, which differs between the two processes)
 NAMES = ("__init__", "__repr__", "__eq__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__setattr__",
          "__delattr__")
 out, deferred_count, ours = {}, 0, 0
@@ -50,6 +48,8 @@ for module in [m for name, m in sorted(sys.modules.items())
             if code is None or code.co_filename != "<string>":
                 continue  # not written by dataclasses (LibCST's own __repr__ / __eq__ / __hash__)
             ours += cls.__module__.startswith("neuron_migrate")
+            # a frozenset among the constants (3.12's frozen classes' field names) is compared sorted: its order is
+            # the hash seed's, which differs between the two processes
             out[f"{cls.__module__}.{cls.__qualname__}.{name}"] = [
                 code.co_code.hex(), repr(tuple(sorted(c) if type(c) is frozenset else c for c in code.co_consts)),
                 code.co_names, code.co_varnames, inner.__qualname__,

@@ -19,9 +19,9 @@ from pathlib import Path
 import libcst as cst
 import pytest
 from hypothesis import given, strategies as st
+from libcst._nodes.expression import _BaseParenthesizedNode
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
-from libcst._nodes.expression import _BaseParenthesizedNode
 
 from neuron_migrate import syntax
 from neuron_migrate.engine import handlers
