@@ -67,9 +67,10 @@ def test_check_without_cache_writes_nothing_to_the_user_cache(tmp_path):
 
 
 def test_a_check_of_one_file_loads_no_openssl_and_defers_libcst(tmp_path):
-    """What start-up leaves out (docs/performance.md item 11), in the command's own process: `hashlib` (it loads
-    OpenSSL: the cache's MAC and the replay's are keyed BLAKE2b, temporary names come from `os.urandom`), and
-    the methods of LibCST's classes until first called (engine/deferred.py), with the cache on and off."""
+    """What start-up leaves out (docs/performance.md item 11 and stop 55), in the command's own process: `hashlib`
+    (it loads OpenSSL: the cache's MAC and the replay's are keyed BLAKE2b, temporary names come from `os.urandom`),
+    packaging, tomllib, configparser and shutil (imported where a run needs them), and the methods of LibCST's
+    classes and the tool's until first called (engine/deferred.py), with the cache on and off."""
     target = tmp_path / "train.py"
     target.write_text("import torch_xla.core.xla_model as xm\n\nxm.mark_step()\n", encoding="utf-8")
     code = ("import json, runpy, sys\n"
@@ -80,12 +81,15 @@ def test_a_check_of_one_file_loads_no_openssl_and_defers_libcst(tmp_path):
             "    pass\n"
             "import libcst\n"
             "from neuron_migrate.engine.deferred import is_stand_in\n"
-            "print(json.dumps([sorted(m for m in ('hashlib', 'hmac', 'secrets', '_hashlib') if m in sys.modules),\n"
-            "                  is_stand_in(libcst.Comment.__dict__['__setattr__'])]))\n")
+            "from neuron_migrate.findings import Finding\n"
+            "left_out = ('hashlib', 'hmac', 'secrets', '_hashlib', 'packaging', 'tomllib', 'configparser', 'shutil')\n"
+            "print(json.dumps([sorted(m for m in left_out if m in sys.modules),\n"
+            "                  is_stand_in(libcst.Comment.__dict__['__setattr__']),\n"
+            "                  is_stand_in(Finding.__dict__['__setattr__'])]))\n")
     for args in (["check", "--no-cache", str(target)], ["check", str(target)]):
         out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=tmp_path,
                              env=_env(tmp_path / "xdg"), timeout=300)
         assert "NM103" in out.stdout, out.stderr
-        loaded, deferred = json.loads(out.stdout.strip().splitlines()[-1])
+        loaded, deferred, own_deferred = json.loads(out.stdout.strip().splitlines()[-1])
         assert loaded == [], args
-        assert deferred == (sys.version_info[:2] <= (3, 12)), args
+        assert deferred == own_deferred == (sys.version_info[:2] <= (3, 12)), args
