@@ -145,6 +145,8 @@ def _run(source: str, argv: list[str], env: dict[str, str]) -> str:
 def test_the_rewritten_program_takes_the_branch_the_original_took(name, style):
     original = textwrap.dedent(PROGRAMS[name])
     migrated = rewrite_text(original, device_style=style)
+    if style == "accelerator" and "import torch" in migrated:
+        pytest.importorskip("torch", reason="the accelerator style's program asks torch for the device it runs on")
     for argv, env in RUNS:
         before, after = _run(original, argv, env), _run(migrated, argv, env)
         if before == "accelerator" or argv == []:

@@ -215,6 +215,7 @@ if __name__ == "__main__":
 def test_the_torch_xla_reference_runs_as_one_torchrun_worker(tmp_path):
     """The reference of a program torchrun launches gets the variables of one worker, as the migrated runs do, and
     not TORCHELASTIC_RUN_ID (torch_xla would take itself for a torchrun launch and skip xmp.spawn's set-up)."""
+    pytest.importorskip("torch", reason="verify's runs need PyTorch (the [verify] extra)")
     from neuron_migrate.verify.runs import Program, environment
 
     program = Program("reference", "original", "python", tmp_path / "train.py", "xla")

@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import io
 import re
-import sys
 import tokenize
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from neuron_migrate.catalogue import toml_reader
 from neuron_migrate.engine.sources import write_atomic
 from neuron_migrate.findings import Finding
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 # Findings no line comment silences: the markers (resolve them) and the stale suppressions themselves.
 UNUSED_CODE = "NM901"
@@ -176,7 +171,7 @@ def _still_parses(text: str, kind: str | None) -> bool:
         if kind == "python":
             compile(text, "<noqa>", "exec", dont_inherit=True)
         elif kind in ("pyproject", "lockfile"):
-            tomllib.loads(text)
+            toml_reader().loads(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

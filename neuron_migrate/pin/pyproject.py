@@ -5,7 +5,6 @@ package sources, `requires-python`. Edited with tomlkit, so comments, order and 
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -13,17 +12,13 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 from tomlkit.items import Array, InlineTable, String, StringType, Table
 
+from neuron_migrate.catalogue import toml_reader
+from neuron_migrate.engine.sources import SourceError
 from neuron_migrate.findings import FileResult
 from neuron_migrate.pin import plan as planning
 from neuron_migrate.pin.document import TextDocument
 from neuron_migrate.pin.matrix import matrix, python_issue
 from neuron_migrate.settings import Settings
-from neuron_migrate.engine.sources import SourceError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 Path = tuple[str, ...]
 
@@ -256,6 +251,7 @@ def _render(doc: TextDocument, data: bytes, decisions: Decisions, parsed) -> Fil
     new_text = tomlkit.dumps(parsed)
     for source in decisions.sources:
         new_text = new_text.rstrip("\n") + "\n\n" + source
+    tomllib = toml_reader()
     try:
         tomllib.loads(new_text)
     except tomllib.TOMLDecodeError as exc:
