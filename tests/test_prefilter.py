@@ -27,7 +27,7 @@ from neuron_migrate.engine import edits, leftovers, paths
 from neuron_migrate.engine import python as engine
 from neuron_migrate.engine.imports import LEGACY_ROOTS, STRANDED_CODE, UNUSED_CODE
 from neuron_migrate.engine.names import Analysis, Collector
-from neuron_migrate.rules import all_rules
+from neuron_migrate.rules import Present, all_rules
 from neuron_migrate.settings import Settings
 from neuron_migrate.syntax.walk import children, walk, wants_tokens
 from tests.helpers import FIXTURES
@@ -299,3 +299,25 @@ def test_applying_edits_only_along_their_paths_changes_no_rewrite(monkeypatch):
 
     monkeypatch.setattr(edits, "with_ancestors", everything)
     assert [_result(path, data, True) for path, data in CORPUS] == pruned
+
+
+@pytest.mark.parametrize("settings", [
+    Settings(), Settings(select=frozenset({"NM510", "NM513", "NM520"})), Settings(select=frozenset({"NM3"})),
+    Settings(ignore=frozenset({"NM1", "NM32"})), Settings(select={"NM4"}),  # a set, as a caller of the API may pass
+    Settings(per_file_ignores=(("*_test.py", frozenset({"NM3"})), ("serve.py", frozenset({"NM5"})))),
+])
+def test_the_rules_a_selection_enables_are_found_once_and_are_those_of_every_file(settings):
+    """`active_rules` takes the rules a selection enables from a table found once per selection, where no per-file
+    ignores apply; the rules and their order are those each file's own question gives."""
+    # every rule's trigger words, less those that hold the NM199 step's (which then runs every rule)
+    everything = b" ".join(sorted({t for r in all_rules() for t in (*r.triggers, *r.context)
+                                   if not any(step in t for step in leftovers.TRIGGERS)}))
+    assert not leftovers.active(Present(everything), Settings(), "train.py")
+    for path in ("train.py", "model_test.py", "serve.py"):
+        expected = [r for r in all_rules() if any(settings.enabled(c, path) for c in r.codes)
+                    and r.may_match(everything)]
+        assert engine.active_rules(everything, settings, path) == expected
+        assert engine.active_rules(everything, settings, path) == expected  # the second time from the table
+    if settings.per_file_ignores:
+        assert len(engine.active_rules(everything, settings, "model_test.py")) < len(
+            engine.active_rules(everything, settings, "train.py"))

@@ -464,6 +464,56 @@ def test_a_set_aside_files_two_passes_read_one_tree(tmp_path, monkeypatch):
     assert len(parsed) > once
 
 
+def test_a_set_aside_notebook_s_passes_read_its_json_and_its_cells_once(tmp_path, monkeypatch):
+    """A held notebook's notes pass, the first cell its NM521 is placed in and the pass that asks whether it would
+    report more share its JSON and what Python says of each cell, a cell Python refuses too (python.Shared); the
+    findings are those of passes that each read the notebook for themselves."""
+    from neuron_migrate.engine import python
+    from neuron_migrate.files import notebook
+
+    (tmp_path / "quiet_on_inf2.ipynb").write_text(_notebook(
+        ("code", "import torch\n"), ("code", "print(torch.ones(2)\n"), ("markdown", "# Inf2"),
+        ("code", "  x = torch.zeros(3)\n  print(x)\n")))
+    (tmp_path / "tune_on_inf2.ipynb").write_text(_notebook(("code", "%pip install optimum-neuron==0.0.24\n"),
+                                                          ("code", "import torch\nprint(torch.ones(2)\n")))
+    compiled: list[str] = []
+    read: list[str] = []
+    compiled_cell, loads = notebook._compiled_cell, notebook.json.loads
+    monkeypatch.setattr(notebook, "_compiled_cell", lambda cell: compiled.append(cell.source) or compiled_cell(cell))
+
+    def counted(text, **kwargs):
+        if kwargs.get("object_pairs_hook") is notebook._unique_keys:
+            read.append(text)
+        return loads(text, **kwargs)
+
+    monkeypatch.setattr(notebook.json, "loads", counted)
+
+    def outcome() -> list[tuple]:
+        result = run([str(tmp_path)], Settings(), rewrite=False, jobs=1)
+        return sorted((os.path.basename(f.path), f.line, f.col, f.cell, f.code, f.message) for f in result.findings)
+
+    shared = outcome()
+    assert [(name, code) for name, *_, code, _ in shared] == [("tune_on_inf2.ipynb", "NM521")]
+    assert len(read) == len(set(read)) == 2 and len(compiled) == len(set(compiled)) == 5  # each code cell once
+
+    class Unshared:  # every pass reads for itself
+        def get(self):
+            return None
+
+        def set(self, _value):
+            return None
+
+        def reset(self, _token):
+            pass
+
+    monkeypatch.setattr(python, "SHARED_TREES", Unshared())
+    monkeypatch.setattr(notebook, "SHARED_TREES", Unshared())
+    read.clear()
+    compiled.clear()
+    assert outcome() == shared
+    assert len(read) > 2 and len(compiled) > 5
+
+
 @pytest.mark.parametrize("files, target, conflict", [
     # a Trn2 project whose README compares with Trn1 prices: the launch script's instance decides
     ({"README.md": "About 30% cheaper than on trn1.32xlarge.\n", "run.sh": "python train.py --instance trn2\n"},

@@ -63,13 +63,16 @@ class Shared:
     """The trees of the passes over one file, where a caller decides it more than once (handlers._held: a set-aside
     file's platform notes, then whether it would report more). `check` only reads a tree, so the passes share them:
     LibCST's by the text parsed, and Python's by the file's text with what is made of it (`made`: its scan, the
-    notes' walk), until the lean parse changes it in place for the text it leaves (engine/lean.py)."""
+    notes' walk), until the lean parse changes it in place for the text it leaves (engine/lean.py). A notebook's
+    passes share its JSON and what Python says of each cell (files/notebook.py)."""
 
-    __slots__ = ("libcst", "python")
+    __slots__ = ("libcst", "python", "notebooks", "cells")
 
     def __init__(self) -> None:
         self.libcst: dict[str, cst.Module] = {}
         self.python: dict[str, dict] = {}
+        self.notebooks: dict[bytes, tuple[str, dict]] = {}  # a notebook's bytes -> its text and JSON (read only)
+        self.cells: dict[tuple[str, str], str | None] = {}  # (the nonce, a cell's source) -> `_not_python`'s answer
 
 
 SHARED_TREES: contextvars.ContextVar[Shared | None] = contextvars.ContextVar("shared_trees", default=None)
@@ -177,8 +180,28 @@ def active_rules(data: bytes, settings: Settings, path: str, present: Present | 
     handled idiom into an NM199 finding (a disabled code's report is not shown, and its fix is not made)."""
     present = present or Present(data)
     every = leftovers.active(present, settings, path)
-    return [r for r in all_rules()  # the selection first: a set-aside file's notes ask for three codes of all
-            if (every or any(settings.enabled(c, path) for c in r.codes)) and r.may_match(data, present)]
+    # the selection first: a set-aside file's notes ask for three codes of all
+    return [r for r in (all_rules() if every else _selected(settings, path)) if r.may_match(data, present)]
+
+
+_SELECTED: dict[tuple, tuple[type[Rule], ...]] = {}
+
+
+def _selected(settings: Settings, path: str) -> tuple[type[Rule], ...]:
+    """The rules with a code the selection enables for `path`, in their order. Without per-file ignores that is the
+    same for every file: found once per selection (a run has a few: its own, a set-aside file's notes)."""
+    if not settings.per_file_ignores:
+        key = (settings.select, settings.ignore)
+        try:
+            return _SELECTED[key]
+        except KeyError:
+            if len(_SELECTED) >= 64:
+                _SELECTED.clear()
+            found = _SELECTED[key] = tuple(r for r in all_rules() if any(settings.enabled(c) for c in r.codes))
+            return found
+        except TypeError:  # a selection given as a set (a caller of the API)
+            pass
+    return tuple(r for r in all_rules() if any(settings.enabled(c, path) for c in r.codes))
 
 
 def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings) -> list[type[Rule]]:

@@ -35,7 +35,7 @@ from json.decoder import scanstring
 
 from neuron_migrate.engine.context import PROBE, Reported
 from neuron_migrate.engine.edits import MARKER_PREFIX
-from neuron_migrate.engine.python import TOP_LEVEL_AWAIT, process_python
+from neuron_migrate.engine.python import SHARED_TREES, TOP_LEVEL_AWAIT, process_python
 from neuron_migrate.files.launch import WRITTEN
 from neuron_migrate.findings import FileResult, Finding
 from neuron_migrate.settings import Settings
@@ -124,7 +124,11 @@ class Cell:
         return "".join(out)
 
 
-def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
+def _read(data: bytes) -> tuple[str, dict]:
+    """The notebook's text and JSON, once for the passes over one file (python.Shared, which only read it)."""
+    shared = SHARED_TREES.get()
+    if shared is not None and data in shared.notebooks:
+        return shared.notebooks[data]
     try:
         text = data.decode("utf-8-sig")
         notebook = json.loads(text, object_pairs_hook=_unique_keys)
@@ -136,6 +140,13 @@ def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) 
         raise SourceError("not a valid notebook: JSON nested too deep to read; it was left alone") from None
     if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
         raise SourceError("not a valid notebook: no list of cells (nbformat 4 expected); it was left alone")
+    if shared is not None:
+        shared.notebooks[data] = text, notebook
+    return text, notebook
+
+
+def process_notebook(path: str, data: bytes, settings: Settings, rewrite: bool) -> FileResult:
+    text, notebook = _read(data)
     language = _language(notebook)
     if language not in (None, "python"):
         return FileResult(path, old_bytes=data, skipped=f"a {language} notebook, not Python")
@@ -173,12 +184,10 @@ def first_python_cell(path: str, data: bytes) -> Cell | None:
     """The notebook's first Python code cell, where a finding about the whole notebook is placed; None for a
     notebook that has none or cannot be read (its own handler says why)."""
     try:
-        text = data.decode("utf-8-sig")
-        notebook = json.loads(text, object_pairs_hook=_unique_keys)
-        cells = _code_cells(path, text, notebook, spans=False) if isinstance(notebook, dict) \
-            and isinstance(notebook.get("cells"), list) else []
-    except (_Refused, ValueError, RecursionError):
+        text, notebook = _read(data)
+    except SourceError:
         return None
+    cells = _code_cells(path, text, notebook, spans=False)
     return next((c for c in cells if c.kind == PYTHON), None)
 
 
@@ -554,7 +563,18 @@ def _compiles(module: str) -> bool:
 
 def _not_python(cell: Cell) -> str | None:
     """What keeps a Python cell from compiling as IPython would run it (its magics masked, `await` allowed at
-    the top), with the line and column in the cell; None when it compiles."""
+    the top), with the line and column in the cell; None when it compiles. Asked once per cell for the passes over
+    one notebook (python.Shared): the answer rests on the cell's source and the nonce its mask spells."""
+    shared = SHARED_TREES.get()
+    if shared is None:
+        return _compiled_cell(cell)
+    key = (NONCE.get(), cell.source)
+    if key not in shared.cells:
+        shared.cells[key] = _compiled_cell(cell)
+    return shared.cells[key]
+
+
+def _compiled_cell(cell: Cell) -> str | None:
     try:
         compile(_mask(cell), "<cell>", "exec", ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     except SyntaxError as exc:
