@@ -237,13 +237,73 @@ def test_the_scan_resolves_names_through_every_import_binding():
     assert "c" in scan.called and "randn" in scan.called
 
 
-def test_nodes_gives_every_node_ast_walk_gives():
-    texts = [p.read_text(encoding="utf-8") for p in stdlib_sample()[:40]] + EDGE_CASES
-    for text in texts:
-        tree = ast.parse(text)
-        walked = list(ast.walk(tree))
+LEAVES = (ast.expr_context, ast.operator, ast.unaryop, ast.boolop, ast.cmpop)
+
+
+def _texts() -> list[str]:
+    return [p.read_text(encoding="utf-8") for p in stdlib_sample()[:40]] + EDGE_CASES + [
+        "type Alias[T: int] = list[T]\n", "match p:\n    case Point(x=0, y=[*rest]) as q if not q: pass\n",
+        "async def f():\n    return [x async for x in g() if await x] and {**d} or -a @ b\n",
+        "x: 'int' = f'{a!r:>{w}}' ; del y[1:2], z.w\n", "from ..pkg import (a as b, c)\nglobal g\n"]
+
+
+def _trees():
+    for text in _texts():
+        try:
+            yield ast.parse(text)
+        except SyntaxError:  # `type` and its parameters before Python 3.12
+            continue
+
+
+def test_nodes_gives_every_node_ast_walk_gives_but_contexts_and_operators():
+    for tree in _trees():
+        walked = [n for n in ast.walk(tree) if not isinstance(n, LEAVES)]
         found = list(nodes(tree))
         assert len(found) == len(walked) and {id(n) for n in found} == {id(n) for n in walked}
+
+
+def test_the_fields_the_walks_leave_out_hold_no_node_but_contexts_and_operators():
+    from neuron_migrate.engine.scan import child_fields
+
+    for tree in _trees():
+        for node in ast.walk(tree):
+            for name in set(node._fields) - set(child_fields(type(node))):
+                value = getattr(node, name, None)
+                for item in value if isinstance(value, list) else [value]:
+                    assert not isinstance(item, ast.AST) or isinstance(item, LEAVES), (type(node).__name__, name)
+
+
+def _plain(value):
+    """A walk's record with each node as its identity, for comparing two walks of one tree."""
+    from neuron_migrate.engine.notes import _Binding
+
+    if isinstance(value, ast.AST):
+        return id(value)
+    if isinstance(value, _Binding):
+        return value.kind, value.qualname, value.fallback
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(repr, map(_plain, value)))
+    return value
+
+
+def test_the_notes_walk_finds_what_a_walk_of_every_field_finds(monkeypatch):
+    from neuron_migrate.engine import notes
+
+    for text in [*_texts(), *(d.decode("utf-8", "replace") for _, d in CORPUS)]:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        lean = vars(notes._Tree(tree, text)).copy()
+        with monkeypatch.context() as every_field:
+            every_field.setattr(notes, "_CHILD_FIELDS", {})
+            every_field.setattr(notes, "child_fields", lambda kind: kind._fields)
+            full = vars(notes._Tree(tree, text)).copy()
+        assert _plain(lean) == _plain(full)
 
 
 # Helper modules of a program moving to neuron that never spell torch_xla: the byte pre-filter counts them as holding

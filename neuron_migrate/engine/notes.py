@@ -34,6 +34,7 @@ from contextvars import ContextVar
 from typing import Callable
 
 from neuron_migrate.engine import lean, paths
+from neuron_migrate.engine.scan import _CHILD_FIELDS, child_fields
 from neuron_migrate.engine.treenames import TRY_STAR
 from neuron_migrate.findings import Finding
 
@@ -97,7 +98,7 @@ class _Tree:
         # 2 elsewhere; how many except handlers hold it; its statement; whether it is inside an f-string)
         stack: list[tuple] = [(tree, None, 0, 0, None, False)]
         pop, push = stack.pop, stack.append
-        dispatch, statements, AST = _DISPATCH, _STATEMENT_KINDS, ast.AST
+        dispatch, statements, AST, table = _DISPATCH, _STATEMENT_KINDS, ast.AST, _CHILD_FIELDS
         while stack:
             node, parent, where, handlers, statement, fstring = pop()
             kind = node.__class__
@@ -112,7 +113,8 @@ class _Tree:
                 handlers += 1
             elif kind is ast.JoinedStr:
                 fstring = True
-            for name in node._fields:
+            fields = table.get(kind)  # no expression contexts nor operators: no method takes them
+            for name in child_fields(kind) if fields is None else fields:
                 value = getattr(node, name, None)
                 if type(value) is list:
                     for item in value:
