@@ -40,7 +40,7 @@ import os
 import re
 from typing import NamedTuple
 
-from neuron_migrate.engine.scan import nodes
+from neuron_migrate.engine.scan import _CHILD_FIELDS, child_fields, nodes
 from neuron_migrate.suppress import MAY_SUPPRESS_TEXT
 
 ENABLED = os.environ.get("NEURON_MIGRATE_LEAN", "1") != "0"
@@ -260,13 +260,17 @@ def _units(node: ast.stmt, parent: _Unit | None, out: list[_Unit], module_level:
     # decorators): `_attribute_binds` follows values through those records when the unit turns hot.
     steps = unit.steps
     stack: list[tuple[ast.AST, _Step | None]] = [(node, None)]
+    table = _CHILD_FIELDS  # no expression contexts nor operators: the walk reads a node's `ctx` from the node
     while stack:
         current, step = stack.pop()
         kind = type(current)
+        fields = table.get(kind)
+        if fields is None:
+            fields = child_fields(kind)
         if isinstance(current, ast.stmt):
             step = _Step(current)
             steps.append(step)
-            for field in current._fields:
+            for field in fields:
                 value = getattr(current, field, None)
                 inside = None if field in _BLOCKS or field == "decorator_list" else step
                 if type(value) is list:
@@ -276,7 +280,7 @@ def _units(node: ast.stmt, parent: _Unit | None, out: list[_Unit], module_level:
             if current is node:
                 continue
         else:
-            for field in current._fields:  # ast.iter_child_nodes, without its two generators
+            for field in fields:  # ast.iter_child_nodes, without its two generators
                 value = getattr(current, field, None)
                 if type(value) is list:
                     stack.extend((c, step) for c in value if isinstance(c, ast.AST))
