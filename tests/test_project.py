@@ -418,6 +418,19 @@ def test_a_notebooks_install_line_answers_whether_it_would_change_before_its_cod
     assert outcome(no_notes) == early
 
 
+class Unshared:
+    """In place of `python.SHARED_TREES`: no pass over a file shares anything with another."""
+
+    def get(self):
+        return None
+
+    def set(self, _value):
+        return None
+
+    def reset(self, _token):
+        pass
+
+
 INF2_SERVE = ("from optimum.neuron import NeuronModelForCausalLM\n\n"
               "if __name__ == '__main__':\n    model = NeuronModelForCausalLM.from_pretrained('gpt2', export=True)\n")
 
@@ -448,17 +461,7 @@ def test_a_set_aside_files_two_passes_read_one_tree(tmp_path, monkeypatch):
     assert parsed and len(parsed) == len(set(parsed))
     once = len(parsed)
 
-    class Unshared:  # every pass parses for itself
-        def get(self):
-            return None
-
-        def set(self, _value):
-            return None
-
-        def reset(self, _token):
-            pass
-
-    monkeypatch.setattr(python, "SHARED_TREES", Unshared())
+    monkeypatch.setattr(python, "SHARED_TREES", Unshared())  # every pass parses for itself
     parsed.clear()
     assert findings() == shared
     assert len(parsed) > once
@@ -496,17 +499,7 @@ def test_a_set_aside_notebook_s_passes_read_its_json_and_its_cells_once(tmp_path
     assert [(name, code) for name, *_, code, _ in shared] == [("tune_on_inf2.ipynb", "NM521")]
     assert len(read) == len(set(read)) == 2 and len(compiled) == len(set(compiled)) == 5  # each code cell once
 
-    class Unshared:  # every pass reads for itself
-        def get(self):
-            return None
-
-        def set(self, _value):
-            return None
-
-        def reset(self, _token):
-            pass
-
-    monkeypatch.setattr(python, "SHARED_TREES", Unshared())
+    monkeypatch.setattr(python, "SHARED_TREES", Unshared())  # every pass reads for itself
     monkeypatch.setattr(notebook, "SHARED_TREES", Unshared())
     read.clear()
     compiled.clear()
