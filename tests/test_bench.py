@@ -123,8 +123,10 @@ def test_the_two_trees_layers_are_timed_side_by_side(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"{len(list((ROOT / 'examples' / 'xla_mnist').rglob('*.py')))} files of" in printed
     assert "the layers alone" in printed and "parse included" in printed
-    assert all(seconds > 0 for seconds in figures.values())
-    assert figures["python"] >= figures["python_parse"] and figures["libcst"] >= figures["libcst_parse"]
+    assert set(figures) == {"python_parse", "python", "libcst_parse", "libcst"}
+    assert all(seconds > 0 for seconds in figures.values())  # (how they compare is the machine's: not asserted)
+    ratios = trees.render({"python_parse": 1.0, "python": 1.5, "libcst_parse": 4.0, "libcst": 6.0}, 3, folder)
+    assert "parse included: 4.0x; the layers alone: 2.00 s / 0.50 s = 4.0x" in ratios
     old = tmp_path / "old"
     old.mkdir()
     (old / "legacy.py").write_text("print 'Python 2'\n")
