@@ -85,7 +85,47 @@ def test_user_code_run_prints_the_ruff_row_and_reads_notebooks(tmp_path, capsys)
     figures = real.main(["--user-code", str(tree), "--baseline-share", "1", "--jobs", "1"])
     printed = capsys.readouterr().out
     assert "ruff check --select ALL" in printed and "check cold / ruff check --select ALL" in printed
+    assert "ast.parse + names + code paths (every file)" in printed and figures.names_and_paths.cpu > 0
     assert figures.files == 1 and figures.notebooks == 1 and figures.findings > 0
+
+
+def _figures(**given) -> real.RealFigures:
+    one = real.Time(1.0, 2.0)
+    fields = {name: one for name, kind in real.RealFigures.__annotations__.items() if "Time" in kind}
+    fields.update(packages=["user code"], files=3, lines=300, legacy_files=1, legacy_lines=100, jobs=2,
+                  baseline_measured_share=1.0, single_lines=100, check_peak_mb=100.0, rewrite_peak_mb=50.0,
+                  findings=7, notebooks=0)
+    fields.update(given)
+    return real.RealFigures(**fields)
+
+
+def test_the_real_code_rows_and_ratios_are_printed_from_the_figures():
+    """The names and code paths on Python's tree are a row after the floor and a ratio to it beside the floor
+    goal's; ruff's row stays after LibCST's parse and codegen; a run without them prints neither."""
+    printed = real.render(_figures(floor=real.Time(0.2, 0.4), names_and_paths=real.Time(0.7, 1.2),
+                                   check_cold=real.Time(2.0, 4.0), ruff=real.Time(0.5, 1.0)))
+    labels = [line[2:48].strip() for line in printed.splitlines()[2:]]
+    assert labels[:6] == ["ast.parse floor (every file)", "ast.parse + names + code paths (every file)",
+                          "LibCST parse + qualified names (baseline)", "LibCST parse + codegen (every file)",
+                          "ruff check --select ALL", "neuron-migrate check, cold"]
+    ratios = {line[2:48].strip(): line[48:] for line in printed.splitlines() if line.rstrip().endswith(")")}
+    assert ratios["check cold / ast.parse floor"].split() == ["10.0x", "10.0x", "(goal", "<=", "4)"]
+    assert ratios["names + code paths on Python's tree / floor"].split()[:2] == ["3.5x", "3.0x"]
+    assert ratios["check cold / ruff check --select ALL"].split()[:2] == ["4.0x", "4.0x"]
+    plain = real.render(_figures(names_and_paths=None, ruff=None))
+    assert "names + code paths" not in plain and "ruff" not in plain
+
+
+def test_the_names_and_code_paths_row_builds_them_for_a_file(tmp_path):
+    """The row's work on one file: its names and code paths, from the text as the tool decodes it (a declared
+    encoding included); what Python refuses is an error, as for the floor."""
+    script = tmp_path / "train.py"
+    script.write_bytes("# -*- coding: latin-1 -*-\nimport torch_xla.core.xla_model as xm\n"
+                       "name = 'caf\xe9'\nif xm.xrt_world_size() > 1:\n    xm.mark_step()\n".encode("latin-1"))
+    assert real._names_and_paths(str(script)) == 1
+    (tmp_path / "old.py").write_text("print 'Python 2'\n")
+    with pytest.raises(SyntaxError):
+        real._names_and_paths(str(tmp_path / "old.py"))
 
 
 def test_the_stages_of_one_run_are_timed_on_a_copy(tmp_path, capsys):
