@@ -11,6 +11,7 @@ import difflib
 
 import libcst as cst
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from neuron_migrate.engine import paths as P
 from neuron_migrate.engine.context import FileContext
@@ -253,3 +254,42 @@ def test_in_a_multi_backend_file_the_xla_branch_gets_one_marker_and_stays():
     out = rewrite_text(code)
     assert out.count("TODO(neuron-migrate NM111)") == 1
     assert out.replace(next(l for l in out.splitlines(True) if "NM111" in l), "") == code
+
+
+_DEVICE_SPELLINGS = [".to(", ".to( ", "device=", "device_type =", ".device(", "autocast(\n", "torch.", "'", '"',
+                     "neuron", "neuron:1", "Neuron", "neur", "on", " ", "#", "\n", "x"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_DEVICE_SPELLINGS), max_size=12).map("".join) | st.text(max_size=40))
+def test_the_word_neuron_stands_before_the_device_regex(text):
+    """`uses_neuron_device` asks the regex only where the text holds "neuron": the same answer, on texts made of
+    the regex's own pieces and on any text."""
+    from neuron_migrate.engine.facts import NEURON_DEVICE_USE, uses_neuron_device
+
+    assert uses_neuron_device(text) == (NEURON_DEVICE_USE.search(text) is not None)
+
+
+def test_every_spelling_of_the_device_regex_holds_the_word_neuron():
+    """What makes the word a safe look-out: each alternative of the regex, as Python's own regex parser reads it,
+    matches the literal "neuron" and nothing else there (a new spelling without it fails here)."""
+    try:
+        import re._parser as parser
+    except ImportError:  # Python 3.10
+        import sre_parse as parser
+
+    from neuron_migrate.engine.facts import NEURON_DEVICE_USE
+
+    def literal_runs(items) -> list[str]:
+        runs, current = [], ""
+        for op, value in items:
+            if op is parser.LITERAL:
+                current += chr(value)
+            else:
+                runs.append(current)
+                current = ""
+        return [*runs, current]
+
+    (op, (_, branches)), = parser.parse(NEURON_DEVICE_USE.pattern)[:]
+    assert op is parser.BRANCH and len(branches) >= 2
+    assert all(any("neuron" in run for run in literal_runs(list(branch))) for branch in branches)

@@ -32,7 +32,7 @@ import re
 
 import libcst as cst
 
-from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact
+from neuron_migrate.engine.facts import NEURON_DEVICE_USE, fact, uses_neuron_device
 from neuron_migrate.engine.names import Resolver, Scope, dotted, dotted_str, import_target
 from neuron_migrate.syntax.walk import KINDS, SYNTAX, children, field_order, node_kind, syntax_fields
 
@@ -728,7 +728,7 @@ class Paths(PathLogic):
         is what a module importing torch_xla inside one function's XLA path (XLA optional: its CUDA code stays;
         `_imports_xla_in_functions`) looks like after the rewrite, so its CUDA code stays too: a second run must
         not take what the first one left."""
-        if not NEURON_DEVICE_USE.search(self.ctx.source.text) or self._imports_xla or self.ctx.facts.program:
+        if not uses_neuron_device(self.ctx.source.text) or self._imports_xla or self.ctx.facts.program:
             return False
         module = self.ctx.analysis.module
         return not any(NEURON_DEVICE_USE.search(module.code_for_node(stmt)) for stmt in module.body
@@ -739,7 +739,7 @@ class Paths(PathLogic):
         another (an `if` whose block returns is one branch, the rest of its block the other): the form a torch_xla
         import inside one branch (XLA optional) takes after the rewrite, so that a second run sees the same paths
         as the first and leaves the other branches' CUDA code alone."""
-        if self._imports_xla or not NEURON_DEVICE_USE.search(self.ctx.source.text):
+        if self._imports_xla or not uses_neuron_device(self.ctx.source.text):
             return False
         module = self.ctx.analysis.module
         parents = self.ctx.analysis.parents

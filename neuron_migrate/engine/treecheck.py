@@ -75,7 +75,7 @@ import keyword
 import re
 
 from neuron_migrate.engine import lean, notes, paths
-from neuron_migrate.engine.facts import MAIN_BLOCK, NEURON_DEVICE_USE
+from neuron_migrate.engine.facts import MAIN_BLOCK, uses_neuron_device
 from neuron_migrate.engine.imports import LEGACY_ROOTS
 from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
@@ -953,7 +953,7 @@ def _cuda_sure(text: str, walked: notes._Tree, settings) -> bool:
     or below."""
     from neuron_migrate.rules.target import ACCELERATOR
 
-    if NEURON_DEVICE_USE.search(text) or may_patch(text, walked.module) or settings.device_style == ACCELERATOR:
+    if uses_neuron_device(text) or may_patch(text, walked.module) or settings.device_style == ACCELERATOR:
         return False
     return not any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values()
                    for q in quals)

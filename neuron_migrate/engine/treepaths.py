@@ -35,7 +35,7 @@ import functools
 import re
 
 from neuron_migrate.engine import lean
-from neuron_migrate.engine.facts import NEURON_DEVICE_USE
+from neuron_migrate.engine.facts import NEURON_DEVICE_USE, uses_neuron_device
 from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.paths import (_ENUM_KINDS, _GUARD_EXCEPTIONS, _TORCH_TESTS, COMMON, FALLBACK, OTHER_PATHS,
                                          PACKAGE_PROBES, TPU, XLA, XLA_PACKAGES, PathLogic, _kind_of_string)
@@ -512,7 +512,7 @@ class TreePaths(PathLogic):
     # -- the file's other answers -------------------------------------------------------------------------------
     @functools.cached_property
     def neuron_library(self) -> bool:
-        if not NEURON_DEVICE_USE.search(self.text) or self._imports_xla or self.program:
+        if not uses_neuron_device(self.text) or self._imports_xla or self.program:
             return False
         body = self.names.tree.body
         return not any(NEURON_DEVICE_USE.search(self._code(body, i)) for i, s in enumerate(body)
@@ -532,7 +532,7 @@ class TreePaths(PathLogic):
         return "".join(self._lines[first_line - 1:body[i].lineno]) + tail
 
     def _neuron_switch(self) -> bool:
-        if self._imports_xla or not NEURON_DEVICE_USE.search(self.text):
+        if self._imports_xla or not uses_neuron_device(self.text):
             return False
         for block, node, i in self._ifs():
             arms = [node.body]
@@ -595,7 +595,7 @@ def _first_line(statement: ast.stmt) -> int:
 
 def _device_in_comment(text: str, lines: list[str]) -> bool:
     """A comment may spell a use of the neuron device (a `#` before the match on its line)."""
-    if NEURON_DEVICE_USE.search(text) is None:
+    if not uses_neuron_device(text):
         return False
     for line in lines:
         if "#" in line:
