@@ -139,6 +139,9 @@ def _bool(node: cst.CSTNode) -> bool | None:
     return None
 
 
+_ASK = object()  # `_name_kind`'s qualified name when its caller has none
+
+
 class PathLogic:
     """What the code paths decide the same way on either tree: `Paths` walks LibCST's, engine/treepaths.py's
     `TreePaths` Python's. A subclass sets `resolver` (the scope table: names.Analysis or treenames.TreeNames) and
@@ -203,9 +206,12 @@ class PathLogic:
         other = FALLBACK if kind == XLA and path == COMMON else path
         return (kind, other) if positive else (other, kind)
 
-    def _name_kind(self, expr, scope: Scope, called: bool = False) -> str | None:
+    def _name_kind(self, expr, scope: Scope, called: bool = False, qual: str | None | object = _ASK) -> str | None:
+        """The backend a name or dotted name stands for in a test (`qual`: its qualified name where the caller
+        has it already)."""
         analysis = self.resolver
-        qual = analysis.qualname(expr, scope)
+        if qual is _ASK:
+            qual = analysis.qualname(expr, scope)
         if qual in _TORCH_TESTS:
             return _TORCH_TESTS[qual]
         parts = analysis._dotted(expr)
@@ -658,7 +664,7 @@ class Paths(PathLogic):
         if qual in _TORCH_TESTS:
             return _TORCH_TESTS[qual], True
         if type(call.func) in (cst.Name, cst.Attribute):
-            kind = self._name_kind(call.func, scope, called=True)
+            kind = self._name_kind(call.func, scope, called=True, qual=qual)
             if kind == XLA and any(a.keyword is not None and a.keyword.value == "check_is_tpu"
                                    and _bool(a.value) for a in call.args):
                 kind = TPU

@@ -79,7 +79,7 @@ class TreePaths(PathLogic):
         self.own_switch = False
         self._chains: dict[ast.BoolOp, _Chain] = {}
         self._parents: dict[ast.AST, ast.AST] | None = None
-        self.exact = names.exact and not _device_in_comment(self.text, self._lines) \
+        self.exact = names.exact and not (self._neuron_device and _device_in_comment(self._lines)) \
             and _COLON_CONTINUED.search(self.text) is None
         tree = names.tree
         self._walk_block(tree.body, COMMON, None, names.module_scope, toplevel=True)
@@ -430,7 +430,7 @@ class TreePaths(PathLogic):
         if qual in _TORCH_TESTS:
             return _TORCH_TESTS[qual], True
         if call.func.__class__ in (ast.Name, ast.Attribute):
-            kind = self._name_kind(call.func, scope, called=True)
+            kind = self._name_kind(call.func, scope, called=True, qual=qual)
             if kind == XLA and any(k.arg == "check_is_tpu" and k.value.__class__ is ast.Constant
                                    and k.value.value is True for k in call.keywords):
                 kind = TPU
@@ -511,8 +511,13 @@ class TreePaths(PathLogic):
 
     # -- the file's other answers -------------------------------------------------------------------------------
     @functools.cached_property
+    def _neuron_device(self) -> bool:
+        """The file spells a use of the neuron device somewhere (`facts.NEURON_DEVICE_USE`): asked once."""
+        return uses_neuron_device(self.text)
+
+    @functools.cached_property
     def neuron_library(self) -> bool:
-        if not uses_neuron_device(self.text) or self._imports_xla or self.program:
+        if not self._neuron_device or self._imports_xla or self.program:
             return False
         body = self.names.tree.body
         return not any(NEURON_DEVICE_USE.search(self._code(body, i)) for i, s in enumerate(body)
@@ -532,7 +537,7 @@ class TreePaths(PathLogic):
         return "".join(self._lines[first_line - 1:body[i].lineno]) + tail
 
     def _neuron_switch(self) -> bool:
-        if self._imports_xla or not uses_neuron_device(self.text):
+        if self._imports_xla or not self._neuron_device:
             return False
         for block, node, i in self._ifs():
             arms = [node.body]
@@ -593,10 +598,9 @@ def _first_line(statement: ast.stmt) -> int:
     return min([statement.lineno, *(d.lineno for d in decorators)])
 
 
-def _device_in_comment(text: str, lines: list[str]) -> bool:
-    """A comment may spell a use of the neuron device (a `#` before the match on its line)."""
-    if not uses_neuron_device(text):
-        return False
+def _device_in_comment(lines: list[str]) -> bool:
+    """A comment may spell a use of the neuron device (a `#` before the match on its line), in a file that spells
+    one somewhere."""
     for line in lines:
         if "#" in line:
             for match in NEURON_DEVICE_USE.finditer(line):
