@@ -272,7 +272,7 @@ def test_the_word_neuron_stands_before_the_device_regex(text):
 
 def test_every_spelling_of_the_device_regex_holds_the_word_neuron():
     """What makes the word a safe look-out: each alternative of the regex, as Python's own regex parser reads it,
-    matches the literal "neuron" and nothing else there (a new spelling without it fails here)."""
+    holds "neuron" among its literal characters (a new spelling without the word fails here)."""
     try:
         import re._parser as parser
     except ImportError:  # Python 3.10
