@@ -129,6 +129,14 @@ DECIDED = {
         torch.cuda.set_device(1)
         torch.cuda.synchronize()
         """, ["NM322"]),
+    "module settings, which patch no function in": ("""\
+        import torch
+
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.deterministic = flags.deterministic and not flags.fast
+        setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+        x = y.cuda()
+        """, ["NM320"]),
     "the file's quote style": ("""\
         import torch
         names = ['a', 'b', 'c']
@@ -375,6 +383,33 @@ DECIDED = {
 }
 
 HANDED_BACK = {
+    "a function patched in by its name": ("""\
+        import torch
+
+        def _sync():
+            torch.cuda.synchronize()
+
+        torch.cuda.synchronize = _sync
+        x = y.cuda()
+        """, ["NM322", "NM320"]),
+    "a function patched in through setattr": ("""\
+        import torch
+        setattr(torch.cuda, "synchronize", lambda: torch.cuda.current_stream().synchronize())
+        x = y.cuda()
+        """, ["NM322", "NM320"]),
+    "a function patched in for the class a fix writes (the fix would make it call itself)": ("""\
+        import transformers
+        from optimum.neuron import NeuronTrainer
+
+        def make(model, args):
+            return NeuronTrainer(model, args=args)
+
+        transformers.Trainer = make
+        """, ["NM508"]),
+    "a patched value that a fix would replace whole": ("""\
+        import torch
+        torch.default_weights = weights.cuda()
+        """, ["NM320"]),
     "a value in parentheses": ("""\
         import torch
         y = z.cuda(non_blocking=(True))
@@ -576,6 +611,8 @@ PIECES = [
     "if torch.cuda.is_available(): z = w.cuda()", "import torch_neuronx", "import torch as th",
     "from torch import cuda", "del torch.cuda.x", "a, torch.cuda.y = 1, 2", "q = f\"{d['k']}\"",
     "torch.nn.Module.cuda(model)", "model = model.cuda() if gpu else model", "setattr(torch, 'x', 1)",
+    "torch.backends.cudnn.benchmark = True", "torch.cuda.synchronize = sync", "torch.x = y.cuda()",
+    "setattr(torch.cuda, 'synchronize', lambda: None)", "torch.y = torch.cuda.current_device()",
     "v = y.to('neuron')", "e = {'cuda': y.cuda()}", "x = torch.cat(\n    [a, b]).cuda()",
     "y = f(\n    z.cuda(),\n    w.cuda(non_blocking=\n        True))", "torch.cuda.synchronize(\n)",
     "print(torch.cuda.memory_allocated() / 2)", "models = [\n    m.cuda(),\n    (n.cuda()),\n]",

@@ -24,9 +24,11 @@ notes?):
   suppression comments (process_python asks only then), so nothing else can come out of the pass.
 - The file imports torch_xla nowhere: with no torch_xla import there is no NM190 / NM191 for the fix pass to add.
   Where the CUDA rules run, it also imports no torch_neuronx and spells no use of the neuron device (it is no
-  neuron library and holds no neuron switch: `facts.moving_to_neuron` is the program's) and patches nothing
-  (`patches.may_patch`: no fix can be refused for making a patched function call itself); NM404's removal asks
-  the latter too.
+  neuron library and holds no neuron switch: `facts.moving_to_neuron` is the program's) and patches no function
+  (`_patched_values`: no fix can be refused for making a patched function call itself); NM404's removal asks
+  the latter too. A file that only sets attributes of a module it imports to other values
+  (`torch.backends.cudnn.benchmark = True`) patches no function, as long as no reported node is such a value
+  (a fix replacing it whole could make it a function's name).
 - The code paths are engine/paths.py's, built on Python's tree (engine/treepaths.py): a finding is reported where
   they let its family act (`Paths.allows`), so a CUDA branch (`if torch.cuda.is_available():`) keeps its CUDA
   code, and a file that tests for XLA reports only its XLA path's. The CUDA family reports nothing in a file that
@@ -53,7 +55,7 @@ notes?):
   attributes as LibCST visits them: every attribute of that name, less the fields the file's own classes declare
   (not a class whose body is on its header's line, which LibCST holds as no block) and its `self.<name> = ...`;
   `getattr` / `hasattr` with the name as one plain string literal. Its swap (NM508) goes to LibCST in a file that
-  may patch a function.
+  patches a function.
 - No reported node is inside an f-string. A node in parentheses is placed without them, as LibCST places it, and
   the code a message quotes of it holds them, as LibCST's node does (`_Decisions.short`); parentheses after a
   keyword (`if (x):`) or a comment before the node leave it to LibCST. The code a message quotes is LibCST's code
@@ -80,6 +82,7 @@ from neuron_migrate.engine.imports import LEGACY_ROOTS
 from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
 from neuron_migrate.engine.patches import may_patch
+from neuron_migrate.engine.scan import nodes
 from neuron_migrate.engine.treenames import TreeNames, exact_identifiers
 from neuron_migrate.engine.treepaths import _COMPOUND, TreePaths
 from neuron_migrate.findings import Finding
@@ -106,6 +109,7 @@ class _Decisions:
         self._assign_targets: dict[int, type] | None = None
         self._parts: set[int] | None = None
         self.optimum_kept = False  # `facts.optimum_classes_kept` is not empty: the trainer classes stay (NM509)
+        self.patched: frozenset[int] | None = frozenset()  # `_patched_values`: None where a function is patched in
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
         if self.paths is not None:
@@ -497,8 +501,8 @@ class _Decisions:
             code = code_for(name, value, removable)
             if code == "NM403":
                 set_here.add(name)
-            elif code == "NM404" and may_patch(tree.text, tree.module):
-                raise Unsure("a removal in a file that may patch a function")  # the fix pass checks self-calls
+            elif code == "NM404" and self.patched is None:
+                raise Unsure("a removal in a file that patches a function")  # the fix pass checks self-calls
             self.report(code, string, var=name, did=entry["did"], instead=entry["instead"])
         project = self.settings.project
         elsewhere = set(project.sets_env) if project is not None else set()
@@ -784,8 +788,8 @@ class _Decisions:
             return
         if splat:
             return
-        if may_patch(self.tree.text, self.tree.module):
-            raise Unsure("a rewrite in a file that may patch a function")  # the fix pass checks self-calls
+        if self.patched is None:
+            raise Unsure("a rewrite in a file that patches a function")  # the fix pass checks self-calls
         for node, qual in uses:
             self.report("NM508", node, name=self._code_of(node), what=hf.WHAT.get(qual.rpartition(".")[2], "class"),
                         fixed=classes[qual])
@@ -946,14 +950,40 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
 
 
-def _cuda_sure(text: str, walked: notes._Tree, settings) -> bool:
+def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozenset[int] | None:
+    """What the fix pass's self-call check (engine/patches.py) reads, on Python's tree: None where the file may
+    patch a name it imports with a function, a lambda or a bare name (`torch.cuda.synchronize = _sync`,
+    `setattr(torch, "save", lambda *a: None)`), whose body the check counts the late reads of; else the ids of the
+    values its attribute assignments and `setattr` calls set (`torch.backends.cudnn.benchmark = True`). With no
+    function patched in, the check finds nothing to count and refuses no fix, as long as no fix replaces one of
+    those values whole (it could make it a name): `decide` hands a file where a reported node is one to LibCST.
+
+    The values are `patches._Assignments`'s and more: every `a.b = value` target, and every argument after
+    the second of a `setattr` call, whatever its attribute's spelling."""
+    if not may_patch(text, walked.module):
+        return frozenset()  # no patch of an imported module at all
+    values: list[ast.expr] = []
+    for node in nodes(tree):
+        kind = type(node)
+        if kind is ast.Assign:
+            if any(type(t) is ast.Attribute for t in node.targets):
+                values.append(node.value)
+        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id == "setattr":
+            values += node.args[2:]
+            values += [k.value for k in node.keywords]
+    if any(type(v) in (ast.Lambda, ast.Name, ast.Starred) for v in values):
+        return None
+    return frozenset(id(v) for v in values)
+
+
+def _cuda_sure(text: str, walked: notes._Tree, settings, patched: frozenset[int] | None) -> bool:
     """Whether the CUDA family's decisions can be taken on Python's tree: the file spells no use of the neuron
-    device (no neuron library, no neuron switch, and `facts.moving_to_neuron` is the program's), patches nothing,
-    is not written in the portable style (whose spellings define a device variable) and binds no name to torch.cuda
-    or below."""
+    device (no neuron library, no neuron switch, and `facts.moving_to_neuron` is the program's), patches no
+    function (`patched`: `_patched_values`), is not written in the portable style (whose spellings define a device
+    variable) and binds no name to torch.cuda or below."""
     from neuron_migrate.rules.target import ACCELERATOR
 
-    if uses_neuron_device(text) or may_patch(text, walked.module) or settings.device_style == ACCELERATOR:
+    if uses_neuron_device(text) or patched is None or settings.device_style == ACCELERATOR:
         return False
     return not any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values()
                    for q in quals)
@@ -971,10 +1001,12 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         if any(notes._legacy_import(node, LEGACY_ROOTS) for node in walked.imports):
             return None  # a torch_xla import: the fix pass reports on it
         cuda = any(r.__name__ in _CUDA_RULES for r in rules)
-        if cuda and (not _cuda_sure(text, walked, settings)
+        patched = _patched_values(text, walked, tree)
+        if cuda and (not _cuda_sure(text, walked, settings, patched)
                      or any(notes._legacy_import(node, paths.XLA_PACKAGES) for node in walked.imports)):
             return None  # (a torch_neuronx import makes the file move to neuron: `facts.moving_to_neuron`)
         decisions = _Decisions(path, walked, tree, settings)
+        decisions.patched = patched
         chosen = rules
         if cuda and (not decisions.moving() or paths._two_devices(text)):  # a GPU program, or a CUDA path on purpose
             chosen = [r for r in rules if r.__name__ not in _CUDA_RULES]  # the CUDA family reports nothing
@@ -990,6 +1022,8 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
                 return None
         for rule in chosen:
             getattr(decisions, _RULES[rule.__name__])()
+        if patched and any(id(node) in patched for _code, node, _fields, _offset in decisions.found):
+            return None  # a fix would replace a value patched in whole (see `_patched_values`)
         codes = frozenset(c for r in rules for c in r.codes)
         return notes._findings(path, walked, decisions.found, settings, codes)
 
