@@ -137,6 +137,15 @@ DECIDED = {
         setattr(torch.backends.cuda.matmul, "allow_tf32", False)
         x = y.cuda()
         """, ["NM320"]),
+    "trn1 instances in a file that tests for a backend": ("""\
+        import torch
+
+        INSTANCE = "ml.trn1.32xlarge"
+        if torch.cuda.is_available():
+            INSTANCE = "ml.trn1.2xlarge"
+        else:
+            LAUNCH = "--instance-type trn1.32xlarge"
+        """, ["NM520", "NM520"]),
     "the file's quote style": ("""\
         import torch
         names = ['a', 'b', 'c']

@@ -45,7 +45,8 @@ notes?):
   `optimum_finding`, `library_fields`, `nxd_finding`); libneuronxla's snapshot hook (NM258, a removal) is left to
   LibCST, and the counts leave out optimum-neuron's trainer classes unless NM509 keeps them (OptimumNeuronTrainer
   decides first, as its rule finishes first). Inferentia1 and InstanceType are the notes' own decisions
-  (engine/notes.py), where the file tests for no backend.
+  (engine/notes.py): Inferentia1 where the file tests for no backend (its names resolve in the module scope),
+  InstanceType's string literals anywhere, through the code paths.
 - NeuronxTrace's messages are the rule's own fields (`inference.trace_options_fields`, `artifact_fields`,
   `api_fields`, `nki_fields`). A trace the rule rewrites (NM501, whose message is the rewritten code) is left to
   LibCST; so is a name of torch_neuronx's API that LibCST's tree holds where Python's holds none (a definition's,
@@ -112,15 +113,23 @@ class _Decisions:
         self.patched: frozenset[int] | None = frozenset()  # `_patched_values`: None where a function is patched in
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
-        if self.paths is not None:
-            family = paths.acts_on(code)
-            if not self.paths.allows(family, node):
-                return  # `ctx.report`: the paths keep the family off this node (a CUDA branch, a file's XLA-less code)
-            if family == paths.XLA_REWRITE and self.paths.multi_backend:
-                raise Unsure("a finding held for its branch's marker")
+        if not self._allowed(code, node):
+            return
         if id(node) in self.tree.in_fstring:
             raise Unsure("inside an f-string")  # where Python's places are its own before 3.12
         self.found.append((code, node, fields, None))  # placed without its parentheses, as LibCST places it
+
+    def _allowed(self, code: str, node: ast.AST) -> bool:
+        """Whether the code paths let `code`'s family act on `node`, as `ctx.report` asks them first: not on a CUDA
+        branch, nor on a file's XLA-less code. A finding a multi-backend file holds for its branch's marker is left
+        to LibCST."""
+        if self.paths is not None:
+            family = paths.acts_on(code)
+            if not self.paths.allows(family, node):
+                return False
+            if family == paths.XLA_REWRITE and self.paths.multi_backend:
+                raise Unsure("a finding held for its branch's marker")
+        return True
 
     def short(self, node: ast.AST) -> str:
         """`patterns.short` of LibCST's node for `node`: its text with the parentheses LibCST gives it (which a
@@ -886,11 +895,14 @@ class _Decisions:
         self._notes("instance_type")
 
     def _notes(self, rule: str) -> None:
-        if self.paths is not None:
+        """The notes' own decisions (engine/notes.py), each let through by the code paths where the file tests for
+        a backend. Inf1's names resolve in the module scope only there, so that rule is left to LibCST in such a
+        file; a trn1 instance is a string literal, which no scope changes."""
+        if self.paths is not None and rule != "instance_type":
             raise Unsure("a file that tests for a backend")  # the notes resolve names in the module scope only
         decided = notes._Notes(self.path, self.tree, self.settings)
         getattr(decided, rule)()
-        self.found.extend(decided.found)
+        self.found += [found for found in decided.found if self._allowed(found[0], found[1])]
 
     def scope(self, node: ast.expr) -> Scope:
         """The scope a name or attribute of the tree is read in (engine/treenames.py)."""
