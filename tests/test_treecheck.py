@@ -146,6 +146,17 @@ DECIDED = {
         else:
             LAUNCH = "--instance-type trn1.32xlarge"
         """, ["NM520", "NM520"]),
+    "a value continued by backslashes (LibCST keeps those lines as written)": ("""\
+        import torch
+
+        def gather(args, query):
+            if args.rank == 0:
+                distance = torch.empty(len(query), \\
+                                       dtype=torch.float32).cuda()
+                index = torch.empty(len(query), \\
+          dtype=torch.int64).cuda(non_blocking=\\
+                    True)
+        """, ["NM320", "NM320"]),
     "the file's quote style": ("""\
         import torch
         names = ['a', 'b', 'c']
@@ -629,6 +640,8 @@ PIECES = [
     "if(y.cuda()): pass", "x = f((y.cuda()))", "x = (\n    f(y)\n    .cuda()\n    .half()\n)",
     "x = [a.cuda() for a in b]", "x = f(a.cuda()).cuda()", "s = f\"{y.cuda()} {torch.cuda.device_count()}\"",
     "x = torch.cuda.current_stream(y.cuda()).cuda()", "x = y.cuda() \\\n    .half()", "x = \\\n    y.cuda()",
+    "x = torch.empty(a, \\\n    b).cuda()", "x = (a + \\\n     b).cuda()", "x = f(a,  # note \\\n  b).cuda()",
+    "x = torch.zeros(2, \\\n\n    3).cuda()", "x = f(a,\n  b, \\\n      c).cuda(non_blocking=\\\n  True)",
     # backend tests and names bound in other scopes: the code paths and scopes of Python's tree decide them
     "from accelerate.utils import is_torch_xla_available", "if is_torch_xla_available():\n    x = y.cuda()",
     "if not is_torch_xla_available():\n    return y.cuda()", "if dev.type == 'xla':\n    z = w.cuda()",

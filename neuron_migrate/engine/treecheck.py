@@ -265,19 +265,29 @@ class _Decisions:
     def code(self, text: str, node: ast.AST, call: ast.Call) -> str:
         """LibCST's code for an expression whose source is `text` (`patterns.code`): the text itself, but over
         several lines, where it leaves out the indentation of the block around it from each line that starts
-        with it (the rest of the line is the node's; an indentation of its own, less deep, stays)."""
+        with it (the rest of the line is the node's; an indentation of its own, less deep, stays). A line after a
+        backslash continuation keeps its indentation: LibCST holds the backslash, the line break and the spaces
+        after them as one piece of white space, written back as it was."""
         if "\n" not in text:
             return text
-        if "\r" in text or "\\\n" in text:
-            raise Unsure("a line continuation or a Windows line end")  # LibCST writes its own
+        if "\r" in text:
+            raise Unsure("a Windows line end")  # LibCST writes its own
         for inner in ast.walk(node):
             if inner.__class__ in (ast.Constant, ast.JoinedStr) and inner.end_lineno != inner.lineno:
                 raise Unsure("a string over several lines")  # its lines are its own
         statement = self.tree.statement[id(call)]
         line = self.tree.line_text(statement.lineno)
         indent = line[:len(line) - len(line.lstrip(" \t\f"))]
-        first, *rest = text.split("\n")
-        return "\n".join([first, *(r[len(indent):] if r.startswith(indent) else r for r in rest)])
+        lines = text.split("\n")
+        out = [lines[0]]
+        for before, line in zip(lines, lines[1:]):
+            if before.endswith("\\"):  # a line continued by a backslash: LibCST keeps the next one as written
+                if "#" in before:
+                    raise Unsure("a comment that ends with a backslash")  # (a comment's backslash continues nothing)
+                out.append(line)
+            else:
+                out.append(line[len(indent):] if line.startswith(indent) else line)
+        return "\n".join(out)
 
     def value_code(self, call: ast.Call) -> str:
         """LibCST's code for the value of `call`'s `func` (`x` of `x.cuda()`, `(a + b)` with its parentheses)."""
