@@ -124,6 +124,11 @@ DECIDED = {
             traced = aot(model, example)
             return traced
         """, ["NM510"]),
+    "the first argument of a call": ("""\
+        import torch_neuronx
+        print(torch_neuronx.trace(model, x))
+        models[0] (torch_neuronx.trace(model, x))
+        """, ["NM510", "NM510"]),
     "trace on a line that holds non-ASCII text before it": ("""\
         import torch_neuronx
         label = "modèle"; traced = torch_neuronx.trace(model, example)
@@ -164,6 +169,14 @@ DECIDED = {
 }
 
 HANDED_BACK = {
+    "in parentheses after a keyword": ("""\
+        import torch_neuronx
+        assert(torch_neuronx.trace(model, x))
+        """, ["NM510"]),
+    "in parentheses inside a call's": ("""\
+        import torch_neuronx
+        print((torch_neuronx.trace(model, x)))
+        """, ["NM510"]),
     "in parentheses": ("""\
         import torch_neuronx
         traced = (torch_neuronx.trace(model, x))
@@ -432,6 +445,8 @@ _HEADS = ["import os", "import torch_neuronx", "import torch_neuronx as tnx", "f
           "from .utils import is_torch_xla_available"]
 _LINES = ["traced = torch_neuronx.trace(model, x)", "traced = tnx.trace(model, x)", "traced = trace(model, x)",
           "traced = aot(model, x)", "traced = (torch_neuronx.trace(model, x))", "f(torch_neuronx.trace(model, x))",
+          "print(torch_neuronx.trace(model, x))", "assert(tnx.trace(model, x))", "f((torch_neuronx.trace(model, x)))",
+          "m = g(x)(torch.neuron.trace(model, [x]))", "m = d['k'] (aot(model, x))", "m = f(a, tnx.trace(model, x))",
           "m = torch.neuron.trace(model, [x])", "m = neuron.DataParallel(model)",
           "m = nxd.trace.parallel_model_trace(build, x)", "job = Estimator(instance_type='ml.trn1.32xlarge')",
           "doc = 'runs on ml.trn1.2xlarge'", "'trn1.2xlarge'", "cmd = '--instance-type ' 'trn1.2xlarge'",

@@ -28,6 +28,7 @@ without markers or suppression comments, where nothing else than these findings 
 from __future__ import annotations
 
 import ast
+import keyword
 import os
 import re
 from contextvars import ContextVar
@@ -46,6 +47,22 @@ _COMPREHENSION_KINDS = frozenset({ast.ListComp, ast.SetComp, ast.DictComp, ast.G
 _SCOPE_KINDS = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef}) | _COMPREHENSION_KINDS
 _STATEMENT_KINDS = frozenset(c for c in vars(ast).values() if isinstance(c, type) and issubclass(c, ast.stmt))
 _LONE_CR = re.compile(r"\r(?!\n)")
+# words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
+_KEYWORDS = frozenset(keyword.kwlist) - {"True", "False", "None"} | {"match", "case", "type"}
+
+
+def call_parenthesis(head: str) -> bool | None:
+    """Whether a `(` after `head` (the code before it on its line, without the white space before the `(`) opens a
+    call's arguments: True after a name, a closing bracket or a string (`f(`, `g(x)(`, `d[k](`); False where it
+    groups (after an operator, a comma, another bracket, or at the start); None after a keyword, where it groups
+    too, but a soft keyword (`match (x):`) may also be a name called."""
+    at = len(head)
+    while at and (head[at - 1].isalnum() or head[at - 1] == "_"):
+        at -= 1
+    word = head[at:]
+    if (word and word not in _KEYWORDS) or (head and head[-1] in ")]'\""):
+        return True
+    return None if word else False
 
 
 class Unsure(Exception):
@@ -361,13 +378,15 @@ class _Tree:
     def alone(self, node: ast.AST) -> None:
         """Raises Unsure where `node` may be in parentheses: LibCST's node would hold them, and be placed with
         them. A node that opens its line must open its statement; else the text before it on its line must not
-        end with `(`. (A statement is never in parentheses.)"""
+        end with `(`, unless that `(` opens a call's arguments (`call_parenthesis`). (A statement is never in
+        parentheses.)"""
         if isinstance(node, ast.stmt):
             return
         before = self.line_text(node.lineno)[:self.column(node.lineno, node.col_offset)]
         if before.strip():
-            if before.rstrip().endswith("("):
-                raise Unsure("in parentheses")
+            head = before.rstrip()
+            if head.endswith("(") and call_parenthesis(head[:-1].rstrip(" \t\f")) is not True:
+                raise Unsure("in parentheses")  # else the first argument of a call (`print(torch.neuron...)`)
             return
         statement = self.statement.get(id(node))
         if statement is None or (statement.lineno, statement.col_offset) != (node.lineno, node.col_offset):

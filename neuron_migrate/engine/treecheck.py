@@ -74,7 +74,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import keyword
 import re
 
 from neuron_migrate.engine import lean, notes, paths
@@ -89,8 +88,6 @@ from neuron_migrate.engine.treepaths import _COMPOUND, TreePaths
 from neuron_migrate.findings import Finding
 from neuron_migrate.rules.unsupported import lookup
 
-# words before a `(` that make it parentheses, not a call's: keywords, and the soft ones (`match (x):`)
-_KEYWORDS = frozenset(keyword.kwlist) - {"True", "False", "None"} | {"match", "case", "type"}
 _ONE_STRING = re.compile(r"""[rRuUbB]{0,2}(?:'[^'\\\n]*'|"[^"\\\n]*")""")  # one string literal, no escapes
 _ATTRIBUTE_REST = re.compile(r"[ \t\f\r\n\\]*\.[ \t\f\r\n\\]*cuda")  # `<value> . cuda`, the value unparenthesized
 
@@ -159,14 +156,10 @@ class _Decisions:
             after = self._near(lines, *end, 1)
             if after is None or lines[after[0]][after[1]] != ")":
                 return found
-            head = lines[before[0]][:before[1]].rstrip(" \t\f")
-            at = len(head)
-            while at and (head[at - 1].isalnum() or head[at - 1] == "_"):
-                at -= 1
-            word = head[at:]
-            if (word and word not in _KEYWORDS) or (head and head[-1] in ")]'\""):
+            opens = notes.call_parenthesis(lines[before[0]][:before[1]].rstrip(" \t\f"))
+            if opens:
                 return found  # the parentheses of a call, around its one argument
-            if word:
+            if opens is None:
                 raise Unsure("in parentheses after a keyword")
             start, end = before, (after[0], after[1] + 1)
             found = start, end
