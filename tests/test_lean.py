@@ -359,3 +359,55 @@ def test_a_rule_s_words_keep_the_definitions_that_spell_them(monkeypatch):
     rewritten = engine.process_python("serve.py", ARTIFACTS.encode(), Settings(), True)
     assert [(f[0], f[4]) for f in lean_found] == [(f.line, f.code) for f in rewritten.findings] \
         == [(7, "NM502"), (11, "NM502"), (16, "NM502")]
+
+
+PARTS = '''\
+import torch
+from neuronx_distributed.parallel_layers import layers, parallel_state
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
+        self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
+
+
+class Block(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.mlp = MLP(hidden)
+
+    def forward(self, x):
+        return self.mlp(x)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block(hidden) for _ in range(2))
+
+    def extra_repr(self):
+        return "net"
+
+
+def main():
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)
+    model = Net(1024)
+'''
+
+
+def test_a_model_built_from_parts_keeps_the_parts_that_build_it(monkeypatch):
+    """TensorParallel reads where a model's layers sit through the `__init__` of each class that builds a part
+    (`self.mlp = MLP(...)`, a ModuleList of blocks): those stay in the lean text, as a class holding the layers
+    binds its name, and `check` reports the rewrite `rewrite` makes (NM233), not a layer of a model it could not
+    find (NM230). The methods that build no part are still stand-ins."""
+    rules = engine.active_rules(PARTS.encode(), Settings(), "model.py")
+    text = lean.lean_text(PARTS, ast.parse(PARTS), *engine.lean_needles(rules)).text
+    assert "self.mlp = MLP(hidden)" in text and "torch.nn.ModuleList(Block(hidden)" in text
+    assert "def extra_repr(): pass" in text
+    lean_found = _findings("model.py", PARTS.encode(), True, monkeypatch)
+    assert lean_found == _findings("model.py", PARTS.encode(), False, monkeypatch)
+    rewritten = engine.process_python("model.py", PARTS.encode(), Settings(), True)
+    assert [(f[0], f[4]) for f in lean_found] == [(f.line, f.code) for f in rewritten.findings] \
+        == [(2, "NM506"), (31, "NM233")]

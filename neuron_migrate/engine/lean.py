@@ -17,7 +17,8 @@ classes); a class with a hot method is kept, its cold methods still replaced. A 
   as a word part), a suppression comment or a marker;
 - or it is a function or class that imports anything (the file's facts read every scope's imports), or it
   declares `global` / `nonlocal` (it would change what names mean elsewhere);
-- or it names something a hot unit binds (a module-level name, an attribute it assigns, a function or class);
+- or it names something a hot unit binds (a module-level name, an attribute it assigns, a function), or a
+  class that is hot for its own code or a method's (a model built from a part that holds a finding);
 - or a hot unit reads it by its bare name (`xmp.spawn(_mp_fn)`, `torch.compile(step)`, `train(device)`: rules
   read the definition a call names, and follow values into its parameters), or passes it to a call as an
   attribute (`torch_xla.compile(self.step_fn)`: a method of that name).
@@ -106,8 +107,13 @@ def lean_text(text: str, tree: ast.Module, needles: tuple[str, ...], words: tupl
     while changed:
         changed = False
         for unit in units:
-            if not unit.hot and ((unit.names & hot_binds) or (unit.defines is not None and unit.defines in hot_refs)):
+            if unit.hot:
+                continue
+            if unit.names & hot_binds:
                 _heat(unit, hot_binds, hot_refs, found)
+                changed = True
+            elif unit.defines is not None and unit.defines in hot_refs:
+                _heat(unit, hot_binds, hot_refs, found, named=True)
                 changed = True
     cold = []
     quotes = [0, 0]
@@ -442,13 +448,21 @@ def _has_needle(unit: _Unit, lines: list[str], found: _Needles) -> bool:
         MAY_SUPPRESS_TEXT.search("".join(lines[unit.first - 1:unit.last])) is not None
 
 
-def _heat(unit: _Unit, hot_binds: set[str], hot_refs: set[str], found: _Needles) -> None:
-    """Makes `unit` hot, and the classes around it (a kept method keeps its class)."""
-    while unit is not None and not unit.hot:
-        unit.hot = True
-        hot_binds |= unit.binds
-        hot_binds |= _attribute_binds(unit, found, hot_binds)
-        hot_refs |= unit.refs
+def _heat(unit: _Unit, hot_binds: set[str], hot_refs: set[str], found: _Needles, named: bool = False) -> None:
+    """Makes `unit` hot, and the classes around it (a kept method keeps its class). A class made hot by its own
+    code or by a method's binds its name, so a unit that names it is hot too: a model's `__init__` that builds
+    it as a part (`self.mlp = MLP(...)`, `nn.ModuleList(Block() for ...)`), which the rules read to find where
+    the model's layers sit (sharding.TensorParallel's plan). `named`: `unit` is hot only because a hot unit
+    reads its name (`model = Net()`), which binds nothing more."""
+    start = unit
+    while unit is not None:
+        if unit.node.__class__ is ast.ClassDef and not (named and unit is start):
+            hot_binds.add(unit.defines)
+        if not unit.hot:
+            unit.hot = True
+            hot_binds |= unit.binds
+            hot_binds |= _attribute_binds(unit, found, hot_binds)
+            hot_refs |= unit.refs
         unit = unit.parent
 
 
