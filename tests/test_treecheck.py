@@ -157,6 +157,68 @@ DECIDED = {
           dtype=torch.int64).cuda(non_blocking=\\
                     True)
         """, ["NM320", "NM320"]),
+    "NxD's layers outside a model definition's __init__ (NM230)": ("""\
+        from neuronx_distributed.parallel_layers import ColumnParallelLinear, ParallelEmbedding
+
+        def build(hidden, vocab):
+            up = ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
+            return ParallelEmbedding(vocab, hidden), up
+        """, ["NM506", "NM230", "NM230"]),
+    "NxD's layers with an option the plain layers lack (NM230)": ("""\
+        import torch
+        from neuronx_distributed.parallel_layers import layers, parallel_state
+
+
+        class MLP(torch.nn.Module):
+            def __init__(self, hidden):
+                super().__init__()
+                self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False, stride=2)
+                self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
+
+
+        class Net(torch.nn.Module):
+            def __init__(self, hidden):
+                super().__init__()
+                self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
+
+
+        def main():
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)
+            model = Net(1024).to("cpu")
+        """, ["NM506", "NM230", "NM230"]),
+    "NxD's layers in a model built twice (NM230)": ("""\
+        import torch
+        from neuronx_distributed.parallel_layers import layers, parallel_state
+
+
+        class MLP(torch.nn.Module):
+            def __init__(self, hidden):
+                super().__init__()
+                self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False, stride=1)
+                self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
+
+
+        class Net(torch.nn.Module):
+            def __init__(self, hidden):
+                super().__init__()
+                self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
+
+
+        def main():
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)
+            model = Net(1024).to("cpu")\n            other = Net(512)
+        """, ["NM506", "NM230", "NM230"]),
+    "NxD's embedding with options the plain layer lacks (NM230)": ("""\
+        from neuronx_distributed.parallel_layers import ParallelEmbedding, parallel_state
+
+        class Embed:
+            def __init__(self, vocab, hidden):
+                self.words = ParallelEmbedding(vocab, hidden, sparse=True)
+                self.places = ParallelEmbedding(vocab, hidden, shard_across_embedding=across)
+
+        parallel_state.initialize_model_parallel(8)
+        model = Embed(10, 4)
+        """, ["NM506", "NM230", "NM230"]),
     "the file's quote style": ("""\
         import torch
         names = ['a', 'b', 'c']
@@ -403,6 +465,50 @@ DECIDED = {
 }
 
 HANDED_BACK = {
+    "NxD's layers the rule rewrites (NM233 spells the plan)": ("""\
+        import torch
+        from neuronx_distributed.parallel_layers import layers, parallel_state
+
+
+        class MLP(torch.nn.Module):
+            def __init__(self, hidden):
+                super().__init__()
+                self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
+                self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
+
+
+        class Net(torch.nn.Module):
+            def __init__(self, hidden):
+                super().__init__()
+                self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
+
+
+        def main():
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)
+            model = Net(1024).to("cpu")
+        """, ["NM506", "NM233"]),
+    "NxD's initialization sharing its line with another statement": ("""\
+        import torch
+        from neuronx_distributed.parallel_layers import layers, parallel_state
+
+
+        class MLP(torch.nn.Module):
+            def __init__(self, hidden):
+                super().__init__()
+                self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
+                self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
+
+
+        class Net(torch.nn.Module):
+            def __init__(self, hidden):
+                super().__init__()
+                self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
+
+
+        def main():
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=8); ready = True
+            model = Net(1024).to("cpu")
+        """, ["NM506", "NM230", "NM230"]),
     "a function patched in by its name": ("""\
         import torch
 
@@ -691,8 +797,19 @@ PIECES = [
     "n = a.trn_config", "n = getattr(a, 'tensor_parallel_size', 1)", "self.dp_size = 2", "dp_size: int = 1",
     "from optimum.neuron import NeuronHfArgumentParser", "p = NeuronHfArgumentParser((A,))", "NeuronTrainer = None",
     "n = hasattr(a, 'zero' '_1')", "from optimum.neuron.distributed import lazy_load_for_parallelism",
+    # NxD's tensor-parallel layers (NM230 on Python's tree; NM233, the rewrite, is LibCST's)
+    "from neuronx_distributed.parallel_layers import ColumnParallelLinear, RowParallelLinear, parallel_state",
+    "from neuronx_distributed.parallel_layers import layers as nl", "import torch.nn as nn",
+    "self.up = ColumnParallelLinear(4, 8, gather_output=False)", "self.down = RowParallelLinear(8, 4)",
+    "self.fc = nl.ColumnParallelLinear(4, 8, stride=(1))", "self.emb = nl.ParallelEmbedding(10, 4, pad=False)",
+    "self.out = RowParallelLinear(8, 4, True, input_is_parallel=True)", "self.x = ColumnParallelLinear(*a)",
+    "self.y = ColumnParallelLinear(4, output_size=8, bias=False, dtype=d)", "up = ColumnParallelLinear(4, 8)",
+    "self.blocks = nn.ModuleList([Net(2), Net(3)])", "self.more = nn.ModuleList(Net(y) for _ in range(2))",
+    "parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)", "model = Net(1)",
+    "model = Net(2).to(dev)", "parallel_state.initialize_model_parallel(8, 1)", "self.z = nl.ParallelEmbedding(*b)",
 ]
 WRAPPERS = ["{}", "def f(dev, rank):\n    {}", "class C:\n    def m(self, y):\n        {}",
+            "class Net:\n    def __init__(self, y):\n        {}",
             "for y in ys:\n    {}", "try:\n    {}\nexcept ImportError:\n    pass", "lam = lambda y: ({})"]
 
 

@@ -1,8 +1,8 @@
 """A `check` of a file that does not import torch_xla, decided on Python's tree: its CUDA leftovers (NM320, NM322,
 NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), torch_neuronx's traces and APIs
 (NM502-NM505; NM510 where the target keeps the XLA inference path), its Neuron libraries (NM506, NM524), NxD's
-inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508, NM509), Inf1 code (NM513) and trn1
-instances (NM520).
+inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508, NM509), Inf1 code (NM513), trn1
+instances (NM520) and NxD's tensor-parallel layers where they are marked (NM230).
 
 A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
 training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
@@ -10,7 +10,8 @@ training script's utilities), reports the CUDA code it still holds: `x.cuda()` (
 XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405), torch_neuronx's inference
 traces and APIs (`NeuronxTrace`), the imports of the Neuron libraries built on the XLA stack (`NeuronLibrary`),
 NxD's inference APIs (`NxdInference`), optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code
-(`Inferentia1`) and the trn1 instances it asks for (`InstanceType`). Deciding that on LibCST's tree costs a LibCST
+(`Inferentia1`), the trn1 instances it asks for (`InstanceType`) and NxD's tensor-parallel layers
+(`TensorParallel`). Deciding that on LibCST's tree costs a LibCST
 parse, a scope analysis and a fix pass per file, for findings on calls, dotted names, imports and string literals
 that Python's tree (which the engine has parsed anyway) holds as well.
 
@@ -20,7 +21,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these ten, and the file has no markers and no
+- Every rule left to run after the pre-filters is one of these eleven, and the file has no markers and no
   suppression comments (process_python asks only then), so nothing else can come out of the pass.
 - The file imports torch_xla nowhere: with no torch_xla import there is no NM190 / NM191 for the fix pass to add.
   Where the CUDA rules run, it also imports no torch_neuronx and spells no use of the neuron device (it is no
@@ -57,6 +58,10 @@ notes?):
   (not a class whose body is on its header's line, which LibCST holds as no block) and its `self.<name> = ...`;
   `getattr` / `hasattr` with the name as one plain string literal. Its swap (NM508) goes to LibCST in a file that
   patches a function.
+- TensorParallel's NM230 is the rule's own: a layer not set in a model definition's `__init__` at once, the
+  others with the first reason `_map_layers` or the model's build gives, read from the calls in LibCST's order
+  (a call's start, an outer call before the calls it holds). Where the rule would rewrite the layers (NM233,
+  whose message and fix spell the plan) the file goes to LibCST, as where the initialization shares its line.
 - No reported node is inside an f-string. A node in parentheses is placed without them, as LibCST places it, and
   the code a message quotes of it holds them, as LibCST's node does (`_Decisions.short`); parentheses after a
   keyword (`if (x):`) or a comment before the node leave it to LibCST. The code a message quotes is LibCST's code
@@ -907,6 +912,160 @@ class _Decisions:
         getattr(decided, rule)()
         self.found += [found for found in decided.found if self._allowed(found[0], found[1])]
 
+    # TensorParallel: NxD's tensor-parallel layers, where the rule marks them (NM230); its rewrite is LibCST's
+    def tensor_parallel(self) -> None:
+        """`sharding.TensorParallel` where it reports NM230 on every layer: a layer not set in a model definition's
+        `__init__` at once, then the others with the first reason the rule finds (`_map_layers`, then the model's
+        build and `initialize_model_parallel`). Where the rule would rewrite (NM233, whose fix spells the plan),
+        or where a reason rests on a statement's neighbours on its line, the file is left to LibCST."""
+        from neuron_migrate.rules import sharding as tp
+
+        layers: list[tuple[ast.Call, str, str, str]] = []  # (call, class, attribute, kind), in LibCST's order
+        children: dict[str, list[tuple[str, str]]] = {}  # class -> [(attribute path part, child class)]
+        inits: list[ast.Call] = []
+        builds: list[tuple[ast.Call, str, int]] = []  # (call, class, order)
+        calls = sorted(self.tree.calls, key=notes._place)  # LibCST's walk meets them in this order
+        order = {id(call): i for i, call in enumerate(calls)}
+        in_fstring = self.tree.in_fstring
+        for call in calls:
+            func = call.func
+            qual = self.qualname(func) if func.__class__ in (ast.Name, ast.Attribute) else None
+            if id(call) in in_fstring and (qual is not None or func.__class__ is ast.Name):
+                raise Unsure("a call the rule reads inside an f-string")  # placed by LibCST's walk
+            if qual in tp.LAYERS:
+                where = self._attribute_of(call)
+                if where is None:
+                    self.report("NM230", call, call=self.short(call), fixed=f"{tp.TP_HINT} (the layer is not set "
+                                "in a model definition's `__init__`)", todo=tp.TODO_TP)
+                else:
+                    layers.append((call, *where, tp.LAYERS[qual]))
+            elif qual in tp.INIT_TP:
+                inits.append(call)
+            elif func.__class__ is ast.Name:
+                where = self._attribute_of(call)
+                statement = self.tree.statement.get(id(call))
+                if where is not None:
+                    children.setdefault(where[0], []).append((where[1], func.id))
+                elif statement.__class__ is ast.Assign and len(statement.targets) == 1 \
+                        and statement.targets[0].__class__ is ast.Name \
+                        and self.scope(func).kind in ("module", "function") \
+                        and (statement.value is call or _moved(statement.value, call)):
+                    builds.append((call, func.id, order[id(call)]))
+            elif func.__class__ is ast.Attribute and qual in tp.MODULE_LIST:
+                self._module_list(call, children)
+        if not layers:
+            return
+        why = self._unmapped(layers)
+
+        def paths(cls: str, seen: frozenset = frozenset()) -> bool:  # `TensorParallel._paths` is not empty
+            if cls in seen:
+                return False
+            return any(owner == cls for _call, owner, _attribute, _kind in layers) \
+                or any(paths(child, seen | {cls}) for _attribute, child in children.get(cls, ()))
+
+        roots = [b for b in builds if paths(b[1])]
+        if not why:
+            if len(inits) != 1:
+                why = "`initialize_model_parallel(...)` is not called once in this file"
+            elif len(roots) != 1:
+                why = "the model is not built once in this file"
+            else:
+                init, build = inits[0], roots[0]
+                size = _argument(init, 0, "tensor_model_parallel_size")
+                statement = self.tree.statement.get(id(init))
+                if self.scope(build[0].func) is not self.scope(init.func) or order[id(init)] > build[2]:
+                    why = "the model is not built after `initialize_model_parallel(...)` in the same function"
+                elif size is None or len(init.args) + len(init.keywords) != 1:
+                    why = "`initialize_model_parallel(...)` takes more than the tensor-parallel size"
+                elif statement.__class__ is not ast.Expr or statement.value is not init:
+                    why = "`initialize_model_parallel(...)` is not a statement of its own"
+                else:  # NM233, or a statement that shares its line (`;`)
+                    raise Unsure("a tensor-parallel rewrite")
+        for call, _owner, _attribute, _kind in layers:
+            self.report("NM230", call, call=self.short(call), fixed=f"{tp.TP_HINT} ({why})", todo=tp.TODO_TP)
+
+    def _attribute_of(self, call: ast.Call) -> tuple[str, str] | None:
+        """`TensorParallel._attribute_of`: (class, attribute) of `self.<attribute> = <call>` alone in a class's
+        `__init__`."""
+        statement = self.tree.statement.get(id(call))
+        if statement.__class__ is not ast.Assign or statement.value is not call or len(statement.targets) != 1:
+            return None
+        scope = self.scope(call.func)  # a name or a dotted name: the callers resolved it
+        if scope.kind != "function" or scope.parent is None or scope.parent.kind != "class" \
+                or scope.node.name != "__init__":
+            return None
+        target = statement.targets[0]
+        if target.__class__ is ast.Attribute and target.value.__class__ is ast.Name and target.value.id == "self":
+            return scope.parent.node.name, target.attr
+        return None
+
+    def _module_list(self, call: ast.Call, children: dict[str, list[tuple[str, str]]]) -> None:
+        """`self.blocks = nn.ModuleList(Block(...) for _ in ...)`: the class of the list's items, under `blocks.*`
+        (`TensorParallel.visit_Attribute`)."""
+        where = self._attribute_of(call)
+        if where is None:
+            return
+        inner = _argument(call, 0, "modules")
+        if inner.__class__ in (ast.GeneratorExp, ast.ListComp):
+            inner = inner.elt
+        elif inner.__class__ is ast.List and inner.elts:
+            inner = inner.elts[0]
+            if inner.__class__ is ast.Starred:
+                raise Unsure("a starred element")  # LibCST's element holds the star
+        if inner.__class__ is ast.Call and inner.func.__class__ is ast.Name:
+            children.setdefault(where[0], []).append((f"{where[1]}.*", inner.func.id))
+
+    def _unmapped(self, layers: list[tuple[ast.Call, str, str, str]]) -> str:
+        """`TensorParallel._map_layers`: why the first layer that cannot be made a plain layer cannot; "" where
+        every one can."""
+        from neuron_migrate.rules import sharding as tp
+
+        for call, _owner, _attribute, kind in layers:
+            arguments = sorted([*call.args, *call.keywords], key=lambda a: (a.lineno, a.col_offset))
+            if any(a.__class__ is ast.Starred or (a.__class__ is ast.keyword and a.arg is None) for a in arguments):
+                return "a layer takes `*args` / `**kwargs`"
+            if kind == "ParallelEmbedding":
+                values = {name: _argument(call, i, name) for i, name in enumerate(tp.EMBEDDING_PASSED)}
+                passed = {id(v) for v in values.values() if v is not None}
+                if any(id(_value(a)) not in passed for a in arguments):
+                    return "an argument `ParallelEmbedding` does not take"
+                sparse = values["sparse"]
+                if sparse is not None and _literal(sparse) != "False":
+                    return "`sparse` of `ParallelEmbedding`"
+                init, pad = values.pop("init_method"), values.pop("pad")
+                if init is not None or (pad is not None and _literal(pad) != "False"):
+                    return f"`{'init_method' if init is not None else 'pad'}` of `ParallelEmbedding`"
+                across = values.pop("shard_across_embedding")
+                if (_literal(across) if across is not None else "False") not in ("True", "False"):
+                    return "`shard_across_embedding` is not a literal"
+            else:
+                values = {name: _argument(call, i, name) for name, i in tp.LINEAR_PASSED.items()}
+                passed = {id(v) for v in values.values() if v is not None}
+                flag = "gather_output" if kind == "ColumnParallelLinear" else "input_is_parallel"
+                known = set(tp.LINEAR_PASSED) | tp.LINEAR_DROPPED | set(tp.LINEAR_DEFAULTS) | {flag}
+                fourth = _argument(call, 3, None)
+                for a in arguments:
+                    name = a.arg if a.__class__ is ast.keyword else None
+                    if name is not None and name not in known:
+                        return f"`{name}` of `{kind}`"
+                    if name is None and id(a) not in passed and a is not fourth:
+                        return f"positional options of `{kind}`"
+                    if name in tp.LINEAR_DEFAULTS and (_literal(a.value) or "") != tp.LINEAR_DEFAULTS[name] \
+                            and not (name == "stride" and self._spelled_one(a.value)):
+                        return f"`{name}` of `{kind}`"
+                given = _argument(call, 3, flag)
+                value = _literal(given) if given is not None else ("True" if flag == "gather_output" else "False")
+                if value not in ("True", "False"):
+                    return f"`{flag}` is not a literal"
+            if any(v is None for k, v in values.items() if k in ("input_size", "output_size", "num_embeddings",
+                                                                  "embedding_dim")):
+                return f"the sizes of `{kind}` are not passed plainly"
+        return ""
+
+    def _spelled_one(self, value: ast.expr) -> bool:
+        """LibCST's code for `value` is `1`: the literal spelled so, in no parentheses of its own."""
+        return value.__class__ is ast.Constant and self.tree.segment(value) == "1" and self._parentheses(value) is None
+
     def scope(self, node: ast.expr) -> Scope:
         """The scope a name or attribute of the tree is read in (engine/treenames.py)."""
         if self._scopes is None:
@@ -936,12 +1095,31 @@ def _float_literal(expr: ast.expr) -> bool:
         and expr.operand.value.__class__ is float
 
 
-def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
+def _literal(value: ast.expr | None) -> str | None:
+    """`sharding._literal`: True / False / None as text (names to LibCST); None for anything else."""
+    if value.__class__ is ast.Constant and (value.value is None or value.value.__class__ is bool):
+        return repr(value.value)
+    return None
+
+
+def _value(argument: ast.expr | ast.keyword) -> ast.expr:
+    return argument.value if argument.__class__ is ast.keyword else argument
+
+
+def _moved(value: ast.expr, call: ast.Call) -> bool:
+    """`sharding._moved`: `Net(...).to(device)`, the build placed."""
+    return value.__class__ is ast.Call and value.func.__class__ is ast.Attribute and value.func.attr == "to" \
+        and value.func.value is call
+
+
+def _argument(call: ast.Call, position: int | None, keyword: str | None) -> ast.expr | None:
     """`patterns.arg`: the value of the argument named `keyword`, or else of the one at `position` among the
     positional ones before any star."""
     for k in call.keywords:
-        if k.arg == keyword:
+        if keyword is not None and k.arg == keyword:
             return k.value
+    if position is None:
+        return None
     positional = []
     for a in call.args:
         if a.__class__ is ast.Starred:
@@ -961,7 +1139,7 @@ def _env_names() -> re.Pattern[str]:
 _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float64": "float64",
           "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd",
           "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace",
-          "OptimumNeuronTrainer": "optimum_trainer"}
+          "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel"}
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
 
 
