@@ -219,6 +219,37 @@ DECIDED = {
         parallel_state.initialize_model_parallel(8)
         model = Embed(10, 4)
         """, ["NM506", "NM230", "NM230"]),
+    "a marker stands for its code's finding on the statement below it": ("""\
+        # TODO(neuron-migrate NM322): a header's marker, above the module's first statement
+        import torch
+
+
+        def get(batch, stream):
+            # TODO(neuron-migrate NM320): `batch.cuda()` left for a person
+            # (their own note under it)
+
+            x = batch.cuda()
+            y = batch.cuda()
+            # TODO(neuron-migrate NM401): another code's marker
+            z = batch.cuda()
+            # TODO(neuron-migrate NM320): above a decorator
+            @stream.wrap(batch.cuda())
+            def step():
+                pass
+            return x, y, z
+        """, ["NM900", "NM900", "NM320", "NM900", "NM320", "NM900"]),
+    "a marker above a name a finding is on": ("""\
+        from optimum.neuron import NeuronTrainer
+
+        # TODO(neuron-migrate NM508): swapped by hand later
+        trainer = NeuronTrainer(model=model)
+        other = NeuronTrainer(model=model)
+        """, ["NM900", "NM508"]),
+    "only markers": ("""\
+        def get(batch):
+            # TODO(neuron-migrate NM320): `batch.cuda()` left for a person
+            return batch
+        """, ["NM900"]),
     "the file's quote style": ("""\
         import torch
         names = ['a', 'b', 'c']
@@ -465,6 +496,21 @@ DECIDED = {
 }
 
 HANDED_BACK = {
+    "a marker that closes a block, above a statement of the code": ("""\
+        import torch
+        if ready:
+            x = 1
+            # TODO(neuron-migrate NM320): the block's last line, not the next statement's
+        y = z.cuda()
+        """, ["NM900", "NM320"]),
+    "a marker above an elif": ("""\
+        import torch
+        if ready:
+            x = 1
+        # TODO(neuron-migrate NM320): above the elif
+        elif w.cuda():
+            pass
+        """, ["NM900"]),
     "NxD's layers the rule rewrites (NM233 spells the plan)": ("""\
         import torch
         from neuronx_distributed.parallel_layers import layers, parallel_state
@@ -797,6 +843,10 @@ PIECES = [
     "n = a.trn_config", "n = getattr(a, 'tensor_parallel_size', 1)", "self.dp_size = 2", "dp_size: int = 1",
     "from optimum.neuron import NeuronHfArgumentParser", "p = NeuronHfArgumentParser((A,))", "NeuronTrainer = None",
     "n = hasattr(a, 'zero' '_1')", "from optimum.neuron.distributed import lazy_load_for_parallelism",
+    # markers a person left, above the next piece, at its indentation or closing a block
+    "# TODO(neuron-migrate NM320): move it", "# TODO(neuron-migrate NM322): left", "# TODO(neuron-migrate NM230): tp",
+    "if y:\n    pass\n    # TODO(neuron-migrate NM320): closes the block",
+    "x = '''\n# TODO(neuron-migrate NM320): text\n'''",
     # NxD's tensor-parallel layers (NM230 on Python's tree; NM233, the rewrite, is LibCST's)
     "from neuronx_distributed.parallel_layers import ColumnParallelLinear, RowParallelLinear, parallel_state",
     "from neuronx_distributed.parallel_layers import layers as nl", "import torch.nn as nn",

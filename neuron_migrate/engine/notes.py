@@ -682,16 +682,20 @@ def inferentia1(tree: _Tree) -> bool:
     return False
 
 
-def _findings(path: str, tree: _Tree, found: list, settings, codes: frozenset[str]) -> list[Finding]:
+def _findings(path: str, tree: _Tree, found: list, settings, codes: frozenset[str],
+              marked: Callable[[str, ast.AST], bool] | None = None) -> list[Finding]:
+    """The decisions as findings, through the one policy; `marked(code, node)`: whether a marker of the code stands
+    above the node's statement (the file holds markers)."""
     from neuron_migrate.engine.python import _within
-    from neuron_migrate.policy import Policy
+    from neuron_migrate.policy import Policy, _never
 
     policy = Policy(settings, path, rewrite=True)
     out = []
     for code, node, fields, offset in found:
         if code not in codes:
             continue
-        decision = policy.decide(code, None, None, fields, migrating=lambda: False)
+        decision = policy.decide(code, None, None, fields, migrating=lambda: False,
+                                 marked=(lambda: marked(code, node)) if marked is not None else _never)
         if decision is None:
             continue
         line, col = node.lineno, tree.column(node.lineno, node.col_offset) + 1

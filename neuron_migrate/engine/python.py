@@ -234,8 +234,13 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     step = leftovers.active(present, settings, path)
     has_markers = MARKER_PREFIX.encode() in data
     may_suppress = MAY_SUPPRESS.search(data) is not None
-    if not rules and not step and not has_markers and not may_suppress:
-        _python_accepts(source.text)  # nothing to report, but what Python refuses to compile is still an error
+    if not rules and not step and not may_suppress and (
+            not has_markers or (not rewrite and b"torch_xla" not in data)):  # no fix pass: no NM190 either
+        if has_markers:  # a person's markers, as found, where Python parses the file (as the LibCST pass asks)
+            _read(source.text)
+            result.findings = marker_findings(source.text, path, settings)
+        else:
+            _python_accepts(source.text)  # nothing to report, but what Python refuses to compile is still an error
         return result
     tree = None
     if not step and rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
@@ -254,7 +259,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 result.findings = found
                 return result
         probe = PROBE.get()
-        if probe is None and not rewrite and not has_markers and not may_suppress:
+        if probe is None and not rewrite and not may_suppress:
             found = decide_on_tree(path, source.text, tree, rules, settings, made)  # CUDA leftovers, float64, ...
             if found is not None:
                 result.findings = found

@@ -21,8 +21,11 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these eleven, and the file has no markers and no
-  suppression comments (process_python asks only then), so nothing else can come out of the pass.
+- Every rule left to run after the pre-filters is one of these eleven, and the file has no suppression comments
+  (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
+  `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
+  indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
+  (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
 - The file imports torch_xla nowhere: with no torch_xla import there is no NM190 / NM191 for the fix pass to add.
   Where the CUDA rules run, it also imports no torch_neuronx and spells no use of the neuron device (it is no
   neuron library and holds no neuron switch: `facts.moving_to_neuron` is the program's) and patches no function
@@ -82,6 +85,7 @@ import functools
 import re
 
 from neuron_migrate.engine import lean, notes, paths
+from neuron_migrate.engine.edits import MARKER_PREFIX, marker_code
 from neuron_migrate.engine.facts import MAIN_BLOCK, uses_neuron_device
 from neuron_migrate.engine.imports import LEGACY_ROOTS
 from neuron_migrate.engine.names import Scope
@@ -1186,10 +1190,13 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         -> list[Finding] | None:
     """The findings of a `check` of the file from the `rules` the pre-filters left, or None where the LibCST pass
     must decide (see the module docstring). `made`: what the passes over one file share (python.Shared)."""
-    if not rules or any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
+    markers = MARKER_PREFIX in text
+    if (not rules and not markers) or any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
         return None
 
     def run() -> list[Finding] | None:
+        if not rules:
+            return []  # only the markers: the LibCST pass decides nothing either
         walked = notes.walk(tree, text, made)
         if any(notes._legacy_import(node, LEGACY_ROOTS) for node in walked.imports):
             return None  # a torch_xla import: the fix pass reports on it
@@ -1218,6 +1225,82 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         if patched and any(id(node) in patched for _code, node, _fields, _offset in decisions.found):
             return None  # a fix would replace a value patched in whole (see `_patched_values`)
         codes = frozenset(c for r in rules for c in r.codes)
-        return notes._findings(path, walked, decisions.found, settings, codes)
+        return notes._findings(path, walked, decisions.found, settings, codes,
+                               _Marks(walked, tree) if markers else None)
 
-    return notes.sure(run)
+    found = notes.sure(run)
+    if found is not None and markers:  # a person's markers, as `transform` reports them (NM900)
+        from neuron_migrate.engine.python import marker_findings
+
+        found = sorted(found + marker_findings(text, path, settings), key=lambda f: f.sort_key())
+    return found
+
+
+class _Marks:
+    """`edits.has_marker` on Python's tree, as `ctx.report` asks it: whether the comment lines above a finding's
+    statement hold a marker of its code (`# TODO(neuron-migrate CODE): ...`), whose NM900 then stands for it.
+
+    LibCST holds the comment lines between a statement and the code before it as the statement's leading lines
+    (the module's header, for its first statement), but those indented deeper than the statement after a block:
+    they close that block. So a marker of the code on a comment line right above the statement (blank lines
+    between), at the statement's indentation, marks it; with no marker of the code there, nothing does. A marker
+    of the code at another indentation there, above an `elif`, or where a string over several lines reaches
+    those lines, is left to LibCST."""
+
+    def __init__(self, walked: notes._Tree, tree: ast.Module) -> None:
+        self.walked, self.tree = walked, tree
+        self.codes = {code for line in walked._lines() if MARKER_PREFIX in line
+                      for code in re.findall(r"TODO\(neuron-migrate (NM\d{3})\)", line)}
+        self._in_strings: set[int] | None = None
+        self._statements: dict[int, ast.stmt] | None = None
+
+    def __call__(self, code: str, node: ast.AST) -> bool:
+        if code not in self.codes:
+            return False  # the common case: no marker of this code in the file
+        statement = node if isinstance(node, ast.stmt) else self.walked.statement.get(id(node)) \
+            or self.statements().get(id(node))
+        if statement is None:
+            raise Unsure("a marked code on a node without its statement")
+        first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+        head = self.walked.line_text(first)
+        if head.lstrip().startswith("elif"):
+            raise Unsure("a marked code above an elif")  # LibCST's elif may own other lines
+        indent = head[:len(head) - len(head.lstrip(" \t\f"))]
+        marked = False
+        line = first - 1
+        while line >= 1:
+            text = self.walked.line_text(line)
+            stripped = text.strip()
+            if stripped and not stripped.startswith("#"):
+                break
+            if marker_code(stripped) == code:
+                if text[:len(text) - len(text.lstrip(" \t\f"))] != indent or line in self.in_strings():
+                    raise Unsure("a marker of the code at another indentation, or in a string")
+                marked = True
+            line -= 1
+        if not marked and any(n in self.in_strings() for n in range(line + 1, first)):
+            raise Unsure("a string over several lines above a marked code's statement")
+        return marked
+
+    def statements(self) -> dict[int, ast.stmt]:
+        """Each node's innermost statement (a name's, which the walk does not record), as LibCST's walk gives an
+        occurrence its statement: a simple statement's line or a compound statement."""
+        if self._statements is None:
+            found: dict[int, ast.stmt] = {}
+            stack: list[tuple[ast.AST, ast.stmt | None]] = [(self.tree, None)]
+            while stack:
+                node, statement = stack.pop()
+                if isinstance(node, ast.stmt):
+                    statement = node
+                found[id(node)] = statement
+                stack.extend((child, statement) for child in ast.iter_child_nodes(node))
+            self._statements = found
+        return self._statements
+
+    def in_strings(self) -> set[int]:
+        """The lines a string literal over several lines holds after its first."""
+        if self._in_strings is None:
+            self._in_strings = {n for node in nodes(self.tree) if node.__class__ in (ast.Constant, ast.JoinedStr)
+                                and node.end_lineno is not None and node.end_lineno > node.lineno
+                                for n in range(node.lineno + 1, node.end_lineno + 1)}
+        return self._in_strings
