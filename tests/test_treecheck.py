@@ -98,6 +98,37 @@ def _case(source: str, which: str = "helper", monkeypatch=None, path: str = "uti
     return _same(path, textwrap.dedent(source).encode("utf-8"), SETTINGS[which], monkeypatch)
 
 
+# A model whose parts hold NxD's tensor-parallel layers, built after the initialization: what the rule rewrites
+# (NM233) as written; `up` is an argument given to the first layer, `more` code at the end of `main`.
+TP_MODEL = """\
+    import torch
+    from neuronx_distributed.parallel_layers import layers, parallel_state
+
+
+    class MLP(torch.nn.Module):
+        def __init__(self, hidden):
+            super().__init__()
+            self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False{up})
+            self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
+
+
+    class Net(torch.nn.Module):
+        def __init__(self, hidden):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
+
+
+    def main():
+        {init}
+        model = Net(1024).to("cpu"){more}
+    """
+INIT = "parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)"
+
+
+def tp_model(up: str = "", more: str = "", init: str = INIT) -> str:
+    return TP_MODEL.format(up=up, more=more, init=init)
+
+
 DECIDED = {
     "tensors and modules moved to the GPU": ("""\
         import torch
@@ -164,50 +195,10 @@ DECIDED = {
             up = ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
             return ParallelEmbedding(vocab, hidden), up
         """, ["NM506", "NM230", "NM230"]),
-    "NxD's layers with an option the plain layers lack (NM230)": ("""\
-        import torch
-        from neuronx_distributed.parallel_layers import layers, parallel_state
-
-
-        class MLP(torch.nn.Module):
-            def __init__(self, hidden):
-                super().__init__()
-                self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False, stride=2)
-                self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
-
-
-        class Net(torch.nn.Module):
-            def __init__(self, hidden):
-                super().__init__()
-                self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
-
-
-        def main():
-            parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)
-            model = Net(1024).to("cpu")
-        """, ["NM506", "NM230", "NM230"]),
-    "NxD's layers in a model built twice (NM230)": ("""\
-        import torch
-        from neuronx_distributed.parallel_layers import layers, parallel_state
-
-
-        class MLP(torch.nn.Module):
-            def __init__(self, hidden):
-                super().__init__()
-                self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False, stride=1)
-                self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
-
-
-        class Net(torch.nn.Module):
-            def __init__(self, hidden):
-                super().__init__()
-                self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
-
-
-        def main():
-            parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)
-            model = Net(1024).to("cpu")\n            other = Net(512)
-        """, ["NM506", "NM230", "NM230"]),
+    "NxD's layers with an option the plain layers lack (NM230)": (
+        tp_model(up=", stride=2"), ["NM506", "NM230", "NM230"]),
+    "NxD's layers in a model built twice (NM230)": (
+        tp_model(up=", stride=1", more="\n        other = Net(512)"), ["NM506", "NM230", "NM230"]),
     "NxD's embedding with options the plain layer lacks (NM230)": ("""\
         from neuronx_distributed.parallel_layers import ParallelEmbedding, parallel_state
 
@@ -511,50 +502,9 @@ HANDED_BACK = {
         elif w.cuda():
             pass
         """, ["NM900"]),
-    "NxD's layers the rule rewrites (NM233 spells the plan)": ("""\
-        import torch
-        from neuronx_distributed.parallel_layers import layers, parallel_state
-
-
-        class MLP(torch.nn.Module):
-            def __init__(self, hidden):
-                super().__init__()
-                self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
-                self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
-
-
-        class Net(torch.nn.Module):
-            def __init__(self, hidden):
-                super().__init__()
-                self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
-
-
-        def main():
-            parallel_state.initialize_model_parallel(tensor_model_parallel_size=8)
-            model = Net(1024).to("cpu")
-        """, ["NM506", "NM233"]),
-    "NxD's initialization sharing its line with another statement": ("""\
-        import torch
-        from neuronx_distributed.parallel_layers import layers, parallel_state
-
-
-        class MLP(torch.nn.Module):
-            def __init__(self, hidden):
-                super().__init__()
-                self.up = layers.ColumnParallelLinear(hidden, 4 * hidden, gather_output=False)
-                self.down = layers.RowParallelLinear(4 * hidden, hidden, input_is_parallel=True)
-
-
-        class Net(torch.nn.Module):
-            def __init__(self, hidden):
-                super().__init__()
-                self.blocks = torch.nn.ModuleList(MLP(hidden) for _ in range(2))
-
-
-        def main():
-            parallel_state.initialize_model_parallel(tensor_model_parallel_size=8); ready = True
-            model = Net(1024).to("cpu")
-        """, ["NM506", "NM230", "NM230"]),
+    "NxD's layers the rule rewrites (NM233 spells the plan)": (tp_model(), ["NM506", "NM233"]),
+    "NxD's initialization sharing its line with another statement": (
+        tp_model(init=INIT + "; ready = True"), ["NM506", "NM230", "NM230"]),
     "a function patched in by its name": ("""\
         import torch
 
