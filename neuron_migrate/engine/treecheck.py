@@ -1249,8 +1249,8 @@ class _Marks:
 
     def __init__(self, walked: notes._Tree, tree: ast.Module) -> None:
         self.walked, self.tree = walked, tree
-        self.codes = {code for line in walked._lines() if MARKER_PREFIX in line
-                      for code in re.findall(r"TODO\(neuron-migrate (NM\d{3})\)", line)}
+        # the codes of the comment lines that are markers, the only lines `__call__` reads as one
+        self.codes = {marker_code(line.strip()) for line in walked._lines() if MARKER_PREFIX in line}
         self._in_strings: set[int] | None = None
         self._statements: dict[int, ast.stmt] | None = None
 
