@@ -139,6 +139,23 @@ DECIDED = {
             model.cuda(0)
             return images, labels
         """, ["NM320", "NM320", "NM320"]),
+    "comment lines above a node that opens its statement, or between it and its parentheses": ("""\
+        import torch
+
+        def get_batch(data, model):
+            # TODO(neuron-migrate NM502): a marker a rewrite left
+            # another line
+            model.cuda(0)
+            images = f(
+                # the images
+                data[0].cuda())
+            labels = (
+                # the labels
+
+                data[1].cuda()
+            )
+            return images, labels
+        """, ["NM900", "NM320", "NM320", "NM320"]),
     "a device index by name, torch imported under another name": ("""\
         import torch as th
 
@@ -605,6 +622,12 @@ HANDED_BACK = {
         x = (  # moved
             y.cuda()
         )
+        """, ["NM320"]),
+    "a string's line that looks like a comment before the node": ("""\
+        import torch
+        x = ("= (\\
+        #",
+             y.cuda())
         """, ["NM320"]),
     "a float64 type imported by name": ("""\
         import torch

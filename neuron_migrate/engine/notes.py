@@ -35,7 +35,7 @@ from contextvars import ContextVar
 from typing import Callable
 
 from neuron_migrate.engine import lean, paths
-from neuron_migrate.engine.scan import _CHILD_FIELDS, child_fields
+from neuron_migrate.engine.scan import _CHILD_FIELDS, child_fields, nodes
 from neuron_migrate.engine.treenames import TRY_STAR
 from neuron_migrate.findings import Finding
 
@@ -397,6 +397,17 @@ class _Tree:
         if lines is None:
             lines = self._text_lines = lean.LINE.findall(self.text)
         return lines
+
+    def string_lines(self, tree: ast.Module) -> set[int]:
+        """The lines (from 1) a string literal over several lines holds after its first: where a line that looks
+        like a comment may be a string's."""
+        found = self.__dict__.get("_string_lines")
+        if found is None:
+            found = self._string_lines = {
+                n for node in nodes(tree) if node.__class__ in (ast.Constant, ast.JoinedStr)
+                and node.end_lineno is not None and node.end_lineno > node.lineno
+                for n in range(node.lineno + 1, node.end_lineno + 1)}
+        return found
 
     def line_text(self, lineno: int) -> str:
         return self._lines()[lineno - 1].rstrip("\r\n")

@@ -159,10 +159,10 @@ class _Decisions:
         start = node.lineno - 1, self.tree.column(node.lineno, node.col_offset)
         end = node.end_lineno - 1, self.tree.column(node.end_lineno, node.end_col_offset)
         while True:
-            before = self._near(lines, *start, -1)
+            before = self._near(lines, *start, -1, self.tree.string_lines(self.module))
             if before is None or lines[before[0]][before[1]] != "(":
                 return found
-            after = self._near(lines, *end, 1)
+            after = self._near(lines, *end, 1, ())
             if after is None or lines[after[0]][after[1]] != ")":
                 return found
             opens = notes.call_parenthesis(lines[before[0]][:before[1]].rstrip(" \t\f"))
@@ -174,16 +174,21 @@ class _Decisions:
             found = start, end
 
     @staticmethod
-    def _near(lines: list[str], line: int, at: int, step: int) -> tuple[int, int] | None:
+    def _near(lines: list[str], line: int, at: int, step: int, in_strings) -> tuple[int, int] | None:
         """The place (line, column) of the nearest character before (`step` -1) or after (1) column `at` of `line`
-        that is no white space, no line continuation and no comment; None at either end of the file. Raises
-        Unsure where a line before the node holds a `#` (the end of that line may be a comment)."""
+        that is no white space, no line continuation and no comment; None at either end of the file. A line before
+        the node that is all comment is passed over, but in a string over several lines (`in_strings`, lines from
+        1); raises Unsure where a line before the node holds code and a `#` (the end of that line may be a
+        comment). Going forward, a line that opens with `#` is a comment: a string that reaches it opens on a line
+        of code first."""
         first = True
         while 0 <= line < len(lines):
             text = lines[line].rstrip("\r\n")
             if step < 0:
                 if not first and "#" in text:
-                    raise Unsure("a comment before the node")
+                    if not text.lstrip(" \t\f").startswith("#") or line + 1 in in_strings:
+                        raise Unsure("a comment before the node")
+                    text = ""  # a comment line: LibCST's white space before the node, or between lines
                 code = text[:at].rstrip(" \t\f\\")
                 if code:
                     return line, len(code) - 1
@@ -1251,7 +1256,6 @@ class _Marks:
         self.walked, self.tree = walked, tree
         # the codes of the comment lines that are markers, the only lines `__call__` reads as one
         self.codes = {marker_code(line.strip()) for line in walked._lines() if MARKER_PREFIX in line}
-        self._in_strings: set[int] | None = None
         self._statements: dict[int, ast.stmt] | None = None
 
     def __call__(self, code: str, node: ast.AST) -> bool:
@@ -1298,9 +1302,4 @@ class _Marks:
         return self._statements
 
     def in_strings(self) -> set[int]:
-        """The lines a string literal over several lines holds after its first."""
-        if self._in_strings is None:
-            self._in_strings = {n for node in nodes(self.tree) if node.__class__ in (ast.Constant, ast.JoinedStr)
-                                and node.end_lineno is not None and node.end_lineno > node.lineno
-                                for n in range(node.lineno + 1, node.end_lineno + 1)}
-        return self._in_strings
+        return self.walked.string_lines(self.tree)
