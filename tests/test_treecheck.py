@@ -139,6 +139,15 @@ DECIDED = {
             model.cuda(0)
             return images, labels
         """, ["NM320", "NM320", "NM320"]),
+    "torch_neuronx imported inside a function of a helper (XLA optional: its CUDA code stays)": ("""\
+        import torch
+
+        def load():
+            import torch_neuronx
+            return torch_neuronx
+
+        x = y.cuda()
+        """, []),
     "comment lines above a node that opens its statement, or between it and its parentheses": ("""\
         import torch
 
@@ -568,16 +577,6 @@ HANDED_BACK = {
         with torch.cuda.amp.autocast():
             x = y.cuda()
         """, ["NM402", "NM320"]),
-    "a legacy import": ("""\
-        import torch
-        import torch_neuronx
-        x = y.cuda()
-        """, ["NM320"]),
-    "the neuron device used": ("""\
-        import torch
-        x = y.to("neuron")
-        z = w.cuda()
-        """, ["NM320"]),
     "torch.cuda imported by name": ("""\
         from torch.cuda import synchronize
         synchronize()
@@ -692,6 +691,100 @@ HANDED_BACK = {
             model = torch.neuron.trace(net, [x])
         """, []),
 }
+
+
+# Files that move to neuron on their own (no project reaches them): `facts.moving_to_neuron` from the file, and the
+# code paths that keep a neuron library's or a neuron switch's CUDA code, which need no test of a backend.
+MOVING_ON_THEIR_OWN = {
+    "torch_neuronx imported at module level": ("""\
+        import torch
+        import torch_neuronx
+        x = y.cuda()
+        """, ["NM320"]),
+    "the neuron device used": ("""\
+        import torch
+        x = y.to("neuron")
+        z = w.cuda()
+        torch.cuda.synchronize()
+        """, ["NM320", "NM322"]),
+    "torch_neuronx imported in a function of a module": ("""\
+        import torch
+
+        def load():
+            from torch_neuronx.xla_impl.ops import set_unload_prior_neuron_models_mode
+            set_unload_prior_neuron_models_mode(True)
+
+        x = y.cuda()
+        """, ["NM505"]),
+    "torch_neuronx imported in a function of a program": ("""\
+        import torch
+
+        def load():
+            import torch_neuronx as nx
+            return nx
+
+        x = y.cuda()
+        if __name__ == "__main__":
+            load()
+        """, ["NM320"]),
+    "a neuron library (the device used only in its functions)": ("""\
+        import torch
+
+        def put(t):
+            t = t.to("neuron")
+            return t.cuda()
+        """, []),
+    "a neuron library whose module level uses the device": ("""\
+        import torch
+
+        x = y.to("neuron")
+
+        def put(t):
+            return t.cuda()
+        """, ["NM320"]),
+    "a neuron switch": ("""\
+        import torch
+
+        def run(model, on_neuron):
+            if on_neuron:
+                model = model.to("neuron")
+            else:
+                model = model.cuda()
+            return model
+
+        torch.cuda.synchronize()
+        if __name__ == "__main__":
+            run(None, True)
+        """, []),
+    "Inf1 code that spells torch.neuron": ("""\
+        import torch
+        import torch.neuron
+        traced = torch.neuron.trace(model, [x])
+        y = x.cuda()
+        """, ["NM513"]),
+    "a CUDA branch in a file that uses the neuron device": ("""\
+        import torch
+
+        x = y.to("neuron")
+        if torch.cuda.is_available():
+            z = w.cuda()
+        torch.cuda.synchronize()
+        """, ["NM322"]),
+    "the neuron device and CUDA side by side": ("""\
+        import torch
+
+        DEVICE = torch.device("neuron")
+        x = t.cuda()
+        """, []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOVING_ON_THEIR_OWN))
+def test_python_tree_decides_the_cuda_family_of_a_file_that_moves_to_neuron_on_its_own(name, monkeypatch):
+    source, codes = MOVING_ON_THEIR_OWN[name]
+    found, decided = _case(source, "alone", monkeypatch=monkeypatch)
+    assert decided, name
+    assert [f[4] for f in found] == codes
 
 
 @pytest.mark.parametrize("name, on_tree", [(name, True) for name in sorted(DECIDED)]

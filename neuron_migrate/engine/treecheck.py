@@ -27,17 +27,20 @@ notes?):
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
   (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
 - The file imports torch_xla nowhere: with no torch_xla import there is no NM190 / NM191 for the fix pass to add.
-  Where the CUDA rules run, it also imports no torch_neuronx and spells no use of the neuron device (it is no
-  neuron library and holds no neuron switch: `facts.moving_to_neuron` is the program's) and patches no function
-  (`_patched_values`: no fix can be refused for making a patched function call itself); NM404's removal asks
-  the latter too. A file that only sets attributes of a module it imports to other values
+  Where the CUDA rules run, `facts.moving_to_neuron` is read from the program or the file (its torch_neuronx
+  imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`), and the file patches no
+  function (`_patched_values`: no fix can be refused for making a patched function call itself); NM404's removal
+  asks the latter too. A file that only sets attributes of a module it imports to other values
   (`torch.backends.cudnn.benchmark = True`) patches no function, as long as no reported node is such a value
   (a fix replacing it whole could make it a function's name).
 - The code paths are engine/paths.py's, built on Python's tree (engine/treepaths.py): a finding is reported where
   they let its family act (`Paths.allows`), so a CUDA branch (`if torch.cuda.is_available():`) keeps its CUDA
   code, and a file that tests for XLA reports only its XLA path's. The CUDA family reports nothing in a file that
-  uses the XLA device and CUDA side by side (`paths._two_devices`), nor in one no moving program reaches. A
-  finding of the XLA family that a multi-backend file would hold for its branch's marker is left to LibCST.
+  uses the XLA device and CUDA side by side (`paths._two_devices`), nor in one that does not move to neuron. A file
+  that tests for no backend has every statement on the common path, but for the CUDA family in a file that
+  imports torch_neuronx or uses the neuron device: a neuron library, a neuron switch and a torch_neuronx import
+  inside a function keep its CUDA code, so the paths are built there too. A finding of the XLA family that a
+  multi-backend file would hold for its branch's marker is left to LibCST.
 - Names resolve through the scopes of Python's tree (engine/treenames.py), as the rules resolve them through
   LibCST's; no name is bound to `torch.cuda` or below, nor to a float64 type (a name alone, or a definition's own
   name, could then be an API reference only LibCST's tree holds).
@@ -67,8 +70,9 @@ notes?):
   whose message and fix spell the plan) the file goes to LibCST, as where the initialization shares its line.
 - No reported node is inside an f-string. A node in parentheses is placed without them, as LibCST places it, and
   the code a message quotes of it holds them, as LibCST's node does (`_Decisions.short`); parentheses after a
-  keyword (`if (x):`) or a comment before the node leave it to LibCST. The code a message quotes is LibCST's code
-  for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
+  keyword (`if (x):`) or a comment at the end of a line of code before the node leave it to LibCST (a line that
+  is all comment is white space, but where a string over several lines holds it). The code a message quotes is
+  LibCST's code for its node (`_Decisions.code`). Reported nodes may nest (`f(x.cuda()).cuda()`,
   `torch.cuda.current_stream().cuda()`): the LibCST pass applies such edits inside out, and no fix of these
   rules can fail in `check`, which stops before rendering the fixed file. An argument's message quotes it with
   the comma after it, which LibCST's argument holds (`_argument_code`).
@@ -203,11 +207,21 @@ class _Decisions:
         return None
 
     # -- what the rules ask of the file ------------------------------------------------------------------------
-    def moving(self) -> bool:
-        """`facts.moving_to_neuron`, where the file imports neither torch_xla nor torch_neuronx and spells no use
-        of the neuron device (the preconditions): a moving program reaches it."""
+    def moving(self, program: bool) -> bool:
+        """`facts.moving_to_neuron` of a file that imports no torch_xla (`program`: `facts.program`): a moving
+        program reaches it, it imports torch_neuronx at module level (in any scope, where it is a program), or it
+        spells a use of the neuron device and is no Inf1 code."""
         project = self.settings.project
-        return project is not None and project.moving is not None
+        if project is not None and project.moving is not None:
+            return True
+        tree = self.tree
+        if program:
+            if any(q.partition(".")[0] in paths.XLA_PACKAGES for quals in tree.imported.values() for q in quals):
+                return True
+        elif any(b.kind == "import" and (b.qualname or "").partition(".")[0] in paths.XLA_PACKAGES
+                 for bindings in tree.module.values() for b in bindings):
+            return True
+        return uses_neuron_device(tree.text) and not notes.inferentia1(tree)
 
     def qualname(self, expr: ast.AST, under: str | None = None) -> str | None:
         """`ctx.qualname(expr)`: None where no import in any scope binds the chain's first name; with `under`,
@@ -1178,14 +1192,13 @@ def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozens
     return frozenset(id(v) for v in values)
 
 
-def _cuda_sure(text: str, walked: notes._Tree, settings, patched: frozenset[int] | None) -> bool:
-    """Whether the CUDA family's decisions can be taken on Python's tree: the file spells no use of the neuron
-    device (no neuron library, no neuron switch, and `facts.moving_to_neuron` is the program's), patches no
-    function (`patched`: `_patched_values`), is not written in the portable style (whose spellings define a device
-    variable) and binds no name to torch.cuda or below."""
+def _cuda_sure(walked: notes._Tree, settings, patched: frozenset[int] | None) -> bool:
+    """Whether the CUDA family's decisions can be taken on Python's tree: the file patches no function (`patched`:
+    `_patched_values`), is not written in the portable style (whose spellings define a device variable) and binds
+    no name to torch.cuda or below."""
     from neuron_migrate.rules.target import ACCELERATOR
 
-    if uses_neuron_device(text) or patched is None or settings.device_style == ACCELERATOR:
+    if patched is None or settings.device_style == ACCELERATOR:
         return False
     return not any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values()
                    for q in quals)
@@ -1207,22 +1220,24 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             return None  # a torch_xla import: the fix pass reports on it
         cuda = any(r.__name__ in _CUDA_RULES for r in rules)
         patched = _patched_values(text, walked, tree)
-        if cuda and (not _cuda_sure(text, walked, settings, patched)
-                     or any(notes._legacy_import(node, paths.XLA_PACKAGES) for node in walked.imports)):
-            return None  # (a torch_neuronx import makes the file move to neuron: `facts.moving_to_neuron`)
+        if cuda and not _cuda_sure(walked, settings, patched):
+            return None
         decisions = _Decisions(path, walked, tree, settings)
         decisions.patched = patched
+        project = settings.project
+        program = bool(project is not None and project.entry) or MAIN_BLOCK.search(text) is not None  # `facts.program`
         chosen = rules
-        if cuda and (not decisions.moving() or paths._two_devices(text)):  # a GPU program, or a CUDA path on purpose
-            chosen = [r for r in rules if r.__name__ not in _CUDA_RULES]  # the CUDA family reports nothing
+        if cuda and (not decisions.moving(program) or paths._two_devices(text)):  # a GPU program, or a CUDA path
+            chosen = [r for r in rules if r.__name__ not in _CUDA_RULES]  # on purpose: the CUDA family reports nothing
             if not chosen:
                 return []
         if not exact_identifiers(text):
             return None  # Python's tree holds an identifier as it normalized it, LibCST's as spelled
-        if not walked.tests_nothing():  # else every statement is on the common path, and the family acts there
-            project = settings.project
-            decisions.paths = TreePaths(decisions.names(), bool(project is not None and project.entry)
-                                        or MAIN_BLOCK.search(text) is not None)  # `facts.program`
+        # where no statement can be on another path, a family acts everywhere; but the CUDA family's paths are
+        # narrower, with no test of a backend, in a neuron library, a file with a neuron switch, and one that imports
+        # torch_neuronx inside a function (XLA optional)
+        if not walked.tests_nothing() or cuda and chosen is rules and (walked.xla_names or uses_neuron_device(text)):
+            decisions.paths = TreePaths(decisions.names(), program)
             if not decisions.paths.exact:
                 return None
         for rule in chosen:
