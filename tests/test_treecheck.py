@@ -148,6 +148,25 @@ DECIDED = {
 
         x = y.cuda()
         """, []),
+    "PyTorch APIs the native backend does not run": ("""\
+        import torch as th
+        import torch.nn.functional as F
+        from functorch import vmap
+        from torch import nn
+
+
+        class Embed(nn.Module):
+            def __init__(self, sparse=False):
+                super().__init__()
+                self.sparse = sparse  # an attribute of that name: no API
+                self.table = nn.Embedding(10, 3, sparse=True)
+                self.rows = nn.Embedding(10, 3, sparse=self.sparse)
+
+            def forward(self, x, weight):
+                fft = th.fft.rfft(x)
+                y = F.embedding(x, weight, sparse=True)
+                return vmap(self.table)(x) + th.sparse.mm(y, fft), th.zeros(2, dtype=th.float8_e8m0fnu)
+        """, ["NM301", "NM305", "NM301", "NM302", "NM301", "NM306"]),
     "comment lines above a node that opens its statement, or between it and its parentheses": ("""\
         import torch
 
@@ -622,6 +641,14 @@ HANDED_BACK = {
             y.cuda()
         )
         """, ["NM320"]),
+    "a conversion to a sparse layout (reported on the attribute's name)": ("""\
+        import torch
+        x = torch.ones(3).to_sparse()
+        """, ["NM301"]),
+    "a PyTorch API written with spaces": ("""\
+        import torch
+        y = torch . fft.rfft(x)
+        """, ["NM305"]),
     "a string's line that looks like a comment before the node": ("""\
         import torch
         x = ("= (\\

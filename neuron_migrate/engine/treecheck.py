@@ -2,7 +2,8 @@
 NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), torch_neuronx's traces and APIs
 (NM502-NM505; NM510 where the target keeps the XLA inference path), its Neuron libraries (NM506, NM524), NxD's
 inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508, NM509), Inf1 code (NM513), trn1
-instances (NM520) and NxD's tensor-parallel layers where they are marked (NM230).
+instances (NM520), NxD's tensor-parallel layers where they are marked (NM230) and the PyTorch APIs the native
+backend does not run as written (NM301-NM306).
 
 A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
 training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
@@ -10,8 +11,9 @@ training script's utilities), reports the CUDA code it still holds: `x.cuda()` (
 XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405), torch_neuronx's inference
 traces and APIs (`NeuronxTrace`), the imports of the Neuron libraries built on the XLA stack (`NeuronLibrary`),
 NxD's inference APIs (`NxdInference`), optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code
-(`Inferentia1`), the trn1 instances it asks for (`InstanceType`) and NxD's tensor-parallel layers
-(`TensorParallel`). Deciding that on LibCST's tree costs a LibCST
+(`Inferentia1`), the trn1 instances it asks for (`InstanceType`), NxD's tensor-parallel layers
+(`TensorParallel`) and PyTorch's sparse, FFT, function-transform, nested, distributions and MX APIs
+(`UnsupportedApi`). Deciding that on LibCST's tree costs a LibCST
 parse, a scope analysis and a fix pass per file, for findings on calls, dotted names, imports and string literals
 that Python's tree (which the engine has parsed anyway) holds as well.
 
@@ -21,7 +23,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these eleven, and the file has no suppression comments
+- Every rule left to run after the pre-filters is one of these twelve, and the file has no suppression comments
   (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
   `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
@@ -64,6 +66,9 @@ notes?):
   (not a class whose body is on its header's line, which LibCST holds as no block) and its `self.<name> = ...`;
   `getattr` / `hasattr` with the name as one plain string literal. Its swap (NM508) goes to LibCST in a file that
   patches a function.
+- UnsupportedApi's references are `_references`' (as NeuronxTrace's), its sparse gradients a `sparse=True`
+  keyword of an embedding; a conversion to a sparse layout (`x.to_sparse()`), which the rule reports on the
+  attribute's name (no node of Python's tree), is left to LibCST.
 - TensorParallel's NM230 is the rule's own: a layer not set in a model definition's `__init__` at once, the
   others with the first reason `_map_layers` or the model's build gives, read from the calls in LibCST's order
   (a call's start, an outer call before the calls it holds). Where the rule would rewrite the layers (NM233,
@@ -919,6 +924,33 @@ class _Decisions:
 
     # Inferentia1 (NM513, once per file where Inf1 code first shows) and InstanceType (NM520, a string that asks for
     # a trn1 instance): the notes' own decisions (engine/notes.py), in a file that tests for no backend
+    # UnsupportedApi: PyTorch APIs the native backend does not run as written (NM301-NM306)
+    def unsupported_api(self) -> None:
+        from neuron_migrate.rules import release
+        from neuron_migrate.rules.unsupported import (DENSE, DENSE_GRADIENTS, SPARSE_GRADIENT, TO_SPARSE,
+                                                      UNSUPPORTED, spelled_as_text)
+
+        torchao = release.torchao_supported(self.settings)
+        for node, qual in self._references(UNSUPPORTED):  # `UnsupportedApi._reference`
+            code = lookup(UNSUPPORTED, qual)
+            if code == "NM306" and torchao:
+                continue  # MX formats: supported through TorchAO Neuron on this target
+            spelled = ".".join(_dotted(node))
+            if self.tree.segment(node) != spelled:
+                raise Unsure("a dotted name written with spaces, lines or parentheses")
+            self.report(code, node, hint=DENSE, status=release.torchao_status(self.settings),
+                        **spelled_as_text(spelled, qual))
+        for call in self.tree.calls:  # `UnsupportedApi.visit_Call`
+            func = call.func
+            if func.__class__ is ast.Attribute and func.attr in TO_SPARSE:
+                if lookup(UNSUPPORTED, self.qualname(func)) is None:
+                    raise Unsure("a conversion to a sparse layout")  # reported on the attribute's name: no node here
+            if self.qualname(func) in SPARSE_GRADIENT:
+                sparse = next((k for k in call.keywords if k.arg == "sparse"), None)
+                if sparse is not None and sparse.value.__class__ is ast.Constant and sparse.value.value is True:
+                    self.report("NM301", sparse, name=self.short(call), qualname=" (sparse gradients)",
+                                hint=DENSE_GRADIENTS)
+
     def inferentia1(self) -> None:
         self._notes("inferentia1")
 
@@ -1162,7 +1194,8 @@ def _env_names() -> re.Pattern[str]:
 _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float64": "float64",
           "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd",
           "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace",
-          "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel"}
+          "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
+          "UnsupportedApi": "unsupported_api"}
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
 
 
