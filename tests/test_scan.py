@@ -79,8 +79,11 @@ EDGE_CASES = [
     '    return t.device == torch.device("cuda") and torch.cuda.is_available()\n',
     # ... a float64 dtype string a dataset's column is compared with, in a torch program
     'import torch\nregression = features["label"].dtype in ["float32", "float64"]\nloss = torch.nn.MSELoss()\n',
+    # ... a migrated script's own rate tracker and summary writer, named as torch_xla's test utilities
+    'from train_base import RateTracker, close_summary_writer\ntracker = RateTracker()\n'
+    'close_summary_writer(writer)\n',
 ]
-LOOK_ALIKES = EDGE_CASES[-6:]
+LOOK_ALIKES = EDGE_CASES[-7:]
 
 
 # What a program set aside for Inf2 is still told (engine/handlers.py `_held`: its platform's notes, NM510 with the
