@@ -645,6 +645,10 @@ HANDED_BACK = {
         import torch
         x = torch.ones(3).to_sparse()
         """, ["NM301"]),
+    "CUDA device names in a helper of a moving program (NM321 is LibCST's)": ("""\
+        import torch
+        x = y.to("cuda")
+        """, ["NM321"]),
     "a PyTorch API written with spaces": ("""\
         import torch
         y = torch . fft.rfft(x)
@@ -804,6 +808,42 @@ MOVING_ON_THEIR_OWN = {
         x = t.cuda()
         """, []),
 }
+
+
+# Files that do not move to neuron, though they may look so to the tree pre-filter (a torch_neuronx import inside a
+# module's function, Inf1's `torch.neuron`): the CUDA family (CUDA device names too) reports nothing, whatever the
+# file patches, binds or is written in.
+STAYING_ON_THE_GPU = {
+    "CUDA device names in a module that imports torch_neuronx inside a function": ("""\
+        import torch
+
+        def neuron_version():
+            import torch_neuronx
+            return torch_neuronx.__version__
+
+        device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        x = y.to("cuda")
+        torch.cuda.synchronize()
+        """, []),
+    "a patched CUDA function and a name bound to torch.cuda in Inf1 code": ("""\
+        import torch
+        import torch.neuron
+        from torch.cuda import synchronize
+        torch.cuda.synchronize = lambda: None
+        model = torch.neuron.trace(net, [x])
+        synchronize()
+        x = y.to("cuda:1")
+        """, ["NM513"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STAYING_ON_THE_GPU))
+@pytest.mark.parametrize("which", ["alone", "portable-alone"])
+def test_python_tree_decides_that_a_file_that_stays_reports_no_cuda_leftover(name, which, monkeypatch):
+    settings = SETTINGS["alone"] if which == "alone" else Settings(device_style="accelerator")
+    source, codes = STAYING_ON_THE_GPU[name]
+    found, decided = _same("utils.py", textwrap.dedent(source).encode(), settings, monkeypatch)
+    assert decided and [f[4] for f in found] == codes
 
 
 @pytest.mark.parametrize("name", sorted(MOVING_ON_THEIR_OWN))

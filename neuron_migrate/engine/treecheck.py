@@ -23,16 +23,19 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these twelve, and the file has no suppression comments
+- Every rule left to run after the pre-filters is one of these twelve, or CUDA device names (`CudaDeviceString`,
+  NM321) in a file that does not move to neuron, where that rule reports nothing and takes no node (`_MOVING_ONLY`;
+  where the file moves, the rule decides on LibCST's tree). The file has no suppression comments
   (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
   `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
   (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
 - The file imports torch_xla nowhere: with no torch_xla import there is no NM190 / NM191 for the fix pass to add.
   Where the CUDA rules run, `facts.moving_to_neuron` is read from the program or the file (its torch_neuronx
-  imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`), and the file patches no
-  function (`_patched_values`: no fix can be refused for making a patched function call itself); NM404's removal
-  asks the latter too. A file that only sets attributes of a module it imports to other values
+  imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`). A file that moves is not
+  written in the portable style, binds no name to torch.cuda or below and patches no function
+  (`_patched_values`: no fix can be refused for making a patched function call itself); NM404's removal asks the
+  latter too. A file that only sets attributes of a module it imports to other values
   (`torch.backends.cudnn.benchmark = True`) patches no function, as long as no reported node is such a value
   (a fix replacing it whole could make it a function's name).
 - The code paths are engine/paths.py's, built on Python's tree (engine/treepaths.py): a finding is reported where
@@ -1197,6 +1200,9 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
           "UnsupportedApi": "unsupported_api"}
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
+# rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that does not move to
+# neuron: there they need no tree at all
+_MOVING_ONLY = frozenset({"CudaDeviceString"})
 
 
 def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozenset[int] | None:
@@ -1242,7 +1248,8 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
     """The findings of a `check` of the file from the `rules` the pre-filters left, or None where the LibCST pass
     must decide (see the module docstring). `made`: what the passes over one file share (python.Shared)."""
     markers = MARKER_PREFIX in text
-    if (not rules and not markers) or any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
+    if (not rules and not markers) or any(r.__name__ not in _RULES and r.__name__ not in _MOVING_ONLY
+                                          for r in rules) or _LONE_CR.search(text):
         return None
 
     def run() -> list[Finding] | None:
@@ -1253,23 +1260,29 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             return None  # a torch_xla import: the fix pass reports on it
         cuda = any(r.__name__ in _CUDA_RULES for r in rules)
         patched = _patched_values(text, walked, tree)
-        if cuda and not _cuda_sure(walked, settings, patched):
-            return None
         decisions = _Decisions(path, walked, tree, settings)
         decisions.patched = patched
         project = settings.project
         program = bool(project is not None and project.entry) or MAIN_BLOCK.search(text) is not None  # `facts.program`
         chosen = rules
-        if cuda and (not decisions.moving(program) or paths._two_devices(text)):  # a GPU program, or a CUDA path
-            chosen = [r for r in rules if r.__name__ not in _CUDA_RULES]  # on purpose: the CUDA family reports nothing
+        if cuda or any(r.__name__ in _MOVING_ONLY for r in rules):
+            moving = decisions.moving(program)
+            if moving and any(r.__name__ in _MOVING_ONLY for r in rules):
+                return None
+            # a GPU program, or a CUDA path on purpose: the CUDA family reports nothing
+            chosen = [r for r in rules if r.__name__ not in _MOVING_ONLY and not (
+                r.__name__ in _CUDA_RULES and (not moving or paths._two_devices(text)))]
             if not chosen:
                 return []
+            if any(r.__name__ in _CUDA_RULES for r in chosen) and not _cuda_sure(walked, settings, patched):
+                return None
         if not exact_identifiers(text):
             return None  # Python's tree holds an identifier as it normalized it, LibCST's as spelled
         # where no statement can be on another path, a family acts everywhere; but the CUDA family's paths are
         # narrower, with no test of a backend, in a neuron library, a file with a neuron switch, and one that imports
         # torch_neuronx inside a function (XLA optional)
-        if not walked.tests_nothing() or cuda and chosen is rules and (walked.xla_names or uses_neuron_device(text)):
+        if not walked.tests_nothing() or any(r.__name__ in _CUDA_RULES for r in chosen) and (
+                walked.xla_names or uses_neuron_device(text)):
             decisions.paths = TreePaths(decisions.names(), program)
             if not decisions.paths.exact:
                 return None
