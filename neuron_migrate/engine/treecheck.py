@@ -1,4 +1,5 @@
-"""A `check` of a file that does not import torch_xla, decided on Python's tree: its CUDA leftovers (NM320, NM322,
+"""A `check` of a file that does not import torch_xla (or is asked for no finding a torch_xla import makes), decided
+on Python's tree: its CUDA leftovers (NM320, NM322,
 NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), torch_neuronx's traces and APIs
 (NM502-NM505; NM510 where the target keeps the XLA inference path), its Neuron libraries (NM506, NM524), NxD's
 inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508, NM509), Inf1 code (NM513), trn1
@@ -30,7 +31,8 @@ notes?):
   `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
   (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
-- The file imports torch_xla nowhere: with no torch_xla import there is no NM190 / NM191 for the fix pass to add.
+- The file imports torch_xla nowhere, or NM190, NM191 and NM199 are not asked for (a set-aside program's notes
+  pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step.
   Where the CUDA rules run, `facts.moving_to_neuron` is read from the program or the file (its torch_neuronx
   imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`). A file that moves is not
   written in the portable style, binds no name to torch.cuda or below and patches no function
@@ -99,7 +101,8 @@ import re
 from neuron_migrate.engine import lean, notes, paths
 from neuron_migrate.engine.edits import MARKER_PREFIX, marker_code
 from neuron_migrate.engine.facts import MAIN_BLOCK, uses_neuron_device
-from neuron_migrate.engine.imports import LEGACY_ROOTS
+from neuron_migrate.engine import leftovers
+from neuron_migrate.engine.imports import LEGACY_ROOTS, STRANDED_CODE, UNUSED_CODE
 from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
 from neuron_migrate.engine.patches import may_patch
@@ -1256,8 +1259,9 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         if not rules:
             return []  # only the markers: the LibCST pass decides nothing either
         walked = notes.walk(tree, text, made)
-        if any(notes._legacy_import(node, LEGACY_ROOTS) for node in walked.imports):
-            return None  # a torch_xla import: the fix pass reports on it
+        if any(notes._legacy_import(node, LEGACY_ROOTS) for node in walked.imports) and any(
+                settings.enabled(code, path) for code in (UNUSED_CODE, STRANDED_CODE, leftovers.CODE)):
+            return None  # a torch_xla import: the fix pass and the NM199 step report on it
         cuda = any(r.__name__ in _CUDA_RULES for r in rules)
         patched = _patched_values(text, walked, tree)
         decisions = _Decisions(path, walked, tree, settings)
