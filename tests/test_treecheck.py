@@ -193,6 +193,18 @@ DECIDED = {
                 y = F.embedding(x, weight, sparse=True)
                 return vmap(self.table)(x) + th.sparse.mm(y, fft), th.zeros(2, dtype=th.float8_e8m0fnu)
         """, ["NM301", "NM305", "NM301", "NM302", "NM301", "NM306"]),
+    "CUDA device names in device positions": ("""\
+        import torch
+        from torch import zeros
+
+        def place(model, batch, scaler_device="cpu"):
+            model = model.to("cuda")
+            a = torch.empty(4, dtype=torch.float32, device=torch.device('cuda:1'))
+            b = zeros(4, device="cuda")
+            with torch.autocast(device_type="cuda"):
+                out = model(batch.to('cuda', non_blocking=True))
+            return out, a, b
+        """, ["NM321", "NM321", "NM321", "NM321", "NM321"]),
     "comment lines above a node that opens its statement, or between it and its parentheses": ("""\
         import torch
 
@@ -671,10 +683,31 @@ HANDED_BACK = {
         import torch
         x = torch.ones(3).to_sparse()
         """, ["NM301"]),
-    "CUDA device names in a helper of a moving program (NM321 is LibCST's)": ("""\
+    "a CUDA device name held as data (a group of device names)": ("""\
         import torch
-        x = y.to("cuda")
+        device = "cuda"
+        x = y.to(device)
+        """, []),
+    "a CUDA device name compared": ("""\
+        import torch
+        same = t.device == torch.device("cuda")
         """, ["NM321"]),
+    "a CUDA device name given to the file's own function": ("""\
+        import torch
+        def make(device):
+            return torch.ones(2).to(device)
+        x = make(device="cuda")
+        """, []),
+    "a CUDA device name a dict holds": ("""\
+        import torch
+        config = dict(device="cuda")
+        x = torch.ones(2, device="cuda")
+        """, ["NM321", "NM321", "NM321"]),
+    "a CUDA device name spelled with escapes": ("""\
+        import torch
+        x = y.to("cud\\x61")
+        torch.cuda.synchronize()
+        """, ["NM321", "NM322"]),
     "a PyTorch API written with spaces": ("""\
         import torch
         y = torch . fft.rfft(x)

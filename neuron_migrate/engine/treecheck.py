@@ -1,21 +1,20 @@
 """A `check` of a file that does not import torch_xla (or is asked for no finding a torch_xla import makes), decided
-on Python's tree: its CUDA leftovers (NM320, NM322,
-NM323), float64 (NM401), the XLA stack's environment variables (NM403-NM405), torch_neuronx's traces and APIs
-(NM502-NM505; NM510 where the target keeps the XLA inference path), its Neuron libraries (NM506, NM524), NxD's
-inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508, NM509), Inf1 code (NM513), trn1
-instances (NM520), NxD's tensor-parallel layers where they are marked (NM230) and the PyTorch APIs the native
-backend does not run as written (NM301-NM306).
+on Python's tree: its CUDA leftovers (NM320-NM323), float64 (NM401), the XLA stack's environment variables
+(NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
+its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
+NM509), Inf1 code (NM513), trn1 instances (NM520), NxD's tensor-parallel layers where they are marked (NM230) and
+the PyTorch APIs the native backend does not run as written (NM301-NM306).
 
 A module that a program moving to neuron reaches, and that never names torch_xla itself (Megatron's helpers, a
-training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320) and the
-`torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Any file reports float64 on the device (`Float64`, NM401), the
-XLA stack's environment variables it sets or reads (`EnvironmentVariable`, NM403-NM405), torch_neuronx's inference
-traces and APIs (`NeuronxTrace`), the imports of the Neuron libraries built on the XLA stack (`NeuronLibrary`),
-NxD's inference APIs (`NxdInference`), optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code
-(`Inferentia1`), the trn1 instances it asks for (`InstanceType`), NxD's tensor-parallel layers
-(`TensorParallel`) and PyTorch's sparse, FFT, function-transform, nested, distributions and MX APIs
-(`UnsupportedApi`). Deciding that on LibCST's tree costs a LibCST
-parse, a scope analysis and a fix pass per file, for findings on calls, dotted names, imports and string literals
+training script's utilities), reports the CUDA code it still holds: `x.cuda()` (`CudaMethod`, NM320), CUDA device
+names (`CudaDeviceString`, NM321) and the `torch.cuda` API (`TorchCudaApi`, NM322 / NM323). Any file reports
+float64 on the device (`Float64`, NM401), the XLA stack's environment variables it sets or reads
+(`EnvironmentVariable`, NM403-NM405), torch_neuronx's inference traces and APIs (`NeuronxTrace`), the imports of
+the Neuron libraries built on the XLA stack (`NeuronLibrary`), NxD's inference APIs (`NxdInference`),
+optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code (`Inferentia1`), the trn1 instances it asks
+for (`InstanceType`), NxD's tensor-parallel layers (`TensorParallel`) and PyTorch's sparse, FFT, function-transform,
+nested, distributions and MX APIs (`UnsupportedApi`). Deciding that on LibCST's tree costs a LibCST parse, a scope
+analysis and a fix pass per file, for findings on calls, dotted names, imports and string literals
 that Python's tree (which the engine has parsed anyway) holds as well.
 
 `decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
@@ -24,9 +23,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these twelve, or CUDA device names (`CudaDeviceString`,
-  NM321) in a file that does not move to neuron, where that rule reports nothing and takes no node (`_MOVING_ONLY`;
-  where the file moves, the rule decides on LibCST's tree). The file has no suppression comments
+- Every rule left to run after the pre-filters is one of these thirteen. The file has no suppression comments
   (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
   `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
@@ -71,6 +68,9 @@ notes?):
   (not a class whose body is on its header's line, which LibCST holds as no block) and its `self.<name> = ...`;
   `getattr` / `hasattr` with the name as one plain string literal. Its swap (NM508) goes to LibCST in a file that
   patches a function.
+- CudaDeviceString's names in device positions only (`.to("cuda")`, `torch.device("cuda")`, `device="cuda"` given
+  to torch or a method, autocast's `device_type="cuda"`): a name anywhere else may join a group of device names
+  (rules/device_names.py), which LibCST's tree decides.
 - UnsupportedApi's references are `_references`' (as NeuronxTrace's), its sparse gradients a `sparse=True`
   keyword of an embedding; a conversion to a sparse layout (`x.to_sparse()`), which the rule reports on the
   attribute's name (no node of Python's tree), is left to LibCST.
@@ -408,6 +408,72 @@ class _Decisions:
             else:
                 self.report("NM323", node, **spelled_as_text(spelled, qual))
 
+
+    # CudaDeviceString: `"cuda"` in a device position (`.to("cuda")`, `torch.device("cuda")`, `device="cuda"`,
+    # autocast's `device_type="cuda"`) -> `"neuron"` (NM321)
+    def cuda_device_string(self) -> None:
+        """`CudaDeviceString`'s strong positions, where every CUDA device name of the file stands in one: a name in
+        another place (a default, a comparison, an option, a configuration entry, an argument of the file's own
+        function or of another module's) may join a group of device names (rules/device_names.py), whose decision
+        is LibCST's; so is a name spelled with a prefix, escapes or triple quotes, in parentheses or inside an
+        f-string, and a device given to a call that is compared (`t.device == torch.device("cuda")`)."""
+        from neuron_migrate.rules.cuda import CUDA_STRING
+        from neuron_migrate.rules.device import DEVICE_FIRST_ARG, _is_autocast
+
+        tree = self.tree
+        literals = [s for s in tree.strings if CUDA_STRING.match(s.value)]
+        if not literals:
+            return
+        keywords = {id(k): c for c in tree.calls for k in c.keywords}
+        operands = {id(o) for c in tree.compares for o in (c.left, *c.comparators)}
+        for literal in literals:
+            if id(literal) in tree.in_fstring:
+                raise Unsure("a CUDA device name inside an f-string")
+            text = tree.segment(literal)
+            quote = text[:1]
+            if quote not in ("'", '"') or text != f"{quote}{literal.value}{quote}":
+                raise Unsure("a CUDA device name with a prefix, escapes or triple quotes, or joined to another")
+            if self._parentheses(literal) is not None:
+                raise Unsure("a CUDA device name in parentheses")  # the code the message quotes holds them
+            parent = tree.parents.get(id(literal))
+            if parent.__class__ is ast.keyword:
+                call = keywords.get(id(parent))
+                qual = self.qualname(call.func) if call is not None else None
+                strong = call is not None and (parent.arg == "device" and self._plain_call(call, qual)
+                                               or parent.arg == "device_type" and _is_autocast(qual))
+            elif parent.__class__ is ast.Call and parent.args and parent.args[0] is literal:
+                call, func = parent, parent.func
+                qual = self.qualname(func)
+                strong = qual in DEVICE_FIRST_ARG or (func.__class__ is ast.Attribute and func.attr == "to"
+                                                      and self._plain_call(call, qual))
+            else:
+                strong = False
+            if not strong:
+                raise Unsure("a CUDA device name where a group of device names may hold it")
+            if id(call) in operands:
+                raise Unsure("a CUDA device compared")  # `XlaDeviceString._device_equality`
+            self.report("NM321", literal, text=text, fixed=f"{quote}neuron{literal.value[4:]}{quote}")
+
+    def _plain_call(self, call: ast.Call, qual: str | None) -> bool:
+        """A call `DeviceNames.call` passes its device arguments through as device uses: not an option, an
+        environment or configuration read, a test, `dict(...)`, a call of the file's own function or class or of
+        another module of the project (each of which makes the value held data)."""
+        from neuron_migrate.rules.device_names import ENV_READS
+
+        func = call.func
+        if func.__class__ is ast.Name:
+            return qual is not None and qual.startswith("torch.")  # imported from torch: no name of the file
+        if func.__class__ is not ast.Attribute or qual in ENV_READS or func.attr == "startswith" or (
+                qual is None and func.attr in ("add_argument", "set_defaults", "get")):
+            return False
+        project = self.settings.project
+        if project is not None and project.modules:
+            parts = _dotted(func)
+            if not parts or parts[0] in self.tree.elsewhere or any(
+                    b.kind == "import" and b.qualname is None for b in self.tree.module.get(parts[0], ())) or (
+                    qual is not None and any(qual == m or qual.startswith(m + ".") for m in project.modules)):
+                return False  # perhaps another module of the project (`DeviceNames.project_target`)
+        return True
 
     # Float64: float64 types, `.double()`, float64 dtype strings and tensors made from float64 NumPy arrays (NM401)
     def float64(self) -> None:
@@ -1201,11 +1267,9 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd",
           "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace",
           "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
-          "UnsupportedApi": "unsupported_api"}
-_CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi"})  # they report only where a moving program reaches the file
-# rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that does not move to
-# neuron: there they need no tree at all
-_MOVING_ONLY = frozenset({"CudaDeviceString"})
+          "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string"}
+# they report only where the file moves to neuron
+_CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
 
 
 def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozenset[int] | None:
@@ -1251,8 +1315,7 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
     """The findings of a `check` of the file from the `rules` the pre-filters left, or None where the LibCST pass
     must decide (see the module docstring). `made`: what the passes over one file share (python.Shared)."""
     markers = MARKER_PREFIX in text
-    if (not rules and not markers) or any(r.__name__ not in _RULES and r.__name__ not in _MOVING_ONLY
-                                          for r in rules) or _LONE_CR.search(text):
+    if (not rules and not markers) or any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
         return None
 
     def run() -> list[Finding] | None:
@@ -1269,16 +1332,12 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         project = settings.project
         program = bool(project is not None and project.entry) or MAIN_BLOCK.search(text) is not None  # `facts.program`
         chosen = rules
-        if cuda or any(r.__name__ in _MOVING_ONLY for r in rules):
-            moving = decisions.moving(program)
-            if moving and any(r.__name__ in _MOVING_ONLY for r in rules):
-                return None
-            # a GPU program, or a CUDA path on purpose: the CUDA family reports nothing
-            chosen = [r for r in rules if r.__name__ not in _MOVING_ONLY and not (
-                r.__name__ in _CUDA_RULES and (not moving or paths._two_devices(text)))]
-            if not chosen:
-                return []
-            if any(r.__name__ in _CUDA_RULES for r in chosen) and not _cuda_sure(walked, settings, patched):
+        if cuda:
+            if not decisions.moving(program) or paths._two_devices(text):  # a file that stays, or a CUDA path on
+                chosen = [r for r in rules if r.__name__ not in _CUDA_RULES]  # purpose: the family reports nothing
+                if not chosen:
+                    return []
+            elif not _cuda_sure(walked, settings, patched):
                 return None
         if not exact_identifiers(text):
             return None  # Python's tree holds an identifier as it normalized it, LibCST's as spelled
