@@ -205,6 +205,20 @@ DECIDED = {
                 out = model(batch.to('cuda', non_blocking=True))
             return out, a, b
         """, ["NM321", "NM321", "NM321", "NM321", "NM321"]),
+    "XLA device names a rewrite left in comparisons (NM102, NM107 and NM201 have nothing to do)": ("""\
+        import torch
+
+
+        def initialize(args, init_method, model):
+            if args.distributed_backend == 'xla':
+                torch.neuron.set_device(0)
+            torch.distributed.init_process_group(
+                backend='neuron' if args.distributed_backend == 'xla' else args.distributed_backend,
+                init_method=init_method)
+            model = model.to(args.device or "xla")
+            kinds = {"xla": "neuron"}
+            return kinds["xla"], args.device in ("xla", "tpu")
+        """, []),
     "comment lines above a node that opens its statement, or between it and its parentheses": ("""\
         import torch
 
@@ -708,6 +722,26 @@ HANDED_BACK = {
         x = y.to("cud\\x61")
         torch.cuda.synchronize()
         """, ["NM321", "NM322"]),
+    "an XLA device name held in a variable (NM107 places the model there)": ("""\
+        import torch
+
+
+        class Net(torch.nn.Module):
+            pass
+
+
+        DEVICE = "xla"
+        model = Net()
+        model.to(DEVICE)
+        """, ["NM107"]),
+    "an XLA device name given as a device": ("""\
+        import torch
+        x = y.to("xla")
+        """, ["NM102"]),
+    "torch_xla's process-group method given": ("""\
+        import torch
+        torch.distributed.init_process_group(backend, init_method="xla://")
+        """, ["NM201"]),
     "a PyTorch API written with spaces": ("""\
         import torch
         y = torch . fft.rfft(x)

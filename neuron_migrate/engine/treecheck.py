@@ -23,7 +23,10 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these thirteen. The file has no suppression comments
+- Every rule left to run after the pre-filters is one of these thirteen, or one of three that act on "xla" (NM102,
+  NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
+  name as a device or a backend (a rewrite leaves `if backend == "xla":` behind). The file has no suppression
+  comments
   (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
   `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
@@ -1270,6 +1273,36 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string"}
 # they report only where the file moves to neuron
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
+# rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that imports no torch_xla
+# and takes no XLA device name where a device, a device type or a process group's backend is given (`_xla_quiet`):
+# the "xla" their byte pre-filter found is a comparison's, a comment's (`if backend == "xla":` after a rewrite)
+_XLA_QUIET = frozenset({"XlaDeviceString", "CompilePlacedModel", "ProcessGroup"})
+# where an XLA device name stands without being given as a device: a comparison, a collection, a subscript, a return,
+# `a or b`, a statement of its own
+_QUIET_PLACES = (ast.Compare, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.Subscript, ast.Return, ast.BoolOp, ast.Expr)
+
+
+def _xla_quiet(walked: notes._Tree) -> bool:
+    """Whether `_XLA_QUIET`'s rules report nothing in the file: it imports torch_xla in no scope (no XLA device call,
+    no `xla` backend registered, no module-level import that lets NM102 act on device names held as data), and
+    every XLA device name (`"xla"`, `"xla:0"`, an f-string's `xla:`) or process-group string (`"xla://"`,
+    `"pjrt://"`) stands in one of `_QUIET_PLACES`: none is an argument, a keyword's value, an assigned value or a
+    branch of `x if c else y`, the places where NM102 respells, NM107 finds a device and NM201 a backend (a name
+    bound to "xla" is bound by an assignment)."""
+    from neuron_migrate.rules.distributed import XLA_GROUP_STRINGS
+    from neuron_migrate.rules.patterns import DEVICE_PREFIX, DEVICE_STRING
+
+    if any(q.partition(".")[0] == "torch_xla" for quals in walked.imported.values() for q in quals):
+        return False
+    for string in walked.strings:
+        value = string.value
+        if "xla" not in value:
+            continue
+        if DEVICE_STRING.match(value) or value in XLA_GROUP_STRINGS or (
+                id(string) in walked.in_fstring and DEVICE_PREFIX.match(value)):
+            if walked.parents.get(id(string)).__class__ not in _QUIET_PLACES:
+                return False
+    return True
 
 
 def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozenset[int] | None:
@@ -1315,7 +1348,8 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
     """The findings of a `check` of the file from the `rules` the pre-filters left, or None where the LibCST pass
     must decide (see the module docstring). `made`: what the passes over one file share (python.Shared)."""
     markers = MARKER_PREFIX in text
-    if (not rules and not markers) or any(r.__name__ not in _RULES for r in rules) or _LONE_CR.search(text):
+    if (not rules and not markers) or any(r.__name__ not in _RULES and r.__name__ not in _XLA_QUIET for r in rules) \
+            or _LONE_CR.search(text):
         return None
 
     def run() -> list[Finding] | None:
@@ -1325,16 +1359,24 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         if any(notes._legacy_import(node, LEGACY_ROOTS) for node in walked.imports) and any(
                 settings.enabled(code, path) for code in (UNUSED_CODE, STRANDED_CODE, leftovers.CODE)):
             return None  # a torch_xla import: the fix pass and the NM199 step report on it
-        cuda = any(r.__name__ in _CUDA_RULES for r in rules)
+        if any(r.__name__ in _XLA_QUIET for r in rules):
+            if not _xla_quiet(walked):
+                return None
+            rules_left = [r for r in rules if r.__name__ not in _XLA_QUIET]
+            if not rules_left:
+                return []
+        else:
+            rules_left = rules
+        cuda = any(r.__name__ in _CUDA_RULES for r in rules_left)
         patched = _patched_values(text, walked, tree)
         decisions = _Decisions(path, walked, tree, settings)
         decisions.patched = patched
         project = settings.project
         program = bool(project is not None and project.entry) or MAIN_BLOCK.search(text) is not None  # `facts.program`
-        chosen = rules
+        chosen = rules_left
         if cuda:
             if not decisions.moving(program) or paths._two_devices(text):  # a file that stays, or a CUDA path on
-                chosen = [r for r in rules if r.__name__ not in _CUDA_RULES]  # purpose: the family reports nothing
+                chosen = [r for r in chosen if r.__name__ not in _CUDA_RULES]  # purpose: the family reports nothing
                 if not chosen:
                     return []
             elif not _cuda_sure(walked, settings, patched):
