@@ -222,9 +222,9 @@ class _Decisions:
 
     # -- what the rules ask of the file ------------------------------------------------------------------------
     def moving(self, program: bool) -> bool:
-        """`facts.moving_to_neuron` of a file that imports no torch_xla (`program`: `facts.program`): a moving
-        program reaches it, it imports torch_neuronx at module level (in any scope, where it is a program), or it
-        spells a use of the neuron device and is no Inf1 code."""
+        """`facts.moving_to_neuron` (`program`: `facts.program`): a moving program reaches the file, it imports
+        torch_xla or torch_neuronx at module level (in any scope, where it is a program), or it spells a use of the
+        neuron device and is no Inf1 code."""
         project = self.settings.project
         if project is not None and project.moving is not None:
             return True
@@ -997,8 +997,6 @@ class _Decisions:
             raise Unsure("code over several lines")  # LibCST writes its own
         return text
 
-    # Inferentia1 (NM513, once per file where Inf1 code first shows) and InstanceType (NM520, a string that asks for
-    # a trn1 instance): the notes' own decisions (engine/notes.py), in a file that tests for no backend
     # UnsupportedApi: PyTorch APIs the native backend does not run as written (NM301-NM306)
     def unsupported_api(self) -> None:
         from neuron_migrate.rules import release
@@ -1026,6 +1024,8 @@ class _Decisions:
                     self.report("NM301", sparse, name=self.short(call), qualname=" (sparse gradients)",
                                 hint=DENSE_GRADIENTS)
 
+    # Inferentia1 (NM513, once per file where Inf1 code first shows) and InstanceType (NM520, a string that asks for
+    # a trn1 instance): the notes' own decisions (engine/notes.py), in a file that tests for no backend
     def inferentia1(self) -> None:
         self._notes("inferentia1")
 
