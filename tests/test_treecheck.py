@@ -219,6 +219,24 @@ DECIDED = {
             kinds = {"xla": "neuron"}
             return kinds["xla"], args.device in ("xla", "tpu")
         """, []),
+    "torch.cuda functions patched with lambdas (the patches read nothing a fix touches)": ("""\
+        import torch
+        torch.cuda.device_count = lambda: 8
+        torch.cuda.set_device = lambda x: None
+        x = y.cuda()
+        torch.cuda.synchronize()
+        """, ["NM320", "NM322"]),
+    "a starred setattr (no patch the fix pass reads)": ("""\
+        import torch
+        setattr(*patch)
+        x = y.cuda()
+        """, ["NM320"]),
+    "CUDA device names in a program that uses two devices on purpose": ("""\
+        import torch
+        from .compat import xm
+        dev = xm.xla_device()
+        x = y.to("cuda:1")
+        """, []),
     "comment lines above a node that opens its statement, or between it and its parentheses": ("""\
         import torch
 
@@ -672,11 +690,28 @@ HANDED_BACK = {
         import torch
         label = f"{y.cuda()} on {torch.cuda.device_count()} devices"
         """, ["NM320"]),
-    "a monkeypatch": ("""\
+    "a fix inside a lambda patched in (it would call itself)": ("""\
         import torch
-        torch.cuda.synchronize = lambda: None
-        x = y.cuda()
-        """, ["NM320"]),
+        torch.neuron.synchronize = lambda: torch.cuda.synchronize()
+        """, ["NM322"]),
+    "a fix inside a function patched in by name": ("""\
+        import torch
+
+        def _sync():
+            torch.cuda.synchronize()
+
+        torch.neuron.synchronize = _sync
+        """, ["NM322"]),
+    "a fix in the decorator of a function patched in": ("""\
+        import functools
+        import torch
+
+        @functools.lru_cache(maxsize=torch.cuda.memory_allocated())
+        def _count():
+            return 1
+
+        torch.neuron.memory_allocated = _count
+        """, ["NM322"]),
     "a string in an f-string's braces (the quote style)": ("""\
         import torch
         label = f"{d['key']}"
@@ -742,6 +777,16 @@ HANDED_BACK = {
         import torch
         torch.distributed.init_process_group(backend, init_method="xla://")
         """, ["NM201"]),
+    "a CUDA device name compared in a program that uses two devices on purpose (NM117 acts where XLA code does)": (
+        """\
+        import torch
+        d = torch.device("neuron")
+        x = y.to("cuda:1")
+
+        def f(dev):
+            if dev == "cuda":
+                pass
+        """, ["NM117"]),
     "a PyTorch API written with spaces": ("""\
         import torch
         y = torch . fft.rfft(x)

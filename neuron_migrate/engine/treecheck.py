@@ -35,11 +35,13 @@ notes?):
   pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step.
   Where the CUDA rules run, `facts.moving_to_neuron` is read from the program or the file (its torch_neuronx
   imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`). A file that moves is not
-  written in the portable style, binds no name to torch.cuda or below and patches no function
-  (`_patched_values`: no fix can be refused for making a patched function call itself); NM404's removal asks the
-  latter too. A file that only sets attributes of a module it imports to other values
-  (`torch.backends.cudnn.benchmark = True`) patches no function, as long as no reported node is such a value
-  (a fix replacing it whole could make it a function's name).
+  written in the portable style and binds no name to torch.cuda or below. No fix may be refused for making a
+  function patched in call itself (engine/patches.py): a file that only sets attributes of a module it imports to
+  other values (`torch.backends.cudnn.benchmark = True`) patches no function, as long as no reported node is such
+  a value (`_patched_values`: a fix replacing it whole could make it a function's name); where the file patches
+  functions in (`torch.cuda.set_device = lambda x: None`, `torch.save = _save`), no reported node's statement
+  shares a line with one of them or with their decorators (`_patched_bodies`: the bodies the self-call check reads
+  stay as they were). NM404's removal and NM508's swap go to LibCST in a file that patches a function in.
 - The code paths are engine/paths.py's, built on Python's tree (engine/treepaths.py): a finding is reported where
   they let its family act (`Paths.allows`), so a CUDA branch (`if torch.cuda.is_available():`) keeps its CUDA
   code, and a file that tests for XLA reports only its XLA path's. The CUDA family reports nothing in a file that
@@ -393,6 +395,8 @@ class _Decisions:
             if qual is None or not qual.startswith("torch.cuda.") or qual in CUDA_AUTOCAST:
                 continue
             if node.ctx.__class__ is not ast.Load:
+                if id(node) in self._targets():
+                    continue  # `unsupported.reference`: a name patched here is not a read of the API
                 raise Unsure("a torch.cuda name bound or deleted")
             name = qual[len("torch.cuda."):]
             if name.split(".")[0] in patched:
@@ -1317,6 +1321,13 @@ def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozens
     the second of a `setattr` call, whatever its attribute's spelling."""
     if not may_patch(text, walked.module):
         return frozenset()  # no patch of an imported module at all
+    values = _patch_values(tree)
+    if any(type(v) in (ast.Lambda, ast.Name, ast.Starred) for v in values):
+        return None
+    return frozenset(id(v) for v in values)
+
+
+def _patch_values(tree: ast.Module) -> list[ast.expr]:
     values: list[ast.expr] = []
     for node in nodes(tree):
         kind = type(node)
@@ -1326,18 +1337,43 @@ def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozens
         elif kind is ast.Call and type(node.func) is ast.Name and node.func.id == "setattr":
             values += node.args[2:]
             values += [k.value for k in node.keywords]
-    if any(type(v) in (ast.Lambda, ast.Name, ast.Starred) for v in values):
+    return values
+
+
+def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
+    """The lines of the functions and lambdas the file may patch in (where `_patched_values` is None): each lambda
+    value's, and every `def` of a name given as a value (`patches._patches` finds one of them, or none); None where
+    a value is starred. A fix that touches no statement of these lines leaves each body as it was, so the fix pass's
+    self-call check (which counts the late reads in a body before and after) refuses nothing."""
+    values = _patch_values(tree)
+    if any(type(v) is ast.Starred for v in values):
         return None
-    return frozenset(id(v) for v in values)
+    names = {v.id for v in values if type(v) is ast.Name}
+    bodies = [(v.lineno, v.end_lineno) for v in values if type(v) is ast.Lambda]
+    if names:
+        bodies += [(min([n.lineno, *(d.lineno for d in n.decorator_list)]), n.end_lineno) for n in nodes(tree)
+                   if n.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef) and n.name in names]
+    return bodies
 
 
-def _cuda_sure(walked: notes._Tree, settings, patched: frozenset[int] | None) -> bool:
-    """Whether the CUDA family's decisions can be taken on Python's tree: the file patches no function (`patched`:
-    `_patched_values`), is not written in the portable style (whose spellings define a device variable) and binds
-    no name to torch.cuda or below."""
+def _touches(found: list, walked: notes._Tree, bodies: list[tuple[int, int]]) -> bool:
+    """Whether a reported node's statement (the node itself, where the walk records none) shares a line with one of
+    `bodies` (`_patched_bodies`)."""
+    for _code, node, _fields, _offset in found:
+        held = walked.statement.get(id(node), node)
+        first = min([held.lineno, *(d.lineno for d in getattr(held, "decorator_list", ()))])
+        if any(first <= end and start <= held.end_lineno for start, end in bodies):
+            return True
+    return False
+
+
+def _cuda_sure(walked: notes._Tree, settings, bodies: list[tuple[int, int]] | None) -> bool:
+    """Whether the CUDA family's decisions can be taken on Python's tree: the file patches no function in a way
+    Python's tree cannot follow (`bodies`: `_patched_bodies`), is not written in the portable style (whose
+    spellings define a device variable) and binds no name to torch.cuda or below."""
     from neuron_migrate.rules.target import ACCELERATOR
 
-    if patched is None or settings.device_style == ACCELERATOR:
+    if bodies is None or settings.device_style == ACCELERATOR:
         return False
     return not any(q == "torch.cuda" or q.startswith("torch.cuda.") for quals in walked.imported.values()
                    for q in quals)
@@ -1369,25 +1405,31 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             rules_left = rules
         cuda = any(r.__name__ in _CUDA_RULES for r in rules_left)
         patched = _patched_values(text, walked, tree)
+        bodies = _patched_bodies(tree) if patched is None else []
         decisions = _Decisions(path, walked, tree, settings)
         decisions.patched = patched
         project = settings.project
         program = bool(project is not None and project.entry) or MAIN_BLOCK.search(text) is not None  # `facts.program`
         chosen = rules_left
+        two_devices = cuda and paths._two_devices(text)
         if cuda:
-            if not decisions.moving(program) or paths._two_devices(text):  # a file that stays, or a CUDA path on
-                chosen = [r for r in chosen if r.__name__ not in _CUDA_RULES]  # purpose: the family reports nothing
+            moving = decisions.moving(program)
+            if not moving or two_devices:
+                # a file that stays: the family reports nothing; a CUDA path on purpose: nothing but the groups of
+                # CUDA device names (NM117 acts where XLA code does), which `cuda_device_string` leaves to LibCST
+                chosen = [r for r in chosen if r.__name__ not in _CUDA_RULES
+                          or moving and r.__name__ == "CudaDeviceString"]
                 if not chosen:
                     return []
-            elif not _cuda_sure(walked, settings, patched):
+            if any(r.__name__ in _CUDA_RULES for r in chosen) and not _cuda_sure(walked, settings, bodies):
                 return None
         if not exact_identifiers(text):
             return None  # Python's tree holds an identifier as it normalized it, LibCST's as spelled
         # where no statement can be on another path, a family acts everywhere; but the CUDA family's paths are
-        # narrower, with no test of a backend, in a neuron library, a file with a neuron switch, and one that imports
-        # torch_neuronx inside a function (XLA optional)
+        # narrower, with no test of a backend, in a neuron library, a file with a neuron switch, one that imports
+        # torch_neuronx inside a function (XLA optional) and one that uses two devices on purpose
         if not walked.tests_nothing() or any(r.__name__ in _CUDA_RULES for r in chosen) and (
-                walked.xla_names or uses_neuron_device(text)):
+                walked.xla_names or uses_neuron_device(text) or two_devices):
             decisions.paths = TreePaths(decisions.names(), program)
             if not decisions.paths.exact:
                 return None
@@ -1395,6 +1437,8 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             getattr(decisions, _RULES[rule.__name__])()
         if patched and any(id(node) in patched for _code, node, _fields, _offset in decisions.found):
             return None  # a fix would replace a value patched in whole (see `_patched_values`)
+        if bodies and _touches(decisions.found, walked, bodies):
+            return None  # a fix would change a function patched in, which the self-call check reads
         codes = frozenset(c for r in rules for c in r.codes)
         return notes._findings(path, walked, decisions.found, settings, codes,
                                _Marks(walked, tree) if markers else None)
