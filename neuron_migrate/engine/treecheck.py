@@ -26,8 +26,7 @@ notes?):
 - Every rule left to run after the pre-filters is one of these thirteen, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind). The file has no suppression
-  comments
-  (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
+  comments (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
   `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
   (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
@@ -45,10 +44,11 @@ notes?):
 - The code paths are engine/paths.py's, built on Python's tree (engine/treepaths.py): a finding is reported where
   they let its family act (`Paths.allows`), so a CUDA branch (`if torch.cuda.is_available():`) keeps its CUDA
   code, and a file that tests for XLA reports only its XLA path's. The CUDA family reports nothing in a file that
-  uses the XLA device and CUDA side by side (`paths._two_devices`), nor in one that does not move to neuron. A file
-  that tests for no backend has every statement on the common path, but for the CUDA family in a file that
-  imports torch_neuronx or uses the neuron device: a neuron library, a neuron switch and a torch_neuronx import
-  inside a function keep its CUDA code, so the paths are built there too. A finding of the XLA family that a
+  does not move to neuron, and nothing but a group's NM117 in one that uses the XLA device and CUDA side by side
+  (`paths._two_devices`). A file that tests for no backend has every statement on the common path, but for the
+  CUDA family in a file that imports torch_neuronx, uses the neuron device or uses two devices: a neuron library,
+  a neuron switch, a torch_neuronx import inside a function and a second device keep its CUDA code, so the paths
+  are built there too. A finding of the XLA family that a
   multi-backend file would hold for its branch's marker is left to LibCST.
 - Names resolve through the scopes of Python's tree (engine/treenames.py), as the rules resolve them through
   LibCST's; no name is bound to `torch.cuda` or below, nor to a float64 type (a name alone, or a definition's own
@@ -102,11 +102,11 @@ from __future__ import annotations
 import ast
 import functools
 import re
+from collections.abc import Callable
 
-from neuron_migrate.engine import lean, notes, paths
+from neuron_migrate.engine import lean, leftovers, notes, paths
 from neuron_migrate.engine.edits import MARKER_PREFIX, marker_code
 from neuron_migrate.engine.facts import MAIN_BLOCK, uses_neuron_device
-from neuron_migrate.engine import leftovers
 from neuron_migrate.engine.imports import LEGACY_ROOTS, STRANDED_CODE, UNUSED_CODE
 from neuron_migrate.engine.names import Scope
 from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
@@ -179,10 +179,10 @@ class _Decisions:
         start = node.lineno - 1, self.tree.column(node.lineno, node.col_offset)
         end = node.end_lineno - 1, self.tree.column(node.end_lineno, node.end_col_offset)
         while True:
-            before = self._near(lines, *start, -1, self.tree.string_lines(self.module))
+            before = self._near(lines, *start, -1, lambda: self.tree.string_lines(self.module))
             if before is None or lines[before[0]][before[1]] != "(":
                 return found
-            after = self._near(lines, *end, 1, ())
+            after = self._near(lines, *end, 1, None)
             if after is None or lines[after[0]][after[1]] != ")":
                 return found
             opens = notes.call_parenthesis(lines[before[0]][:before[1]].rstrip(" \t\f"))
@@ -194,19 +194,20 @@ class _Decisions:
             found = start, end
 
     @staticmethod
-    def _near(lines: list[str], line: int, at: int, step: int, in_strings) -> tuple[int, int] | None:
+    def _near(lines: list[str], line: int, at: int, step: int, in_strings: Callable[[], set[int]] | None) \
+            -> tuple[int, int] | None:
         """The place (line, column) of the nearest character before (`step` -1) or after (1) column `at` of `line`
         that is no white space, no line continuation and no comment; None at either end of the file. A line before
-        the node that is all comment is passed over, but in a string over several lines (`in_strings`, lines from
-        1); raises Unsure where a line before the node holds code and a `#` (the end of that line may be a
-        comment). Going forward, a line that opens with `#` is a comment: a string that reaches it opens on a line
-        of code first."""
+        the node that is all comment is passed over, but in a string over several lines (`in_strings()`, lines
+        from 1; asked only where there is such a line); raises Unsure where a line before the node holds code and
+        a `#` (the end of that line may be a comment). Going forward (`in_strings` None), a line that opens with
+        `#` is a comment: a string that reaches it opens on a line of code first."""
         first = True
         while 0 <= line < len(lines):
             text = lines[line].rstrip("\r\n")
             if step < 0:
                 if not first and "#" in text:
-                    if not text.lstrip(" \t\f").startswith("#") or line + 1 in in_strings:
+                    if not text.lstrip(" \t\f").startswith("#") or line + 1 in in_strings():
                         raise Unsure("a comment before the node")
                     text = ""  # a comment line: LibCST's white space before the node, or between lines
                 code = text[:at].rstrip(" \t\f\\")
