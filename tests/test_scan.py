@@ -52,7 +52,7 @@ EDGE_CASES = [
     'import torch\nx = t.to("neuron")\nm = torch.compile(model, mode="max-autotune", dynamic=True)\n',
     # NM307 / NM506: libraries named by their imports
     'import torchao.quantization as q\nfrom neuronx_distributed.parallel_layers import layers\n',
-    # the XLA-stack ones (the NM199 step runs on such files, so the filter is not asked there; held all the same)
+    # the XLA-stack ones (the NM199 step runs on such files: only the predicates that read no setting are asked there)
     'from torch_xla.utils import serialization as xser\nstate = xser.load("ckpt")\n',
     'import torch as th\nm = th.compile(model, backend="openxla")\n',
     'def step(opt):\n    from torch_xla.core import xla_model as xm\n    xm.optimizer_step(opt)\n',
@@ -65,6 +65,20 @@ EDGE_CASES = [
     # NM321: CUDA device names in a file moving to neuron, one of them spelled with an escape
     'import torch\nimport torch_neuronx\ndev = torch.device("cud\\x61:0")\n\ndef on_gpu(t):\n'
     '    return t.device == torch.device("cuda")\n',
+    # the rules a torch_xla file runs only where their names are spelled (the NM199 step runs there): aliases, names
+    # imported by name and inside functions, device literals as escapes and f-strings, functions passed on as values
+    'import torch_xla.core.xla_model as xla\nimport torch_xla.distributed.xla_multiprocessing as mp\n'
+    'def _mp_fn(i):\n    dev = xla.xla_device()\n    xla.master_print(xla.get_ordinal(), fd=sys.stderr)\n'
+    '    xla.set_rng_state(1234 + i)\n    xla.mark_step()\nmp.spawn(_mp_fn, args=())\n',
+    'import torch\nimport torch_xla\ndef run(model, i):\n'
+    '    from torch_xla.core.xla_model import optimizer_step as step\n'
+    '    model.to(f"xla:{i}")\n    torch.device("\\x78la")\n    step(opt)\n',
+    'import torch_xla.core.xla_model as xm\nfrom torch_xla.debug import metrics as met\n'
+    'trainer = Trainer(save_function=xm.save, sync=xm.wait_device_ops)\nprint(met.short_metrics_report())\n'
+    'loss = xm.all_reduce(xm.REDUCE_SUM, loss)\n',
+    'import torch_xla\nfrom torch_xla.distributed.spmd import Mesh as M\n'
+    'from torch_xla.core.xla_model import wait_device_ops\n'
+    'mesh = M(ids, (2, 1))\nconfigure(wait_device_ops=True)\nmodel = Net().to(torch_xla.device())\n',
     # look-alikes: none of these reports anything, and LibCST never reads them
     'import re\nimport torch\nPATTERN = re.compile("padding")\n\ndef conv(x, padding=1):\n'
     '    return torch.nn.functional.pad(x, (padding, padding))\n',
@@ -110,7 +124,7 @@ def _findings(path: str, data: bytes, tree_filter: bool, monkeypatch, rewrite: b
               settings: Settings | None = None) -> list | str:
     with monkeypatch.context() as m:
         if not tree_filter:
-            m.setattr(engine, "tree_filter", lambda rules, scan, settings: rules)
+            m.setattr(engine, "tree_filter", lambda rules, scan, settings, step=False: rules)
         try:
             result = engine.process_python(path, data, settings or Settings(), rewrite)
         except SourceError as exc:
@@ -185,7 +199,7 @@ def test_every_finding_comes_from_a_rule_whose_tree_predicate_holds(monkeypatch,
     code whose predicate holds. The edge cases are not vacuous: each gives findings of a filtered rule."""
     monkeypatch.setattr(engine, "active_rules", lambda data, settings, path, present=None: list(all_rules()))
     monkeypatch.setattr(leftovers, "active", lambda present, settings, path: settings.enabled(leftovers.CODE, path))
-    monkeypatch.setattr(engine, "tree_filter", lambda rules, scan, settings: rules)
+    monkeypatch.setattr(engine, "tree_filter", lambda rules, scan, settings, step=False: rules)
     owners = _owners()
     filtered = {r for r in all_rules() if "may_match_tree" in vars(r)}
     assert len(filtered) >= 12
@@ -367,3 +381,48 @@ def test_torch_cuda_names_the_program_patches_itself_clear_the_file(monkeypatch)
     monkeypatch.setattr(engine, "parse_module", lambda text: parsed.append(text) or pytest.fail("parsed"))
     assert engine.process_python("patched.py", patched.encode(), settings, False).findings == []
     assert parsed == []
+
+
+class _NoSettings:
+    def __getattr__(self, name):
+        raise AssertionError(f"a predicate asked where the NM199 step runs read the setting {name!r}")
+
+
+def test_the_predicates_asked_where_the_nm199_step_runs_read_no_setting():
+    """Where the NM199 step runs, a rule takes over the nodes it reports on whatever the selection, so the engine
+    asks only the predicates that read no setting (`tree_predicate_any_selection`). The class that says so is the
+    one whose predicate it is: a subclass with a predicate of its own says it again, or not."""
+    flagged = [r for r in all_rules() if r.tree_predicate_any_selection]
+    assert len(flagged) >= 14
+    for rule in all_rules():
+        owner = next(c for c in rule.__mro__ if "may_match_tree" in vars(c))
+        declared = next(c for c in rule.__mro__ if "tree_predicate_any_selection" in vars(c))
+        assert not rule.tree_predicate_any_selection or owner is declared, rule
+    for path, data in _files():
+        scan = _scan(data)
+        if scan is not None:
+            for rule in flagged:
+                rule.may_match_tree(scan, _NoSettings())
+
+
+def test_a_torch_xla_file_runs_the_rules_its_names_reach_under_any_selection(monkeypatch):
+    """The LibCST pass of a file that imports torch_xla gets only the rules that may report there, and a rule gets
+    it whether or not its codes are selected: its `xm.mark_step()` is no NM199 finding with NM103 left out."""
+    passed = []
+    transform = engine.transform
+
+    def recorded(path, source, module, rules, step, *args, **kwargs):
+        passed.append((step, {r.__name__ for r in rules}))
+        return transform(path, source, module, rules, step, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "transform", recorded)
+    text = ('import torch_xla.core.xla_model as xm\n\n\ndef train(loader, device):\n    for batch in loader:\n'
+            '        batch.to(device)\n        xm.mark_step()\n')
+    every = engine.process_python("train.py", text.encode(), Settings(), False).findings
+    assert {f.code for f in every} == {"NM103", "NM190"}
+    step_only = engine.process_python("train.py", text.encode(), Settings(select=frozenset({"NM199"})), False)
+    assert step_only.findings == []
+    assert passed[0] == passed[1] and passed[0][0]
+    assert "MarkStep" in passed[0][1]
+    assert not passed[0][1] & {"MasterPrint", "Seed", "Metrics", "Spawn", "Collectives", "XlaDeviceString",
+                               "XlaDeviceCall", "CompilePlacedModel", "Save", "GradientAveraging", "Spmd"}

@@ -204,9 +204,12 @@ def _selected(settings: Settings, path: str) -> tuple[type[Rule], ...]:
     return tuple(r for r in all_rules() if any(settings.enabled(c, path) for c in r.codes))
 
 
-def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings) -> list[type[Rule]]:
-    """The rules that may still report something once Python's tree of the file is known (engine/scan.py). Used
-    where the NM199 step does not run: that step takes the XLA names no rule reports on, so there every rule runs."""
+def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings, step: bool = False) -> list[type[Rule]]:
+    """The rules that may still report something once Python's tree of the file is known (engine/scan.py). Where
+    the NM199 step runs (`step`), it takes the XLA names no rule reports on, so every rule that may report runs,
+    enabled or not: only the predicates that read no setting are asked there (`tree_predicate_any_selection`)."""
+    if step:
+        return [r for r in rules if not r.tree_predicate_any_selection or r.may_match_tree(scan, settings)]
     return [r for r in rules if r.may_match_tree(scan, settings)]
 
 
@@ -243,7 +246,12 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
             _python_accepts(source.text)  # nothing to report, but what Python refuses to compile is still an error
         return result
     tree = None
-    if not step and rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
+    if step and rules and TREE_FILTER:  # the rules that cannot report at all leave the LibCST pass
+        tree, made = _read(source.text)
+        if "scan" not in made:
+            made["scan"] = Scan(tree, source.text)
+        rules = tree_filter(rules, made["scan"], settings, step=True)
+    elif not step and rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
         tree, made = _read(source.text)
         if "scan" not in made:
             made["scan"] = Scan(tree, source.text)

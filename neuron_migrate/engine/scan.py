@@ -8,7 +8,9 @@ findings are placed by its lines); one walk of it gives a `Scan`, and a rule tha
 from it whether it can report anything in the file. Where no rule can, and nothing else runs (the NM199 step,
 markers, suppression comments), LibCST never parses the file, in `check` and `rewrite` alike; a file `rewrite`
 leaves alone this way is still compiled, for what Python finds only when compiling. Where the NM199 step runs
-(the file names torch_xla) every rule runs: that step reports the XLA names no rule took.
+(the file names torch_xla) every rule that may report runs, enabled or not (that step reports the XLA names no
+rule took): there only the predicates that read no setting are asked (`Rule.tree_predicate_any_selection`), and
+a rule they clear leaves the file's LibCST pass.
 
 What a scan holds is a superset of what the rules resolve, so a predicate written against it is exact when it is a
 necessary condition of every report the rule makes:

@@ -205,6 +205,11 @@ class Save(Rule):
     codes = ("NM220", "NM221", "NM222")
     triggers = (b"torch_xla",)
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(SAVE)  # a call of a save, or `xm.save` passed on as a value
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
         if node.attr.value == "save":
@@ -216,7 +221,7 @@ class Save(Rule):
         ctx = self.ctx
         parent = ctx.current.parent
         if (isinstance(parent, cst.Call) and parent.func is node) or isinstance(parent, cst.Attribute) \
-                or ctx.qualname(node) != f"{XM}.save":
+                or type(ctx.current.small) in (cst.Import, cst.ImportFrom) or ctx.qualname(node) != f"{XM}.save":
             return
         name = getattr(self, "_helper_name", None) or free_name(ctx, "save_on_master")
         waits = "" if ctx.facts.single_process else " and waits for every process"

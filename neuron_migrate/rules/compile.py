@@ -8,7 +8,7 @@ import libcst as cst
 
 from neuron_migrate.engine.names import dotted, dotted_str
 from neuron_migrate.engine.paths import XLA
-from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short, string_value
+from neuron_migrate.rules.patterns import XM, arg, code, is_device_string, short, spells_device_string, string_value
 from neuron_migrate.rules.rewrites import assigned_values, neuron_path_test
 from neuron_migrate.rules.target import portable, target
 from neuron_migrate.rules import Rule
@@ -114,6 +114,14 @@ class CompilePlacedModel(Rule):
     codes = ("NM107",)
     triggers = (b"xla",)
     pattern = XLA_IN_DEVICE_POSITION  # a placement needs a device: the XLA device or an "xla" device literal
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A placement (`model.to(device)`) on the XLA device: a call of it, or an XLA device literal, is where
+        every device the rule follows comes from. (`settings.compile` off, it reports nothing, but that is a
+        setting.)"""
+        return "to" in scan.called and (scan.any_qual(XLA_DEVICE) or spells_device_string(scan.strings))
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -333,6 +341,7 @@ class CompileBackend(Rule):
     codes = ("NM108", "NM110")
     # Every edit needs one of these: an XLA (or neuron) backend literal, or an import of torch_xla.
     triggers = (b"torch_xla", b"openxla", b"torchxla", b"neuron")
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

@@ -68,6 +68,7 @@ class CudaDeviceString(XlaDeviceString):
     is_device = staticmethod(is_cuda_string)
     rule_code = "NM321"
     family = CUDA
+    tree_predicate_any_selection = False  # its predicate reads the project (`may_move_to_neuron`)
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

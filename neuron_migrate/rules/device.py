@@ -8,7 +8,7 @@ import re
 import libcst as cst
 
 from neuron_migrate.rules.patterns import (XM, arg, code, has_star, is_device_string, positional_count, respell_device, short,
-                                     string_value)
+                                     spells_device_string, string_value)
 from neuron_migrate.engine.context import LEFT
 from neuron_migrate.engine.paths import XLA_QUERY
 from neuron_migrate.rules.device_names import (CHOICE, EXPORTED, TEST, VALUE, XLA, DeviceNames, Group, Site,
@@ -66,6 +66,11 @@ class XlaDeviceCall(Rule):
     codes = ("NM101",)
     triggers = (b"xla_device", b"torch_xla")
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(XLA_DEVICE)  # every report is on a call of it
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -173,6 +178,13 @@ class XlaDeviceString(Rule):
     is_device = staticmethod(is_device_string)  # which literals name the device this rule respells
     rule_code = "NM102"
     family = XLA
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """Every report rests on an XLA device literal: one in a device position, or a site of a group of device
+        names whose family is XLA (the group's NM117 is reported only where the file holds such a site)."""
+        return spells_device_string(scan.strings)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

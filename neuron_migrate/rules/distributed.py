@@ -71,6 +71,11 @@ class RankAndWorldSize(Rule):
     codes = ("NM203",)
     triggers = (b"torch_xla",)
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(RANK_CALLS) or scan.any_qual(IS_MASTER)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -421,6 +426,11 @@ class Spawn(Rule):
     codes = ("NM202", "NM242")
     triggers = (b"torch_xla",)  # xmp.spawn and torch_xla.launch are imported from torch_xla
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(SPAWN) or scan.any_qual(LAUNCH)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -837,6 +847,12 @@ class Collectives(Rule):
     codes = ("NM204", "NM205", "NM206", "NM207", "NM208")
     triggers = (b"torch_xla",)
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A call of a collective, or a reduction constant (`xm.REDUCE_SUM`) read where the file passes it on."""
+        return scan.any_qual(GUARDED_COLLECTIVES) or scan.any_qual(REDUCE_CONSTANTS)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -67,6 +67,14 @@ class MarkStep(Rule):
     codes = ("NM103", "NM104", "NM109", "NM113")
     triggers = (b"torch_xla",)
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A call or `with` of these names, or `wait_device_ops` as a value: a name imported as it counts wherever
+        LibCST's tree holds it (a keyword's name, `global`), which Python's tree reads nowhere."""
+        return scan.any_qual(MARK_STEP | WAIT | EAGER_MODE | EAGER_CONTEXT | STEP_CONTEXT) \
+            or not scan.imports.isdisjoint(WAIT)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

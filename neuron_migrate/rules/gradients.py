@@ -62,6 +62,11 @@ class GradientAveraging(Rule):
     codes = ("NM106", "NM209")
     triggers = (b"torch_xla",)
     torch_xla_names_only = True  # every report is on a step of xm.optimizer_step / xm.reduce_gradients
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(OPTIMIZER_STEP) or scan.any_qual(REDUCE_GRADIENTS)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -81,6 +81,11 @@ class MasterPrint(Rule):
     codes = ("NM223",)
     triggers = (b"torch_xla",)
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(MASTER_PRINT)  # every report is on a name that stands for it (a call or a value)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx
@@ -295,6 +300,11 @@ class Seed(Rule):
     codes = ("NM225", "NM252", "NM253")
     triggers = (b"torch_xla",)
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(SEED) or GET_STATE in scan.quals  # a call of a seed or of a read of the state
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -445,6 +455,11 @@ class Metrics(Rule):
     codes = ("NM228", "NM245")
     triggers = (b"torch_xla",)
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return scan.any_qual(METRICS_REPORTS) or any(q.startswith(METRICS) for q in scan.quals)
 
     def visit_Call(self, node: cst.Call) -> None:
         ctx = self.ctx

@@ -68,6 +68,12 @@ def is_device_string(node: cst.CSTNode | None) -> bool:
     return False
 
 
+def spells_device_string(strings) -> bool:
+    """Whether a file whose string constants (Python's tree: implicit concatenations joined, an f-string's text
+    parts apart) are `strings` may hold a literal `is_device_string` accepts (an f-string's first part `xla:`)."""
+    return any(value == "xla:" or DEVICE_STRING.match(value) for value in strings)
+
+
 def respell_literal(node: cst.SimpleString, old: str, new: str) -> cst.SimpleString:
     """A device name's literal (its value `old`, `old:<index>`) naming `new` instead, with its prefix and quotes. Where
     the source spells `old` with escapes (`"\\x78la"`), the new name is written plainly."""

@@ -677,6 +677,11 @@ class Spmd(Rule):
     codes = ("NM234", "NM230")
     triggers = (b"torch_xla",)
     torch_xla_names_only = True
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        return any(q.startswith(SPMD) for q in scan.quals)  # every report is on a name under one of them
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
