@@ -426,3 +426,15 @@ def test_a_torch_xla_file_runs_the_rules_its_names_reach_under_any_selection(mon
     assert "MarkStep" in passed[0][1]
     assert not passed[0][1] & {"MasterPrint", "Seed", "Metrics", "Spawn", "Collectives", "XlaDeviceString",
                                "XlaDeviceCall", "CompilePlacedModel", "Save", "GradientAveraging", "Spmd"}
+
+
+@pytest.mark.parametrize("tree_filter", [True, False], ids=["filtered", "every-rule"])
+def test_an_import_that_names_xm_save_is_no_save_passed_on(monkeypatch, tree_filter):
+    """LibCST resolves an import statement's dotted name as a name; `Save` reported it as `xm.save` passed on and
+    wrote `import save_on_master`. Python's tree reads no name there, so `Save`'s predicate could not see it."""
+    if not tree_filter:
+        monkeypatch.setattr(engine, "tree_filter", lambda rules, scan, settings, step=False: rules)
+    text = "import torch_xla.core.xla_model.save\n"
+    result = engine.process_python("x.py", text.encode(), Settings(), True)
+    assert [f.code for f in result.findings] == ["NM190"]
+    assert b"save" not in result.new_bytes
