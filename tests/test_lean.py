@@ -21,6 +21,7 @@ from neuron_migrate.engine import facts, lean
 from neuron_migrate.engine import python as engine
 from neuron_migrate.engine.names import Analysis
 from neuron_migrate.engine.sources import SourceError
+from neuron_migrate.project_facts import FileProject
 from neuron_migrate.rules import all_rules
 from neuron_migrate.settings import Settings
 from tests.helpers import FIXTURES, ROOT
@@ -359,6 +360,40 @@ def test_a_rule_s_words_keep_the_definitions_that_spell_them(monkeypatch):
     rewritten = engine.process_python("serve.py", ARTIFACTS.encode(), Settings(), True)
     assert [(f[0], f[4]) for f in lean_found] == [(f.line, f.code) for f in rewritten.findings] \
         == [(7, "NM502"), (11, "NM502"), (16, "NM502")]
+
+
+EAGER_SUBCLASS = '''\
+import torch_xla
+from base import TrainBase
+
+
+class TrainEager(TrainBase):
+    def __init__(self):
+        super().__init__()
+        self.step = self.step_fn
+
+
+if __name__ == "__main__":
+    torch_xla.experimental.eager_mode(True)
+    TrainEager().start_training()
+'''
+
+
+def test_the_words_the_project_gives_a_rule_keep_the_definitions_that_spell_them(monkeypatch):
+    """NM259 reads a subclass that assigns its uncompiled step to an attribute that a base class in another module
+    compiles (`FileProject.base_compiled`): the attribute is the rule's word in that file, where no trigger is near
+    the subclass (here not even `compile`)."""
+    project = FileProject(base_compiled=("step",))
+    data = EAGER_SUBCLASS.encode()
+    rules = engine.active_rules(data, Settings(project=project), "train_eager.py")
+    assert "step" in engine.lean_needles(rules, project)[1] and "step" not in engine.lean_needles(rules)[1]
+    found = {}
+    for on in (True, False):
+        with monkeypatch.context() as m:
+            m.setattr(lean, "ENABLED", on)
+            result = engine.process_python("train_eager.py", data, Settings(project=project), False)
+        found[on] = [(f.line, f.code) for f in result.findings]
+    assert found[True] == found[False] and (8, "NM259") in found[True]
 
 
 PARTS = '''\

@@ -213,13 +213,16 @@ def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings, step: b
     return [r for r in rules if r.may_match_tree(scan, settings)]
 
 
-def lean_needles(rules: list[type[Rule]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def lean_needles(rules: list[type[Rule]], project=None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """What a function or class must hold to matter to these rules (engine/lean.py): (text, names as whole words).
     A rule whose byte pre-filter asks for names (a `NamesPattern`) gives those names, not its triggers; every rule
-    gives the words its decisions may rest on far from a trigger (`Rule.words`)."""
+    gives the words its decisions may rest on far from a trigger (`Rule.words`), and those the project gives it
+    (`Rule.project_words`: the attributes a base class in another module compiles)."""
     text, words = {"torch_xla"}, set()
     for r in rules:
         words.update(r.words())
+        if project is not None:
+            words.update(r.project_words(project))
         if isinstance(r.pattern, NamesPattern):
             words.update(r.pattern.names)
         else:
@@ -287,7 +290,7 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 result.findings = found
                 return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
-        module, left_out = parse(source, None if rewrite else lean_needles(rules), tree)
+        module, left_out = parse(source, None if rewrite else lean_needles(rules, settings.project), tree)
         renderer = Renderer()
         new_text = transform(path, source, module, rules, step, settings, rewrite, result, may_suppress, renderer,
                              left_out)

@@ -106,6 +106,12 @@ class Rule:
         return ()
 
     @classmethod
+    def project_words(cls, project) -> tuple[str, ...]:
+        """`words` that the project model gives (a `FileProject`): names a decision rests on that another module
+        defines, so that no trigger of this file is near them."""
+        return ()
+
+    @classmethod
     def node_types(cls) -> dict[type, str]:
         """{LibCST node type: name of the method that visits it}, found once per class."""
         found = cls.__dict__.get("_node_types")

@@ -298,6 +298,7 @@ class Save(Rule):
 class Load(Rule):
     codes = ("NM221", "NM222")
     triggers = (b"serialization",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -358,6 +359,7 @@ class NxdLoad(Rule):
     codes = ("NM235",)
     triggers = (b"load",)
     context = (b"neuronx_distributed",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

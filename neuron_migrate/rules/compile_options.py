@@ -28,6 +28,7 @@ class CompileSettings(Rule):
     codes = ("NM310", "NM311", "NM312", "NM314")
     triggers = (b"compile",)
     context = MOVING_TO_NEURON  # backend="neuron" or a file moving to neuron
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

@@ -164,6 +164,12 @@ class EagerStepOfCompiledBase(Rule):
     codes = ("NM259",)
     triggers = (b"eager_mode",)
 
+    @classmethod
+    def project_words(cls, project) -> tuple[str, ...]:
+        """The attributes a base class in another module assigns a compiled step: a subclass that assigns one
+        (`self.compiled_step_fn = self.step_fn`) holds no trigger."""
+        return project.base_compiled
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.eager = False

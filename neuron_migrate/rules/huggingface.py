@@ -83,6 +83,7 @@ class OptimumNeuronTrainer(Rule):
     codes = ("NM508", "NM509")
     triggers = (b"optimum",)
     context = (b"Neuron",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

@@ -893,6 +893,7 @@ class NxdInference(Rule):
 
     codes = ("NM507", "NM510")
     triggers = (b"neuronx_distributed",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -970,6 +971,7 @@ class Inferentia1(Rule):
     codes = ("NM513",)
     triggers = (b"trace", b"DataParallel", b"analyze_model", b"torch_neuron")
     context = (b"neuron",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -1014,6 +1016,7 @@ class InstanceType(Rule):
 
     codes = ("NM520",)
     triggers = (b"trn1",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

@@ -28,6 +28,7 @@ def step_arguments(node: cst.Call) -> tuple[cst.Arg, cst.Arg | None] | None:
 class OptimizerStep(Rule):
     codes = ("NM105",)
     triggers = (b"optimizer_step",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

@@ -33,6 +33,7 @@ class Float64(Rule):
     codes = ("NM401",)
     triggers = (b"float64", b"double", b"complex128", b"DoubleTensor", b"numpy", b"f8")
     context = (b"torch",)  # float64 matters only where torch tensors are made
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -124,6 +125,7 @@ class Autocast(Rule):
     codes = ("NM402",)
     triggers = (b"autocast",)
     context = (b"torch",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

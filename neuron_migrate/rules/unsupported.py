@@ -110,6 +110,7 @@ class UnsupportedApi(Rule):
     triggers = tuple(sorted({k.rpartition(".")[2].encode() for k in UNSUPPORTED} | {b"sparse"}))
     context = (b"torch",)  # every name above comes from torch or functorch
     pattern = names_pattern({k.rpartition(".")[2] for k in UNSUPPORTED} | TO_SPARSE | {"sparse", "functorch"})
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -145,6 +146,7 @@ class TorchAo(Rule):
 
     codes = ("NM307",)
     triggers = (b"torchao",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -182,6 +184,7 @@ class CpuFallbackOp(Rule):
     triggers = tuple(sorted({call.rpartition(".")[2].encode() for call in fallback_calls()}))
     context = (b"torch",)
     pattern = names_pattern({call.rpartition(".")[2] for call in fallback_calls()})
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
