@@ -52,7 +52,7 @@ EDGE_CASES = [
     'import torch\nx = t.to("neuron")\nm = torch.compile(model, mode="max-autotune", dynamic=True)\n',
     # NM307 / NM506: libraries named by their imports
     'import torchao.quantization as q\nfrom neuronx_distributed.parallel_layers import layers\n',
-    # the XLA-stack ones (the NM199 step runs on such files: only the predicates that read no setting are asked there)
+    # the XLA-stack ones (the NM199 step runs on such files: only the predicates that read no selection are asked there)
     'from torch_xla.utils import serialization as xser\nstate = xser.load("ckpt")\n',
     'import torch as th\nm = th.compile(model, backend="openxla")\n',
     'def step(opt):\n    from torch_xla.core import xla_model as xm\n    xm.optimizer_step(opt)\n',
@@ -383,17 +383,26 @@ def test_torch_cuda_names_the_program_patches_itself_clear_the_file(monkeypatch)
     assert parsed == []
 
 
-class _NoSettings:
+class _NoSelection:
+    """Settings whose selection (which codes are enabled) cannot be read; the options and the project can."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
     def __getattr__(self, name):
-        raise AssertionError(f"a predicate asked where the NM199 step runs read the setting {name!r}")
+        if name in ("select", "ignore", "per_file_ignores", "enabled"):
+            raise AssertionError(f"a predicate asked where the NM199 step runs read the selection ({name})")
+        return getattr(self._settings, name)
 
 
-def test_the_predicates_asked_where_the_nm199_step_runs_read_no_setting():
+def test_the_predicates_asked_where_the_nm199_step_runs_read_no_selection():
     """Where the NM199 step runs, a rule takes over the nodes it reports on whatever the selection, so the engine
-    asks only the predicates that read no setting (`tree_predicate_any_selection`). The class that says so is the
-    one whose predicate it is: a subclass with a predicate of its own says it again, or not."""
+    asks only the predicates that read no selection (`tree_predicate_any_selection`). The class that says so is
+    the one whose predicate it is: a subclass with a predicate of its own says it again, or not."""
     flagged = [r for r in all_rules() if r.tree_predicate_any_selection]
-    assert len(flagged) >= 14
+    assert len(flagged) >= 30
+    projects = [Settings(), Settings(compile=False),
+                Settings(project=FileProject(target="trn2", moving="train.py", launches_moving="train.py"))]
     for rule in all_rules():
         owner = next(c for c in rule.__mro__ if "may_match_tree" in vars(c))
         declared = next(c for c in rule.__mro__ if "tree_predicate_any_selection" in vars(c))
@@ -402,7 +411,8 @@ def test_the_predicates_asked_where_the_nm199_step_runs_read_no_setting():
         scan = _scan(data)
         if scan is not None:
             for rule in flagged:
-                rule.may_match_tree(scan, _NoSettings())
+                for settings in projects:
+                    rule.may_match_tree(scan, _NoSelection(settings))
 
 
 def test_a_torch_xla_file_runs_the_rules_its_names_reach_under_any_selection(monkeypatch):

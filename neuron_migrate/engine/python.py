@@ -207,7 +207,7 @@ def _selected(settings: Settings, path: str) -> tuple[type[Rule], ...]:
 def tree_filter(rules: list[type[Rule]], scan: Scan, settings: Settings, step: bool = False) -> list[type[Rule]]:
     """The rules that may still report something once Python's tree of the file is known (engine/scan.py). Where
     the NM199 step runs (`step`), it takes the XLA names no rule reports on, so every rule that may report runs,
-    enabled or not: only the predicates that read no setting are asked there (`tree_predicate_any_selection`)."""
+    enabled or not: only the predicates that read no selection are asked there (`tree_predicate_any_selection`)."""
     if step:
         return [r for r in rules if not r.tree_predicate_any_selection or r.may_match_tree(scan, settings)]
     return [r for r in rules if r.may_match_tree(scan, settings)]

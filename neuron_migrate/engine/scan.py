@@ -9,7 +9,7 @@ from it whether it can report anything in the file. Where no rule can, and nothi
 markers, suppression comments), LibCST never parses the file, in `check` and `rewrite` alike; a file `rewrite`
 leaves alone this way is still compiled, for what Python finds only when compiling. Where the NM199 step runs
 (the file names torch_xla) every rule that may report runs, enabled or not (that step reports the XLA names no
-rule took): there only the predicates that read no setting are asked (`Rule.tree_predicate_any_selection`), and
+rule took): there only the predicates that read no selection are asked (`Rule.tree_predicate_any_selection`), and
 a rule they clear leaves the file's LibCST pass.
 
 What a scan holds is a superset of what the rules resolve, so a predicate written against it is exact when it is a

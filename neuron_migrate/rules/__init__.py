@@ -71,9 +71,10 @@ class Rule:
     # names only): the tree pre-filter then passes the file on only where an import binds a torch_xla module. (The
     # byte pre-filter alone passes any module of a program moving to neuron: see facts.MOVING_TO_NEURON_BYTES.)
     torch_xla_names_only: ClassVar[bool] = False
-    # `may_match_tree` reads no setting: it is False only where the rule reports nothing at all, enabled or not.
-    # The engine then asks it where the NM199 step runs too (engine/python.py `tree_filter`), where every rule
-    # that may report runs whatever the selection, for the nodes it takes over from the step.
+    # `may_match_tree` reads no selection (which codes are enabled; the options and the project it may read): it is
+    # False only where the rule reports nothing at all, enabled or not. The engine then asks it where the NM199
+    # step runs too (engine/python.py `tree_filter`), where every rule that may report runs whatever the
+    # selection, for the nodes it takes over from the step.
     tree_predicate_any_selection: ClassVar[bool] = False
 
     def __init__(self, ctx: FileContext) -> None:

@@ -68,7 +68,7 @@ class CudaDeviceString(XlaDeviceString):
     is_device = staticmethod(is_cuda_string)
     rule_code = "NM321"
     family = CUDA
-    tree_predicate_any_selection = False  # its predicate reads the project (`may_move_to_neuron`)
+    tree_predicate_any_selection = True  # its own predicate (which reads the project, not the selection)
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -102,6 +102,7 @@ class CudaMethod(Rule):
     acts_on = CUDA_LEFTOVER
     triggers = (b".cuda(", b".cuda (")
     context = MOVING_TO_NEURON
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
@@ -145,6 +146,7 @@ class TorchCudaApi(Rule):
     acts_on = CUDA_LEFTOVER
     triggers = (b"cuda",)
     context = MOVING_TO_NEURON
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

@@ -40,6 +40,7 @@ class SageMakerContainer(Rule):
     codes = ("NM617",)
     triggers = (b"framework_version", b"pytorch_version", b"image_uri")
     context = (b"sagemaker",)
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:

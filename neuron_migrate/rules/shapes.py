@@ -22,6 +22,7 @@ class VaryingShapes(Rule):
     codes = ("NM313",)
     triggers = (b"DataLoader", b"padding", b"DataCollatorWithPadding")
     context = (b"torch", b"compile")  # reported only where the program compiles
+    tree_predicate_any_selection = True
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
