@@ -79,6 +79,9 @@ EDGE_CASES = [
     'import torch_xla\nfrom torch_xla.distributed.spmd import Mesh as M\n'
     'from torch_xla.core.xla_model import wait_device_ops\n'
     'mesh = M(ids, (2, 1))\nconfigure(wait_device_ops=True)\nmodel = Net().to(torch_xla.device())\n',
+    'from torch_xla.utils.checkpoint import checkpoint as ckpt\nimport torch_xla.core.xla_model as xm\n'
+    'from torch import nn\n\n\nclass Net(nn.Module):\n    pass\n\n\nmodel = Net()\nmodel.to(xm.xla_device())\n'
+    'y = ckpt(model, x)\n',
     # look-alikes: none of these reports anything, and LibCST never reads them
     'import re\nimport torch\nPATTERN = re.compile("padding")\n\ndef conv(x, padding=1):\n'
     '    return torch.nn.functional.pad(x, (padding, padding))\n',

@@ -93,6 +93,10 @@ MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module", "
 NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "UninitializedParameter",
                          "UninitializedBuffer"})
 FACTORIES = frozenset({"timm.create_model", "peft.get_peft_model", "torch.hub.load"})
+# Where every name that gives a module lies: torch.nn's classes, MODULE_BASES, FACTORIES, torchvision's models,
+# transformers' and diffusers' model classes
+MODULE_ROOTS = ("torch.nn", "lightning", "pytorch_lightning", "transformers", "diffusers", *sorted(FACTORIES),
+                "torchvision.models")
 # transformers / diffusers classes whose `from_pretrained` / `from_config` return a model (not a tokenizer, a
 # processor, a config or a pipeline)
 PRETRAINED_MODEL = re.compile(r"(Model|For[A-Z]\w*|LMHead\w*|Autoencoder\w*|UNet\w*|Transformer\w*Model)$")
@@ -118,10 +122,13 @@ class CompilePlacedModel(Rule):
 
     @classmethod
     def may_match_tree(cls, scan, settings) -> bool:
-        """A placement (`model.to(device)`) on the XLA device: a call of it, or an XLA device literal, is where
-        every device the rule follows comes from. (`settings.compile` off, it reports nothing, but that is a
-        setting.)"""
-        return "to" in scan.called and (scan.any_qual(XLA_DEVICE) or spells_device_string(scan.strings))
+        """A placement (`model.to(device)`) on the XLA device, of a module: a call of the device, or an XLA device
+        literal, is where every device the rule follows comes from; a module method called (`.parameters()`), a
+        step `torch_xla.compile` compiles, or a name of torch.nn, a model library or a model factory, is where
+        every module. (`settings.compile` off, it reports nothing, but that is an option the selection keeps.)"""
+        return "to" in scan.called and (scan.any_qual(XLA_DEVICE) or spells_device_string(scan.strings)) and (
+            not MODULE_ONLY.isdisjoint(scan.called) or scan.any_qual(TORCH_XLA_COMPILE)
+            or scan.any_qual_under(MODULE_ROOTS))
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

@@ -56,6 +56,13 @@ class Renamed(Rule):
     triggers = tuple(sorted({name.split(".")[0].encode() for name in ROWS}))
     pattern = names_pattern({name.rsplit(".", 1)[-1] for name in ROWS})
     torch_xla_names_only = all(name.split(".")[0] == "torch_xla" for name in ROWS)  # a report's name is a row's
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """A row's name read, or imported by name: LibCST's tree also holds such a name where Python's reads none
+        (a keyword's name, `global`), and the rule reports it there."""
+        return scan.any_qual(ROWS) or not scan.imports.isdisjoint(ROWS)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
