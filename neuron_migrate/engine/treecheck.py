@@ -113,7 +113,7 @@ from neuron_migrate.engine.notes import _LONE_CR, Unsure, _dotted
 from neuron_migrate.engine.patches import may_patch
 from neuron_migrate.engine.scan import nodes
 from neuron_migrate.engine.treenames import TreeNames, exact_identifiers
-from neuron_migrate.engine.treepaths import _COMPOUND, TreePaths
+from neuron_migrate.engine.treepaths import _COMPOUND, TreePaths, first_line
 from neuron_migrate.findings import Finding
 from neuron_migrate.rules.unsupported import lookup
 
@@ -1352,7 +1352,7 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
     names = {v.id for v in values if type(v) is ast.Name}
     bodies = [(v.lineno, v.end_lineno) for v in values if type(v) is ast.Lambda]
     if names:
-        bodies += [(min([n.lineno, *(d.lineno for d in n.decorator_list)]), n.end_lineno) for n in nodes(tree)
+        bodies += [(first_line(n), n.end_lineno) for n in nodes(tree)
                    if n.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef) and n.name in names]
     return bodies
 
@@ -1362,7 +1362,7 @@ def _touches(found: list, walked: notes._Tree, bodies: list[tuple[int, int]]) ->
     `bodies` (`_patched_bodies`)."""
     for _code, node, _fields, _offset in found:
         held = walked.statement.get(id(node), node)
-        first = min([held.lineno, *(d.lineno for d in getattr(held, "decorator_list", ()))])
+        first = first_line(held)
         if any(first <= end and start <= held.end_lineno for start, end in bodies):
             return True
     return False
@@ -1476,7 +1476,7 @@ class _Marks:
             or self.statements().get(id(node))
         if statement is None:
             raise Unsure("a marked code on a node without its statement")
-        first = min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+        first = first_line(statement)
         head = self.walked.line_text(first)
         if head.lstrip().startswith("elif"):
             raise Unsure("a marked code above an elif")  # LibCST's elif may own other lines

@@ -532,9 +532,9 @@ class TreePaths(PathLogic):
         if i == 0 and self._one_line(body):
             line = self._lines[body[0].lineno - 1]
             return line[lean.column(line, body[0].col_offset):] + tail
-        first_line = body[i - 1].end_lineno + 1 if i else _first_line(body[i])
-        first_line = min(first_line, _first_line(body[i]))
-        return "".join(self._lines[first_line - 1:body[i].lineno]) + tail
+        start = body[i - 1].end_lineno + 1 if i else first_line(body[i])
+        start = min(start, first_line(body[i]))
+        return "".join(self._lines[start - 1:body[i].lineno]) + tail
 
     def _neuron_switch(self) -> bool:
         if self._imports_xla or not self._neuron_device:
@@ -593,7 +593,8 @@ class TreePaths(PathLogic):
         return current is not None
 
 
-def _first_line(statement: ast.stmt) -> int:
+def first_line(statement: ast.AST) -> int:
+    """The first line of a statement, its decorators' included (a node without decorators: its own line)."""
     decorators = getattr(statement, "decorator_list", ())
     return min([statement.lineno, *(d.lineno for d in decorators)])
 
