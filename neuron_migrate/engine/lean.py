@@ -12,7 +12,8 @@ classes); a class with a hot method is kept, its cold methods still replaced. A 
 - its text holds a needle: a trigger of a rule that runs on the file (for a rule whose byte pre-filter asks for
   names, `Rule.pattern` a `NamesPattern`: one of those names as a whole word, since each of its reports reads one
   spelled in the unit, or a name that a unit spelling it binds), a word a rule's decisions rest on far from its
-  triggers (`Rule.words`, as a whole word: `jit`, a Neuron-only attribute), `torch_xla`, a word naming a backend
+  triggers (`Rule.words`, as a whole word: `jit`, a Neuron-only attribute; `Rule.project_words`, what the
+  project gives: an attribute a base class in another module compiles), `torch_xla`, a word naming a backend
   (`xla`, `neuron`, `tpu`, `cuda`, `mps`, ... the words `engine/paths.py` classifies tests by; case-insensitive,
   as a word part), a suppression comment or a marker;
 - or it is a function or class that imports anything (the file's facts read every scope's imports), or it
