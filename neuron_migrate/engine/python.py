@@ -249,16 +249,12 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
             _python_accepts(source.text)  # nothing to report, but what Python refuses to compile is still an error
         return result
     tree = None
-    if step and rules and TREE_FILTER:  # the rules that cannot report at all leave the LibCST pass
+    if rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
         tree, made = _read(source.text)
         if "scan" not in made:
             made["scan"] = Scan(tree, source.text)
-        rules = tree_filter(rules, made["scan"], settings, step=True)
-    elif not step and rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
-        tree, made = _read(source.text)
-        if "scan" not in made:
-            made["scan"] = Scan(tree, source.text)
-        rules = tree_filter(rules, made["scan"], settings)
+        rules = tree_filter(rules, made["scan"], settings, step)  # with the step: its LibCST pass runs fewer rules
+    if tree is not None and not step:
         if not rules and not has_markers and not may_suppress:
             if rewrite:
                 _python_accepts(source.text)  # nothing to write; what Python refuses to compile is still reported
