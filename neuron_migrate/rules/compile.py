@@ -93,10 +93,11 @@ MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module", "
 NOT_MODULES = frozenset({"Parameter", "ParameterList", "ParameterDict", "Buffer", "UninitializedParameter",
                          "UninitializedBuffer"})
 FACTORIES = frozenset({"timm.create_model", "peft.get_peft_model", "torch.hub.load"})
-# Where every name that gives a module lies: torch.nn's classes, MODULE_BASES, FACTORIES, torchvision's models,
-# transformers' and diffusers' model classes
-MODULE_ROOTS = ("torch.nn", "lightning", "pytorch_lightning", "transformers", "diffusers", *sorted(FACTORIES),
-                "torchvision.models")
+# Where every name that gives a module lies (CompilePlacedModel's predicate): MODULE_BASES and FACTORIES
+# themselves, torch.nn's classes (`_nn_class`), torchvision's models and transformers' and diffusers' model classes
+# (`_builds_module`)
+MODULE_ROOTS = ("torch.nn", "torchvision.models", "transformers", "diffusers", *sorted(MODULE_BASES),
+                *sorted(FACTORIES))
 # transformers / diffusers classes whose `from_pretrained` / `from_config` return a model (not a tokenizer, a
 # processor, a config or a pipeline)
 PRETRAINED_MODEL = re.compile(r"(Model|For[A-Z]\w*|LMHead\w*|Autoencoder\w*|UNet\w*|Transformer\w*Model)$")
