@@ -1013,6 +1013,148 @@ def test_a_trace_where_the_target_keeps_the_xla_inference_path_is_noted_on_pytho
     assert [(f[0], f[4]) for f in found] == [(2, "NM510")] and "on inf2 that path is still maintained" in found[0][5]
 
 
+# A torch_xla import nothing reads: the fix pass's NM190 (an import unused as it was) is decided on Python's tree,
+# with the NM199 step or without it (a selection without NM199 still asks the fix pass for NM190 / NM191); a name
+# of such an import spelled anywhere else in the file leaves it to LibCST.
+UNREAD_IMPORTS = {
+    "an alias in a helper that moves its tensors to the GPU": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+
+        def get_batch(batch):
+            return batch.cuda()
+        """, ["NM190", "NM320"]),
+    "modules, and names imported from one over several lines": ("""\
+        import torch_xla
+        import torch_xla.distributed.xla_multiprocessing as xmp
+        from torch_xla.core.xla_model import (
+            xla_device,
+            mark_step,  # after each step
+        )
+        """, ["NM190"] * 4),
+    "beside another module, and joined by a semicolon": ("""\
+        import os, torch_xla.core.xla_model as xm
+        import torch_xla.debug.metrics; import torch_xla.debug.profiler as xp
+        print(os.sep)
+        """, ["NM190"] * 3),
+    "in a function and in a class": ("""\
+        def main():
+            import torch_xla.core.xla_model as xm
+            return 1
+
+
+        class Runner:
+            from torch_xla.core import xla_model
+        """, ["NM190"] * 2),
+    "in a guard that holds only it, beside torch_neuronx": ("""\
+        try:
+            import torch_neuronx
+            import torch_xla
+        except ImportError:
+            torch_neuronx = None
+        """, ["NM190"]),
+    "a file for TPUs or GPUs keeps its XLA code (multi-backend)": ("""\
+        import torch
+        try:
+            import torch_xla.core.xla_model as xm
+            XLA = True
+        except ImportError:
+            XLA = False
+
+
+        def sync(x):
+            if XLA:  # on a TPU
+                return x.sum()
+            return x
+        """, []),
+}
+NAMED_ELSEWHERE = {
+    "a read": ("import torch_xla.core.xla_model as xm\nxm.mark_step()\n", ["NM190", "NM103"]),
+    "a string": ("import torch_xla.core.xla_model as xm\nprint('xm is gone')\n", ["NM190"]),
+    "a comment": ("import torch_xla  # torch_xla for TPUs\n", ["NM190"]),
+    "an attribute": ("import torch_xla.core.xla_model as xm\nstate.xm = 1\n", ["NM190"]),
+    "a fallback in the guard": ("try:\n    import torch_xla.core.xla_model as xm\nexcept ImportError:\n"
+                                "    xm = None\n", ["NM190"]),
+    "the module's exports": ("import torch_xla.core.xla_model as xm\n__all__ = ['xm']\n", []),
+    "a star import": ("from torch_xla.core.xla_model import *\nx = 1\n", []),
+}
+IMPORT_SETTINGS = {
+    "helper": SETTINGS["helper"],
+    "alone": SETTINGS["alone"],
+    "--select NM190": Settings(select=frozenset({"NM190"})),
+    "--select NM191": Settings(select=frozenset({"NM191"})),
+    "--ignore NM199": Settings(project=HELPER, ignore=frozenset({"NM199"})),
+}
+
+
+@pytest.mark.parametrize("which", sorted(IMPORT_SETTINGS))
+@pytest.mark.parametrize("name", sorted(UNREAD_IMPORTS))
+def test_a_torch_xla_import_nothing_reads_is_decided_on_python_s_tree(name, which, monkeypatch):
+    """The same findings as the LibCST pass (which runs the step and the fix pass), in every selection; and no
+    LibCST tree is built for them."""
+    source, codes = UNREAD_IMPORTS[name]
+    settings = IMPORT_SETTINGS[which]
+    data = textwrap.dedent(source).encode()
+    found, decided = _same("utils.py", data, settings, monkeypatch)
+    assert decided, name
+    assert [f[4] for f in found] == [c for c in codes if settings.enabled(c)]
+    monkeypatch.setattr(engine, "parse_module", lambda text: pytest.fail("LibCST parsed the file"))
+    assert [f.code for f in engine.process_python("utils.py", data, settings, False).findings] == \
+        [f[4] for f in found]
+
+
+@pytest.mark.parametrize("name", sorted(NAMED_ELSEWHERE))
+def test_a_torch_xla_import_named_elsewhere_goes_to_libcst(name, monkeypatch):
+    source, codes = NAMED_ELSEWHERE[name]
+    found, decided = _same("utils.py", source.encode(), SETTINGS["helper"], monkeypatch)
+    assert not decided, name
+    assert [f[4] for f in found] == codes
+
+
+def test_a_selection_without_nm199_still_reports_and_removes_an_unused_torch_xla_import(monkeypatch):
+    """The fix pass's NM190 does not wait for another rule: `--select NM190` (or `--ignore NM199`) on a file where
+    no rule has anything to say reports the import, and `rewrite` removes it, as the default selection does."""
+    data = b"import torch\nimport torch_xla.core.xla_model as xm\n\nx = torch.zeros(2)\n"
+    for settings in (Settings(), *(IMPORT_SETTINGS[k] for k in ("--select NM190", "--ignore NM199"))):
+        for on in (True, False):
+            with _python_tree(on, monkeypatch), monkeypatch.context() as m:
+                m.setattr(engine, "TREE_FILTER", on)
+                found = engine.process_python("utils.py", data, settings, False).findings
+                written = engine.process_python("utils.py", data, settings, True).new_bytes
+            assert [(f.line, f.col, f.code) for f in found] == [(2, 8, "NM190")]
+            assert written == b"import torch\n\nx = torch.zeros(2)\n"
+
+
+@pytest.mark.parametrize("source", [
+    "import sys\n\nXLA = 'torch_xla' in sys.modules\n\n\ndef get_batch(batch):\n    return batch.cuda()\n",
+    "# torch_xla used to run this helper; the program moves to neuron\ndef get_batch(batch):\n"
+    "    return batch.cuda()\n",
+])
+def test_a_file_that_names_torch_xla_without_importing_it_is_decided_as_any_other(source, monkeypatch):
+    """The NM199 step reports only the names a file imports from torch_xla, and the fix pass only its torch_xla
+    imports: a file that names torch_xla in a string or a comment is decided on Python's tree, with the findings
+    of the LibCST pass that runs the step and the fix pass (the tree pre-filter off)."""
+    data = source.encode()
+    found, decided = _same("utils.py", data, SETTINGS["helper"], monkeypatch)
+    assert decided and [f[4] for f in found] == ["NM320"]
+    with monkeypatch.context() as m:
+        m.setattr(engine, "TREE_FILTER", False)
+        assert _check("utils.py", data, SETTINGS["helper"], True, monkeypatch)[0] == found
+    for rewrite in (False, True):
+        assert engine.process_python("utils.py", data, SETTINGS["helper"], rewrite).findings[0].code == "NM320"
+
+
+def test_a_file_that_names_torch_xla_without_importing_it_and_holds_nothing_to_migrate_is_never_parsed_by_libcst(
+        monkeypatch):
+    data = b"import sys\n\n\ndef on_xla():\n    return 'torch_xla' in sys.modules  # a TPU run\n"
+    monkeypatch.setattr(engine, "parse_module", lambda text: pytest.fail("LibCST parsed the file"))
+    for settings in (SETTINGS["helper"], SETTINGS["alone"]):
+        for rewrite in (False, True):
+            result = engine.process_python("utils.py", data, settings, rewrite)
+            assert result.findings == [] and result.new_bytes is None
+
+
 def test_a_file_no_moving_program_reaches_reports_nothing_on_either_tree(monkeypatch):
     source = DECIDED["tensors and modules moved to the GPU"][0]
     assert _case(source, "alone", monkeypatch=monkeypatch)[0] == []

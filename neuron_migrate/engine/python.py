@@ -238,10 +238,12 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
     present = Present(data, MOVING_TO_NEURON_BYTES if moving else ())
     rules = active_rules(data, settings, path, present)
     step = leftovers.active(present, settings, path)
+    # the fix pass reports on the file's torch_xla imports (NM190, NM191) whatever else runs
+    tidy = b"torch_xla" in data and (settings.enabled(imports.UNUSED_CODE, path)
+                                     or settings.enabled(imports.STRANDED_CODE, path))
     has_markers = MARKER_PREFIX.encode() in data
     may_suppress = MAY_SUPPRESS.search(data) is not None
-    if not rules and not step and not may_suppress and (
-            not has_markers or (not rewrite and b"torch_xla" not in data)):  # no fix pass: no NM190 either
+    if not rules and not step and not tidy and not may_suppress and (not has_markers or not rewrite):
         if has_markers:  # a person's markers, as found, where Python parses the file (as the LibCST pass asks)
             _read(source.text)
             result.findings = marker_findings(source.text, path, settings)
@@ -249,33 +251,42 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
             _python_accepts(source.text)  # nothing to report, but what Python refuses to compile is still an error
         return result
     tree = None
-    if rules and TREE_FILTER:  # Python's tree is parsed first anyway: the tree pre-filter is nearly free
+    if (rules or step or tidy) and TREE_FILTER:  # Python's tree is parsed first anyway: the pre-filter is nearly free
         tree, made = _read(source.text)
         if "scan" not in made:
             made["scan"] = Scan(tree, source.text)
-        rules = tree_filter(rules, made["scan"], settings, step)  # with the step: its LibCST pass runs fewer rules
-    if tree is not None and not step:
-        if not rules and not has_markers and not may_suppress:
+        scan = made["scan"]
+        if (step or tidy) and not scan.any_module_under(imports.LEGACY_ROOTS):
+            # `"torch_xla" in sys.modules`, a comment: the step reports only what the file imports from torch_xla,
+            # and the fix pass's NM190 / NM191 are about those imports; without one, the file is as any other
+            if step:
+                selected = _selected(settings, path)
+                rules = [r for r in rules if r in selected]
+            step = tidy = False
+        rules = tree_filter(rules, scan, settings, step)  # with the step: its LibCST pass runs fewer rules
+    if tree is not None:
+        probe = PROBE.get()
+        if not step and not tidy and not rules and not has_markers and not may_suppress:
             if rewrite:
                 _python_accepts(source.text)  # nothing to write; what Python refuses to compile is still reported
             return result
         notes = NOTES_ONLY.get()
-        if notes is not None and not rewrite and not has_markers and not may_suppress:
+        if notes is not None and not step and not tidy and not rewrite and not has_markers and not may_suppress:
             found = decide_notes(path, source.text, tree, rules, settings, notes, made)  # a set-aside file's notes
             if found is not None:
                 result.findings = found
                 return result
-        probe = PROBE.get()
         if probe is None and not rewrite and not may_suppress:
-            found = decide_on_tree(path, source.text, tree, rules, settings, made)  # CUDA leftovers, float64, ...
+            # CUDA leftovers, float64, ...; the NM199 step and the fix pass's NM190 / NM191 where they can be sure
+            found = decide_on_tree(path, source.text, tree, rules, settings, made, step)
             if found is not None:
                 result.findings = found
                 return result
-        if probe is not None and not may_suppress:  # whether a set-aside file reports more
+        if probe is not None and not step and not may_suppress:  # whether a set-aside file reports more
             rules, sure = probed(rules, probe, tree, source.text, settings, path, has_markers, made)
             if sure is not None:
                 raise Reported(sure)
-            if not rules and not has_markers:
+            if not rules and not has_markers and not tidy:
                 return result
             found = None if has_markers or rewrite else decide_on_tree(path, source.text, tree, rules, settings,
                                                                            made)

@@ -104,7 +104,7 @@ import functools
 import re
 from collections.abc import Callable
 
-from neuron_migrate.engine import lean, leftovers, notes, paths
+from neuron_migrate.engine import lean, notes, paths
 from neuron_migrate.engine.edits import MARKER_PREFIX, marker_code
 from neuron_migrate.engine.facts import MAIN_BLOCK, uses_neuron_device
 from neuron_migrate.engine.imports import LEGACY_ROOTS, STRANDED_CODE, UNUSED_CODE
@@ -1380,28 +1380,33 @@ def _cuda_sure(walked: notes._Tree, settings, bodies: list[tuple[int, int]] | No
                    for q in quals)
 
 
-def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: dict | None = None) \
-        -> list[Finding] | None:
+def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: dict | None = None,
+           step: bool = False) -> list[Finding] | None:
     """The findings of a `check` of the file from the `rules` the pre-filters left, or None where the LibCST pass
-    must decide (see the module docstring). `made`: what the passes over one file share (python.Shared)."""
+    must decide (see the module docstring). `made`: what the passes over one file share (python.Shared). `step`:
+    the NM199 step runs (then `rules` are every rule that may report, enabled or not)."""
     markers = MARKER_PREFIX in text
-    if (not rules and not markers) or any(r.__name__ not in _RULES and r.__name__ not in _XLA_QUIET for r in rules) \
-            or _LONE_CR.search(text):
+    if any(r.__name__ not in _RULES and r.__name__ not in _XLA_QUIET for r in rules) or _LONE_CR.search(text):
+        return None
+    tidy = "torch_xla" in text and any(settings.enabled(code, path) for code in (UNUSED_CODE, STRANDED_CODE))
+    if not rules and not markers and not step and not tidy:
         return None
 
     def run() -> list[Finding] | None:
-        if not rules:
+        walked = notes.walk(tree, text, made) if rules or step or tidy else None
+        legacy = [node for node in walked.imports if notes._legacy_import(node, LEGACY_ROOTS)] if walked else []
+        if legacy and (step or tidy):
+            unread = _unread_imports(walked, legacy)  # (a torch_xla import nothing reads, its module)
+            if unread is None:
+                return None  # a torch_xla name read: the NM199 step and the fix pass report on it
+        else:
+            unread = []
+        if not rules and not unread:
             return []  # only the markers: the LibCST pass decides nothing either
-        walked = notes.walk(tree, text, made)
-        if any(notes._legacy_import(node, LEGACY_ROOTS) for node in walked.imports) and any(
-                settings.enabled(code, path) for code in (UNUSED_CODE, STRANDED_CODE, leftovers.CODE)):
-            return None  # a torch_xla import: the fix pass and the NM199 step report on it
         if any(r.__name__ in _XLA_QUIET for r in rules):
             if not _xla_quiet(walked):
                 return None
             rules_left = [r for r in rules if r.__name__ not in _XLA_QUIET]
-            if not rules_left:
-                return []
         else:
             rules_left = rules
         cuda = any(r.__name__ in _CUDA_RULES for r in rules_left)
@@ -1420,7 +1425,7 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
                 # CUDA device names (NM117 acts where XLA code does), which `cuda_device_string` leaves to LibCST
                 chosen = [r for r in chosen if r.__name__ not in _CUDA_RULES
                           or moving and r.__name__ == "CudaDeviceString"]
-                if not chosen:
+                if not chosen and not unread:
                     return []
             if any(r.__name__ in _CUDA_RULES for r in chosen) and not _cuda_sure(walked, settings, bodies):
                 return None
@@ -1441,8 +1446,12 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         if bodies and _touches(decisions.found, walked, bodies):
             return None  # a fix would change a function patched in, which the self-call check reads
         codes = frozenset(c for r in rules for c in r.codes)
-        return notes._findings(path, walked, decisions.found, settings, codes,
-                               _Marks(walked, tree) if markers else None)
+        found = notes._findings(path, walked, decisions.found, settings, codes,
+                                _Marks(walked, tree) if markers else None)
+        if unread and settings.enabled(UNUSED_CODE, path) and not (
+                decisions.paths is not None and decisions.paths.multi_backend):  # a multi-backend file keeps them
+            found = sorted(found + _unused_findings(path, walked, unread), key=lambda f: f.sort_key())
+        return found
 
     found = notes.sure(run)
     if found is not None and markers:  # a person's markers, as `transform` reports them (NM900)
@@ -1450,6 +1459,45 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
 
         found = sorted(found + marker_findings(text, path, settings), key=lambda f: f.sort_key())
     return found
+
+
+def _unread_imports(walked: notes._Tree, legacy: list[ast.stmt]) -> list[tuple[ast.alias, str]] | None:
+    """Each torch_xla import of the `legacy` import statements, with the module NM190 names, where no name they
+    bind is spelled anywhere in the file but in those statements; None where one is (a read, an assignment, an
+    attribute, a string or a comment that names it is left to LibCST), or where one imports `*`.
+
+    No name of Python's tree then reads an import of torch_xla, nor does LibCST's scope analysis, which reads no
+    name that is not spelled: the NM199 step has nothing to report, no fix can leave a read of one behind, and the
+    fix pass finds each import unused as it was (NM190), none read as an availability flag, and no guard that
+    keeps one (no NM191)."""
+    unread: list[tuple[ast.alias, str]] = []
+    for node in legacy:
+        if isinstance(node, ast.ImportFrom):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            unread.extend((alias, node.module) for alias in node.names)
+        else:
+            unread.extend((alias, alias.name) for alias in node.names if alias.name.partition(".")[0] in LEGACY_ROOTS)
+    bound = {alias.asname or alias.name.partition(".")[0] for alias, _module in unread}
+    inside = "\n".join(walked.segment(node) for node in legacy)
+    for name in bound:
+        word = re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+        if len(word.findall(walked.text)) != len(word.findall(inside)):
+            return None
+    return unread
+
+
+def _unused_findings(path: str, walked: notes._Tree, unread: list[tuple[ast.alias, str]]) -> list[Finding]:
+    """NM190 for each torch_xla import nothing reads (`imports.unused_decisions`), placed at its alias."""
+    from neuron_migrate import catalogue
+
+    message = catalogue.rule(UNUSED_CODE).format
+    out = []
+    for alias, module in unread:
+        out.append(Finding(path, alias.lineno, walked.column(alias.lineno, alias.col_offset) + 1, UNUSED_CODE,
+                           message(module=module, after=""), True, end_line=alias.end_lineno,
+                           end_col=walked.column(alias.end_lineno, alias.end_col_offset) + 1))
+    return out
 
 
 class _Marks:
