@@ -115,6 +115,32 @@ def test_selection_never_turns_a_handled_idiom_into_nm199(settings):
     assert b"xm.get_ordinal()" in rewritten or not rewritten  # a code left out is not fixed
 
 
+# A name Python reads nowhere, spelled as a name the file imports from torch_xla: a keyword argument's name, a class
+# pattern's keyword, `global`. No rule and no NM199 takes it for the import, which nothing else reads (NM190).
+NOT_READ = {
+    "a timer's keyword": ("from torch_xla.core.xla_model import wait_device_ops\n\n",
+                          "timer = Timer(wait_device_ops=True)"),
+    "a logger's keyword": ("from torch_xla.core.xla_model import master_print\n\n", "log = Logger(master_print=False)"),
+    "a model's keyword": ("from torch_xla.utils.checkpoint import checkpoint\n\n", "model = Net(checkpoint=True)"),
+    "a launcher's keyword": ("from torch_xla.runtime import world_size\n\n", "setup(rank=0, world_size=8)"),
+    "a reduction's keyword": ("from torch_xla.core.xla_model import REDUCE_SUM\n\n", "total = fold(REDUCE_SUM=1)"),
+    "a class pattern's keyword": ("import torch_xla.core.xla_model as xm\n\n",
+                                  "def place(event):\n    match event:\n        case Move(xm=device):\n"
+                                  "            return device"),
+    "a global declaration": ("import torch_xla.core.xla_model as xm\n\n", "def reset():\n    global xm\n    xm = None"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_READ))
+def test_a_name_python_does_not_read_is_no_reference_to_the_import_it_spells(name):
+    imports, code = NOT_READ[name]
+    text = imports + code + "\n"
+    found = process_python("case.py", text.encode(), Settings(), False).findings
+    assert [f.code for f in found] == ["NM190"], found
+    written = process_python("case.py", text.encode(), Settings(), True).new_bytes.decode()
+    assert written == code + "\n"  # the import goes, the code stays as written, no marker
+
+
 def test_nm199_is_an_engine_step_not_a_rule():
     assert all("NM199" not in r.codes for r in all_rules())
     assert not hasattr(Rule, "order")

@@ -11,7 +11,7 @@ import libcst as cst
 from neuron_migrate.catalogue import load_data, rule
 from neuron_migrate.engine.edits import marker_room, marker_text, shorten
 from neuron_migrate.engine.imports import is_legacy
-from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.engine.names import dotted_str, not_a_read
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,8 +71,8 @@ def _reference(ctx, occ) -> str | None:
     node, parent = occ.node, occ.parent
     if type(parent) is cst.Attribute and (parent.value is node or parent.attr is node):
         return None  # only the whole chain counts
-    if _is_target(node, parent):
-        return None  # a binding (`xm = None`), not a use
+    if _is_target(node, parent) or not_a_read(node, parent):
+        return None  # a binding (`xm = None`), a keyword's name (`f(xm=...)`), `global xm`: not a use
     if type(occ.small) in _IMPORTS:
         return None
     ctx.current = occ

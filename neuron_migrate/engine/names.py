@@ -90,6 +90,15 @@ class Occurrence:
     in_loop: bool = False
 
 
+def not_a_read(node: cst.CSTNode, parent: cst.CSTNode | None) -> bool:
+    """Whether `node`, a name of LibCST's tree, stands where Python reads no name: a keyword argument's name
+    (`setup(world_size=n)`), a class pattern's keyword (`case Point(x=0)`), a name of `global` / `nonlocal`. It is
+    no reference to what the file imports under that name, whose rewrite there would not compile."""
+    kind = type(parent)  # exact types: isinstance on LibCST's ABCs is slow, and every name comes here
+    return (kind is cst.Arg and parent.keyword is node) or kind is cst.NameItem \
+        or (kind is cst.MatchKeywordElement and parent.key is node)
+
+
 def dotted(expr: cst.CSTNode) -> list[str] | None:
     """`a.b.c` -> ["a", "b", "c"]; None for anything that is not a plain name chain."""
     parts: list[str] = []
@@ -500,6 +509,9 @@ class Collector(cst.CSTVisitor):
     def visit_WithItem(self, node: cst.WithItem) -> None:
         if node.asname is not None:
             self._bind_target(node.asname.name, "with")
+
+    def visit_MatchKeywordElement(self, node) -> None:
+        self._skip_names.add(node.key)  # `case Point(x=0)`: the class's attribute, no read of a name `x`
 
     def visit_MatchAs(self, node) -> None:
         if getattr(node, "name", None) is not None:

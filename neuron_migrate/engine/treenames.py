@@ -14,7 +14,8 @@ The table is LibCST's, quirks and all, not Python's symbol table:
   bases and keywords in the class's, and the first iterable of a comprehension in the comprehension's.
 - A read is a name that is not bound where it stands (`None`, `True` and `False` are names too): an augmented
   assignment's target and `del x` read `x`; a capture pattern's name binds it, `*rest` and `**rest` in a pattern
-  read it, and so does a class pattern's keyword; `except* E as name` binds nothing (it reads `name`).
+  read it (a class pattern's keyword, `Point(x=0)`, reads nothing); `except* E as name` binds nothing (it reads
+  `name`).
 - `__all__ = ["name"]` at module level reads each name its string literals spell (each literal of an implicitly
   joined string on its own).
 - A binding is a fallback where it assigns `None`, or where an `except` handler holds it and it assigns a stand-in:
@@ -314,8 +315,6 @@ class TreeNames(Resolver):
         scope.read(str(node.value))  # `case None:` reads the name `None` to LibCST
 
     def _match_class(self, node: ast.MatchClass, scope, handlers, in_all):
-        for name in node.kwd_attrs:
-            scope.read(name)  # the keyword of `Point(x=0)` is a name LibCST's walk reads
         return [(node.cls, scope, handlers, False), *((p, scope, handlers, False) for p in node.patterns),
                 *((p, scope, handlers, False) for p in node.kwd_patterns)]
 

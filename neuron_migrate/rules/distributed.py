@@ -13,7 +13,7 @@ import libcst as cst
 
 from neuron_migrate.engine.edits import pure
 from neuron_migrate.engine.facts import fact
-from neuron_migrate.engine.names import dotted, dotted_str
+from neuron_migrate.engine.names import dotted, dotted_str, not_a_read
 from neuron_migrate.rules.patterns import (INIT_PROCESS_GROUP, XM, arg, code, has_star, respell_device, short,
                                           string_value)
 from neuron_migrate.rules.checkpoint import cpu_copy, holds_no_tensor
@@ -979,7 +979,7 @@ class Collectives(Rule):
             return
         name = REDUCE_CONSTANTS.get(ctx.qualname(node))
         occ = ctx.current
-        if name is None or isinstance(occ.small, (cst.Import, cst.ImportFrom)):
+        if name is None or isinstance(occ.small, (cst.Import, cst.ImportFrom)) or not_a_read(node, occ.parent):
             return
         parent = occ.parent
         if isinstance(parent, cst.Arg) and parent.value is node:

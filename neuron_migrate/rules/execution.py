@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from neuron_migrate.engine.names import not_a_read
 from neuron_migrate.rules.patterns import XM, arg, code, short
 from neuron_migrate.rules.rewrites import LOOSE_PARENTS
 from neuron_migrate.rules.target import portable, target
@@ -102,7 +103,7 @@ class MarkStep(Rule):
         occ = ctx.current
         parent = occ.parent
         if (type(parent) is cst.Call and parent.func is node) or type(occ.small) in (cst.Import, cst.ImportFrom) \
-                or ctx.qualname(node) not in WAIT:
+                or not_a_read(node, parent) or ctx.qualname(node) not in WAIT:
             return
         fixed = target(ctx).synchronize_function()
         if " " in fixed and not isinstance(parent, LOOSE_PARENTS):

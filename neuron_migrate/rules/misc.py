@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import libcst as cst
 
-from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.engine.names import dotted_str, not_a_read
 from neuron_migrate.engine.shared import RATE_TRACKER_DOC
 from neuron_migrate.rules.patterns import XM, arg, code, reads_setting, short
 from neuron_migrate.rules import Rule
@@ -158,7 +158,8 @@ class MasterPrint(Rule):
         ctx = self.ctx
         parent = ctx.current.parent
         if (isinstance(parent, cst.Call) and parent.func is node) or isinstance(parent, (
-                cst.Attribute, cst.ImportAlias, cst.AsName)) or ctx.qualname(node) not in MASTER_PRINT:
+                cst.Attribute, cst.ImportAlias, cst.AsName)) or not_a_read(node, parent) \
+                or ctx.qualname(node) not in MASTER_PRINT:
             return
         if ctx.facts.single_process:
             if ctx.report("NM223", node, call=short(node), fixed="print"):

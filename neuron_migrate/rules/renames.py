@@ -18,7 +18,7 @@ import libcst as cst
 
 from neuron_migrate.catalogue import renames
 from neuron_migrate.engine import patches
-from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.engine.names import dotted_str, not_a_read
 from neuron_migrate.rules import Rule, names_pattern
 from neuron_migrate.rules.patterns import code
 from neuron_migrate.rules.target import portable
@@ -117,7 +117,7 @@ class Renamed(Rule):
         occ = ctx.current
         if type(occ.parent) is cst.Attribute and occ.parent.value is node and ctx.qualname(occ.parent) in ROWS:
             return  # the whole chain is a legacy name: renamed as one (`__version__.split` renames `__version__`)
-        if type(occ.small) in _IMPORTS:  # exact types: isinstance on LibCST's ABCs is slow
+        if type(occ.small) in _IMPORTS or not_a_read(node, occ.parent):  # exact types: isinstance is slow
             return
         found = ROWS.get(ctx.qualname(node))
         if found is None:

@@ -8,7 +8,7 @@ import libcst as cst
 
 from neuron_migrate.catalogue import load_data
 from neuron_migrate.engine.facts import NEURON_DEVICE_USE
-from neuron_migrate.engine.names import dotted_str
+from neuron_migrate.engine.names import dotted_str, not_a_read
 from neuron_migrate.rules.patterns import arg, short
 from neuron_migrate.rules import Rule, names_pattern
 from neuron_migrate.rules import release
@@ -55,7 +55,7 @@ def reference(ctx, node: cst.CSTNode) -> str | None:
     kind = type(parent)  # exact types: isinstance on LibCST's ABCs is slow, and every name comes here
     if kind is cst.Attribute and (parent.value is node or parent.attr is node):
         return None
-    if kind is cst.Arg and parent.keyword is node:
+    if not_a_read(node, parent):
         return None
     if (kind is cst.AssignTarget or kind is cst.AnnAssign or kind is cst.AugAssign) and parent.target is node:
         return None  # a name bound here (`synchronize = None` in an except handler) is not a read of the API
