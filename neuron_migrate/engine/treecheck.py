@@ -31,7 +31,13 @@ notes?):
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
   (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
 - The file imports torch_xla nowhere, or NM190, NM191 and NM199 are not asked for (a set-aside program's notes
-  pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step.
+  pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step. Or no name its torch_xla
+  imports bind is spelled anywhere in the file but in those imports (`_unread_imports`; no `*` import): no name
+  of either tree reads one, so the step (`step`: it runs, and the rules are every rule that may report, enabled
+  or not) has nothing to report, no fix can leave a read behind, and the fix pass finds each import unused as it
+  was: NM190 at its alias (`_unused_findings`), none in a multi-backend file (which keeps its XLA code), no
+  availability flag and no guard that keeps one (no NM191). Such a file reaches this pass where the step runs
+  too, and where a selection leaves out NM199 but asks for NM190 or NM191.
   Where the CUDA rules run, `facts.moving_to_neuron` is read from the program or the file (its torch_neuronx
   imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`). A file that moves is not
   written in the portable style and binds no name to torch.cuda or below. No fix may be refused for making a
