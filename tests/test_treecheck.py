@@ -1212,6 +1212,10 @@ PIECES = [
     "if not is_torch_xla_available():\n    return y.cuda()", "if dev.type == 'xla':\n    z = w.cuda()",
     "ok = torch.cuda.is_available() and y.cuda()", "HAS = is_torch_xla_available()", "if HAS:\n    y.cuda()",
     "x = y.cuda() if torch.cuda.device_count() > 1 else y", "torch = load()", "import torch",
+    # torch_xla's imports: nothing reads them (NM190 decided on Python's tree), or a name of one is spelled elsewhere
+    "import torch_xla.core.xla_model as xm", "from torch_xla.core import xla_model", "import torch_xla",
+    "from torch_xla.runtime import world_size", "n = world_size()", "xm.mark_step()", "print('xm', 1)",
+    "f(world_size=2)", "xm = None", "x = 'TPU'  # or tpu",
     # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
     "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",
     "t = torch.from_numpy(a)", "t = torch.tensor(a).half()", "t = torch.as_tensor(a, dtype=torch.float32)",
