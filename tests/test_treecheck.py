@@ -1047,7 +1047,7 @@ UNREAD_IMPORTS = {
         class Runner:
             from torch_xla.core import xla_model
         """, ["NM190"] * 2),
-    "in a guard that holds only it, beside torch_neuronx": ("""\
+    "in a guard, beside torch_neuronx": ("""\
         try:
             import torch_neuronx
             import torch_xla
