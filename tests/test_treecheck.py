@@ -1126,6 +1126,125 @@ def test_a_selection_without_nm199_still_reports_and_removes_an_unused_torch_xla
             assert written == b"import torch\n\nx = torch.zeros(2)\n"
 
 
+# torch_xla's device read only in the device calls `XlaDeviceCall` replaces (NM101): once they are fixed, nothing
+# reads the imports, which the fix pass reports unused "once the other fixes are made" (NM190); decided on Python's
+# tree where the NM199 step or the fix pass runs. (codes in order, the NM190 messages' ends)
+DEVICE_CALLS = {
+    "the device of a training script's helper": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+
+        def to_device(batch):
+            return batch.to(xm.xla_device())
+        """, ["NM190", "NM101"]),
+    "indexes by name and by number, as a keyword too": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        first = xm.xla_device(0)
+        mine = xm.xla_device(n=rank)
+        other = xm.xla_device(index = 1)
+        """, ["NM190", "NM101", "NM101", "NM101"]),
+    "torch_xla.device(), a name imported from the module, an import unread beside them": ("""\
+        import torch
+        import torch_xla
+        import torch_xla.debug.metrics as met
+        from torch_xla.core.xla_model import xla_device
+
+        a = torch_xla.device()
+        b = xla_device()
+        """, ["NM190"] * 3 + ["NM101"] * 2),
+    "an import inside the function that reads it": ("""\
+        import torch
+
+
+        def zeros():
+            import torch_xla.core.xla_model as xm
+            return torch.zeros(2, device=xm.xla_device())
+        """, ["NM190", "NM101"]),
+    "in lambdas patched in for CUDA's functions": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+        torch.cuda.current_device = lambda: xm.xla_device()
+        torch.cuda.FloatTensor = lambda t: torch.FloatTensor(t).to(xm.xla_device())
+        """, None),
+    "beside a CUDA leftover": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+
+        def step(batch):
+            device = xm.xla_device()
+            return batch.cuda(), device
+        """, None),
+}
+# The same device calls where the LibCST pass decides: a call the rule leaves to NM199 or compares, an index it
+# may spell otherwise, a read that stays, a marker that stands for the finding, a patch of torch.device, a name
+# bound twice. (codes in order)
+DEVICE_CALLS_TO_LIBCST = {
+    "an argument the rule leaves to NM199": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                             "d = xm.xla_device(devkind='TPU')\n", ["NM199"]),
+    "compared with a tensor's device": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                        "moved = p.device != xm.xla_device()\n", ["NM190", "NM101"]),
+    "an index in parentheses": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                "d = xm.xla_device((rank))\n", ["NM190", "NM101"]),
+    "an index that is an expression": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                       "d = xm.xla_device(rank % 8)\n", ["NM190", "NM101"]),
+    "an API with no rewrite beside it": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                         "d = xm.xla_device()\nmem = xm.get_memory_info(d)\n",
+                                         ["NM101", "NM199"]),
+    "the module named in a comment": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                      "d = xm.xla_device()  # xm picks the core\n", ["NM190", "NM101"]),
+    "a marker above the call": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                "# TODO(neuron-migrate NM101): pick the device\nd = xm.xla_device()\n", ["NM900"]),
+    "torch.device patched in a lambda": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                         "torch.device = lambda *a: xm.xla_device()\n", ["NM101"]),
+    "a name bound twice": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                           "import torch_xla.core.xla_model as xm\nd = xm.xla_device()\n",
+                           ["NM190", "NM190", "NM101"]),
+}
+DEVICE_SETTINGS = {k: IMPORT_SETTINGS[k] for k in ("helper", "alone", "--ignore NM199")}
+
+
+@pytest.mark.parametrize("which", sorted(DEVICE_SETTINGS))
+@pytest.mark.parametrize("name", sorted(DEVICE_CALLS))
+def test_a_torch_xla_import_read_only_by_device_calls_is_decided_on_python_s_tree(name, which, monkeypatch):
+    """The same findings and messages as the LibCST pass, NM190 "once the other fixes are made" at each import its
+    fixes leave unread (but the one nothing read before), and no LibCST tree built for them."""
+    source, codes = DEVICE_CALLS[name]
+    settings = DEVICE_SETTINGS[which]
+    data = textwrap.dedent(source).encode()
+    found, decided = _same("utils.py", data, settings, monkeypatch)
+    assert decided, name
+    if codes is not None:
+        assert [f[4] for f in found] == [c for c in codes if settings.enabled(c)]
+    unused = [f[5] for f in found if f[4] == "NM190"]
+    assert unused and all(m.count("once the other fixes are made") == ("debug.metrics" not in m) for m in unused)
+    monkeypatch.setattr(engine, "parse_module", lambda text: pytest.fail("LibCST parsed the file"))
+    assert [f.code for f in engine.process_python("utils.py", data, settings, False).findings] == \
+        [f[4] for f in found]
+
+
+@pytest.mark.parametrize("which", ["--select NM190", "--select NM191", "--ignore NM101", "portable"])
+@pytest.mark.parametrize("name", sorted(DEVICE_CALLS))
+def test_device_calls_the_rule_does_not_fix_leave_their_imports_to_libcst(name, which, monkeypatch):
+    """Where NM101 is not asked for, or its fix defines the portable style's device variable, the LibCST pass
+    decides: the calls keep their reads, and the imports stay."""
+    settings = {**IMPORT_SETTINGS, "--ignore NM101": Settings(project=HELPER, ignore=frozenset({"NM101"})),
+                "portable": SETTINGS["portable"]}[which]
+    found, decided = _same("utils.py", textwrap.dedent(DEVICE_CALLS[name][0]).encode(), settings, monkeypatch)
+    assert not decided or "NM190" not in settings.select, name
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_CALLS_TO_LIBCST))
+def test_device_calls_python_s_tree_cannot_be_sure_of_go_to_libcst(name, monkeypatch):
+    source, codes = DEVICE_CALLS_TO_LIBCST[name]
+    found, decided = _same("utils.py", source.encode(), SETTINGS["helper"], monkeypatch)
+    assert not decided, name
+    assert [f[4] for f in found] == codes
+
+
 @pytest.mark.parametrize("source", [
     "import sys\n\nXLA = 'torch_xla' in sys.modules\n\n\ndef get_batch(batch):\n    return batch.cuda()\n",
     "# torch_xla used to run this helper; the program moves to neuron\ndef get_batch(batch):\n"
@@ -1216,6 +1335,11 @@ PIECES = [
     "import torch_xla.core.xla_model as xm", "from torch_xla.core import xla_model", "import torch_xla",
     "from torch_xla.runtime import world_size", "n = world_size()", "xm.mark_step()", "print('xm', 1)",
     "f(world_size=2)", "xm = None", "x = 'TPU'  # or tpu",
+    # torch_xla's device calls (NM101), which leave the imports unread once fixed, and their look-alikes
+    "d = xm.xla_device()", "d = xm.xla_device(n=rank)", "d = xm.xla_device(1)", "d = xm.xla_device(devkind='TPU')",
+    "d = torch_xla.device()", "ok = p.device == xm.xla_device()", "y.to(xm.xla_device((2)))", "d = dev.xla_device()",
+    "torch.cuda.current_device = lambda: xm.xla_device()", "torch.device = lambda *a: xm.xla_device()",
+    "from torch_xla.core.xla_model import xla_device", "d = xla_device(0)", "d = f'{xm.xla_device()}'",
     # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
     "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",
     "t = torch.from_numpy(a)", "t = torch.tensor(a).half()", "t = torch.as_tensor(a, dtype=torch.float32)",

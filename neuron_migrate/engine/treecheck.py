@@ -1,5 +1,6 @@
-"""A `check` of a file that does not import torch_xla (or is asked for no finding a torch_xla import makes), decided
-on Python's tree: its CUDA leftovers (NM320-NM323), float64 (NM401), the XLA stack's environment variables
+"""A `check` of a file that reads no torch_xla name but in the device calls it replaces (or is asked for no finding
+a torch_xla import makes), decided on Python's tree: torch_xla's device calls (NM101) and the imports they leave
+unread (NM190), its CUDA leftovers (NM320-NM323), float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
 NM509), Inf1 code (NM513), trn1 instances (NM520), NxD's tensor-parallel layers where they are marked (NM230) and
@@ -13,9 +14,11 @@ float64 on the device (`Float64`, NM401), the XLA stack's environment variables 
 the Neuron libraries built on the XLA stack (`NeuronLibrary`), NxD's inference APIs (`NxdInference`),
 optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code (`Inferentia1`), the trn1 instances it asks
 for (`InstanceType`), NxD's tensor-parallel layers (`TensorParallel`) and PyTorch's sparse, FFT, function-transform,
-nested, distributions and MX APIs (`UnsupportedApi`). Deciding that on LibCST's tree costs a LibCST parse, a scope
-analysis and a fix pass per file, for findings on calls, dotted names, imports and string literals
-that Python's tree (which the engine has parsed anyway) holds as well.
+nested, distributions and MX APIs (`UnsupportedApi`). A file whose only torch_xla code is the device it asks for
+(a model's helpers: `xm.xla_device()`, `XlaDeviceCall`, NM101) reports those calls and its imports, which their
+fixes leave unused (NM190). Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass
+per file, for findings on calls, dotted names, imports and string literals that Python's tree (which the engine
+has parsed anyway) holds as well.
 
 `decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
 (not a rewrite) of a file where they are the LibCST pass's decisions by construction, and returns None where it
@@ -23,7 +26,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these thirteen, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these fourteen, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind). The file has no suppression
   comments (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
@@ -32,12 +35,21 @@ notes?):
   (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
 - The file imports torch_xla nowhere, or NM190, NM191 and NM199 are not asked for (a set-aside program's notes
   pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step. Or no name its torch_xla
-  imports bind is spelled anywhere in the file but in those imports (`_unread_imports`; no `*` import): no name
-  of either tree reads one, so the step (`step`: it runs, and the rules are every rule that may report, enabled
-  or not) has nothing to report, no fix can leave a read behind, and the fix pass finds each import unused as it
-  was: NM190 at its alias (`_unused_findings`), none in a multi-backend file (which keeps its XLA code), no
-  availability flag and no guard that keeps one (no NM191). Such a file reaches this pass where the step runs
-  too, and where a selection leaves out NM199 but asks for NM190 or NM191.
+  imports bind is spelled anywhere in the file but in those imports (`_legacy_spellings`; no `*` import) and in
+  the device calls `XlaDeviceCall` reports and fixes (`_all_fixed`: `xm.xla_device` of `xm.xla_device()`, which
+  the fix replaces whole): once fixed, no name of either tree reads one, so the step (`step`: it runs, and the
+  rules are every rule that may report, enabled or not) has nothing to report, no fix can leave a read behind,
+  and the fix pass finds each import unused: NM190 at its alias (`_unused_findings`), "once the other fixes are
+  made" where a device call read it, none in a multi-backend file (which keeps its XLA code), no availability
+  flag and no guard that keeps one (no NM191). A name two imports bind, read, is left to LibCST (which binding a
+  read finds is its scopes'), as is a call the rule reports and does not fix (a marker above it, NM101 not
+  asked for): it keeps its read. Such a file reaches this pass where the step runs too, and where a selection
+  leaves out NM199 but asks for NM190 or NM191 (but a device call's file, where NM101 must run as well).
+- XlaDeviceCall's NM101 is the rule's own, on a call with no argument or its index alone as a name or a number
+  (`target().device`); a call compared with a device (the rule compares device types), another index, an
+  argument it leaves to NM199 and the portable style go to LibCST. Its fix reads `torch.device` only: in a
+  function patched in, the self-call check refuses it only where the file may patch `torch.device` itself
+  (`_patches_device`), which is left to LibCST.
   Where the CUDA rules run, `facts.moving_to_neuron` is read from the program or the file (its torch_neuronx
   imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`). A file that moves is not
   written in the portable style and binds no name to torch.cuda or below. No fix may be refused for making a
@@ -143,6 +155,7 @@ class _Decisions:
         self._parts: set[int] | None = None
         self.optimum_kept = False  # `facts.optimum_classes_kept` is not empty: the trainer classes stay (NM509)
         self.patched: frozenset[int] | None = frozenset()  # `_patched_values`: None where a function is patched in
+        self.device_calls: list[ast.Call] = []  # the calls `xla_device_call` reports, which its fixes replace
 
     def report(self, code: str, node: ast.AST, **fields) -> None:
         if not self._allowed(code, node):
@@ -345,6 +358,45 @@ class _Decisions:
                 or not _ATTRIBUTE_REST.fullmatch(rest[cut:])):
             raise Unsure("a value LibCST may read otherwise")
         return self.code(opened + self.tree.segment(value) + rest[:cut], value, call)
+
+    # XlaDeviceCall: `xm.xla_device()` -> the target device
+    def xla_device_call(self) -> None:
+        """`XlaDeviceCall`'s NM101 on each call of torch_xla's device function with no argument or its index alone,
+        as a name or a number (LibCST's code for other indexes, and an index in parentheses, are left to LibCST).
+        A call that is one side of a comparison (`p.device != xm.xla_device()`, which the rule rewrites as a
+        comparison of device types) is left to LibCST, as is the portable style (its device variable is a
+        definition the fix adds). The calls it reports go to `device_calls`: their fixes replace them whole."""
+        from neuron_migrate.rules.device import XLA_DEVICE
+        from neuron_migrate.rules.target import ACCELERATOR
+
+        compares = {id(o) for c in self.tree.compares for o in (c.left, *c.comparators)}
+        for call in self.tree.calls:
+            if self.qualname(call.func, "torch_xla") not in XLA_DEVICE:
+                continue
+            if id(call) in compares:
+                raise Unsure("a device call compared")  # `XlaDeviceCall.visit_Comparison`
+            if len(call.args) + len(call.keywords) > 1:
+                continue  # `devkind=` and friends: left to NM199
+            if call.args:
+                index = call.args[0]
+                if index.__class__ is ast.Starred:
+                    continue
+            elif call.keywords:
+                if call.keywords[0].arg not in ("n", "index"):
+                    continue
+                index = call.keywords[0].value
+            else:
+                index = None
+            if self.settings.device_style == ACCELERATOR:
+                raise Unsure("the portable style's device variable")
+            spelled = None
+            if index is not None:
+                if self._parentheses(index) is not None or not (index.__class__ is ast.Name or (
+                        index.__class__ is ast.Constant and index.value.__class__ is int)):
+                    raise Unsure("an index LibCST may spell otherwise")
+                spelled = self.tree.segment(index)
+            self.report("NM101", call, call=self.short(call), fixed=self.target().device(spelled))
+            self.device_calls.append(call)
 
     # CudaMethod: `x.cuda()` -> `x.to("neuron")`
     def cuda_method(self) -> None:
@@ -1281,7 +1333,8 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "EnvironmentVariable": "environment", "NeuronLibrary": "library", "NxdInference": "nxd",
           "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace",
           "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
-          "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string"}
+          "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string",
+          "XlaDeviceCall": "xla_device_call"}
 # they report only where the file moves to neuron
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
 # rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that imports no torch_xla
@@ -1363,6 +1416,23 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
     return bodies
 
 
+def _patches_device(tree: ast.Module) -> bool:
+    """Whether the file may patch a function in for `torch.device`: it sets an attribute named `device`, or one
+    `setattr` names otherwise than with a plain string. Where it cannot, NM101's fix (the device call replaced by
+    `torch.device("neuron")`, its index as it was) reads no patched name the function did not read before, so the
+    self-call check refuses it nowhere, in a function patched in too."""
+    for node in nodes(tree):
+        kind = type(node)
+        if kind is ast.Assign:
+            if any(type(t) is ast.Attribute and t.attr == "device" for t in node.targets):
+                return True
+        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id == "setattr":
+            name = node.args[1] if len(node.args) > 1 else None
+            if name is None or type(name) is not ast.Constant or name.value == "device":
+                return True
+    return False
+
+
 def _touches(found: list, walked: notes._Tree, bodies: list[tuple[int, int]]) -> bool:
     """Whether a reported node's statement (the node itself, where the walk records none) shares a line with one of
     `bodies` (`_patched_bodies`)."""
@@ -1401,9 +1471,13 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
     def run() -> list[Finding] | None:
         walked = notes.walk(tree, text, made) if rules or step or tidy else None
         legacy = [node for node in walked.imports if notes._legacy_import(node, LEGACY_ROOTS)] if walked else []
+        spelled: dict[str, int] = {}  # each name the torch_xla imports bind: how often the rest of the file spells it
         if legacy and (step or tidy):
-            unread = _unread_imports(walked, legacy)  # (a torch_xla import nothing reads, its module)
-            if unread is None:
+            imported = _legacy_spellings(walked, legacy)
+            if imported is None:
+                return None  # `from torch_xla... import *`
+            unread, spelled = imported  # (a torch_xla import, its module); the names' spellings
+            if any(spelled.values()) and not any(r.__name__ == "XlaDeviceCall" for r in rules):
                 return None  # a torch_xla name read: the NM199 step and the fix pass report on it
         else:
             unread = []
@@ -1449,14 +1523,17 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             getattr(decisions, _RULES[rule.__name__])()
         if patched and any(id(node) in patched for _code, node, _fields, _offset in decisions.found):
             return None  # a fix would replace a value patched in whole (see `_patched_values`)
-        if bodies and _touches(decisions.found, walked, bodies):
+        if bodies and _touches([f for f in decisions.found if f[0] != "NM101" or _patches_device(tree)], walked,
+                               bodies):
             return None  # a fix would change a function patched in, which the self-call check reads
+        marks = _Marks(walked, tree) if markers else None
+        if any(spelled.values()) and not _all_fixed(path, walked, decisions, settings, spelled, marks):
+            return None  # a read of a torch_xla name stays: the NM199 step and the fix pass report on it
         codes = frozenset(c for r in rules for c in r.codes)
-        found = notes._findings(path, walked, decisions.found, settings, codes,
-                                _Marks(walked, tree) if markers else None)
+        found = notes._findings(path, walked, decisions.found, settings, codes, marks)
         if unread and settings.enabled(UNUSED_CODE, path) and not (
                 decisions.paths is not None and decisions.paths.multi_backend):  # a multi-backend file keeps them
-            found = sorted(found + _unused_findings(path, walked, unread), key=lambda f: f.sort_key())
+            found = sorted(found + _unused_findings(path, walked, unread, spelled), key=lambda f: f.sort_key())
         return found
 
     found = notes.sure(run)
@@ -1467,15 +1544,18 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
     return found
 
 
-def _unread_imports(walked: notes._Tree, legacy: list[ast.stmt]) -> list[tuple[ast.alias, str]] | None:
-    """Each torch_xla import of the `legacy` import statements, with the module NM190 names, where no name they
-    bind is spelled anywhere in the file but in those statements; None where one is (a read, an assignment, an
-    attribute, a string or a comment that names it is left to LibCST), or where one imports `*`.
+def _legacy_spellings(walked: notes._Tree, legacy: list[ast.stmt]) \
+        -> tuple[list[tuple[ast.alias, str]], dict[str, int]] | None:
+    """Each torch_xla import of the `legacy` import statements, with the module NM190 names, and for each name they
+    bind, how often the file spells it (as a word) outside those statements: in a read, an assignment, an
+    attribute, a string or a comment alike. None where one imports `*`; Unsure where two imports bind a name the
+    file spells elsewhere.
 
-    No name of Python's tree then reads an import of torch_xla, nor does LibCST's scope analysis, which reads no
-    name that is not spelled: the NM199 step has nothing to report, no fix can leave a read of one behind, and the
-    fix pass finds each import unused as it was (NM190), none read as an availability flag, and no guard that
-    keeps one (no NM191)."""
+    A name spelled nowhere else is read by no name of Python's tree, nor by LibCST's scope analysis, which reads no
+    name that is not spelled: the NM199 step has nothing to report on it, no fix can leave a read of it behind, and
+    the fix pass finds its import unused as it was (NM190), not read as an availability flag, and no guard that
+    keeps one (no NM191). A name spelled only in calls whose fixes replace them (`_all_fixed`) is the same once the
+    fixes are made."""
     unread: list[tuple[ast.alias, str]] = []
     for node in legacy:
         if isinstance(node, ast.ImportFrom):
@@ -1484,24 +1564,55 @@ def _unread_imports(walked: notes._Tree, legacy: list[ast.stmt]) -> list[tuple[a
             unread.extend((alias, node.module) for alias in node.names)
         else:
             unread.extend((alias, alias.name) for alias in node.names if alias.name.partition(".")[0] in LEGACY_ROOTS)
-    bound = {alias.asname or alias.name.partition(".")[0] for alias, _module in unread}
+    bound = [alias.asname or alias.name.partition(".")[0] for alias, _module in unread]
     inside = "\n".join(walked.segment(node) for node in legacy)
-    for name in bound:
-        word = re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
-        if len(word.findall(walked.text)) != len(word.findall(inside)):
-            return None
-    return unread
+    spelled = {}
+    for name in set(bound):
+        word = _word(name)
+        spelled[name] = len(word.findall(walked.text)) - len(word.findall(inside))
+        if spelled[name] and bound.count(name) > 1:
+            raise Unsure("a torch_xla name bound twice and read")  # which binding a read finds is LibCST's
+    return unread, spelled
 
 
-def _unused_findings(path: str, walked: notes._Tree, unread: list[tuple[ast.alias, str]]) -> list[Finding]:
-    """NM190 for each torch_xla import nothing reads (`imports.unused_decisions`), placed at its alias."""
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+
+
+def _all_fixed(path: str, walked: notes._Tree, decisions: _Decisions, settings, spelled: dict[str, int],
+               marks: _Marks | None) -> bool:
+    """Whether every spelling of a name the torch_xla imports bind, outside those imports (`spelled`), is in the
+    called function of a device call `XlaDeviceCall` reports and fixes (`xm.xla_device` of `xm.xla_device()`): the
+    fix replaces the call whole, so the fixed file spells the name nowhere, as `_legacy_spellings` asks. A call the
+    rule reports but does not fix (its code not enabled, a marker above it) keeps its read: the NM199 step takes
+    it as handled, and the fix pass keeps the import, which the LibCST pass decides."""
+    from neuron_migrate.policy import Policy, _never
+
+    policy = Policy(settings, path, rewrite=True)
+    left = dict(spelled)
+    for call in decisions.device_calls:
+        decision = policy.decide("NM101", None, None, {"call": "", "fixed": ""}, migrating=lambda: False,
+                                 marked=(lambda call=call: marks("NM101", call)) if marks is not None else _never)
+        if decision is None or not decision.fix:
+            return False
+        func = walked.segment(call.func)
+        for name in left:
+            left[name] -= len(_word(name).findall(func))
+    return not any(left.values())
+
+
+def _unused_findings(path: str, walked: notes._Tree, unread: list[tuple[ast.alias, str]],
+                     spelled: dict[str, int]) -> list[Finding]:
+    """NM190 for each torch_xla import the fixed file no longer reads (`imports.unused_decisions`), placed at its
+    alias: "once the other fixes are made" where the file as it was reads it (`spelled`)."""
     from neuron_migrate import catalogue
 
     message = catalogue.rule(UNUSED_CODE).format
     out = []
     for alias, module in unread:
+        after = " once the other fixes are made" if spelled.get(alias.asname or alias.name.partition(".")[0]) else ""
         out.append(Finding(path, alias.lineno, walked.column(alias.lineno, alias.col_offset) + 1, UNUSED_CODE,
-                           message(module=module, after=""), True, end_line=alias.end_lineno,
+                           message(module=module, after=after), True, end_line=alias.end_lineno,
                            end_col=walked.column(alias.end_lineno, alias.end_col_offset) + 1))
     return out
 
