@@ -1169,6 +1169,27 @@ DEVICE_CALLS = {
         torch.cuda.current_device = lambda: xm.xla_device()
         torch.cuda.FloatTensor = lambda t: torch.FloatTensor(t).to(xm.xla_device())
         """, None),
+    "a module's helpers, which cast and place tensors, not models (NM107 has nothing to compile)": ("""\
+        import torch
+        import torch.nn as nn
+        import torch_xla.core.xla_model as xm
+
+
+        class Block(nn.Module):
+            def forward(self, x):
+                x = x.to(dtype=torch.float32)
+                return x.to(torch.float16)
+
+
+        def place(t):
+            return t.to(xm.xla_device())
+
+
+        def set_attributes(tensor, values):
+            for name, value in values.items():
+                setattr(tensor, name, value)
+        torch.cuda.current_device = lambda: xm.xla_device()
+        """, ["NM190", "NM101", "NM101"]),
     "beside a CUDA leftover": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1200,6 +1221,16 @@ DEVICE_CALLS_TO_LIBCST = {
                                 "# TODO(neuron-migrate NM101): pick the device\nd = xm.xla_device()\n", ["NM900"]),
     "torch.device patched in a lambda": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                          "torch.device = lambda *a: xm.xla_device()\n", ["NM101"]),
+    "a model placed on the device (NM107)": ("import torch\nimport torch.nn as nn\n"
+                                              "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n"
+                                              "model = nn.Linear(2, 2).to(device)\n",
+                                              ["NM190", "NM101", "NM107"]),
+    "a tensor placed on the device (NM107 finds no model)": ("import torch\nimport torch.nn as nn\n"
+                                                             "import torch_xla.core.xla_model as xm\n"
+                                                             "t = torch.ones(2).to(xm.xla_device())\n"
+                                                             "n = nn.Linear(2, 2).parameters()\n", ["NM190", "NM101"]),
+    "torch.device set with setattr": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                      "setattr(torch, 'device', lambda *a: xm.xla_device())\n", ["NM101"]),
     "a name bound twice": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                            "import torch_xla.core.xla_model as xm\nd = xm.xla_device()\n",
                            ["NM190", "NM190", "NM101"]),
@@ -1340,6 +1371,8 @@ PIECES = [
     "d = torch_xla.device()", "ok = p.device == xm.xla_device()", "y.to(xm.xla_device((2)))", "d = dev.xla_device()",
     "torch.cuda.current_device = lambda: xm.xla_device()", "torch.device = lambda *a: xm.xla_device()",
     "from torch_xla.core.xla_model import xla_device", "d = xla_device(0)", "d = f'{xm.xla_device()}'",
+    "model = nn.Linear(2, 2).to(xm.xla_device())", "x = y.to(dtype=torch.float16)", "n = model.parameters()",
+    "setattr(t, name, v)", "setattr(torch, 'device', lambda: xm.xla_device())", "self.device = d", "y.to(d)",
     # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
     "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",
     "t = torch.from_numpy(a)", "t = torch.tensor(a).half()", "t = torch.as_tensor(a, dtype=torch.float32)",

@@ -28,7 +28,9 @@ notes?):
 
 - Every rule left to run after the pre-filters is one of these fourteen, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
-  name as a device or a backend (a rewrite leaves `if backend == "xla":` behind). The file has no suppression
+  name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
+  it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has no
+  suppression
   comments (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
   `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
@@ -1369,6 +1371,72 @@ def _xla_quiet(walked: notes._Tree) -> bool:
     return True
 
 
+def _placements_quiet(walked: notes._Tree, tree: ast.Module, settings) -> bool:
+    """Whether `CompilePlacedModel` (NM107) reports nothing in a file that may import torch_xla: no placement it
+    follows (`x = y.to(d)` with one target, or `y.to(d)` as a statement, `d` the one argument, positional or
+    `device=`) is given what may be the XLA device, as the rule's `_is_device` asks, in any order and scope: a call
+    of torch_xla's device function or of `torch.device`, a string or an f-string naming xla, either branch of
+    `a if c else b`, or a name whose last part some assignment (one target, a name or an attribute chain) gives
+    such a value, one name to the next (`self.device = device`). (`settings.compile` off, it reports nothing.)"""
+    from neuron_migrate.rules.device import XLA_DEVICE
+
+    if not settings.compile:
+        return True
+    devices = XLA_DEVICE | {"torch.device"}
+    imported = walked.imported
+
+    def may_be_device(expr: ast.expr, names: set[str]) -> bool:
+        kind = expr.__class__
+        if kind is ast.Constant:
+            return expr.value.__class__ is str and "xla" in expr.value
+        if kind is ast.JoinedStr:
+            return True
+        if kind is ast.Call:
+            parts = _dotted(expr.func)
+            return bool(parts) and any(".".join([q, *parts[1:]]) in devices for q in imported.get(parts[0], ()))
+        if kind is ast.IfExp:
+            return may_be_device(expr.body, names) or may_be_device(expr.orelse, names)
+        if kind is ast.Starred:
+            return may_be_device(expr.value, names)
+        parts = _dotted(expr)
+        return bool(parts) and parts[-1] in names
+
+    assigned: list[tuple[str, ast.expr]] = []
+    given: list[ast.expr] = []  # the device each placement is given
+    for node in nodes(tree):
+        kind = node.__class__
+        if kind is ast.Assign and len(node.targets) == 1:
+            parts = _dotted(node.targets[0])
+            if parts:
+                assigned.append((parts[-1], node.value))
+                given += _placed_on(node.value)
+        elif kind is ast.Expr:
+            given += _placed_on(node.value)
+    if not given:
+        return True
+    names: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, value in assigned:
+            if name not in names and may_be_device(value, names):
+                names.add(name)
+                changed = True
+    return not any(may_be_device(device, names) for device in given)
+
+
+def _placed_on(value: ast.expr) -> list[ast.expr]:
+    """The device of `<obj>.to(<device>)` with one argument (`compile.placed_object`; a star's too), as a list."""
+    if value.__class__ is not ast.Call or value.func.__class__ is not ast.Attribute or value.func.attr != "to":
+        return []
+    if len(value.args) + len(value.keywords) != 1:
+        return []
+    if value.args:
+        return [value.args[0]]
+    keyword = value.keywords[0]
+    return [keyword.value] if keyword.arg in (None, "device") else []
+
+
 def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozenset[int] | None:
     """What the fix pass's self-call check (engine/patches.py) reads, on Python's tree: None where the file may
     patch a name it imports with a function, a lambda or a bare name (`torch.cuda.synchronize = _sync`,
@@ -1417,18 +1485,18 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
 
 
 def _patches_device(tree: ast.Module) -> bool:
-    """Whether the file may patch a function in for `torch.device`: it sets an attribute named `device`, or one
-    `setattr` names otherwise than with a plain string. Where it cannot, NM101's fix (the device call replaced by
-    `torch.device("neuron")`, its index as it was) reads no patched name the function did not read before, so the
-    self-call check refuses it nowhere, in a function patched in too."""
+    """Whether the file may patch a function in for `torch.device`: it sets an attribute named `device`, or a
+    `setattr` names it (the self-call check reads a `setattr` whose name is a string literal only). Where it cannot,
+    NM101's fix (the device call replaced by `torch.device("neuron")`, its index as it was) reads no patched name
+    the function did not read before, so the self-call check refuses it nowhere, in a function patched in too."""
     for node in nodes(tree):
         kind = type(node)
         if kind is ast.Assign:
             if any(type(t) is ast.Attribute and t.attr == "device" for t in node.targets):
                 return True
-        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id == "setattr":
-            name = node.args[1] if len(node.args) > 1 else None
-            if name is None or type(name) is not ast.Constant or name.value == "device":
+        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id == "setattr" and len(node.args) > 1:
+            name = node.args[1]
+            if type(name) is ast.Constant and name.value == "device":
                 return True
     return False
 
@@ -1484,7 +1552,8 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         if not rules and not unread:
             return []  # only the markers: the LibCST pass decides nothing either
         if any(r.__name__ in _XLA_QUIET for r in rules):
-            if not _xla_quiet(walked):
+            if not _xla_quiet(walked) and (any(r.__name__ in _XLA_QUIET and r.__name__ != "CompilePlacedModel"
+                                               for r in rules) or not _placements_quiet(walked, tree, settings)):
                 return None
             rules_left = [r for r in rules if r.__name__ not in _XLA_QUIET]
         else:
