@@ -626,7 +626,7 @@ HANDED_BACK = {
         def _sync():
             torch.cuda.synchronize()
 
-        torch.cuda.synchronize = _sync
+        torch.cuda.empty_cache = _sync
         x = y.cuda()
         """, ["NM322", "NM320"]),
     "a function patched in through setattr": ("""\
@@ -1070,7 +1070,7 @@ UNREAD_IMPORTS = {
         """, []),
 }
 NAMED_ELSEWHERE = {
-    "a read": ("import torch_xla.core.xla_model as xm\nxm.mark_step()\n", ["NM190", "NM103"]),
+    "a read": ("import torch_xla.core.xla_model as xm\nmem = xm.get_memory_info(d)\n", ["NM199"]),
     "a string": ("import torch_xla.core.xla_model as xm\nprint('xm is gone')\n", ["NM190"]),
     "a comment": ("import torch_xla  # torch_xla for TPUs\n", ["NM190"]),
     "an attribute": ("import torch_xla.core.xla_model as xm\nstate.xm = 1\n", ["NM190"]),
@@ -1190,6 +1190,50 @@ DEVICE_CALLS = {
                 setattr(tensor, name, value)
         torch.cuda.current_device = lambda: xm.xla_device()
         """, ["NM190", "NM101", "NM101"]),
+    "steps that go, a graph cut in a model's forward, a step that waits": ("""\
+        import torch
+        import torch.nn as nn
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        from torch_xla.core.xla_model import mark_step
+
+
+        class Stage(nn.Module):
+            def forward(self, x):
+                x = self.first(x)
+                xm.mark_step()  # a graph cut on purpose
+                return self.second(x)
+
+
+        class Pipeline:  # a method named forward is a model's too
+            def forward(self, x):
+                mark_step()
+                return x
+
+
+        def train(loader, model):
+            for batch in loader:
+                loss = model(batch)
+                loss.backward()
+                xm.mark_step(reset_scope=False)
+                torch_xla.sync()
+            xm.mark_step(wait=True)
+            xm.mark_step(True)
+            if loader:
+                xm.mark_step(False)
+        """, ["NM190"] * 3 + ["NM113", "NM113", "NM103", "NM103", "NM104", "NM104", "NM103"]),
+    "a step in a function patched in": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+
+        def _sync():
+            xm.mark_step(wait=True)
+
+
+        torch.cuda.empty_cache = _sync
+        torch.cuda.current_device = lambda: xm.xla_device()
+        """, ["NM190", "NM104", "NM101"]),
     "beside a CUDA leftover": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1231,6 +1275,22 @@ DEVICE_CALLS_TO_LIBCST = {
                                                              "n = nn.Linear(2, 2).parameters()\n", ["NM190", "NM101"]),
     "torch.device set with setattr": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                       "setattr(torch, 'device', lambda *a: xm.xla_device())\n", ["NM101"]),
+    "a step with devices (NM199)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                   "xm.mark_step(devices=[d])\n", ["NM199"]),
+    "a step that is no statement": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                    "done = xm.mark_step()\n", ["NM199"]),
+    "a computed wait": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                        "xm.mark_step(wait=not fast)\n", ["NM199"]),
+    "torch_xla's wait as a function": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                       "xm.mark_step()\nsync = xm.wait_device_ops\n", ["NM190", "NM103", "NM104"]),
+    "eager mode switched on": ("import torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\n"
+                               "torch_xla.experimental.eager_mode(True)\nxm.mark_step()\n",
+                               ["NM190", "NM190", "NM103", "NM103"]),
+    "torch_xla's step context": ("import torch\nimport torch_xla\n\nwith torch_xla.step():\n    torch_xla.sync()\n",
+                                 ["NM190", "NM109", "NM103"]),
+    "a step where torch.neuron.synchronize is patched": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                                         "torch.neuron.synchronize = lambda: xm.mark_step(True)\n",
+                                                         ["NM104"]),
     "a name bound twice": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                            "import torch_xla.core.xla_model as xm\nd = xm.xla_device()\n",
                            ["NM190", "NM190", "NM101"]),
@@ -1257,6 +1317,17 @@ def test_a_torch_xla_import_read_only_by_device_calls_is_decided_on_python_s_tre
         [f[4] for f in found]
 
 
+def test_an_import_the_fixes_take_no_read_of_is_unused_as_it_was(monkeypatch):
+    """A name imported from torch_xla and spelled only as an attribute of a call a fix takes away (`mark_step` of
+    `xm.mark_step()`) was never read: its NM190 says so, the module's says the fixes leave it unused."""
+    source = "import torch\nimport torch_xla.core.xla_model as xm\nfrom torch_xla.core.xla_model import mark_step\n" \
+             "\n\ndef train():\n    xm.mark_step()\n"
+    found, decided = _same("utils.py", source.encode(), SETTINGS["helper"], monkeypatch)
+    assert decided
+    assert [(f[0], f[4], "once the other fixes are made" in f[5]) for f in found] == \
+        [(2, "NM190", True), (3, "NM190", False), (7, "NM103", False)]
+
+
 @pytest.mark.parametrize("which", ["--select NM190", "--select NM191", "--ignore NM101", "portable"])
 @pytest.mark.parametrize("name", sorted(DEVICE_CALLS))
 def test_device_calls_the_rule_does_not_fix_leave_their_imports_to_libcst(name, which, monkeypatch):
@@ -1274,6 +1345,15 @@ def test_device_calls_python_s_tree_cannot_be_sure_of_go_to_libcst(name, monkeyp
     found, decided = _same("utils.py", source.encode(), SETTINGS["helper"], monkeypatch)
     assert not decided, name
     assert [f[4] for f in found] == codes
+
+
+@pytest.mark.parametrize("name", sorted({**DEVICE_CALLS_TO_LIBCST, **DEVICE_CALLS}))
+def test_the_rules_findings_alone_are_the_libcst_pass_s(name, monkeypatch):
+    """Asked for the rules' codes alone (no NM190, NM191, NM199: no read of a torch_xla name to follow), Python's
+    tree still decides each call as the LibCST pass does, or hands the file back."""
+    source = {**DEVICE_CALLS_TO_LIBCST, **DEVICE_CALLS}[name][0]
+    settings = Settings(project=HELPER, select=frozenset({"NM101", "NM103", "NM104", "NM113"}))
+    _same("utils.py", textwrap.dedent(source).encode(), settings, monkeypatch)
 
 
 @pytest.mark.parametrize("source", [
@@ -1373,6 +1453,8 @@ PIECES = [
     "from torch_xla.core.xla_model import xla_device", "d = xla_device(0)", "d = f'{xm.xla_device()}'",
     "model = nn.Linear(2, 2).to(xm.xla_device())", "x = y.to(dtype=torch.float16)", "n = model.parameters()",
     "setattr(t, name, v)", "setattr(torch, 'device', lambda: xm.xla_device())", "self.device = d", "y.to(d)",
+    "xm.mark_step()", "xm.mark_step(wait=True)", "x = xm.mark_step()", "xm.mark_step(devices=[d])", "torch_xla.sync()",
+    "def forward(self, x):\n    xm.mark_step()", "torch.neuron.synchronize = lambda: xm.mark_step(True)",
     # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
     "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",
     "t = torch.from_numpy(a)", "t = torch.tensor(a).half()", "t = torch.as_tensor(a, dtype=torch.float32)",

@@ -1,6 +1,7 @@
-"""A `check` of a file that reads no torch_xla name but in the device calls it replaces (or is asked for no finding
-a torch_xla import makes), decided on Python's tree: torch_xla's device calls (NM101) and the imports they leave
-unread (NM190), its CUDA leftovers (NM320-NM323), float64 (NM401), the XLA stack's environment variables
+"""A `check` of a file that reads no torch_xla name but in the device and step calls its fixes replace or remove
+(or is asked for no finding a torch_xla import makes), decided on Python's tree: torch_xla's device calls (NM101),
+its steps (NM103, NM104, NM113) and the imports they leave unread (NM190), its CUDA leftovers (NM320-NM323),
+float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
 NM509), Inf1 code (NM513), trn1 instances (NM520), NxD's tensor-parallel layers where they are marked (NM230) and
@@ -15,10 +16,11 @@ the Neuron libraries built on the XLA stack (`NeuronLibrary`), NxD's inference A
 optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code (`Inferentia1`), the trn1 instances it asks
 for (`InstanceType`), NxD's tensor-parallel layers (`TensorParallel`) and PyTorch's sparse, FFT, function-transform,
 nested, distributions and MX APIs (`UnsupportedApi`). A file whose only torch_xla code is the device it asks for
-(a model's helpers: `xm.xla_device()`, `XlaDeviceCall`, NM101) reports those calls and its imports, which their
-fixes leave unused (NM190). Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass
-per file, for findings on calls, dotted names, imports and string literals that Python's tree (which the engine
-has parsed anyway) holds as well.
+(a model's helpers: `xm.xla_device()`, `XlaDeviceCall`, NM101) and the steps it marks (`xm.mark_step()`,
+`MarkStep`: NM103, NM104, NM113) reports those calls and its imports, which their fixes leave unused (NM190).
+Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on
+calls, dotted names, imports and string literals that Python's tree (which the engine has parsed anyway) holds as
+well.
 
 `decide` takes those decisions on Python's tree, with the rules' own tables and message fields, for a `check`
 (not a rewrite) of a file where they are the LibCST pass's decisions by construction, and returns None where it
@@ -26,7 +28,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these fourteen, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these fifteen, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
   it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has no
@@ -38,11 +40,13 @@ notes?):
 - The file imports torch_xla nowhere, or NM190, NM191 and NM199 are not asked for (a set-aside program's notes
   pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step. Or no name its torch_xla
   imports bind is spelled anywhere in the file but in those imports (`_legacy_spellings`; no `*` import) and in
-  the device calls `XlaDeviceCall` reports and fixes (`_all_fixed`: `xm.xla_device` of `xm.xla_device()`, which
-  the fix replaces whole): once fixed, no name of either tree reads one, so the step (`step`: it runs, and the
+  the code the fixes of `_FIXES_TAKE_READS` take away (`_all_fixed`, `_Decisions.fixes`: `xm.xla_device` of
+  `xm.xla_device()`, whose call the fix replaces; a step call replaced, or its statement removed): once fixed, no
+  name of either tree reads one, so the step (`step`: it runs, and the
   rules are every rule that may report, enabled or not) has nothing to report, no fix can leave a read behind,
   and the fix pass finds each import unused: NM190 at its alias (`_unused_findings`), "once the other fixes are
-  made" where a device call read it, none in a multi-backend file (which keeps its XLA code), no availability
+  made" where the file as it was reads its name (`_read_before`: a name, not an attribute of the same spelling),
+  none in a multi-backend file (which keeps its XLA code), no availability
   flag and no guard that keeps one (no NM191). A name two imports bind, read, is left to LibCST (which binding a
   read finds is its scopes'), as is a call the rule reports and does not fix (a marker above it, NM101 not
   asked for): it keeps its read. Such a file reaches this pass where the step runs too, and where a selection
@@ -51,7 +55,12 @@ notes?):
   (`target().device`); a call compared with a device (the rule compares device types), another index, an
   argument it leaves to NM199 and the portable style go to LibCST. Its fix reads `torch.device` only: in a
   function patched in, the self-call check refuses it only where the file may patch `torch.device` itself
-  (`_patches_device`), which is left to LibCST.
+  (`_FIX_READS`, `_patched_attributes`), which is left to LibCST.
+- MarkStep's decisions are the rule's own on torch_xla's step calls (`mark_step`, `torch_xla.sync`): as a statement
+  removed (NM103), or a graph cut in a model's forward (NM113: `_in_forward` on the scopes of Python's tree), one
+  that waits becomes the device's synchronize (NM104); other arguments, or another place, report nothing and keep
+  their read. `wait_device_ops`, eager mode, `torch_xla.step()` and the portable style go to LibCST; so does a
+  fix that spells an attribute the file may patch a function in for (`_FIX_READS`).
   Where the CUDA rules run, `facts.moving_to_neuron` is read from the program or the file (its torch_neuronx
   imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`). A file that moves is not
   written in the portable style and binds no name to torch.cuda or below. No fix may be refused for making a
@@ -157,14 +166,17 @@ class _Decisions:
         self._parts: set[int] | None = None
         self.optimum_kept = False  # `facts.optimum_classes_kept` is not empty: the trainer classes stay (NM509)
         self.patched: frozenset[int] | None = frozenset()  # `_patched_values`: None where a function is patched in
-        self.device_calls: list[ast.Call] = []  # the calls `xla_device_call` reports, which its fixes replace
+        # (reported node, the code its fix takes away) of the findings whose fixes take torch_xla reads away
+        self.fixes: list[tuple[ast.AST, ast.AST]] = []
 
-    def report(self, code: str, node: ast.AST, **fields) -> None:
+    def report(self, code: str, node: ast.AST, **fields) -> bool:
+        """Record a finding where the code paths let its family act (True), as `ctx.report` asks them first."""
         if not self._allowed(code, node):
-            return
+            return False
         if id(node) in self.tree.in_fstring:
             raise Unsure("inside an f-string")  # where Python's places are its own before 3.12
         self.found.append((code, node, fields, None))  # placed without its parentheses, as LibCST places it
+        return True
 
     def _allowed(self, code: str, node: ast.AST) -> bool:
         """Whether the code paths let `code`'s family act on `node`, as `ctx.report` asks them first: not on a CUDA
@@ -367,7 +379,7 @@ class _Decisions:
         as a name or a number (LibCST's code for other indexes, and an index in parentheses, are left to LibCST).
         A call that is one side of a comparison (`p.device != xm.xla_device()`, which the rule rewrites as a
         comparison of device types) is left to LibCST, as is the portable style (its device variable is a
-        definition the fix adds). The calls it reports go to `device_calls`: their fixes replace them whole."""
+        definition the fix adds). The fix replaces the call's function with the rest (`fixes`)."""
         from neuron_migrate.rules.device import XLA_DEVICE
         from neuron_migrate.rules.target import ACCELERATOR
 
@@ -397,8 +409,68 @@ class _Decisions:
                         index.__class__ is ast.Constant and index.value.__class__ is int)):
                     raise Unsure("an index LibCST may spell otherwise")
                 spelled = self.tree.segment(index)
-            self.report("NM101", call, call=self.short(call), fixed=self.target().device(spelled))
-            self.device_calls.append(call)
+            if self.report("NM101", call, call=self.short(call), fixed=self.target().device(spelled)):
+                self.fixes.append((call, call.func))
+
+    # MarkStep: `xm.mark_step()` goes (NM103), stays a graph cut in a model's forward (NM113) or waits (NM104)
+    def mark_step(self) -> None:
+        """`MarkStep`'s decisions on torch_xla's step calls: one as a statement goes (NM103; in a model's forward it
+        becomes `torch._dynamo.graph_break()`, NM113), one that waits (`wait=True`) becomes the device's
+        synchronize (NM104). A call with other arguments (left to NM199) or in another place reports nothing, and
+        keeps its read. The rule's other calls (`wait_device_ops`, eager mode, `torch_xla.step()`), and the portable
+        style, are left to LibCST."""
+        from neuron_migrate.rules.execution import EAGER_CONTEXT, EAGER_MODE, MARK_STEP, STEP_CONTEXT, WAIT
+        from neuron_migrate.rules.target import ACCELERATOR
+
+        tree = self.tree
+        if "wait_device_ops" in tree.text:
+            raise Unsure("torch_xla's wait, which may be passed as a function")
+        others = WAIT | EAGER_MODE | EAGER_CONTEXT | STEP_CONTEXT
+        for call in tree.calls:
+            qual = self.qualname(call.func, "torch_xla")
+            if qual in others:
+                raise Unsure("eager mode, or torch_xla's step context")
+            if qual not in MARK_STEP:
+                continue
+            wait = next((k.value for k in call.keywords if k.arg == "wait"), None)
+            if wait is None and call.args and call.args[0].__class__ is not ast.Starred:
+                wait = call.args[0]
+            if any(a is not wait for a in call.args) or any(
+                    k.value is not wait and k.arg != "reset_scope" for k in call.keywords):
+                continue  # devices=: left to NM199
+            if wait is not None and not (wait.__class__ is ast.Name or (
+                    wait.__class__ is ast.Constant and wait.value in (True, False, None))):
+                continue  # a computed wait=: left to NM199
+            statement = tree.statement.get(id(call))
+            alone = statement.__class__ is ast.Expr and statement.value is call
+            if wait.__class__ is ast.Constant and wait.value is True:
+                if self.settings.device_style == ACCELERATOR:
+                    raise Unsure("the portable style's synchronize statement")
+                if self.report("NM104", call, call=self.short(call), fixed=self.target().synchronize_call()):
+                    self.fixes.append((call, call))
+            elif alone and self._in_forward(self.scope(call.func)):
+                if self.report("NM113", call, call=self.short(call), fixed=f"{self.torch()}._dynamo.graph_break()"):
+                    self.fixes.append((call, call))
+            elif alone:
+                if self.report("NM103", call, call=self.short(call)):
+                    self.fixes.append((call, statement))
+
+    def _in_forward(self, scope: Scope) -> bool:
+        """`execution._in_forward` on the scopes of Python's tree: the code runs in a method `forward`, or in any
+        method of a class derived from a module class (a function nested in the method counts as the method)."""
+        from neuron_migrate.rules.compile import MODULE_BASES, _nn_class
+
+        while scope is not None and scope.kind != "function":
+            scope = scope.parent
+        while scope is not None and scope.parent is not None and scope.parent.kind == "function":
+            scope = scope.parent
+        if scope is None or scope.parent is None or scope.parent.kind != "class":
+            return False
+        if scope.node.name == "forward":
+            return True
+        names, outer = self.names(), scope.parent.parent
+        return any((q := names.qualname(base, outer)) in MODULE_BASES or _nn_class(q or "")
+                   for base in scope.parent.node.bases)
 
     # CudaMethod: `x.cuda()` -> `x.to("neuron")`
     def cuda_method(self) -> None:
@@ -1336,7 +1408,9 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace",
           "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
           "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string",
-          "XlaDeviceCall": "xla_device_call"}
+          "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step"}
+# rules whose fixes take reads of torch_xla names away (`_Decisions.fixes`)
+_FIXES_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep"})
 # they report only where the file moves to neuron
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
 # rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that imports no torch_xla
@@ -1484,21 +1558,34 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
     return bodies
 
 
-def _patches_device(tree: ast.Module) -> bool:
-    """Whether the file may patch a function in for `torch.device`: it sets an attribute named `device`, or a
-    `setattr` names it (the self-call check reads a `setattr` whose name is a string literal only). Where it cannot,
-    NM101's fix (the device call replaced by `torch.device("neuron")`, its index as it was) reads no patched name
-    the function did not read before, so the self-call check refuses it nowhere, in a function patched in too."""
+# the attribute each fix of a torch_xla read spells where it reads a name late (engine/patches.py): the device's
+# `torch.device`, `torch.neuron.synchronize`, `torch._dynamo.graph_break`; a removal (NM103) spells none
+_FIX_READS = {"NM101": "device", "NM103": None, "NM104": "synchronize", "NM113": "graph_break"}
+
+
+def _patched_attributes(tree: ast.Module) -> set[str]:
+    """The attributes the file may patch a function in for: each `a.b = ...` target's last name, and the name a
+    `setattr` gives as a string literal (the self-call check reads no other). A fix of `_FIX_READS` whose attribute
+    is none of them reads no patched name the function did not read before (its other code is as it was), so the
+    self-call check refuses it nowhere, in a function patched in too."""
+    found: set[str] = set()
     for node in nodes(tree):
         kind = type(node)
         if kind is ast.Assign:
-            if any(type(t) is ast.Attribute and t.attr == "device" for t in node.targets):
-                return True
+            found.update(t.attr for t in node.targets if type(t) is ast.Attribute)
         elif kind is ast.Call and type(node.func) is ast.Name and node.func.id == "setattr" and len(node.args) > 1:
             name = node.args[1]
-            if type(name) is ast.Constant and name.value == "device":
-                return True
-    return False
+            if type(name) is ast.Constant and name.value.__class__ is str:
+                found.add(name.value)
+    return found
+
+
+def _unpatched_fix(code: str, patched: Callable[[], set[str]]) -> bool:
+    """Whether the fix of a finding of `code` can change no function patched in to call itself (`_FIX_READS`)."""
+    if code not in _FIX_READS:
+        return False
+    read = _FIX_READS[code]
+    return read is None or read not in patched()
 
 
 def _touches(found: list, walked: notes._Tree, bodies: list[tuple[int, int]]) -> bool:
@@ -1545,7 +1632,7 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             if imported is None:
                 return None  # `from torch_xla... import *`
             unread, spelled = imported  # (a torch_xla import, its module); the names' spellings
-            if any(spelled.values()) and not any(r.__name__ == "XlaDeviceCall" for r in rules):
+            if any(spelled.values()) and not any(r.__name__ in _FIXES_TAKE_READS for r in rules):
                 return None  # a torch_xla name read: the NM199 step and the fix pass report on it
         else:
             unread = []
@@ -1592,9 +1679,10 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             getattr(decisions, _RULES[rule.__name__])()
         if patched and any(id(node) in patched for _code, node, _fields, _offset in decisions.found):
             return None  # a fix would replace a value patched in whole (see `_patched_values`)
-        if bodies and _touches([f for f in decisions.found if f[0] != "NM101" or _patches_device(tree)], walked,
-                               bodies):
-            return None  # a fix would change a function patched in, which the self-call check reads
+        if bodies:
+            attributes = functools.cache(lambda: _patched_attributes(tree))
+            if _touches([f for f in decisions.found if not _unpatched_fix(f[0], attributes)], walked, bodies):
+                return None  # a fix would change a function patched in, which the self-call check reads
         marks = _Marks(walked, tree) if markers else None
         if any(spelled.values()) and not _all_fixed(path, walked, decisions, settings, spelled, marks):
             return None  # a read of a torch_xla name stays: the NM199 step and the fix pass report on it
@@ -1602,7 +1690,8 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         found = notes._findings(path, walked, decisions.found, settings, codes, marks)
         if unread and settings.enabled(UNUSED_CODE, path) and not (
                 decisions.paths is not None and decisions.paths.multi_backend):  # a multi-backend file keeps them
-            found = sorted(found + _unused_findings(path, walked, unread, spelled), key=lambda f: f.sort_key())
+            read = _read_before(decisions, {name for name, count in spelled.items() if count})
+            found = sorted(found + _unused_findings(path, walked, unread, read), key=lambda f: f.sort_key())
         return found
 
     found = notes.sure(run)
@@ -1658,28 +1747,49 @@ def _all_fixed(path: str, walked: notes._Tree, decisions: _Decisions, settings, 
     from neuron_migrate.policy import Policy, _never
 
     policy = Policy(settings, path, rewrite=True)
+    reported = {id(node): (code, fields) for code, node, fields, _offset in decisions.found}
     left = dict(spelled)
-    for call in decisions.device_calls:
-        decision = policy.decide("NM101", None, None, {"call": "", "fixed": ""}, migrating=lambda: False,
-                                 marked=(lambda call=call: marks("NM101", call)) if marks is not None else _never)
+    for node, taken in decisions.fixes:
+        code, fields = reported[id(node)]
+        marked = (lambda code=code, node=node: marks(code, node)) if marks is not None else _never
+        decision = policy.decide(code, None, None, fields, migrating=lambda: False, marked=marked)
         if decision is None or not decision.fix:
             return False
-        func = walked.segment(call.func)
+        gone = walked.segment(taken)
         for name in left:
-            left[name] -= len(_word(name).findall(func))
+            left[name] -= len(_word(name).findall(gone))
     return not any(left.values())
 
 
+def _read_before(decisions: _Decisions, spelled: set[str]) -> set[str]:
+    """Which of the names the torch_xla imports bind, `spelled` in the code the fixes take away, the file as it was
+    reads (a name, not an attribute's: `mark_step` of `xm.mark_step()` reads no `from ... import mark_step`), as
+    LibCST's scope analysis finds it: a name resolved to a torch_xla import (bound once, by that import alone, as
+    `_legacy_spellings` and `_all_fixed` made sure)."""
+    if not spelled:
+        return set()
+    from neuron_migrate.engine.treenames import _READS
+
+    names = decisions.names()
+    read = set()
+    for node, scope in names.names:
+        if node.__class__ is ast.Name and node.id in spelled and node.ctx.__class__ in _READS:
+            qual = names.qualname(node, scope)
+            if qual is not None and qual.partition(".")[0] in LEGACY_ROOTS:
+                read.add(node.id)
+    return read
+
+
 def _unused_findings(path: str, walked: notes._Tree, unread: list[tuple[ast.alias, str]],
-                     spelled: dict[str, int]) -> list[Finding]:
+                     read: set[str] = frozenset()) -> list[Finding]:
     """NM190 for each torch_xla import the fixed file no longer reads (`imports.unused_decisions`), placed at its
-    alias: "once the other fixes are made" where the file as it was reads it (`spelled`)."""
+    alias: "once the other fixes are made" where the file as it was reads it (`read`: `_read_before`)."""
     from neuron_migrate import catalogue
 
     message = catalogue.rule(UNUSED_CODE).format
     out = []
     for alias, module in unread:
-        after = " once the other fixes are made" if spelled.get(alias.asname or alias.name.partition(".")[0]) else ""
+        after = " once the other fixes are made" if (alias.asname or alias.name.partition(".")[0]) in read else ""
         out.append(Finding(path, alias.lineno, walked.column(alias.lineno, alias.col_offset) + 1, UNUSED_CODE,
                            message(module=module, after=after), True, end_line=alias.end_lineno,
                            end_col=walked.column(alias.end_lineno, alias.end_col_offset) + 1))
