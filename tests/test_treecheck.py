@@ -1054,6 +1054,12 @@ UNREAD_IMPORTS = {
         except ImportError:
             torch_neuronx = None
         """, ["NM190"]),
+    "named in a string and in comments, which read nothing": ("""\
+        import torch_xla  # torch_xla for TPUs
+        import torch_xla.core.xla_model as xm
+
+        print('xm is gone')  # so is xm
+        """, ["NM190", "NM190"]),
     "a file for TPUs or GPUs keeps its XLA code (multi-backend)": ("""\
         import torch
         try:
@@ -1071,8 +1077,6 @@ UNREAD_IMPORTS = {
 }
 NAMED_ELSEWHERE = {
     "a read": ("import torch_xla.core.xla_model as xm\nmem = xm.get_memory_info(d)\n", ["NM199"]),
-    "a string": ("import torch_xla.core.xla_model as xm\nprint('xm is gone')\n", ["NM190"]),
-    "a comment": ("import torch_xla  # torch_xla for TPUs\n", ["NM190"]),
     "an attribute": ("import torch_xla.core.xla_model as xm\nstate.xm = 1\n", ["NM190"]),
     "a fallback in the guard": ("try:\n    import torch_xla.core.xla_model as xm\nexcept ImportError:\n"
                                 "    xm = None\n", ["NM190"]),
@@ -1126,10 +1130,12 @@ def test_a_selection_without_nm199_still_reports_and_removes_an_unused_torch_xla
             assert written == b"import torch\n\nx = torch.zeros(2)\n"
 
 
-# torch_xla's device read only in the device calls `XlaDeviceCall` replaces (NM101): once they are fixed, nothing
-# reads the imports, which the fix pass reports unused "once the other fixes are made" (NM190); decided on Python's
-# tree where the NM199 step or the fix pass runs. (codes in order, the NM190 messages' ends)
-DEVICE_CALLS = {
+# torch_xla's names read only where the rules' findings take them away or keep them handled: the device calls
+# `XlaDeviceCall` replaces (NM101), the steps `MarkStep` removes or replaces (NM103, NM104, NM113), the xser saves and
+# loads a converter chooses (NM222, kept with their import). Once fixed, an import nothing reads is reported unused
+# "once the other fixes are made" (NM190); decided on Python's tree where the NM199 step or the fix pass runs.
+# (codes in order)
+LEGACY_READS = {
     "the device of a training script's helper": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1234,6 +1240,40 @@ DEVICE_CALLS = {
         torch.cuda.empty_cache = _sync
         torch.cuda.current_device = lambda: xm.xla_device()
         """, ["NM190", "NM104", "NM101"]),
+    "the module named in a comment and a string": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        d = xm.xla_device()  # xm picks the core
+        print("xm.xla_device() gave", d)
+        """, ["NM190", "NM101"]),
+    "a marker above a call, which keeps its read and its import": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        # TODO(neuron-migrate NM101): pick the device
+        d = xm.xla_device()
+        e = xm.xla_device(1)
+        """, ["NM900", "NM101"]),
+    "a converter that writes and reads the xser layout it chooses (NM222), which keeps its import": ("""\
+        import torch
+        import torch_xla.utils.serialization as xser
+
+
+        def load_partial_xser(path):
+            return xser.load(path)
+
+
+        def save(state, path, args):
+            if args.save_xser:
+                xser.save(state, path)
+            else:
+                torch.save(state, path)
+            state = xser.load(path) if args.load_xser else torch.load(path)
+            if options(keep_xser=True):
+                xser.save(state, path + ".bak")
+            parser.add_argument("--save_xser", help="save in the xser layout")
+        """, ["NM222"] * 4),
     "beside a CUDA leftover": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1244,10 +1284,10 @@ DEVICE_CALLS = {
             return batch.cuda(), device
         """, None),
 }
-# The same device calls where the LibCST pass decides: a call the rule leaves to NM199 or compares, an index it
-# may spell otherwise, a read that stays, a marker that stands for the finding, a patch of torch.device, a name
-# bound twice. (codes in order)
-DEVICE_CALLS_TO_LIBCST = {
+# The same where the LibCST pass decides: a call the rule leaves to NM199 or compares, an index it may spell
+# otherwise, a read that stays, a save or load the rules rewrite, a patch of what a fix spells, a name bound twice,
+# an import that stays in a guard. (codes in order)
+LEGACY_READS_TO_LIBCST = {
     "an argument the rule leaves to NM199": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                              "d = xm.xla_device(devkind='TPU')\n", ["NM199"]),
     "compared with a tensor's device": ("import torch\nimport torch_xla.core.xla_model as xm\n"
@@ -1259,10 +1299,6 @@ DEVICE_CALLS_TO_LIBCST = {
     "an API with no rewrite beside it": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                          "d = xm.xla_device()\nmem = xm.get_memory_info(d)\n",
                                          ["NM101", "NM199"]),
-    "the module named in a comment": ("import torch\nimport torch_xla.core.xla_model as xm\n"
-                                      "d = xm.xla_device()  # xm picks the core\n", ["NM190", "NM101"]),
-    "a marker above the call": ("import torch\nimport torch_xla.core.xla_model as xm\n"
-                                "# TODO(neuron-migrate NM101): pick the device\nd = xm.xla_device()\n", ["NM900"]),
     "torch.device patched in a lambda": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                          "torch.device = lambda *a: xm.xla_device()\n", ["NM101"]),
     "a model placed on the device (NM107)": ("import torch\nimport torch.nn as nn\n"
@@ -1291,27 +1327,35 @@ DEVICE_CALLS_TO_LIBCST = {
     "a step where torch.neuron.synchronize is patched": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                                          "torch.neuron.synchronize = lambda: xm.mark_step(True)\n",
                                                          ["NM104"]),
+    "an xser save the rule rewrites": ("import torch\nimport torch_xla.utils.serialization as xser\n"
+                                       "xser.save(state, path)\n", ["NM221"]),
+    "xm.save passed on": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                          "model.save_pretrained(out, save_function=xm.save)\n", ["NM190", "NM220"]),
+    "a chosen save whose import stays in a guard": ("import torch\ntry:\n    import torch_xla\n"
+                                                    "    import torch_xla.utils.serialization as xser\n"
+                                                    "except ImportError:\n    pass\n\n\ndef save_xser(s, p):\n"
+                                                    "    xser.save(s, p)\n", ["NM190", "NM191", "NM222"]),
     "a name bound twice": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                            "import torch_xla.core.xla_model as xm\nd = xm.xla_device()\n",
                            ["NM190", "NM190", "NM101"]),
 }
-DEVICE_SETTINGS = {k: IMPORT_SETTINGS[k] for k in ("helper", "alone", "--ignore NM199")}
+READS_SETTINGS = {k: IMPORT_SETTINGS[k] for k in ("helper", "alone", "--ignore NM199")}
 
 
-@pytest.mark.parametrize("which", sorted(DEVICE_SETTINGS))
-@pytest.mark.parametrize("name", sorted(DEVICE_CALLS))
-def test_a_torch_xla_import_read_only_by_device_calls_is_decided_on_python_s_tree(name, which, monkeypatch):
+@pytest.mark.parametrize("which", sorted(READS_SETTINGS))
+@pytest.mark.parametrize("name", sorted(LEGACY_READS))
+def test_torch_xla_reads_that_fixes_take_away_or_handled_calls_keep_are_decided_on_python_s_tree(name, which, monkeypatch):
     """The same findings and messages as the LibCST pass, NM190 "once the other fixes are made" at each import its
     fixes leave unread (but the one nothing read before), and no LibCST tree built for them."""
-    source, codes = DEVICE_CALLS[name]
-    settings = DEVICE_SETTINGS[which]
+    source, codes = LEGACY_READS[name]
+    settings = READS_SETTINGS[which]
     data = textwrap.dedent(source).encode()
     found, decided = _same("utils.py", data, settings, monkeypatch)
     assert decided, name
     if codes is not None:
         assert [f[4] for f in found] == [c for c in codes if settings.enabled(c)]
     unused = [f[5] for f in found if f[4] == "NM190"]
-    assert unused and all(m.count("once the other fixes are made") == ("debug.metrics" not in m) for m in unused)
+    assert all(m.count("once the other fixes are made") == ("debug.metrics" not in m) for m in unused)
     monkeypatch.setattr(engine, "parse_module", lambda text: pytest.fail("LibCST parsed the file"))
     assert [f.code for f in engine.process_python("utils.py", data, settings, False).findings] == \
         [f[4] for f in found]
@@ -1329,30 +1373,31 @@ def test_an_import_the_fixes_take_no_read_of_is_unused_as_it_was(monkeypatch):
 
 
 @pytest.mark.parametrize("which", ["--select NM190", "--select NM191", "--ignore NM101", "portable"])
-@pytest.mark.parametrize("name", sorted(DEVICE_CALLS))
-def test_device_calls_the_rule_does_not_fix_leave_their_imports_to_libcst(name, which, monkeypatch):
+@pytest.mark.parametrize("name", sorted(LEGACY_READS))
+def test_reads_no_fix_takes_away_leave_their_imports_to_libcst(name, which, monkeypatch):
     """Where NM101 is not asked for, or its fix defines the portable style's device variable, the LibCST pass
     decides: the calls keep their reads, and the imports stay."""
     settings = {**IMPORT_SETTINGS, "--ignore NM101": Settings(project=HELPER, ignore=frozenset({"NM101"})),
                 "portable": SETTINGS["portable"]}[which]
-    found, decided = _same("utils.py", textwrap.dedent(DEVICE_CALLS[name][0]).encode(), settings, monkeypatch)
+    found, decided = _same("utils.py", textwrap.dedent(LEGACY_READS[name][0]).encode(), settings, monkeypatch)
     assert not decided or "NM190" not in settings.select, name
 
 
-@pytest.mark.parametrize("name", sorted(DEVICE_CALLS_TO_LIBCST))
-def test_device_calls_python_s_tree_cannot_be_sure_of_go_to_libcst(name, monkeypatch):
-    source, codes = DEVICE_CALLS_TO_LIBCST[name]
+@pytest.mark.parametrize("name", sorted(LEGACY_READS_TO_LIBCST))
+def test_reads_python_s_tree_cannot_be_sure_of_go_to_libcst(name, monkeypatch):
+    source, codes = LEGACY_READS_TO_LIBCST[name]
     found, decided = _same("utils.py", source.encode(), SETTINGS["helper"], monkeypatch)
     assert not decided, name
     assert [f[4] for f in found] == codes
 
 
-@pytest.mark.parametrize("name", sorted({**DEVICE_CALLS_TO_LIBCST, **DEVICE_CALLS}))
+@pytest.mark.parametrize("name", sorted({**LEGACY_READS_TO_LIBCST, **LEGACY_READS}))
 def test_the_rules_findings_alone_are_the_libcst_pass_s(name, monkeypatch):
     """Asked for the rules' codes alone (no NM190, NM191, NM199: no read of a torch_xla name to follow), Python's
     tree still decides each call as the LibCST pass does, or hands the file back."""
-    source = {**DEVICE_CALLS_TO_LIBCST, **DEVICE_CALLS}[name][0]
-    settings = Settings(project=HELPER, select=frozenset({"NM101", "NM103", "NM104", "NM113"}))
+    source = {**LEGACY_READS_TO_LIBCST, **LEGACY_READS}[name][0]
+    settings = Settings(project=HELPER, select=frozenset({"NM101", "NM103", "NM104", "NM113", "NM220", "NM221",
+                                                          "NM222"}))
     _same("utils.py", textwrap.dedent(source).encode(), settings, monkeypatch)
 
 
@@ -1455,6 +1500,10 @@ PIECES = [
     "setattr(t, name, v)", "setattr(torch, 'device', lambda: xm.xla_device())", "self.device = d", "y.to(d)",
     "xm.mark_step()", "xm.mark_step(wait=True)", "x = xm.mark_step()", "xm.mark_step(devices=[d])", "torch_xla.sync()",
     "def forward(self, x):\n    xm.mark_step()", "torch.neuron.synchronize = lambda: xm.mark_step(True)",
+    # xser saves and loads the program chooses (NM222, kept: their reads keep the import), and names in strings
+    "import torch_xla.utils.serialization as xser", "def save_xser(s, p):\n    xser.save(s, p)", "s = xser.load(p)",
+    "if args.load_xser:\n    s = xser.load(p)", "x = xser.load(p) if use_xser else torch.load(p)", "h = 'xm'",
+    "print('xser and xm')  # xm", "__all__ = ['xm']",
     # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
     "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",
     "t = torch.from_numpy(a)", "t = torch.tensor(a).half()", "t = torch.as_tensor(a, dtype=torch.float32)",

@@ -1,6 +1,7 @@
 """A `check` of a file that reads no torch_xla name but in the device and step calls its fixes replace or remove
 (or is asked for no finding a torch_xla import makes), decided on Python's tree: torch_xla's device calls (NM101),
-its steps (NM103, NM104, NM113) and the imports they leave unread (NM190), its CUDA leftovers (NM320-NM323),
+its steps (NM103, NM104, NM113), the xser checkpoints it chooses (NM222) and the imports the fixes leave unread
+(NM190), its CUDA leftovers (NM320-NM323),
 float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
@@ -17,7 +18,9 @@ optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code (`Inferenti
 for (`InstanceType`), NxD's tensor-parallel layers (`TensorParallel`) and PyTorch's sparse, FFT, function-transform,
 nested, distributions and MX APIs (`UnsupportedApi`). A file whose only torch_xla code is the device it asks for
 (a model's helpers: `xm.xla_device()`, `XlaDeviceCall`, NM101) and the steps it marks (`xm.mark_step()`,
-`MarkStep`: NM103, NM104, NM113) reports those calls and its imports, which their fixes leave unused (NM190).
+`MarkStep`: NM103, NM104, NM113) reports those calls and its imports, which their fixes leave unused (NM190); a
+converter that writes or reads torch_xla's xser layout where the program chooses it (`Save`, `Load`: NM222) keeps
+those calls and the import they read.
 Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on
 calls, dotted names, imports and string literals that Python's tree (which the engine has parsed anyway) holds as
 well.
@@ -28,7 +31,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these fifteen, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these seventeen, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
   it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has no
@@ -38,19 +41,21 @@ notes?):
   indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
   (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
 - The file imports torch_xla nowhere, or NM190, NM191 and NM199 are not asked for (a set-aside program's notes
-  pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step. Or no name its torch_xla
-  imports bind is spelled anywhere in the file but in those imports (`_legacy_spellings`; no `*` import) and in
-  the code the fixes of `_FIXES_TAKE_READS` take away (`_all_fixed`, `_Decisions.fixes`: `xm.xla_device` of
-  `xm.xla_device()`, whose call the fix replaces; a step call replaced, or its statement removed): once fixed, no
-  name of either tree reads one, so the step (`step`: it runs, and the
-  rules are every rule that may report, enabled or not) has nothing to report, no fix can leave a read behind,
-  and the fix pass finds each import unused: NM190 at its alias (`_unused_findings`), "once the other fixes are
-  made" where the file as it was reads its name (`_read_before`: a name, not an attribute of the same spelling),
-  none in a multi-backend file (which keeps its XLA code), no availability
-  flag and no guard that keeps one (no NM191). A name two imports bind, read, is left to LibCST (which binding a
-  read finds is its scopes'), as is a call the rule reports and does not fix (a marker above it, NM101 not
-  asked for): it keeps its read. Such a file reaches this pass where the step runs too, and where a selection
-  leaves out NM199 but asks for NM190 or NM191 (but a device call's file, where NM101 must run as well).
+  pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step. Or every spelling of a name
+  its torch_xla imports bind, outside those imports (`_legacy_spellings`, `_census`: a name, an attribute, a
+  parameter, a definition, a string that is the name itself, as LibCST's tree holds names; no `*` import), is in
+  code the fixes of `_TAKE_READS` take away (`_Decisions.fixes`: `xm.xla_device` of `xm.xla_device()`, whose
+  call the fix replaces; a step call replaced, or its statement removed) or in the function of a call a rule
+  reported and does not fix (`_Decisions.handled`: an xser save the program chooses, a call whose code is not
+  asked for or has a marker above it), `_reads_left`. Then no name the NM199 step reports reads one (the step:
+  `step`, with every rule that may report, enabled or not), no fix leaves a new read behind, and the fix pass
+  finds each import the fixes leave unread unused: NM190 at its alias (`_unused_findings`), "once the other fixes
+  are made" where the file as it was reads its name (`_read_before`: a name, not an attribute of the same
+  spelling), none in a multi-backend file (which keeps its XLA code), no availability flag, and no guard that
+  keeps one (no NM191; an import that stays, read by a handled call, in a `try` goes to LibCST). A name two
+  imports bind, read, is left to LibCST (which binding a read finds is its scopes'). Such a file reaches this
+  pass where the step runs too, and where a selection leaves out NM199 but asks for NM190 or NM191 (but where a
+  name is read, one of `_TAKE_READS` must run as well).
 - XlaDeviceCall's NM101 is the rule's own, on a call with no argument or its index alone as a name or a number
   (`target().device`); a call compared with a device (the rule compares device types), another index, an
   argument it leaves to NM199 and the portable style go to LibCST. Its fix reads `torch.device` only: in a
@@ -61,6 +66,9 @@ notes?):
   that waits becomes the device's synchronize (NM104); other arguments, or another place, report nothing and keep
   their read. `wait_device_ops`, eager mode, `torch_xla.step()` and the portable style go to LibCST; so does a
   fix that spells an attribute the file may patch a function in for (`_FIX_READS`).
+- Save's and Load's NM222 on an xser save or load the program chooses (`checkpoint.xser_chosen` on Python's tree:
+  a function named for xser, or a branch an option named so selects; `chosen_fields`), kept as written. Every
+  other save or load (the rules rewrite it) and `xm.save` passed on as a function go to LibCST.
   Where the CUDA rules run, `facts.moving_to_neuron` is read from the program or the file (its torch_neuronx
   imports, its use of the neuron device, unless it is Inf1 code: `_Decisions.moving`). A file that moves is not
   written in the portable style and binds no name to torch.cuda or below. No fix may be refused for making a
@@ -168,9 +176,13 @@ class _Decisions:
         self.patched: frozenset[int] | None = frozenset()  # `_patched_values`: None where a function is patched in
         # (reported node, the code its fix takes away) of the findings whose fixes take torch_xla reads away
         self.fixes: list[tuple[ast.AST, ast.AST]] = []
+        self.handled: list[ast.AST] = []  # every node a rule reported on, where the paths let it act or not
+        self._parents: dict[int, ast.AST] | None = None
 
     def report(self, code: str, node: ast.AST, **fields) -> bool:
-        """Record a finding where the code paths let its family act (True), as `ctx.report` asks them first."""
+        """Record a finding where the code paths let its family act (True), as `ctx.report` asks them first; the
+        node is handled either way (the NM199 step reports no torch_xla name of a handled call's function)."""
+        self.handled.append(node)
         if not self._allowed(code, node):
             return False
         if id(node) in self.tree.in_fstring:
@@ -471,6 +483,72 @@ class _Decisions:
         names, outer = self.names(), scope.parent.parent
         return any((q := names.qualname(base, outer)) in MODULE_BASES or _nn_class(q or "")
                    for base in scope.parent.node.bases)
+
+    # Save / Load: an xser save or load the program chooses is kept (NM222)
+    def save(self) -> None:
+        """`Save`'s NM222 on an xser save the program chooses (`checkpoint.xser_chosen`: in a function whose name
+        says xser, or in a branch an option named so selects), which stays as written; every other save (the rule
+        rewrites it) and `xm.save` passed on as a function are left to LibCST."""
+        from neuron_migrate.rules.checkpoint import SAVE, XSER
+        from neuron_migrate.rules.patterns import XM
+
+        tree = self.tree
+        funcs = {id(c.func) for c in tree.calls}
+        for node in tree.attributes:
+            if node.attr == "save" and id(node) not in funcs and self.qualname(node, "torch_xla") == f"{XM}.save":
+                raise Unsure("xm.save passed on")
+        for call in tree.calls:
+            qual = self.qualname(call.func, "torch_xla")
+            if qual in SAVE:
+                self._chosen(call, qual if qual.startswith(XSER) else None)
+
+    def load(self) -> None:
+        """`Load`'s NM222 on an xser load the program chooses, as `save`; every other load is left to LibCST."""
+        from neuron_migrate.rules.checkpoint import LOAD
+
+        for call in self.tree.calls:
+            qual = self.qualname(call.func, "torch_xla")
+            if qual in LOAD:
+                self._chosen(call, qual)
+
+    def _chosen(self, call: ast.Call, qual: str | None) -> None:
+        from neuron_migrate.rules.checkpoint import chosen_fields
+
+        how = self._xser_chosen(call) if qual is not None else None
+        if how is None:
+            raise Unsure("a save or load the rule rewrites")
+        self.report("NM222", call, call=self.short(call), **chosen_fields(qual, how))
+
+    def _xser_chosen(self, call: ast.Call) -> str | None:
+        """`checkpoint.xser_chosen` on Python's tree: the nearest `if` (or `x if c else y`) around the call, but in
+        its test, whose test names xser (a name, an attribute, a keyword's or a parameter's name), or a function
+        whose name says xser; how the program chooses it, or None."""
+        parents = self.parents()
+        child: ast.AST = call
+        parent = parents.get(id(call))
+        while parent is not None:
+            kind = parent.__class__
+            if kind in (ast.If, ast.IfExp) and child is not parent.test:
+                if any("xser" in name.lower() for name in _identifiers(parent.test)):
+                    test = self.short(parent.test)
+                    return f"under `if {test}`" if kind is ast.If else f"where `{test}` chooses it"
+            elif kind in (ast.FunctionDef, ast.AsyncFunctionDef) and "xser" in parent.name.lower():
+                return f"in `{parent.name}`"
+            child, parent = parent, parents.get(id(parent))
+        return None
+
+    def parents(self) -> dict[int, ast.AST]:
+        """Each node's parent (by id), from one walk of the module."""
+        if self._parents is None:
+            found: dict[int, ast.AST] = {}
+            stack: list[ast.AST] = [self.module]
+            while stack:
+                node = stack.pop()
+                for child in ast.iter_child_nodes(node):
+                    found[id(child)] = node
+                    stack.append(child)
+            self._parents = found
+        return self._parents
 
     # CudaMethod: `x.cuda()` -> `x.to("neuron")`
     def cuda_method(self) -> None:
@@ -1340,6 +1418,23 @@ class _Decisions:
         return self._scopes[id(node)]
 
 
+def _identifiers(expr: ast.expr) -> list[str]:
+    """`checkpoint._names` on Python's tree: the identifiers LibCST holds as names in `expr` (a name, an attribute
+    taken, a keyword's name, a lambda's parameter)."""
+    found = []
+    for node in ast.walk(expr):
+        kind = node.__class__
+        if kind is ast.Name:
+            found.append(node.id)
+        elif kind is ast.Attribute:
+            found.append(node.attr)
+        elif kind is ast.keyword and node.arg is not None:
+            found.append(node.arg)
+        elif kind is ast.arg:
+            found.append(node.arg)
+    return found
+
+
 def _star(call: ast.Call) -> bool:
     return any(a.__class__ is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords)
 
@@ -1408,9 +1503,9 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace",
           "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
           "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string",
-          "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step"}
-# rules whose fixes take reads of torch_xla names away (`_Decisions.fixes`)
-_FIXES_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep"})
+          "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step", "Save": "save", "Load": "load"}
+# rules whose findings take reads of torch_xla names away (their fixes: `_Decisions.fixes`) or keep them handled
+_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load"})
 # they report only where the file moves to neuron
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
 # rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that imports no torch_xla
@@ -1628,11 +1723,11 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         legacy = [node for node in walked.imports if notes._legacy_import(node, LEGACY_ROOTS)] if walked else []
         spelled: dict[str, int] = {}  # each name the torch_xla imports bind: how often the rest of the file spells it
         if legacy and (step or tidy):
-            imported = _legacy_spellings(walked, legacy)
+            imported = _legacy_spellings(tree, legacy)
             if imported is None:
                 return None  # `from torch_xla... import *`
             unread, spelled = imported  # (a torch_xla import, its module); the names' spellings
-            if any(spelled.values()) and not any(r.__name__ in _FIXES_TAKE_READS for r in rules):
+            if any(spelled.values()) and not any(r.__name__ in _TAKE_READS for r in rules):
                 return None  # a torch_xla name read: the NM199 step and the fix pass report on it
         else:
             unread = []
@@ -1684,10 +1779,17 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             if _touches([f for f in decisions.found if not _unpatched_fix(f[0], attributes)], walked, bodies):
                 return None  # a fix would change a function patched in, which the self-call check reads
         marks = _Marks(walked, tree) if markers else None
-        if any(spelled.values()) and not _all_fixed(path, walked, decisions, settings, spelled, marks):
-            return None  # a read of a torch_xla name stays: the NM199 step and the fix pass report on it
+        staying: set[str] = set()
+        if any(spelled.values()):
+            staying = _reads_left(path, walked, decisions, settings, spelled, marks)
+            if staying is None:
+                return None  # a read of a torch_xla name the NM199 step may report: LibCST decides
+            if staying and any(_in_try(decisions, node) for node in legacy):
+                return None  # an import that stays in a guard: the fix pass's NM191 is LibCST's
         codes = frozenset(c for r in rules for c in r.codes)
         found = notes._findings(path, walked, decisions.found, settings, codes, marks)
+        unread = [(alias, module) for alias, module in unread
+                  if (alias.asname or alias.name.partition(".")[0]) not in staying]
         if unread and settings.enabled(UNUSED_CODE, path) and not (
                 decisions.paths is not None and decisions.paths.multi_backend):  # a multi-backend file keeps them
             read = _read_before(decisions, {name for name, count in spelled.items() if count})
@@ -1702,18 +1804,18 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
     return found
 
 
-def _legacy_spellings(walked: notes._Tree, legacy: list[ast.stmt]) \
+def _legacy_spellings(tree: ast.Module, legacy: list[ast.stmt]) \
         -> tuple[list[tuple[ast.alias, str]], dict[str, int]] | None:
     """Each torch_xla import of the `legacy` import statements, with the module NM190 names, and for each name they
-    bind, how often the file spells it (as a word) outside those statements: in a read, an assignment, an
-    attribute, a string or a comment alike. None where one imports `*`; Unsure where two imports bind a name the
-    file spells elsewhere.
+    bind, how often the file's code spells it outside those statements (`_census`: as a name, an attribute, a
+    parameter, a keyword, a definition, a string that is the name itself; not in a comment or a longer string).
+    None where one imports `*`; Unsure where two imports bind a name the file spells elsewhere.
 
     A name spelled nowhere else is read by no name of Python's tree, nor by LibCST's scope analysis, which reads no
-    name that is not spelled: the NM199 step has nothing to report on it, no fix can leave a read of it behind, and
-    the fix pass finds its import unused as it was (NM190), not read as an availability flag, and no guard that
-    keeps one (no NM191). A name spelled only in calls whose fixes replace them (`_all_fixed`) is the same once the
-    fixes are made."""
+    name that is not spelled (a string only in `__all__`, as the name itself): the NM199 step has nothing to
+    report on it, no fix can leave a read of it behind, and the fix pass finds its import unused as it was (NM190),
+    not read as an availability flag, and no guard that keeps one (no NM191). A name spelled only in code the
+    fixes take away, or in handled calls, is decided by `_reads_left`."""
     unread: list[tuple[ast.alias, str]] = []
     for node in legacy:
         if isinstance(node, ast.ImportFrom):
@@ -1723,49 +1825,114 @@ def _legacy_spellings(walked: notes._Tree, legacy: list[ast.stmt]) \
         else:
             unread.extend((alias, alias.name) for alias in node.names if alias.name.partition(".")[0] in LEGACY_ROOTS)
     bound = [alias.asname or alias.name.partition(".")[0] for alias, _module in unread]
-    inside = "\n".join(walked.segment(node) for node in legacy)
-    spelled = {}
-    for name in set(bound):
-        word = _word(name)
-        spelled[name] = len(word.findall(walked.text)) - len(word.findall(inside))
-        if spelled[name] and bound.count(name) > 1:
+    spelled = _census(tree, set(bound))
+    for node in legacy:
+        for name, count in _census(node, set(bound)).items():
+            spelled[name] -= count
+    for name, count in spelled.items():
+        if count and bound.count(name) > 1:
             raise Unsure("a torch_xla name bound twice and read")  # which binding a read finds is LibCST's
     return unread, spelled
 
 
-def _word(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)")
+def _census(root: ast.AST, names: set[str]) -> dict[str, int]:
+    """How often the code under `root` spells each of `names` where LibCST's tree holds a name (a name, an
+    attribute taken, a parameter, a keyword, a definition's, an import's, a `global`'s, an exception's or a
+    pattern's name), or as a string that is the name itself (`__all__`'s entries)."""
+    counts = dict.fromkeys(names, 0)
+    for node in nodes(root):
+        kind = node.__class__
+        if kind is ast.Name:
+            spelled: tuple = (node.id,)
+        elif kind is ast.Attribute:
+            spelled = (node.attr,)
+        elif kind is ast.Constant:
+            if node.value.__class__ is not str:
+                continue
+            spelled = (node.value,)
+        elif kind in (ast.arg, ast.keyword):
+            spelled = (node.arg,)
+        elif kind is ast.alias:
+            spelled = (*node.name.split("."), node.asname)
+        elif kind is ast.ImportFrom:
+            spelled = tuple((node.module or "").split("."))
+        elif kind in (ast.Global, ast.Nonlocal):
+            spelled = tuple(node.names)
+        elif kind is ast.MatchMapping:
+            spelled = (node.rest,)
+        elif kind is ast.MatchClass:
+            spelled = tuple(node.kwd_attrs)
+        else:
+            name = getattr(node, "name", None)  # a definition's, an exception's, a pattern's, a type parameter's
+            if name.__class__ is not str:
+                continue
+            spelled = (name,)
+        for name in spelled:
+            if name in counts:
+                counts[name] += 1
+    return counts
 
 
-def _all_fixed(path: str, walked: notes._Tree, decisions: _Decisions, settings, spelled: dict[str, int],
-               marks: _Marks | None) -> bool:
-    """Whether every spelling of a name the torch_xla imports bind, outside those imports (`spelled`), is in the
-    called function of a device call `XlaDeviceCall` reports and fixes (`xm.xla_device` of `xm.xla_device()`): the
-    fix replaces the call whole, so the fixed file spells the name nowhere, as `_legacy_spellings` asks. A call the
-    rule reports but does not fix (its code not enabled, a marker above it) keeps its read: the NM199 step takes
-    it as handled, and the fix pass keeps the import, which the LibCST pass decides."""
+def _reads_left(path: str, walked: notes._Tree, decisions: _Decisions, settings, spelled: dict[str, int],
+                marks: _Marks | None) -> set[str] | None:
+    """The names the torch_xla imports bind that the fixed file still reads, where every spelling of one outside
+    those imports (`spelled`) is in code a fix takes away (`_Decisions.fixes`: `xm.xla_device` of
+    `xm.xla_device()`, whose call the fix replaces; a step's statement it removes) or in the function of a call a
+    rule reported and does not fix (an xser save the program chooses, a call with its code not enabled or a
+    marker above it): a handled call, whose torch_xla names the NM199 step leaves alone, and whose read keeps its
+    import. None where a spelling is in neither (a read NM199 may report, an attribute, a string, a comment)."""
     from neuron_migrate.policy import Policy, _never
 
     policy = Policy(settings, path, rewrite=True)
     reported = {id(node): (code, fields) for code, node, fields, _offset in decisions.found}
     left = dict(spelled)
+
+    def take(node: ast.AST) -> None:
+        for name, count in _census(node, set(left)).items():
+            left[name] -= count
+
+    fixed: set[int] = set()
     for node, taken in decisions.fixes:
         code, fields = reported[id(node)]
         marked = (lambda code=code, node=node: marks(code, node)) if marks is not None else _never
         decision = policy.decide(code, None, None, fields, migrating=lambda: False, marked=marked)
-        if decision is None or not decision.fix:
-            return False
-        gone = walked.segment(taken)
-        for name in left:
-            left[name] -= len(_word(name).findall(gone))
-    return not any(left.values())
+        if decision is not None and decision.fix:
+            take(taken)
+            fixed.add(id(node))
+    staying: set[str] = set()
+    kept: set[int] = set()
+    for node in decisions.handled:
+        if id(node) in fixed or id(node) in kept:
+            continue
+        kept.add(id(node))
+        chain = node.func if node.__class__ is ast.Call else node
+        if not _dotted(chain):
+            continue  # no name chain: NM199 reports what it reads
+        take(chain)
+        for inner in ast.walk(chain):
+            if inner.__class__ is ast.Name and inner.id in left:
+                staying.add(inner.id)
+    if any(left.values()):
+        return None
+    return {name for name in staying if name in _read_before(decisions, staying)}
+
+
+def _in_try(decisions: _Decisions, node: ast.AST) -> bool:
+    """Whether `node` is inside a `try` statement (a guard, whose imports the fix pass reports with NM191)."""
+    parents = decisions.parents()
+    parent = parents.get(id(node))
+    while parent is not None:
+        if parent.__class__ in (ast.Try, getattr(ast, "TryStar", ast.Try)):
+            return True
+        parent = parents.get(id(parent))
+    return False
 
 
 def _read_before(decisions: _Decisions, spelled: set[str]) -> set[str]:
     """Which of the names the torch_xla imports bind, `spelled` in the code the fixes take away, the file as it was
     reads (a name, not an attribute's: `mark_step` of `xm.mark_step()` reads no `from ... import mark_step`), as
     LibCST's scope analysis finds it: a name resolved to a torch_xla import (bound once, by that import alone, as
-    `_legacy_spellings` and `_all_fixed` made sure)."""
+    `_legacy_spellings` and `_reads_left` made sure)."""
     if not spelled:
         return set()
     from neuron_migrate.engine.treenames import _READS

@@ -182,14 +182,18 @@ def mark_chosen(ctx, node: cst.Call, qual: str) -> bool:
     how = xser_chosen(ctx, node)
     if how is None:
         return False
-    verb = "writes" if qual.endswith(".save") else "reads"
-    ctx.report("NM222", node, call=short(node),
-               problem=f"{verb} torch_xla's xser layout, the format this program chooses ({how}); it is kept as "
-                       "written, since `torch.save` / `torch.load` would silently change the format",
-               advice="the native backend has no xser layout: drop that option (or keep the program on torch_xla "
-                      "while something needs the layout) and convert existing xser checkpoints with "
-                      "`neuron-migrate checkpoint convert OLD NEW` (docs/checkpoints.md)")
+    ctx.report("NM222", node, call=short(node), **chosen_fields(qual, how))
     return True
+
+
+def chosen_fields(qual: str, how: str) -> dict[str, str]:
+    """NM222's message fields for an xser call the program chooses (`how`: `xser_chosen`'s words)."""
+    verb = "writes" if qual.endswith(".save") else "reads"
+    return {"problem": f"{verb} torch_xla's xser layout, the format this program chooses ({how}); it is kept as "
+                       "written, since `torch.save` / `torch.load` would silently change the format",
+            "advice": "the native backend has no xser layout: drop that option (or keep the program on torch_xla "
+                      "while something needs the layout) and convert existing xser checkpoints with "
+                      "`neuron-migrate checkpoint convert OLD NEW` (docs/checkpoints.md)"}
 
 
 # `save_function=xm.save`: the function itself, handed to a library that calls it on every process
