@@ -419,16 +419,17 @@ def test_the_predicates_asked_where_the_nm199_step_runs_read_no_selection():
 
 
 def test_a_torch_xla_file_runs_the_rules_its_names_reach_under_any_selection(monkeypatch):
-    """The LibCST pass of a file that imports torch_xla gets only the rules that may report there, and a rule gets
-    it whether or not its codes are selected: its `xm.mark_step()` is no NM199 finding with NM103 left out."""
+    """The passes over a file that imports torch_xla (Python's tree decides it here, with the rules LibCST's pass
+    would get) get only the rules that may report there, and a rule gets it whether or not its codes are
+    selected: its `xm.mark_step()` is no NM199 finding with NM103 left out."""
     passed = []
-    transform = engine.transform
+    decide = engine.decide_on_tree
 
-    def recorded(path, source, module, rules, step, *args, **kwargs):
+    def recorded(path, text, tree, rules, settings, made=None, step=False):
         passed.append((step, {r.__name__ for r in rules}))
-        return transform(path, source, module, rules, step, *args, **kwargs)
+        return decide(path, text, tree, rules, settings, made, step)
 
-    monkeypatch.setattr(engine, "transform", recorded)
+    monkeypatch.setattr(engine, "decide_on_tree", recorded)
     text = ('import torch_xla.core.xla_model as xm\n\n\ndef train(loader, device):\n    for batch in loader:\n'
             '        batch.to(device)\n        xm.mark_step()\n')
     every = engine.process_python("train.py", text.encode(), Settings(), False).findings

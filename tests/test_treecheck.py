@@ -1344,7 +1344,7 @@ READS_SETTINGS = {k: IMPORT_SETTINGS[k] for k in ("helper", "alone", "--ignore N
 
 @pytest.mark.parametrize("which", sorted(READS_SETTINGS))
 @pytest.mark.parametrize("name", sorted(LEGACY_READS))
-def test_torch_xla_reads_that_fixes_take_away_or_handled_calls_keep_are_decided_on_python_s_tree(name, which, monkeypatch):
+def test_torch_xla_reads_fixes_take_away_or_handled_calls_keep_are_decided_on_python_s_tree(name, which, monkeypatch):
     """The same findings and messages as the LibCST pass, NM190 "once the other fixes are made" at each import its
     fixes leave unread (but the one nothing read before), and no LibCST tree built for them."""
     source, codes = LEGACY_READS[name]
