@@ -35,7 +35,8 @@ from tests.helpers import FIXTURES, cli
 from tests.test_positions import stdlib_sample
 
 TORCH_XLA = Path("/work/bed/corpus/torch_xla")
-LEGACY = b"import torch\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\nxm.mark_step()\n"
+# (`check` of it runs the LibCST pass too: Python's tree decides no optimizer step)
+LEGACY = b"import torch\nimport torch_xla.core.xla_model as xm\n\ndevice = xm.xla_device()\nxm.optimizer_step(opt)\n"
 
 # What LibCST's classes hold of the methods the tool replaces: as `(module, qualified name)` per class and name.
 DESCRIBE = """
