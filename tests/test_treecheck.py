@@ -1274,6 +1274,14 @@ LEGACY_READS = {
                 xser.save(state, path + ".bak")
             parser.add_argument("--save_xser", help="save in the xser layout")
         """, ["NM222"] * 4),
+    "a notebook's cells that import the module twice": ("""\
+        import torch
+        from torch_xla.core import xla_model as xm
+        device = xm.xla_device()
+        if device:
+            import torch_xla.core.xla_model as xm
+        xm.mark_step()
+        """, ["NM190", "NM101", "NM190", "NM103"]),
     "beside a CUDA leftover": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1335,9 +1343,9 @@ LEGACY_READS_TO_LIBCST = {
                                                     "    import torch_xla.utils.serialization as xser\n"
                                                     "except ImportError:\n    pass\n\n\ndef save_xser(s, p):\n"
                                                     "    xser.save(s, p)\n", ["NM190", "NM191", "NM222"]),
-    "a name bound twice": ("import torch\nimport torch_xla.core.xla_model as xm\n"
-                           "import torch_xla.core.xla_model as xm\nd = xm.xla_device()\n",
-                           ["NM190", "NM190", "NM101"]),
+    "a name bound twice, once in a function": ("import torch\nimport torch_xla.core.xla_model as xm\n\n\n"
+                                               "def f():\n    import torch_xla.core.xla_model as xm\n"
+                                               "    return xm.xla_device()\n", ["NM190", "NM190", "NM101"]),
 }
 READS_SETTINGS = {k: IMPORT_SETTINGS[k] for k in ("helper", "alone", "--ignore NM199")}
 

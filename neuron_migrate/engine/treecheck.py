@@ -1809,7 +1809,8 @@ def _legacy_spellings(tree: ast.Module, legacy: list[ast.stmt]) \
     """Each torch_xla import of the `legacy` import statements, with the module NM190 names, and for each name they
     bind, how often the file's code spells it outside those statements (`_census`: as a name, an attribute, a
     parameter, a keyword, a definition, a string that is the name itself; not in a comment or a longer string).
-    None where one imports `*`; Unsure where two imports bind a name the file spells elsewhere.
+    None where one imports `*`; Unsure where two imports bind a name the file spells elsewhere, but both in the
+    module's scope.
 
     A name spelled nowhere else is read by no name of Python's tree, nor by LibCST's scope analysis, which reads no
     name that is not spelled (a string only in `__all__`, as the name itself): the NM199 step has nothing to
@@ -1829,10 +1830,26 @@ def _legacy_spellings(tree: ast.Module, legacy: list[ast.stmt]) \
     for node in legacy:
         for name, count in _census(node, set(bound)).items():
             spelled[name] -= count
-    for name, count in spelled.items():
-        if count and bound.count(name) > 1:
-            raise Unsure("a torch_xla name bound twice and read")  # which binding a read finds is LibCST's
+    twice = [name for name, count in spelled.items() if count and bound.count(name) > 1]
+    if twice and not _module_level(tree).issuperset(id(node) for node in legacy):
+        raise Unsure("a torch_xla name bound twice, in a function or a class, and read")  # which one a read finds
     return unread, spelled
+
+
+def _module_level(tree: ast.Module) -> set[int]:
+    """The ids of the statements in the module's scope (in its blocks too, not in a function or a class): a name
+    two of them bind is one name of the module scope, every read of which LibCST's analysis gives to both."""
+    found: set[int] = set()
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        statement = stack.pop()
+        found.add(id(statement))
+        if statement.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            for child in getattr(statement, field, ()):
+                stack.extend(child.body if child.__class__ in (ast.ExceptHandler, ast.match_case) else (child,))
+    return found
 
 
 def _census(root: ast.AST, names: set[str]) -> dict[str, int]:
