@@ -1282,6 +1282,38 @@ LEGACY_READS = {
             import torch_xla.core.xla_model as xm
         xm.mark_step()
         """, ["NM190", "NM101", "NM190", "NM103"]),
+    "rendezvous that become barriers where several processes run (NM205)": ("""\
+        import os
+
+        import torch
+        import torch_xla.core.xla_model as xm
+
+
+        def build_index(rank):
+            if rank == 0:
+                os.makedirs("cache", exist_ok=True)
+            xm.rendezvous("cache made")  # every process waits for the folder
+            if os.path.exists("cache/done"):
+                xm.rendezvous(tag="done")
+        """, ["NM190", "NM205", "NM205"]),
+    "a rendezvous where the file names WORLD_SIZE and binds dist itself": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        WORLD_SIZE = 8
+        dist = None
+
+
+        def wait():
+            xm.rendezvous("x")
+        """, ["NM190", "NM205"]),
+    "a rendezvous at module level above os's import": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+
+        xm.rendezvous("x")
+        import os
+        """, ["NM190", "NM205"]),
     "beside a CUDA leftover": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1343,6 +1375,14 @@ LEGACY_READS_TO_LIBCST = {
                                                     "    import torch_xla.utils.serialization as xser\n"
                                                     "except ImportError:\n    pass\n\n\ndef save_xser(s, p):\n"
                                                     "    xser.save(s, p)\n", ["NM190", "NM191", "NM222"]),
+    "a rendezvous with a payload (NM199)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                           "xm.rendezvous('x', b'payload')\n", ["NM199"]),
+    "a rendezvous in a one-line block": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                         "if ready: xm.rendezvous('x')\n", ["NM190", "NM205"]),
+    "an all-reduce": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                      "xm.all_reduce('sum', [t])\n", ["NM190", "NM204"]),
+    "a reduction constant": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                             "op = xm.REDUCE_SUM\nxm.rendezvous('x')\n", ["NM199", "NM205"]),
     "a name bound twice, once in a function": ("import torch\nimport torch_xla.core.xla_model as xm\n\n\n"
                                                "def f():\n    import torch_xla.core.xla_model as xm\n"
                                                "    return xm.xla_device()\n", ["NM190", "NM190", "NM101"]),
@@ -1512,6 +1552,9 @@ PIECES = [
     "import torch_xla.utils.serialization as xser", "def save_xser(s, p):\n    xser.save(s, p)", "s = xser.load(p)",
     "if args.load_xser:\n    s = xser.load(p)", "x = xser.load(p) if use_xser else torch.load(p)", "h = 'xm'",
     "print('xser and xm')  # xm", "__all__ = ['xm']",
+    # rendezvous (NM205), their look-alikes, and what their message reads (torchrun's variables, os, dist)
+    "xm.rendezvous('x')", "xm.rendezvous(tag='y')", "xm.rendezvous('z', b'data')", "if a:\n    xm.rendezvous('w')",
+    "WORLD_SIZE = 2", "import os", "import torch.distributed as dist", "dist = None", "os.environ['RANK'] = '0'",
     # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
     "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",
     "t = torch.from_numpy(a)", "t = torch.tensor(a).half()", "t = torch.as_tensor(a, dtype=torch.float32)",

@@ -1,7 +1,7 @@
 """A `check` of a file that reads no torch_xla name but in the device and step calls its fixes replace or remove
 (or is asked for no finding a torch_xla import makes), decided on Python's tree: torch_xla's device calls (NM101),
-its steps (NM103, NM104, NM113), the xser checkpoints it chooses (NM222) and the imports the fixes leave unread
-(NM190), its CUDA leftovers (NM320-NM323),
+its steps (NM103, NM104, NM113), its rendezvous (NM205), the xser checkpoints it chooses (NM222) and the imports
+the fixes leave unread (NM190), its CUDA leftovers (NM320-NM323),
 float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
@@ -18,7 +18,8 @@ optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code (`Inferenti
 for (`InstanceType`), NxD's tensor-parallel layers (`TensorParallel`) and PyTorch's sparse, FFT, function-transform,
 nested, distributions and MX APIs (`UnsupportedApi`). A file whose only torch_xla code is the device it asks for
 (a model's helpers: `xm.xla_device()`, `XlaDeviceCall`, NM101) and the steps it marks (`xm.mark_step()`,
-`MarkStep`: NM103, NM104, NM113) reports those calls and its imports, which their fixes leave unused (NM190); a
+`MarkStep`: NM103, NM104, NM113), or waits for the other processes (`xm.rendezvous("x")`, `Collectives`: NM205),
+reports those calls and its imports, which their fixes leave unused (NM190); a
 converter that writes or reads torch_xla's xser layout where the program chooses it (`Save`, `Load`: NM222) keeps
 those calls and the import they read.
 Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on
@@ -31,7 +32,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these seventeen, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these eighteen, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
   it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has no
@@ -66,6 +67,11 @@ notes?):
   that waits becomes the device's synchronize (NM104); other arguments, or another place, report nothing and keep
   their read. `wait_device_ops`, eager mode, `torch_xla.step()` and the portable style go to LibCST; so does a
   fix that spells an attribute the file may patch a function in for (`_FIX_READS`).
+- Collectives' NM205 on a rendezvous with its tag alone, a statement alone on its line (or the sole body of an
+  `if` without `else`): its message spells torchrun's world size as the rule's `env_int` does (the module's
+  `WORLD_SIZE` where `rank_names` and `_os_at_top` let the fix bind it, else `int(os.environ.get(...))`) and
+  torch.distributed by the name the fix reads (`module_ref_in`, LibCST's `module_ref` on the scopes of Python's
+  tree). The rule's other collectives, its reduction constants and a rendezvous in a one-line block go to LibCST.
 - Save's and Load's NM222 on an xser save or load the program chooses (`checkpoint.xser_chosen` on Python's tree:
   a function named for xser, or a branch an option named so selects; `chosen_fields`), kept as written. Every
   other save or load (the rules rewrite it) and `xm.save` passed on as a function go to LibCST.
@@ -483,6 +489,112 @@ class _Decisions:
         names, outer = self.names(), scope.parent.parent
         return any((q := names.qualname(base, outer)) in MODULE_BASES or _nn_class(q or "")
                    for base in scope.parent.node.bases)
+
+    # Collectives: a rendezvous becomes a barrier where several processes run (NM205)
+    def collectives(self) -> None:
+        """`Collectives`' NM205 on a rendezvous with its tag alone (`xm.rendezvous("done")`): a statement alone on
+        its line, or the sole body of an `if` without `else` (the barrier joins its test). The rule's other
+        collectives, its reduction constants and a rendezvous in a one-line block (`else: xm.rendezvous()`) are
+        left to LibCST; a rendezvous with a payload reports nothing (NM199's) and keeps its read."""
+        from neuron_migrate.rules.distributed import GUARDED_COLLECTIVES, REDUCE_CONSTANTS, RENDEZVOUS
+
+        tree = self.tree
+        for node in tree.attributes:
+            if node.attr.startswith("REDUCE_") and self.qualname(node, "torch_xla") in REDUCE_CONSTANTS:
+                raise Unsure("a reduction constant")
+        for call in tree.calls:
+            qual = self.qualname(call.func, "torch_xla")
+            if qual not in GUARDED_COLLECTIVES:
+                continue
+            if qual not in RENDEZVOUS:
+                raise Unsure("a collective the rule rewrites")
+            if len(call.args) + len(call.keywords) > 1 or any(a.__class__ is ast.Starred for a in call.args) \
+                    or any(k.arg != "tag" for k in call.keywords):
+                continue  # a payload to exchange: left to NM199
+            statement = tree.statement.get(id(call))
+            if statement.__class__ is not ast.Expr or statement.value is not call:
+                continue
+            line = tree.line_text(statement.lineno)
+            before = line[:tree.column(statement.lineno, statement.col_offset)]
+            if before.strip(" \t\f"):
+                raise Unsure("a rendezvous in a one-line block, or after another statement")
+            after = tree.line_text(statement.end_lineno)[tree.column(statement.end_lineno, statement.end_col_offset):]
+            if after.strip(" \t\f\r\n") and not after.lstrip(" \t\f").startswith("#"):
+                continue  # `xm.rendezvous("x"); y()`: no statement alone on its line, left to NM199
+            scope = self.scope(call.func)
+            guard = f"{self.env_int('WORLD_SIZE', '1', call, scope)} > 1"
+            fixed = f"{self.module_ref_in('torch.distributed', 'dist', scope)}.barrier()"
+            parent = self.parents().get(id(statement))
+            if parent.__class__ is ast.If and parent.body == [statement] and not parent.orelse:
+                fixed = f"if <its test> and {guard}: {fixed}"
+            else:
+                fixed = f"if {guard}: {fixed}"
+            if self.report("NM205", call, call=self.short(call), fixed=fixed):
+                self.fixes.append((call, call))
+
+    def module_ref_in(self, module: str, alias: str | None, scope: Scope) -> str:
+        """`ctx.module_ref(module, alias)` in `scope`, on the scopes of Python's tree: the name an import binds to
+        the module there, else `alias` where no scope binds it (the fix adds the import), else the module's own
+        dotted name where its root name is free or that module (LibCST's import added or there)."""
+        from neuron_migrate.engine.names import import_target
+
+        names = self.names()
+        local = names.local_name_for(module, scope)
+        if local is not None:
+            return local
+        if alias is not None and names.lookup(alias, scope) is None and not any(
+                alias in s.bindings for s in names.scopes):
+            return alias
+        root = module.partition(".")[0]
+        owner = names.lookup(root, scope)
+        if owner is not None and import_target(owner.bindings[root]) != root:
+            raise Unsure(f"the name {root} is taken")
+        return module
+
+    def env_int(self, variable: str, default: str, node: ast.AST, scope: Scope) -> str:
+        """`processes.env_int` on Python's tree: the module's name for torchrun's variable where the fix may bind
+        one (`rank_names`, with `os` imported at the top or nowhere: `_os_at_top`), else its read in place
+        (`node`: the reported node, `scope`: where it is read)."""
+        from types import SimpleNamespace
+
+        from neuron_migrate.rules.processes import VARIABLES, rank_names
+
+        if VARIABLES.get(variable) == default and variable in rank_names(SimpleNamespace(
+                source=SimpleNamespace(text=self.tree.text))) and self._os_at_top(node):
+            return variable
+        quote = self.string("")[0]
+        text = f"{quote}{default}{quote}" if default.lstrip("-").isdigit() else f"str({default})"
+        return f"int({self.module_ref_in('os', None, scope)}.environ.get({quote}{variable}{quote}, {text}))"
+
+    def _os_at_top(self, node: ast.AST) -> bool:
+        """`processes._os_at_top`: `os` is bound only by imports at the module's top level, unconditionally, all
+        before its other code (past a docstring), or before the code the finding is in (or that code is a
+        function's). Lines of several statements, and `os` bound otherwise, are left to LibCST."""
+        names = self.names()
+        bindings = names.module_scope.bindings.get("os", [])
+        if not all(b.kind == "import" and not b.conditional for b in bindings):
+            return False
+        body = self.module.body
+        if any(a.end_lineno == b.lineno for a, b in zip(body, body[1:])):
+            raise Unsure("statements of the module joined on one line")
+        imports = [i for i, statement in enumerate(body) if statement.__class__ in (ast.Import, ast.ImportFrom)
+                   and any((alias.asname or alias.name.partition(".")[0]) == "os" for alias in statement.names)]
+        if len(imports) != len(bindings):
+            raise Unsure("os bound by an import inside a block")
+        leading = next((i for i, statement in enumerate(body) if not (
+            statement.__class__ in (ast.Import, ast.ImportFrom) or (
+                i == 0 and statement.__class__ is ast.Expr and statement.value.__class__ is ast.Constant
+                and statement.value.value.__class__ in (str, bytes)))), len(body))
+        last = max(imports, default=-1)
+        if last < leading:
+            return True
+        site = next((i for i, statement in enumerate(body)
+                     if first_line(statement) <= node.lineno <= statement.end_lineno), None)
+        if site is None:
+            raise Unsure("a finding outside the module's statements")
+        if body[site].__class__ in (ast.FunctionDef, ast.AsyncFunctionDef):
+            return True
+        return site > last
 
     # Save / Load: an xser save or load the program chooses is kept (NM222)
     def save(self) -> None:
@@ -1503,9 +1615,10 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "Inferentia1": "inferentia1", "InstanceType": "instance_type", "NeuronxTrace": "neuronx_trace",
           "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
           "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string",
-          "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step", "Save": "save", "Load": "load"}
+          "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step", "Save": "save", "Load": "load",
+          "Collectives": "collectives"}
 # rules whose findings take reads of torch_xla names away (their fixes: `_Decisions.fixes`) or keep them handled
-_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load"})
+_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives"})
 # they report only where the file moves to neuron
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
 # rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that imports no torch_xla
@@ -1654,14 +1767,16 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
 
 
 # the attribute each fix of a torch_xla read spells where it reads a name late (engine/patches.py): the device's
-# `torch.device`, `torch.neuron.synchronize`, `torch._dynamo.graph_break`; a removal (NM103) spells none
-_FIX_READS = {"NM101": "device", "NM103": None, "NM104": "synchronize", "NM113": "graph_break"}
+# `torch.device`, `torch.neuron.synchronize`, `torch._dynamo.graph_break`, `dist.barrier` behind
+# `os.environ.get`; a removal (NM103) spells none
+_FIX_READS = {"NM101": ("device",), "NM103": (), "NM104": ("synchronize",), "NM113": ("graph_break",),
+              "NM205": ("barrier", "environ", "get")}
 
 
 def _patched_attributes(tree: ast.Module) -> set[str]:
     """The attributes the file may patch a function in for: each `a.b = ...` target's last name, and the name a
-    `setattr` gives as a string literal (the self-call check reads no other). A fix of `_FIX_READS` whose attribute
-    is none of them reads no patched name the function did not read before (its other code is as it was), so the
+    `setattr` gives as a string literal (the self-call check reads no other). A fix of `_FIX_READS` whose attributes
+    are none of them reads no patched name the function did not read before (its other code is as it was), so the
     self-call check refuses it nowhere, in a function patched in too."""
     found: set[str] = set()
     for node in nodes(tree):
@@ -1679,8 +1794,7 @@ def _unpatched_fix(code: str, patched: Callable[[], set[str]]) -> bool:
     """Whether the fix of a finding of `code` can change no function patched in to call itself (`_FIX_READS`)."""
     if code not in _FIX_READS:
         return False
-    read = _FIX_READS[code]
-    return read is None or read not in patched()
+    return patched().isdisjoint(_FIX_READS[code])
 
 
 def _touches(found: list, walked: notes._Tree, bodies: list[tuple[int, int]]) -> bool:
