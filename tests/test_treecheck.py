@@ -1314,6 +1314,21 @@ LEGACY_READS = {
         xm.rendezvous("x")
         import os
         """, ["NM190", "NM205"]),
+    "ranks, the world size and the master test from torchrun's variables (NM203)": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+        import torch_xla.runtime as xr
+
+
+        def report(loss):
+            rank, size = xr.global_ordinal(), xm.xrt_world_size()
+            if not xm.is_master_ordinal(local=False):
+                return rank
+            first = xm.is_master_ordinal() and size > 1
+            log(loss, master=xm.is_master_ordinal(), local=xm.get_local_ordinal(defval=-1))
+            keep(xm.is_master_ordinal())
+            return [xm.is_master_ordinal(True)]
+        """, ["NM190", "NM190"] + ["NM203"] * 8),
     "beside a CUDA leftover": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1383,6 +1398,10 @@ LEGACY_READS_TO_LIBCST = {
                       "xm.all_reduce('sum', [t])\n", ["NM190", "NM204"]),
     "a reduction constant": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                              "op = xm.REDUCE_SUM\nxm.rendezvous('x')\n", ["NM199", "NM205"]),
+    "a rank call in parentheses": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                   "n = (xm.get_ordinal())\n", ["NM190", "NM203"]),
+    "a computed master test (NM199)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                       "ok = xm.is_master_ordinal(local=flag)\n", ["NM199"]),
     "a name bound twice, once in a function": ("import torch\nimport torch_xla.core.xla_model as xm\n\n\n"
                                                "def f():\n    import torch_xla.core.xla_model as xm\n"
                                                "    return xm.xla_device()\n", ["NM190", "NM190", "NM101"]),
@@ -1555,6 +1574,8 @@ PIECES = [
     # rendezvous (NM205), their look-alikes, and what their message reads (torchrun's variables, os, dist)
     "xm.rendezvous('x')", "xm.rendezvous(tag='y')", "xm.rendezvous('z', b'data')", "if a:\n    xm.rendezvous('w')",
     "WORLD_SIZE = 2", "import os", "import torch.distributed as dist", "dist = None", "os.environ['RANK'] = '0'",
+    "r = xm.get_ordinal()", "ok = not xm.is_master_ordinal()", "x = [xm.is_master_ordinal(False)]", "LOCAL_RANK = 1",
+    "n = xm.xrt_world_size() + xm.get_local_ordinal(defval=1)", "f(*xm.get_ordinal())", "q = xm.get_ordinal(d, e)",
     # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
     "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",
     "t = torch.from_numpy(a)", "t = torch.tensor(a).half()", "t = torch.as_tensor(a, dtype=torch.float32)",

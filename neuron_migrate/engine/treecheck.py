@@ -1,7 +1,7 @@
 """A `check` of a file that reads no torch_xla name but in the device and step calls its fixes replace or remove
 (or is asked for no finding a torch_xla import makes), decided on Python's tree: torch_xla's device calls (NM101),
-its steps (NM103, NM104, NM113), its rendezvous (NM205), the xser checkpoints it chooses (NM222) and the imports
-the fixes leave unread (NM190), its CUDA leftovers (NM320-NM323),
+its steps (NM103, NM104, NM113), its ranks (NM203), its rendezvous (NM205), the xser checkpoints it chooses
+(NM222) and the imports the fixes leave unread (NM190), its CUDA leftovers (NM320-NM323),
 float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
@@ -18,8 +18,9 @@ optimum-neuron's trainer classes (`OptimumNeuronTrainer`), Inf1 code (`Inferenti
 for (`InstanceType`), NxD's tensor-parallel layers (`TensorParallel`) and PyTorch's sparse, FFT, function-transform,
 nested, distributions and MX APIs (`UnsupportedApi`). A file whose only torch_xla code is the device it asks for
 (a model's helpers: `xm.xla_device()`, `XlaDeviceCall`, NM101) and the steps it marks (`xm.mark_step()`,
-`MarkStep`: NM103, NM104, NM113), or waits for the other processes (`xm.rendezvous("x")`, `Collectives`: NM205),
-reports those calls and its imports, which their fixes leave unused (NM190); a
+`MarkStep`: NM103, NM104, NM113), asks for its rank (`xm.get_ordinal()`, `RankAndWorldSize`: NM203) or waits for
+the other processes (`xm.rendezvous("x")`, `Collectives`: NM205), reports those calls and its imports, which their
+fixes leave unused (NM190); a
 converter that writes or reads torch_xla's xser layout where the program chooses it (`Save`, `Load`: NM222) keeps
 those calls and the import they read.
 Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on
@@ -32,7 +33,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these eighteen, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these nineteen, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
   it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has no
@@ -72,6 +73,8 @@ notes?):
   `WORLD_SIZE` where `rank_names` and `_os_at_top` let the fix bind it, else `int(os.environ.get(...))`) and
   torch.distributed by the name the fix reads (`module_ref_in`, LibCST's `module_ref` on the scopes of Python's
   tree). The rule's other collectives, its reduction constants and a rendezvous in a one-line block go to LibCST.
+- RankAndWorldSize's NM203 on the rank and world-size calls and the master test, spelled with `env_int` as
+  Collectives' world size is; a call in parentheses, or an argument LibCST may spell otherwise, goes to LibCST.
 - Save's and Load's NM222 on an xser save or load the program chooses (`checkpoint.xser_chosen` on Python's tree:
   a function named for xser, or a branch an option named so selects; `chosen_fields`), kept as written. Every
   other save or load (the rules rewrite it) and `xm.save` passed on as a function go to LibCST.
@@ -489,6 +492,51 @@ class _Decisions:
         names, outer = self.names(), scope.parent.parent
         return any((q := names.qualname(base, outer)) in MODULE_BASES or _nn_class(q or "")
                    for base in scope.parent.node.bases)
+
+    # RankAndWorldSize: ordinals and world size from torchrun's environment (NM203)
+    def rank_and_world_size(self) -> None:
+        """`RankAndWorldSize`'s NM203: a rank or world-size call (`xm.get_ordinal()`, `xr.world_size()`) becomes
+        torchrun's variable (`env_int`, its `defval` as a name or a number), the master test
+        (`xm.is_master_ordinal()`, `local=` True or False) a comparison of the local rank or rank with 0, in
+        parentheses where its place binds tighter (`_loose`: `rewrites.LOOSE_PARENTS` on Python's tree), `not`
+        folded into `!=`. Another argument, or a computed `local=`, reports nothing (NM199's: its read stays); a
+        call or its argument in parentheses, and a `defval` other than a name or a number, go to LibCST."""
+        from neuron_migrate.rules.distributed import IS_MASTER, RANK_CALLS
+
+        tree = self.tree
+        parents = None
+        for call in tree.calls:
+            qual = self.qualname(call.func, "torch_xla")
+            if qual not in RANK_CALLS and qual not in IS_MASTER:
+                continue
+            if any(a.__class__ is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
+                continue
+            name = "defval" if qual in RANK_CALLS else "local"
+            if len(call.args) + len(call.keywords) > 1 or any(k.arg != name for k in call.keywords):
+                continue  # left to NM199
+            given = call.args[0] if call.args else call.keywords[0].value if call.keywords else None
+            if self._parentheses(call) is not None or (given is not None and self._parentheses(given) is not None):
+                raise Unsure("a rank call or its argument in parentheses")
+            scope = self.scope(call.func)
+            parents = parents or self.parents()
+            parent = parents.get(id(call))
+            taken: ast.AST = call
+            if qual in RANK_CALLS:
+                variable, default = RANK_CALLS[qual]
+                if given is not None:
+                    default = _number_or_name(given, tree)
+                fixed = self.env_int(variable, default, call, scope)
+            else:
+                if given is not None and not (given.__class__ is ast.Constant and given.value.__class__ is bool):
+                    continue  # a computed `local=`: left to NM199
+                local = given is None or given.value is True
+                which = self.env_int("LOCAL_RANK" if local else "RANK", "0", call, scope)
+                if parent.__class__ is ast.UnaryOp and parent.op.__class__ is ast.Not:
+                    fixed, taken = f"{which} != 0", parent
+                else:
+                    fixed = f"{which} == 0" if _loose(parent, call) else f"({which} == 0)"
+            if self.report("NM203", call, call=self.short(call), fixed=fixed):
+                self.fixes.append((call, taken))
 
     # Collectives: a rendezvous becomes a barrier where several processes run (NM205)
     def collectives(self) -> None:
@@ -1530,6 +1578,29 @@ class _Decisions:
         return self._scopes[id(node)]
 
 
+def _number_or_name(value: ast.expr, tree: notes._Tree) -> str:
+    """LibCST's code for an argument that is a name or a number (signed) as written; Unsure for anything else."""
+    inner = value.operand if value.__class__ is ast.UnaryOp and value.op.__class__ is ast.USub else value
+    if value.__class__ is ast.Name or (inner.__class__ is ast.Constant and inner.value.__class__ is int):
+        text = tree.segment(value)
+        if "\n" not in text and "#" not in text and "\\" not in text:
+            return text
+    raise Unsure("an argument LibCST may spell otherwise")
+
+
+def _loose(parent: ast.AST, node: ast.expr) -> bool:
+    """`isinstance(<LibCST's parent>, rewrites.LOOSE_PARENTS)` on Python's tree: `node` is an argument (not
+    starred), a keyword's value, the test of an `if` or a `while`, an assigned or returned value, a part of
+    `a if c else b` or of `a and b`, or a statement of its own."""
+    kind = parent.__class__
+    if kind is ast.Call:
+        return node is not parent.func
+    if kind is ast.Starred:
+        raise Unsure("a starred argument")
+    return kind in (ast.keyword, ast.If, ast.While, ast.Assign, ast.AnnAssign, ast.IfExp, ast.Return, ast.BoolOp,
+                    ast.Expr)
+
+
 def _identifiers(expr: ast.expr) -> list[str]:
     """`checkpoint._names` on Python's tree: the identifiers LibCST holds as names in `expr` (a name, an attribute
     taken, a keyword's name, a lambda's parameter)."""
@@ -1616,9 +1687,9 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
           "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string",
           "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step", "Save": "save", "Load": "load",
-          "Collectives": "collectives"}
+          "Collectives": "collectives", "RankAndWorldSize": "rank_and_world_size"}
 # rules whose findings take reads of torch_xla names away (their fixes: `_Decisions.fixes`) or keep them handled
-_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives"})
+_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives", "RankAndWorldSize"})
 # they report only where the file moves to neuron
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
 # rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that imports no torch_xla
@@ -1767,10 +1838,10 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
 
 
 # the attribute each fix of a torch_xla read spells where it reads a name late (engine/patches.py): the device's
-# `torch.device`, `torch.neuron.synchronize`, `torch._dynamo.graph_break`, `dist.barrier` behind
-# `os.environ.get`; a removal (NM103) spells none
+# `torch.device`, `torch.neuron.synchronize`, `torch._dynamo.graph_break`, `dist.barrier` and torchrun's variables
+# behind `os.environ.get`; a removal (NM103) spells none
 _FIX_READS = {"NM101": ("device",), "NM103": (), "NM104": ("synchronize",), "NM113": ("graph_break",),
-              "NM205": ("barrier", "environ", "get")}
+              "NM203": ("environ", "get"), "NM205": ("barrier", "environ", "get")}
 
 
 def _patched_attributes(tree: ast.Module) -> set[str]:
