@@ -362,6 +362,28 @@ def test_a_rule_s_words_keep_the_definitions_that_spell_them(monkeypatch):
         == [(7, "NM502"), (11, "NM502"), (16, "NM502")]
 
 
+PROCESS_GROUP = '''\
+import torch.distributed as dist
+import torch_xla.distributed.xla_backend
+
+
+def setup(args):
+    dist.init_process_group(args.dist_backend, world_size=args.world_size)
+'''
+
+
+def test_a_process_group_given_its_backend_from_elsewhere_keeps_its_function(monkeypatch):
+    """A file that registered torch_xla's backend and gives `init_process_group` its backend from elsewhere is
+    told the backend may still be "xla" there (NM201), in a function that spells no backend word too: its word
+    `init_process_group` keeps the function, and `check` (Python's tree aside) reports what `rewrite` does."""
+    monkeypatch.setattr(engine, "decide_on_tree", lambda *args, **kwargs: None)
+    lean_found = _findings("setup.py", PROCESS_GROUP.encode(), True, monkeypatch)
+    assert lean_found == _findings("setup.py", PROCESS_GROUP.encode(), False, monkeypatch)
+    rewritten = engine.process_python("setup.py", PROCESS_GROUP.encode(), Settings(), True)
+    assert [(f[0], f[4]) for f in lean_found] == [(f.line, f.code) for f in rewritten.findings] \
+        == [(2, "NM190"), (6, "NM201")]
+
+
 EAGER_SUBCLASS = '''\
 import torch_xla
 from base import TrainBase

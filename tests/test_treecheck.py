@@ -8,6 +8,7 @@ tree decides it or hands it back, so that both ways are known to be taken.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import textwrap
@@ -1329,6 +1330,19 @@ LEGACY_READS = {
             keep(xm.is_master_ordinal())
             return [xm.is_master_ordinal(True)]
         """, ["NM190", "NM190"] + ["NM203"] * 8),
+    "a process group whose backend comes from elsewhere, in a file that registered torch_xla's (NM201)": ("""\
+        import torch
+        import torch.distributed as dist
+        import torch_xla.distributed.xla_backend  # registers the xla backend
+
+
+        def setup(args, backend="nccl"):
+            dist.init_process_group(args.dist_backend, world_size=args.world_size)
+            group = torch.distributed.init_process_group(backend=backend)
+            if args.again: dist.init_process_group("gloo")
+            log(dist.init_process_group(args.other_backend))  # no statement of its own: nothing goes before it
+            return group
+        """, ["NM190", "NM201", "NM201", "NM201"]),
     "beside a CUDA leftover": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1402,6 +1416,21 @@ LEGACY_READS_TO_LIBCST = {
                                    "n = (xm.get_ordinal())\n", ["NM190", "NM203"]),
     "a computed master test (NM199)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                        "ok = xm.is_master_ordinal(local=flag)\n", ["NM199"]),
+    "a process group on torch_xla's backend": ("import torch.distributed as dist\n"
+                                               "import torch_xla.distributed.xla_backend\n"
+                                               "dist.init_process_group('xla', init_method='xla://')\n",
+                                               ["NM190", "NM201"]),
+    "a backend a name of the file is assigned": ("import torch.distributed as dist\n"
+                                                 "import torch_xla.distributed.xla_backend\nbackend = 'xla'\n"
+                                                 "dist.init_process_group(backend)\n", ["NM190", "NM102", "NM201"]),
+    "a backend a name of the file is assigned, not xla": ("import torch.distributed as dist\n"
+                                                          "import torch_xla.distributed.xla_backend\n"
+                                                          "backend = 'nccl'\ndist.init_process_group(backend)\n",
+                                                          ["NM190"]),
+    "a program that pins its own cores": ("import os\nimport torch.distributed as dist\n"
+                                          "import torch_xla.distributed.xla_backend\n"
+                                          "os.environ['NEURON_RT_VISIBLE_CORES'] = os.environ['LOCAL_RANK']\n"
+                                          "dist.init_process_group(args.backend)\n", ["NM190", "NM201"]),
     "a name bound twice, once in a function": ("import torch\nimport torch_xla.core.xla_model as xm\n\n\n"
                                                "def f():\n    import torch_xla.core.xla_model as xm\n"
                                                "    return xm.xla_device()\n", ["NM190", "NM190", "NM101"]),
@@ -1422,7 +1451,8 @@ def test_torch_xla_reads_fixes_take_away_or_handled_calls_keep_are_decided_on_py
     if codes is not None:
         assert [f[4] for f in found] == [c for c in codes if settings.enabled(c)]
     unused = [f[5] for f in found if f[4] == "NM190"]
-    assert all(m.count("once the other fixes are made") == ("debug.metrics" not in m) for m in unused)
+    never_read = ("debug.metrics", "xla_backend")  # imported for what importing does, or left behind
+    assert all(m.count("once the other fixes are made") == all(n not in m for n in never_read) for m in unused)
     monkeypatch.setattr(engine, "parse_module", lambda text: pytest.fail("LibCST parsed the file"))
     assert [f.code for f in engine.process_python("utils.py", data, settings, False).findings] == \
         [f[4] for f in found]
@@ -1442,12 +1472,18 @@ def test_an_import_the_fixes_take_no_read_of_is_unused_as_it_was(monkeypatch):
 @pytest.mark.parametrize("which", ["--select NM190", "--select NM191", "--ignore NM101", "portable"])
 @pytest.mark.parametrize("name", sorted(LEGACY_READS))
 def test_reads_no_fix_takes_away_leave_their_imports_to_libcst(name, which, monkeypatch):
-    """Where NM101 is not asked for, or its fix defines the portable style's device variable, the LibCST pass
-    decides: the calls keep their reads, and the imports stay."""
+    """Where the rules that take a file's torch_xla reads away are not asked for (`--select NM190`), NM101 is not,
+    or its fix defines the portable style's device variable, the findings are the LibCST pass's, which decides
+    where a read stays."""
     settings = {**IMPORT_SETTINGS, "--ignore NM101": Settings(project=HELPER, ignore=frozenset({"NM101"})),
                 "portable": SETTINGS["portable"]}[which]
-    found, decided = _same("utils.py", textwrap.dedent(LEGACY_READS[name][0]).encode(), settings, monkeypatch)
-    assert not decided or "NM190" not in settings.select, name
+    source = textwrap.dedent(LEGACY_READS[name][0])
+    found, decided = _same("utils.py", source.encode(), settings, monkeypatch)
+    tree = ast.parse(source)
+    legacy = [n for n in ast.walk(tree)
+              if isinstance(n, (ast.Import, ast.ImportFrom)) and "torch_xla" in ast.unparse(n)]
+    read = any(treecheck._legacy_spellings(tree, legacy)[1].values())
+    assert not (decided and read and "NM190" in settings.select), name  # the rules that take the reads are not asked
 
 
 @pytest.mark.parametrize("name", sorted(LEGACY_READS_TO_LIBCST))
@@ -1575,6 +1611,8 @@ PIECES = [
     "xm.rendezvous('x')", "xm.rendezvous(tag='y')", "xm.rendezvous('z', b'data')", "if a:\n    xm.rendezvous('w')",
     "WORLD_SIZE = 2", "import os", "import torch.distributed as dist", "dist = None", "os.environ['RANK'] = '0'",
     "r = xm.get_ordinal()", "ok = not xm.is_master_ordinal()", "x = [xm.is_master_ordinal(False)]", "LOCAL_RANK = 1",
+    "import torch_xla.distributed.xla_backend", "dist.init_process_group(args.backend)", "backend = 'nccl'",
+    "dist.init_process_group(backend=backend)", "g = dist.init_process_group('xla')", "dist.init_process_group(*a)",
     "n = xm.xrt_world_size() + xm.get_local_ordinal(defval=1)", "f(*xm.get_ordinal())", "q = xm.get_ordinal(d, e)",
     # float64 (NM401): its types, conversions, dtypes and NumPy arrays made into tensors, and their look-alikes
     "import numpy as np", "a = np.zeros(3)", "a = np.array([1, 2])", "a = np.array([1.5, 2])", "a = load()",

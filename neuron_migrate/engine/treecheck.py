@@ -1,7 +1,8 @@
 """A `check` of a file that reads no torch_xla name but in the device and step calls its fixes replace or remove
 (or is asked for no finding a torch_xla import makes), decided on Python's tree: torch_xla's device calls (NM101),
-its steps (NM103, NM104, NM113), its ranks (NM203), its rendezvous (NM205), the xser checkpoints it chooses
-(NM222) and the imports the fixes leave unread (NM190), its CUDA leftovers (NM320-NM323),
+its steps (NM103, NM104, NM113), a process group's backend (NM201), its ranks (NM203), its rendezvous (NM205),
+the xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its CUDA leftovers
+(NM320-NM323),
 float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
@@ -19,8 +20,8 @@ for (`InstanceType`), NxD's tensor-parallel layers (`TensorParallel`) and PyTorc
 nested, distributions and MX APIs (`UnsupportedApi`). A file whose only torch_xla code is the device it asks for
 (a model's helpers: `xm.xla_device()`, `XlaDeviceCall`, NM101) and the steps it marks (`xm.mark_step()`,
 `MarkStep`: NM103, NM104, NM113), asks for its rank (`xm.get_ordinal()`, `RankAndWorldSize`: NM203) or waits for
-the other processes (`xm.rendezvous("x")`, `Collectives`: NM205), reports those calls and its imports, which their
-fixes leave unused (NM190); a
+the other processes (`xm.rendezvous("x")`, `Collectives`: NM205), or registers torch_xla's process-group backend
+(`ProcessGroup`: NM201), reports those calls and its imports, which their fixes leave unused (NM190); a
 converter that writes or reads torch_xla's xser layout where the program chooses it (`Save`, `Load`: NM222) keeps
 those calls and the import they read.
 Deciding that on LibCST's tree costs a LibCST parse, a scope analysis and a fix pass per file, for findings on
@@ -33,7 +34,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these nineteen, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these twenty, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
   it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has no
@@ -73,6 +74,11 @@ notes?):
   `WORLD_SIZE` where `rank_names` and `_os_at_top` let the fix bind it, else `int(os.environ.get(...))`) and
   torch.distributed by the name the fix reads (`module_ref_in`, LibCST's `module_ref` on the scopes of Python's
   tree). The rule's other collectives, its reduction constants and a rendezvous in a one-line block go to LibCST.
+- ProcessGroup's NM201 where the file registers torch_xla's backend and gives `init_process_group` its backend from
+  elsewhere (a parameter, an attribute: `ProcessGroup._map`), with the rule's note where a statement can go before
+  the call; a call that spells an XLA backend or init method, a backend a name of the file is assigned, a program
+  that pins its own cores and the portable style go to LibCST. Where the file imports no torch_xla and gives no XLA
+  name as a backend, it reports nothing (`_XLA_QUIET`).
 - RankAndWorldSize's NM203 on the rank and world-size calls and the master test, spelled with `env_int` as
   Collectives' world size is; a call in parentheses, or an argument LibCST may spell otherwise, goes to LibCST.
 - Save's and Load's NM222 on an xser save or load the program chooses (`checkpoint.xser_chosen` on Python's tree:
@@ -537,6 +543,61 @@ class _Decisions:
                     fixed = f"{which} == 0" if _loose(parent, call) else f"({which} == 0)"
             if self.report("NM203", call, call=self.short(call), fixed=fixed):
                 self.fixes.append((call, taken))
+
+    # ProcessGroup: a backend a file that registered torch_xla's may be given as "xla" (NM201)
+    def process_group(self) -> None:
+        """`ProcessGroup`'s NM201 where the file registers torch_xla's `xla` backend and gives
+        `init_process_group` its backend as a name or an attribute from elsewhere (`backend=args.dist_backend`, a
+        parameter): it becomes the neuron backend where it is "xla", the process bound to its device first where a
+        statement can go before the call (`ProcessGroup._map`). A call that spells an XLA backend or init method,
+        a backend a name of the file is assigned, the program pinning its cores and the portable style go to
+        LibCST; any other call reports nothing."""
+        from neuron_migrate.rules.distributed import VISIBILITY, XLA_BACKEND, XLA_GROUP_STRINGS
+        from neuron_migrate.rules.patterns import INIT_PROCESS_GROUP
+        from neuron_migrate.rules.target import ACCELERATOR
+
+        tree = self.tree
+        registers = "xla_backend" in tree.text and any(
+            alias.name == XLA_BACKEND if node.__class__ is ast.Import else
+            f"{node.module}.{alias.name}" == XLA_BACKEND and not node.level
+            for node in tree.imports for alias in node.names)
+        for call in tree.calls:
+            if self.qualname(call.func) not in INIT_PROCESS_GROUP:
+                continue
+            values = [*call.args, *(k.value for k in call.keywords)]
+            if any(v.__class__ is ast.Constant and v.value in XLA_GROUP_STRINGS for v in values):
+                raise Unsure("an XLA backend or init method spelled")
+            if any(a.__class__ is ast.Starred for a in call.args):
+                raise Unsure("a starred argument")
+            backend = next((k.value for k in call.keywords if k.arg == "backend"), None)
+            if backend is None and call.args:
+                backend = call.args[0]
+            if backend is None or backend.__class__ in (ast.Constant, ast.JoinedStr):
+                continue  # a backend as a string: `_rewrite`'s, with no XLA spelling to respell
+            if backend.__class__ is ast.Name:
+                owner = self.names().lookup(backend.id, self.scope(backend))
+                if owner is not None and any(b.kind == "assign" for b in owner.bindings.get(backend.id, ())):
+                    raise Unsure("a backend a name of the file is assigned")
+            parts = _dotted(backend)
+            if not parts or not registers:
+                continue
+            name = tree.segment(backend)
+            if name != ".".join(parts):
+                raise Unsure("a backend spelled over several pieces")
+            if self.settings.device_style == ACCELERATOR:
+                raise Unsure("the portable style's process-group backend")
+            if any(variable in tree.text for variable in VISIBILITY):
+                raise Unsure("a program that may pin its own cores")
+            xla = self.string("xla")
+            statement = tree.statement.get(id(call))
+            placeable = getattr(statement, "value", None) is call
+            if placeable:
+                line = tree.line_text(first_line(statement))
+                if line[:tree.column(statement.lineno, statement.col_offset)].strip(" \t\f"):
+                    raise Unsure("a call on the line of another statement")
+            note = f", after binding the process to its own device when it is {xla}" if placeable else ""
+            self.report("NM201", call, text=f"{name} == {xla}",
+                        fixed=f"{self.string('neuron')} if {name} == {xla} else {name}", note=note)
 
     # Collectives: a rendezvous becomes a barrier where several processes run (NM205)
     def collectives(self) -> None:
@@ -1687,7 +1748,8 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "OptimumNeuronTrainer": "optimum_trainer", "TensorParallel": "tensor_parallel",
           "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string",
           "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step", "Save": "save", "Load": "load",
-          "Collectives": "collectives", "RankAndWorldSize": "rank_and_world_size"}
+          "Collectives": "collectives", "RankAndWorldSize": "rank_and_world_size",
+          "ProcessGroup": "process_group"}
 # rules whose findings take reads of torch_xla names away (their fixes: `_Decisions.fixes`) or keep them handled
 _TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives", "RankAndWorldSize"})
 # they report only where the file moves to neuron
@@ -1838,10 +1900,11 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
 
 
 # the attribute each fix of a torch_xla read spells where it reads a name late (engine/patches.py): the device's
-# `torch.device`, `torch.neuron.synchronize`, `torch._dynamo.graph_break`, `dist.barrier` and torchrun's variables
-# behind `os.environ.get`; a removal (NM103) spells none
+# `torch.device`, `torch.neuron.synchronize`, `torch._dynamo.graph_break`, `dist.barrier`, `torch.neuron.set_device`
+# and torchrun's variables behind `os.environ.get`; a removal (NM103) spells none
 _FIX_READS = {"NM101": ("device",), "NM103": (), "NM104": ("synchronize",), "NM113": ("graph_break",),
-              "NM203": ("environ", "get"), "NM205": ("barrier", "environ", "get")}
+              "NM201": ("set_device", "environ", "get"), "NM203": ("environ", "get"),
+              "NM205": ("barrier", "environ", "get")}
 
 
 def _patched_attributes(tree: ast.Module) -> set[str]:
@@ -1918,11 +1981,15 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
             unread = []
         if not rules and not unread:
             return []  # only the markers: the LibCST pass decides nothing either
-        if any(r.__name__ in _XLA_QUIET for r in rules):
-            if not _xla_quiet(walked) and (any(r.__name__ in _XLA_QUIET and r.__name__ != "CompilePlacedModel"
-                                               for r in rules) or not _placements_quiet(walked, tree, settings)):
+        names = {r.__name__ for r in rules}
+        if names & _XLA_QUIET:
+            quiet = _xla_quiet(walked)
+            if not quiet and ("XlaDeviceString" in names or "CompilePlacedModel" in names
+                              and not _placements_quiet(walked, tree, settings)):
                 return None
-            rules_left = [r for r in rules if r.__name__ not in _XLA_QUIET]
+            # ProcessGroup's decisions are ported (`process_group`) where it may report
+            rules_left = [r for r in rules
+                          if r.__name__ not in _XLA_QUIET or not quiet and r.__name__ == "ProcessGroup"]
         else:
             rules_left = rules
         cuda = any(r.__name__ in _CUDA_RULES for r in rules_left)

@@ -120,6 +120,13 @@ class ProcessGroup(Rule):
     triggers = (b"xla",)
     context = (b"init_process_group",)  # the last component of every name in INIT_PROCESS_GROUP
 
+    @classmethod
+    def words(cls) -> tuple[str, ...]:
+        """A call that spells no XLA backend (`init_process_group(args.dist_backend)`) in a function that spells no
+        trigger is still reported where the file registered torch_xla's backend (`_map`): `check`'s lean parse
+        keeps the function, as `rewrite`'s full one sees it."""
+        return ("init_process_group",)
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self.held: list[tuple] = []  # (occurrence, call, name, its "xla" literal): decided in finish
