@@ -384,6 +384,37 @@ def test_a_process_group_given_its_backend_from_elsewhere_keeps_its_function(mon
         == [(2, "NM190"), (6, "NM201")]
 
 
+LEFT_OUT_NAME = '''\
+import torch
+import torch_xla.core.xla_model as xm
+
+
+class Trainer:
+    def finish(self):
+        xm.rendezvous("done")
+
+
+class Report:
+    def write(self, rows):
+        dist = len(rows)
+        return dist
+'''
+
+
+def test_a_name_bound_only_in_a_left_out_definition_is_taken(monkeypatch):
+    """`Report.write` holds no needle and is left out of the lean tree, but it binds `dist`: the barrier NM205 asks
+    for is then `torch.distributed.barrier()`, in `check`'s message as in `rewrite`'s (not a `dist` the fix could
+    not import as)."""
+    monkeypatch.setattr(engine, "decide_on_tree", lambda *args, **kwargs: None)
+    rules = engine.active_rules(LEFT_OUT_NAME.encode(), Settings(), "train.py")
+    assert _replaced(LEFT_OUT_NAME.encode(), rules)
+    lean_found = _findings("train.py", LEFT_OUT_NAME.encode(), True, monkeypatch)
+    assert lean_found == _findings("train.py", LEFT_OUT_NAME.encode(), False, monkeypatch)
+    rewritten = engine.process_python("train.py", LEFT_OUT_NAME.encode(), Settings(), True)
+    assert [f[5] for f in lean_found] == [f.message for f in rewritten.findings]
+    assert "torch.distributed.barrier()" in lean_found[-1][5]
+
+
 EAGER_SUBCLASS = '''\
 import torch_xla
 from base import TrainBase

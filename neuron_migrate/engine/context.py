@@ -90,6 +90,9 @@ class FileContext:
     may_suppress: bool = True  # False when the file holds no suppression comment (MAY_SUPPRESS): skip the lookups
     # how many string literals of the code a lean tree leaves out open with ' and with " (engine/lean.py)
     left_out_quotes: tuple[int, int] = (0, 0)
+    # Python's tree of the whole file, where the LibCST tree is a lean one: the names the left-out code binds
+    whole_tree: object | None = None
+    _whole_names: set[str] | None = None
     # every edit, in order, with the decision it fixes (the latest one reported; -1 before any): one edit that
     # fails is dropped with its decision's other edits, and the rest of the file is still fixed
     journal: list[tuple[int, str, cst.CSTNode, object]] = field(default_factory=list)
@@ -237,7 +240,19 @@ class FileContext:
         self._top_imports[key] = (function_scope.node, edit)
 
     def _name_taken(self, name: str) -> bool:
-        return any(name in s.bindings for s in self.analysis.scopes)
+        """Whether any scope of the file binds `name`: of the whole file, also where the tree is a lean one (the
+        definitions it leaves out bind names too, read from Python's tree of the whole file, engine/treenames.py),
+        so that `check` names what `rewrite` names."""
+        if any(name in s.bindings for s in self.analysis.scopes):
+            return True
+        if self.whole_tree is None:
+            return False
+        if self._whole_names is None:
+            from neuron_migrate.engine.treenames import TreeNames
+
+            names = TreeNames(self.whole_tree, self.source.text)
+            self._whole_names = {bound for scope in names.scopes for bound in scope.bindings}
+        return name in self._whole_names
 
     def _require(self, module: str, alias: str | None) -> None:
         if (module, alias) not in self.required_imports:

@@ -27,7 +27,9 @@ classes); a class with a hot method is kept, its cold methods still replaced. A 
 Only `def` and `class` statements are ever replaced; everything else is kept as written. What the file's facts
 count over the whole file is completed for the code left out: the quote style (facts.quote) counts the string
 literals of each replaced definition, read from Python's tree and the text (`_quote_tally`); a definition whose
-f-strings hold literals inside their braces is kept, for LibCST to count. `rewrite` parses the whole file (it
+f-strings hold literals inside their braces is kept, for LibCST to count. Whether a name is bound anywhere in the
+file (a name a fix brings in must be free: `dist`, the device variable) reads the whole file's scopes, from
+Python's tree (`FileContext._name_taken`). `rewrite` parses the whole file (it
 renders it). `tests/test_lean.py` holds the findings of the lean parse equal to the whole parse's
 on every fixture, 150 standard-library modules and torch_xla's sources as plain code;
 `NEURON_MIGRATE_LEAN=0` turns it off.

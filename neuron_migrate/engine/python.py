@@ -85,23 +85,25 @@ def _flags() -> int:
 # -- the pipeline ------------------------------------------------------------------------------------------
 
 def parse(source: Source, needles: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
-          tree: ast.Module | None = None) -> tuple[cst.Module, tuple[int, int]]:
+          tree: ast.Module | None = None) -> tuple[cst.Module, tuple[int, int], ast.Module | None]:
     """The LibCST tree of a file that Python itself accepts (LibCST also takes some Python 2 forms). Python parses
     first: its message is the one users know, and its statement lines are what findings are placed by.
 
     With `needles` (`check`: the file is only read), the tree is the lean one (engine/lean.py): the functions and
     classes that cannot hold a finding are stand-ins, every other statement at its own line and column. `tree` is
     Python's tree of the file where the caller has it already. Returned with the tree: how many string literals
-    of the code it leaves out open with `'` and with `"` (facts.quote)."""
+    of the code it leaves out open with `'` and with `"` (facts.quote), and Python's tree of the whole file where
+    the LibCST tree is a lean one (the names the left-out code binds: `FileContext._name_taken`)."""
     if tree is None:
         tree, _ = _read(source.text)
     text = source.text
-    left_out = (0, 0)
+    left_out, whole = (0, 0), None
     shared = SHARED_TREES.get() if needles is not None else None
     if needles is not None:
         lean = lean_text(text, tree, *needles)
         if lean is not None:
             text, left_out = lean  # `tree` now stands for it
+            whole = tree
             if shared is not None:
                 shared.python.pop(source.text, None)
     module = shared.libcst.get(text) if shared is not None else None
@@ -115,7 +117,7 @@ def parse(source: Source, needles: tuple[tuple[str, ...], tuple[str, ...]] | Non
         if shared is not None:
             shared.libcst[text] = module
     positions.remember(module, text, tree)  # findings are placed by Python's statement lines
-    return module, left_out
+    return module, left_out, whole
 
 
 def _read(text: str) -> tuple[ast.Module, dict]:
@@ -297,10 +299,10 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
                 result.findings = found
                 return result
     with syntax.session():  # the file's syntax state; LibCST's speed-ups are in place only inside
-        module, left_out = parse(source, None if rewrite else lean_needles(rules, settings.project), tree)
+        module, left_out, whole = parse(source, None if rewrite else lean_needles(rules, settings.project), tree)
         renderer = Renderer()
         new_text = transform(path, source, module, rules, step, settings, rewrite, result, may_suppress, renderer,
-                             left_out)
+                             left_out, whole_tree=whole)
         if not rewrite:
             return result
         try:
@@ -319,14 +321,17 @@ def process_python(path: str, data: bytes, settings: Settings, rewrite: bool) ->
 
 def transform(path: str, source: Source, module: cst.Module, rules: list[type[Rule]], step: bool,
               settings: Settings, rewrite: bool, result: FileResult, may_suppress: bool,
-              renderer: Renderer, left_out: tuple[int, int] = (0, 0)) -> str | None:
+              renderer: Renderer, left_out: tuple[int, int] = (0, 0),
+              whole_tree: ast.Module | None = None) -> str | None:
     """Decide, then apply the fixes. Returns the new text where `rewrite` asks for it (None: nothing to write).
-    `left_out`: the quotes of the string literals a lean `module` leaves out (see `parse`)."""
+    `left_out`: the quotes of the string literals a lean `module` leaves out, `whole_tree`: Python's tree of the
+    whole file where `module` is lean (see `parse`)."""
     wanted = {t for r in rules for t in r.node_types()}
     if step:
         wanted.update(leftovers.NODE_TYPES)
     analysis = Analysis(module, wanted=tuple(wanted), record=True)
-    ctx = FileContext(path, source, module, analysis, settings, may_suppress=may_suppress, left_out_quotes=left_out)
+    ctx = FileContext(path, source, module, analysis, settings, may_suppress=may_suppress, left_out_quotes=left_out,
+                      whole_tree=whole_tree)
     decide(ctx, rules, step)
     result.files_read.update(ctx.files_read)
     new_text = None
