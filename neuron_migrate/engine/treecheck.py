@@ -2160,12 +2160,16 @@ def _reads_left(path: str, walked: notes._Tree, decisions: _Decisions, settings,
         for name, count in _census(node, set(left)).items():
             left[name] -= count
 
+    def fixes(node: ast.AST) -> bool:
+        """The finding on `node` is reported and its fix made (as `ctx.report` answers the rule)."""
+        code, fields = reported[id(node)]
+        marked = (lambda: marks(code, node)) if marks is not None else _never
+        decision = policy.decide(code, None, None, fields, migrating=lambda: False, marked=marked)
+        return decision is not None and decision.fix
+
     fixed: set[int] = set()
     for node, taken in decisions.fixes:
-        code, fields = reported[id(node)]
-        marked = (lambda code=code, node=node: marks(code, node)) if marks is not None else _never
-        decision = policy.decide(code, None, None, fields, migrating=lambda: False, marked=marked)
-        if decision is not None and decision.fix:
+        if fixes(node):
             take(taken)
             fixed.add(id(node))
     staying: set[str] = set()
@@ -2177,12 +2181,8 @@ def _reads_left(path: str, walked: notes._Tree, decisions: _Decisions, settings,
         chain = node.func if node.__class__ is ast.Call else node
         if not _dotted(chain):
             continue  # no name chain: NM199 reports what it reads
-        if id(node) in reported and any(_census(chain, set(left)).values()):
-            code, fields = reported[id(node)]
-            marked = (lambda code=code, node=node: marks(code, node)) if marks is not None else _never
-            decision = policy.decide(code, None, None, fields, migrating=lambda: False, marked=marked)
-            if decision is not None and decision.fix:
-                raise Unsure("another rule's fix of a call that reads torch_xla")  # it may take the read away
+        if id(node) in reported and any(_census(chain, set(left)).values()) and fixes(node):
+            raise Unsure("another rule's fix of a call that reads torch_xla")  # it may take the read away
         take(chain)
         for inner in ast.walk(chain):
             if inner.__class__ is ast.Name and inner.id in left:
