@@ -1384,6 +1384,8 @@ LEGACY_READS_TO_LIBCST = {
                                    "xm.mark_step(devices=[d])\n", ["NM199"]),
     "a step that is no statement": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                     "done = xm.mark_step()\n", ["NM199"]),
+    "a wait given as a number": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                 "xm.mark_step(0)\nxm.mark_step(wait=1)\n", ["NM199", "NM199"]),
     "a computed wait": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                         "xm.mark_step(wait=not fast)\n", ["NM199"]),
     "torch_xla's wait as a function": ("import torch\nimport torch_xla.core.xla_model as xm\n"
@@ -1602,6 +1604,7 @@ PIECES = [
     "model = nn.Linear(2, 2).to(xm.xla_device())", "x = y.to(dtype=torch.float16)", "n = model.parameters()",
     "setattr(t, name, v)", "setattr(torch, 'device', lambda: xm.xla_device())", "self.device = d", "y.to(d)",
     "xm.mark_step()", "xm.mark_step(wait=True)", "x = xm.mark_step()", "xm.mark_step(devices=[d])", "torch_xla.sync()",
+    "xm.mark_step(0)", "xm.mark_step(wait=None)",
     "def forward(self, x):\n    xm.mark_step()", "torch.neuron.synchronize = lambda: xm.mark_step(True)",
     # xser saves and loads the program chooses (NM222, kept: their reads keep the import), and names in strings
     "import torch_xla.utils.serialization as xser", "def save_xser(s, p):\n    xser.save(s, p)", "s = xser.load(p)",

@@ -1,9 +1,8 @@
-"""A `check` of a file that reads no torch_xla name but in the device and step calls its fixes replace or remove
-(or is asked for no finding a torch_xla import makes), decided on Python's tree: torch_xla's device calls (NM101),
-its steps (NM103, NM104, NM113), a process group's backend (NM201), its ranks (NM203), its rendezvous (NM205),
-the xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its CUDA leftovers
-(NM320-NM323),
-float64 (NM401), the XLA stack's environment variables
+"""A `check` of a file that reads torch_xla's names only where the ported rules' fixes take them away or their
+handled calls keep them (or is asked for no finding a torch_xla import makes), decided on Python's tree: its
+device calls (NM101), its steps (NM103, NM104, NM113), a process group's backend (NM201), its ranks (NM203), its
+rendezvous (NM205), the xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its
+CUDA leftovers (NM320-NM323), float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
 NM509), Inf1 code (NM513), trn1 instances (NM520), NxD's tensor-parallel layers where they are marked (NM230) and
@@ -37,12 +36,11 @@ notes?):
 - Every rule left to run after the pre-filters is one of these twenty, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
-  it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has no
-  suppression
-  comments (process_python asks only then), so nothing else can come out of the pass but its markers (NM900, each
-  `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above a statement, at its
-  indentation, stands for that code's finding there, as LibCST's leading lines of the statement hold it
-  (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
+  it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has
+  no suppression comments (process_python asks only then), so nothing else can come out of the pass but its
+  markers (NM900, each `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above
+  a statement, at its indentation, stands for that code's finding there, as LibCST's leading lines of the
+  statement hold it (`_Marks`); one that closes a block, above an `elif` or inside a string is left to LibCST.
 - The file imports torch_xla nowhere, or NM190, NM191 and NM199 are not asked for (a set-aside program's notes
   pass): then there is no NM190 / NM191 for the fix pass to add, and no NM199 step. Or every spelling of a name
   its torch_xla imports bind, outside those imports (`_legacy_spellings`, `_census`: a name, an attribute, a
@@ -406,7 +404,8 @@ class _Decisions:
         as a name or a number (LibCST's code for other indexes, and an index in parentheses, are left to LibCST).
         A call that is one side of a comparison (`p.device != xm.xla_device()`, which the rule rewrites as a
         comparison of device types) is left to LibCST, as is the portable style (its device variable is a
-        definition the fix adds). The fix replaces the call's function with the rest (`fixes`)."""
+        definition the fix adds). The fix replaces the call: its function is the torch_xla read it takes away
+        (`fixes`; an index stays)."""
         from neuron_migrate.rules.device import XLA_DEVICE
         from neuron_migrate.rules.target import ACCELERATOR
 
@@ -466,8 +465,8 @@ class _Decisions:
                     k.value is not wait and k.arg != "reset_scope" for k in call.keywords):
                 continue  # devices=: left to NM199
             if wait is not None and not (wait.__class__ is ast.Name or (
-                    wait.__class__ is ast.Constant and wait.value in (True, False, None))):
-                continue  # a computed wait=: left to NM199
+                    wait.__class__ is ast.Constant and any(wait.value is v for v in (True, False, None)))):
+                continue  # a computed wait=, a number: left to NM199 (`True`, `False` and `None` are names to LibCST)
             statement = tree.statement.get(id(call))
             alone = statement.__class__ is ast.Expr and statement.value is call
             if wait.__class__ is ast.Constant and wait.value is True:
