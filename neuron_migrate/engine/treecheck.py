@@ -61,7 +61,7 @@ notes?):
   (`target().device`); a call compared with a device (the rule compares device types), another index, an
   argument it leaves to NM199 and the portable style go to LibCST. Its fix reads `torch.device` only: in a
   function patched in, the self-call check refuses it only where the file may patch `torch.device` itself
-  (`_FIX_READS`, `_patched_attributes`), which is left to LibCST.
+  (`_FIX_READS`, `_patch_sites`), which is left to LibCST.
 - MarkStep's decisions are the rule's own on torch_xla's step calls (`mark_step`, `torch_xla.sync`): as a statement
   removed (NM103), or a graph cut in a model's forward (NM113: `_in_forward` on the scopes of Python's tree), one
   that waits becomes the device's synchronize (NM104); other arguments, or another place, report nothing and keep
@@ -1863,23 +1863,32 @@ def _patched_values(text: str, walked: notes._Tree, tree: ast.Module) -> frozens
     the second of a `setattr` call, whatever its attribute's spelling."""
     if not may_patch(text, walked.module):
         return frozenset()  # no patch of an imported module at all
-    values = _patch_values(tree)
+    values = _patch_sites(tree)[0]
     if any(type(v) in (ast.Lambda, ast.Name, ast.Starred) for v in values):
         return None
     return frozenset(id(v) for v in values)
 
 
-def _patch_values(tree: ast.Module) -> list[ast.expr]:
+def _patch_sites(tree: ast.Module) -> tuple[list[ast.expr], set[str]]:
+    """What the file's `a.b = value` assignments and `setattr` calls set: the values (every `setattr` argument after
+    the second, whatever its attribute's spelling), and the attributes (each target's last name, and the name a
+    `setattr` gives as a string literal, the only one the self-call check reads)."""
     values: list[ast.expr] = []
+    attributes: set[str] = set()
     for node in nodes(tree):
         kind = type(node)
         if kind is ast.Assign:
-            if any(type(t) is ast.Attribute for t in node.targets):
+            targets = [t.attr for t in node.targets if type(t) is ast.Attribute]
+            if targets:
                 values.append(node.value)
+                attributes.update(targets)
         elif kind is ast.Call and type(node.func) is ast.Name and node.func.id == "setattr":
             values += node.args[2:]
             values += [k.value for k in node.keywords]
-    return values
+            name = node.args[1] if len(node.args) > 1 else None
+            if type(name) is ast.Constant and name.value.__class__ is str:
+                attributes.add(name.value)
+    return values, attributes
 
 
 def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
@@ -1887,7 +1896,7 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
     value's, and every `def` of a name given as a value (`patches._patches` finds one of them, or none); None where
     a value is starred. A fix that touches no statement of these lines leaves each body as it was, so the fix pass's
     self-call check (which counts the late reads in a body before and after) refuses nothing."""
-    values = _patch_values(tree)
+    values = _patch_sites(tree)[0]
     if any(type(v) is ast.Starred for v in values):
         return None
     names = {v.id for v in values if type(v) is ast.Name}
@@ -1906,28 +1915,12 @@ _FIX_READS = {"NM101": ("device",), "NM103": (), "NM104": ("synchronize",), "NM1
               "NM205": ("barrier", "environ", "get")}
 
 
-def _patched_attributes(tree: ast.Module) -> set[str]:
-    """The attributes the file may patch a function in for: each `a.b = ...` target's last name, and the name a
-    `setattr` gives as a string literal (the self-call check reads no other). A fix of `_FIX_READS` whose attributes
-    are none of them reads no patched name the function did not read before (its other code is as it was), so the
-    self-call check refuses it nowhere, in a function patched in too."""
-    found: set[str] = set()
-    for node in nodes(tree):
-        kind = type(node)
-        if kind is ast.Assign:
-            found.update(t.attr for t in node.targets if type(t) is ast.Attribute)
-        elif kind is ast.Call and type(node.func) is ast.Name and node.func.id == "setattr" and len(node.args) > 1:
-            name = node.args[1]
-            if type(name) is ast.Constant and name.value.__class__ is str:
-                found.add(name.value)
-    return found
-
-
-def _unpatched_fix(code: str, patched: Callable[[], set[str]]) -> bool:
-    """Whether the fix of a finding of `code` can change no function patched in to call itself (`_FIX_READS`)."""
-    if code not in _FIX_READS:
-        return False
-    return patched().isdisjoint(_FIX_READS[code])
+def _unpatched_fix(code: str, patched: set[str]) -> bool:
+    """Whether the fix of a finding of `code` can change no function patched in to call itself: of `_FIX_READS`, it
+    reads none of the attributes the file may patch a function in for (`patched`: `_patch_sites`), and so no
+    patched name the function did not read before (its other code is as it was); the self-call check refuses it
+    nowhere, in a function patched in too."""
+    return code in _FIX_READS and patched.isdisjoint(_FIX_READS[code])
 
 
 def _touches(found: list, walked: notes._Tree, bodies: list[tuple[int, int]]) -> bool:
@@ -2026,15 +2019,18 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         if patched and any(id(node) in patched for _code, node, _fields, _offset in decisions.found):
             return None  # a fix would replace a value patched in whole (see `_patched_values`)
         if bodies:
-            attributes = functools.cache(lambda: _patched_attributes(tree))
+            attributes = _patch_sites(tree)[1]
             if _touches([f for f in decisions.found if not _unpatched_fix(f[0], attributes)], walked, bodies):
                 return None  # a fix would change a function patched in, which the self-call check reads
         marks = _Marks(walked, tree) if markers else None
         staying: set[str] = set()
+        read: set[str] = set()
         if any(spelled.values()):
-            staying = _reads_left(path, walked, decisions, settings, spelled, marks)
-            if staying is None:
+            kept = _reads_left(path, walked, decisions, settings, spelled, marks)
+            if kept is None:
                 return None  # a read of a torch_xla name the NM199 step may report: LibCST decides
+            read = _read_before(decisions, {name for name, count in spelled.items() if count})
+            staying = kept & read  # read by a handled call that keeps it
             if staying and any(_in_try(decisions, node) for node in legacy):
                 return None  # an import that stays in a guard: the fix pass's NM191 is LibCST's
         codes = frozenset(c for r in rules for c in r.codes)
@@ -2043,7 +2039,6 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
                   if (alias.asname or alias.name.partition(".")[0]) not in staying]
         if unread and settings.enabled(UNUSED_CODE, path) and not (
                 decisions.paths is not None and decisions.paths.multi_backend):  # a multi-backend file keeps them
-            read = _read_before(decisions, {name for name, count in spelled.items() if count})
             found = sorted(found + _unused_findings(path, walked, unread, read), key=lambda f: f.sort_key())
         return found
 
@@ -2143,12 +2138,13 @@ def _census(root: ast.AST, names: set[str]) -> dict[str, int]:
 
 def _reads_left(path: str, walked: notes._Tree, decisions: _Decisions, settings, spelled: dict[str, int],
                 marks: _Marks | None) -> set[str] | None:
-    """The names the torch_xla imports bind that the fixed file still reads, where every spelling of one outside
-    those imports (`spelled`) is in code a fix takes away (`_Decisions.fixes`: `xm.xla_device` of
-    `xm.xla_device()`, whose call the fix replaces; a step's statement it removes) or in the function of a call a
-    rule reported and does not fix (an xser save the program chooses, a call with its code not enabled or a
-    marker above it): a handled call, whose torch_xla names the NM199 step leaves alone, and whose read keeps its
-    import. None where a spelling is in neither (a read NM199 may report, an attribute, a string, a comment)."""
+    """The names the torch_xla imports bind that the fixed file still spells as a name (of which `decide` keeps
+    those the file reads, `_read_before`), where every spelling of one outside those imports (`spelled`) is in code
+    a fix takes away (`_Decisions.fixes`: `xm.xla_device` of `xm.xla_device()`, whose call the fix replaces; a
+    step's statement it removes) or in the function of a call a rule reported and does not fix (an xser save the
+    program chooses, a call with its code not enabled or a marker above it): a handled call, whose torch_xla names
+    the NM199 step leaves alone, and whose read keeps its import. None where a spelling is in neither (a read
+    NM199 may report, an attribute, a string, a comment)."""
     from neuron_migrate.policy import Policy, _never
 
     policy = Policy(settings, path, rewrite=True)
@@ -2186,9 +2182,7 @@ def _reads_left(path: str, walked: notes._Tree, decisions: _Decisions, settings,
         for inner in ast.walk(chain):
             if inner.__class__ is ast.Name and inner.id in left:
                 staying.add(inner.id)
-    if any(left.values()):
-        return None
-    return {name for name in staying if name in _read_before(decisions, staying)}
+    return None if any(left.values()) else staying
 
 
 def _in_try(decisions: _Decisions, node: ast.AST) -> bool:
