@@ -1343,6 +1343,20 @@ LEGACY_READS = {
             log(dist.init_process_group(args.other_backend))  # no statement of its own: nothing goes before it
             return group
         """, ["NM190", "NM201", "NM201", "NM201"]),
+    "eager mode switched on and off, the device waited for": ("""\
+        import torch
+        import torch_xla
+        import torch_xla.core.xla_model as xm
+        from torch_xla.core.xla_model import wait_device_ops
+
+
+        def run(step):
+            torch_xla.experimental.eager_mode(True)
+            step()
+            xm.wait_device_ops()
+            if step: wait_device_ops()
+            torch_xla.experimental.eager_mode(enable=False); xm.mark_step()
+        """, ["NM190"] * 3 + ["NM103", "NM104", "NM104", "NM103", "NM103"]),
     "beside a CUDA leftover": ("""\
         import torch
         import torch_xla.core.xla_model as xm
@@ -1390,9 +1404,20 @@ LEGACY_READS_TO_LIBCST = {
                         "xm.mark_step(wait=not fast)\n", ["NM199"]),
     "torch_xla's wait as a function": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                        "xm.mark_step()\nsync = xm.wait_device_ops\n", ["NM190", "NM103", "NM104"]),
-    "eager mode switched on": ("import torch\nimport torch_xla\nimport torch_xla.core.xla_model as xm\n"
-                               "torch_xla.experimental.eager_mode(True)\nxm.mark_step()\n",
-                               ["NM190", "NM190", "NM103", "NM103"]),
+    "a wait with devices (NM199)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                    "xm.wait_device_ops(devices=[])\n", ["NM199"]),
+    "torch_xla's wait imported under a name of its own": ("import torch\n"
+                                                          "from torch_xla.core.xla_model import wait_device_ops as w\n"
+                                                          "sync = w\n", ["NM190", "NM104"]),
+    "torch_xla's wait named in a comment": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                            "xm.mark_step()  # then xm.wait_device_ops()\n", ["NM190", "NM103"]),
+    "a computed eager switch": ("import torch\nimport torch_xla\n\ntorch_xla.experimental.eager_mode(flag)\n",
+                                ["NM199"]),
+    "eager mode switched on as a value": ("import torch\nimport torch_xla\n\n"
+                                          "done = torch_xla.experimental.eager_mode(True)\n", ["NM199"]),
+    "eager mode's context": ("import torch\nimport torch_xla\n\n"
+                             "with torch_xla.experimental.eager_mode_context(True):\n    f()\n",
+                             ["NM190", "NM103"]),
     "torch_xla's step context": ("import torch\nimport torch_xla\n\nwith torch_xla.step():\n    torch_xla.sync()\n",
                                  ["NM190", "NM109", "NM103"]),
     "a step where torch.neuron.synchronize is patched": ("import torch\nimport torch_xla.core.xla_model as xm\n"
@@ -1504,6 +1529,62 @@ def test_the_rules_findings_alone_are_the_libcst_pass_s(name, monkeypatch):
     settings = Settings(project=HELPER, select=frozenset({"NM101", "NM103", "NM104", "NM113", "NM220", "NM221",
                                                           "NM222"}))
     _same("utils.py", textwrap.dedent(source).encode(), settings, monkeypatch)
+
+
+EAGER_BASE = Settings(project=FileProject(target="trn2", moving="train.py", imported_by="train.py",
+                                          base_compiled=("compiled_step_fn",)))
+EAGER_STEP = """\
+import torch_xla
+from base import Base
+
+
+class Eager(Base):
+
+    {kind} __init__(self):
+        super().__init__()
+        {assignment}
+        self.other = self.step_fn
+
+
+class Plain:
+    def __init__(self):
+        self.compiled_step_fn = self.step_fn
+
+
+if __name__ == "__main__":
+    torch_xla.experimental.eager_mode({switch})
+"""
+
+
+@pytest.mark.parametrize("kind, assignment, switch, codes", [
+    ("def", "self.compiled_step_fn = self.step_fn", "True", ["NM190", "NM259", "NM103"]),
+    ("async def", "self.compiled_step_fn   =  self .step_fn", "enable=True", ["NM190", "NM259", "NM103"]),
+    ("def", "self.compiled_step_fn = self.step_fn", "False", ["NM190", "NM103"]),  # eager mode off
+    ("def", "self.compiled = self.step_fn", "True", ["NM190", "NM103"]),  # no attribute the base compiles
+    ("@staticmethod\n    def", "self.compiled_step_fn = self.step_fn", "True", ["NM190", "NM103"]),
+])
+def test_a_subclass_s_eager_step_is_decided_on_python_s_tree(kind, assignment, switch, codes, monkeypatch):
+    """NM259 where a base class in another module compiles the step the subclass assigns eagerly (its message quotes
+    the assignment on one line, its fix names torch, which the fix imports), on Python's tree; a class with no
+    base, another attribute, a decorated method and eager mode off report nothing."""
+    data = EAGER_STEP.format(kind=kind, assignment=assignment, switch=switch).encode()
+    found, decided = _same("eager.py", data, EAGER_BASE, monkeypatch)
+    assert decided and [f[4] for f in found] == codes
+    assert all('use `torch.compiler.set_stance("force_eager")(self' in f[5] for f in found if f[4] == "NM259")
+
+
+@pytest.mark.parametrize("assignment", [
+    "self.compiled_step_fn = (self.step_fn)",  # LibCST's code of the value holds its parentheses
+    "self.compiled_step_fn = self.step_fn; self.n = 0",  # its `;` is the assignment's to LibCST
+    "self.compiled_step_fn = self.step_fn  # eager",
+    "self.compiled_step_fn = self.step_fn\n        self.s = torch_xla.compile(self.step_fn)",  # a step compiled here
+])
+def test_an_eager_step_python_s_tree_may_spell_otherwise_goes_to_libcst(assignment, monkeypatch):
+    data = EAGER_STEP.format(kind="def", assignment=assignment, switch="True").encode()
+    settings = Settings(project=EAGER_BASE.project, select=frozenset({"NM259"}))  # no read of torch_xla to follow
+    found, decided = _same("eager.py", data, settings, monkeypatch)
+    assert not decided
+    assert [f[4] for f in found] == ["NM259"]
 
 
 @pytest.mark.parametrize("source", [

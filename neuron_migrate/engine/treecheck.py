@@ -1,7 +1,7 @@
 """A `check` of a file that reads torch_xla's names only where the ported rules' fixes take them away or their
 handled calls keep them (or is asked for no finding a torch_xla import makes), decided on Python's tree: its
-device calls (NM101), its steps (NM103, NM104, NM113), a process group's backend (NM201), its ranks (NM203), its
-rendezvous (NM205), the xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its
+device calls (NM101), its steps and waits (NM103, NM104, NM113), eager mode and a subclass's eager step (NM103,
+NM259), a process group's backend (NM201), its ranks (NM203), its rendezvous (NM205), the xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its
 CUDA leftovers (NM320-NM323), float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
@@ -33,7 +33,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these twenty, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these twenty-one, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
   it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has
@@ -65,8 +65,15 @@ notes?):
 - MarkStep's decisions are the rule's own on torch_xla's step calls (`mark_step`, `torch_xla.sync`): as a statement
   removed (NM103), or a graph cut in a model's forward (NM113: `_in_forward` on the scopes of Python's tree), one
   that waits becomes the device's synchronize (NM104); other arguments, or another place, report nothing and keep
-  their read. `wait_device_ops`, eager mode, `torch_xla.step()` and the portable style go to LibCST; so does a
-  fix that spells an attribute the file may patch a function in for (`_FIX_READS`).
+  their read. So are `xm.wait_device_ops()` (NM104; with arguments, NM199's) and `eager_mode(True)` or `(False)`
+  as a statement (NM103). `wait_device_ops` spelled other than as a call's function or an import's name (passed on
+  as a function, imported under a name of its own, in a comment), the contexts of `torch_xla.step()` and eager mode,
+  and the portable style go to LibCST; so does a fix that spells an attribute the file may patch a function in
+  for (`_FIX_READS`).
+- EagerStepOfCompiledBase's NM259: under `eager_mode(True)`, a derived class's method assigns `self.<a> =
+  self.<method>` where a base class in another module compiles the step `<a>` names (`project.base_compiled`); a
+  file that compiles a step itself (`torch_xla.compile`), and an assignment that shares its line, spans lines or
+  holds parentheses or a comment, go to LibCST.
 - Collectives' NM205 on a rendezvous with its tag alone, a statement alone on its line (or the sole body of an
   `if` without `else`): its message spells torchrun's world size as the rule's `env_int` does (the module's
   `WORLD_SIZE` where `rank_names` and `_os_at_top` let the fix bind it, else `int(os.environ.get(...))`) and
@@ -450,12 +457,14 @@ class _Decisions:
 
         tree = self.tree
         if "wait_device_ops" in tree.text:
-            raise Unsure("torch_xla's wait, which may be passed as a function")
-        others = WAIT | EAGER_MODE | EAGER_CONTEXT | STEP_CONTEXT
+            self._waits_called()
         for call in tree.calls:
             qual = self.qualname(call.func, "torch_xla")
-            if qual in others:
-                raise Unsure("eager mode, or torch_xla's step context")
+            if qual in EAGER_CONTEXT or qual in STEP_CONTEXT:
+                raise Unsure("torch_xla's step context, or eager mode's")
+            if qual in WAIT or qual in EAGER_MODE:
+                self._wait_or_eager(call, qual in WAIT)
+                continue
             if qual not in MARK_STEP:
                 continue
             wait = next((k.value for k in call.keywords if k.arg == "wait"), None)
@@ -480,6 +489,80 @@ class _Decisions:
             elif alone:
                 if self.report("NM103", call, call=self.short(call)):
                     self.fixes.append((call, statement))
+
+    def _waits_called(self) -> None:
+        """Every spelling of `wait_device_ops` is a call's function or an import's name: a wait passed on as a
+        function (`sync=xm.wait_device_ops`, `MarkStep._wait_function`) is left to LibCST, as is any other
+        spelling (a comment, a string), which LibCST's tree may hold as a name."""
+        tree = self.tree
+        spelled = tree.text.count("wait_device_ops")
+        called = sum(1 for call in tree.calls if (call.func.attr if call.func.__class__ is ast.Attribute else
+                                                   getattr(call.func, "id", None)) == "wait_device_ops")
+        imported = sum(1 for node in tree.imports for alias in node.names
+                       for name in (alias.name, alias.asname) if name and "wait_device_ops" in name)
+        if spelled != called + imported or any(node.__class__ is ast.Import or alias.asname
+                                                for node in tree.imports for alias in node.names
+                                                if "wait_device_ops" in alias.name):
+            raise Unsure("torch_xla's wait, which may be passed as a function")
+
+    def _wait_or_eager(self, call: ast.Call, wait: bool) -> None:
+        """`xm.wait_device_ops()` with no argument becomes the device's synchronize (NM104,
+        `execution.wait_for_device`; its arguments are NM199's); `eager_mode(True)` or `(False)` as a statement
+        goes (NM103: the native backend runs each operation as it is issued; a computed switch is NM199's)."""
+        from neuron_migrate.rules.target import ACCELERATOR
+
+        statement = self.tree.statement.get(id(call))
+        if wait:
+            if call.args or call.keywords:
+                return
+            if self.settings.device_style == ACCELERATOR:
+                raise Unsure("the portable style's synchronize statement")
+            if self.report("NM104", call, call=self.short(call), fixed=self.target().synchronize_call()):
+                self.fixes.append((call, call))
+        elif _switch(call) is not None and statement.__class__ is ast.Expr and statement.value is call:
+            if self.report("NM103", call, call=self.short(call)):
+                self.fixes.append((call, statement))
+
+    # EagerStepOfCompiledBase: a subclass's eager step, where its base compiles the step (NM259)
+    def eager_step(self) -> None:
+        """`EagerStepOfCompiledBase`'s NM259: under `eager_mode(True)`, a method of a derived class assigns
+        `self.<attr> = self.<method>`, where `<attr>` is an attribute a base class in another module assigns a
+        compiled training step (`project.base_compiled`): the step runs under `torch.compiler.set_stance`. A file
+        that compiles a step itself (`torch_xla.compile(...)`, whose training step the rule reads on LibCST's
+        tree), and an assignment that shares its line, spans lines or holds parentheses, go to LibCST."""
+        from neuron_migrate.rules.compile import TORCH_XLA_COMPILE
+        from neuron_migrate.rules.execution import EAGER_MODE
+
+        tree = self.tree
+        eager = False
+        for call in tree.calls:
+            qual = self.qualname(call.func, "torch_xla")
+            if qual in EAGER_MODE and _switch(call) is True:
+                eager = True
+            elif qual in TORCH_XLA_COMPILE and (call.args or call.keywords):
+                raise Unsure("a step compiled in the file")
+        project = self.settings.project
+        elsewhere = set(project.base_compiled) if project is not None else set()
+        if not eager or not elsewhere:
+            return
+        for node in nodes(self.module):
+            if node.__class__ is not ast.Assign or len(node.targets) != 1:
+                continue
+            target, value = node.targets[0], node.value
+            if target.__class__ is not ast.Attribute or target.value.__class__ is not ast.Name \
+                    or value.__class__ is not ast.Attribute or value.value.__class__ is not ast.Name:
+                continue
+            scope = self.scope(value.value)
+            if not (_is_self(target.value.id, scope) and _is_self(value.value.id, scope)) \
+                    or not scope.parent.node.bases or target.attr not in elsewhere:
+                continue
+            line = self.tree.line_text(node.lineno)
+            if node.end_lineno != node.lineno or "#" in line or ";" in line or "(" in self.tree.segment(node):
+                raise Unsure("an assignment LibCST may spell otherwise")
+            fixed = f"{self.module_ref_in('torch', None, scope)}.compiler.set_stance(" \
+                f"{self.string('force_eager')})({self.tree.segment(value)})"
+            self.report("NM259", value, assignment=" ".join(self.tree.segment(node).split()), fixed=fixed,
+                        base="NM110 in the module it comes from")
 
     def _in_forward(self, scope: Scope) -> bool:
         """`execution._in_forward` on the scopes of Python's tree: the code runs in a method `forward`, or in any
@@ -1638,6 +1721,25 @@ class _Decisions:
         return self._scopes[id(node)]
 
 
+def _switch(call: ast.Call) -> bool | None:
+    """`execution._switch`: the call's one argument (`enable`) is the literal True or False; None otherwise."""
+    given = [*call.args, *call.keywords]
+    if len(given) != 1 or (call.keywords and call.keywords[0].arg != "enable"):
+        return None
+    value = _value(given[0])
+    return value.value if value.__class__ is ast.Constant and value.value.__class__ is bool else None
+
+
+def _is_self(name: str, scope: Scope) -> bool:
+    """`compile._is_self` on the scopes of Python's tree: `name` is the first parameter (not positional-only) of
+    the undecorated method (`async` too, a FunctionDef to LibCST) `scope` is the body of."""
+    node = scope.node
+    if scope.kind != "function" or scope.parent is None or scope.parent.kind != "class" \
+            or node.__class__ not in (ast.FunctionDef, ast.AsyncFunctionDef) or not node.args.args:
+        return False
+    return node.args.args[0].arg == name and not node.decorator_list
+
+
 def _number_or_name(value: ast.expr, tree: notes._Tree) -> str:
     """LibCST's code for an argument that is a name or a number (signed) as written; Unsure for anything else."""
     inner = value.operand if value.__class__ is ast.UnaryOp and value.op.__class__ is ast.USub else value
@@ -1748,7 +1850,8 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "UnsupportedApi": "unsupported_api", "CudaDeviceString": "cuda_device_string",
           "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step", "Save": "save", "Load": "load",
           "Collectives": "collectives", "RankAndWorldSize": "rank_and_world_size",
-          "ProcessGroup": "process_group"}
+          "ProcessGroup": "process_group",
+          "EagerStepOfCompiledBase": "eager_step"}
 # rules whose findings take reads of torch_xla names away (their fixes: `_Decisions.fixes`) or keep them handled
 _TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives", "RankAndWorldSize"})
 # they report only where the file moves to neuron
