@@ -1343,6 +1343,24 @@ LEGACY_READS = {
             log(dist.init_process_group(args.other_backend))  # no statement of its own: nothing goes before it
             return group
         """, ["NM190", "NM201", "NM201", "NM201"]),
+    "tensors placed on the device, a model on the CPU (NM107 finds no model on it)": ("""\
+        import torch
+        import torch.nn as nn
+        import torch_xla.core.xla_model as xm
+
+
+        class Net(nn.Module):
+            pass
+
+
+        def norms(model: nn.Module, net=Net()):
+            t = torch.ones(2).to(xm.xla_device())
+            torch.zeros(3).to(xm.xla_device())
+            model.to("cpu")
+            net.to(device="cpu")
+            n = nn.Linear(2, 2).parameters()
+            return t, model.parameters()
+        """, ["NM190", "NM101", "NM101"]),
     "eager mode switched on and off, the device waited for": ("""\
         import torch
         import torch_xla
@@ -1388,10 +1406,26 @@ LEGACY_READS_TO_LIBCST = {
                                               "import torch_xla.core.xla_model as xm\ndevice = xm.xla_device()\n"
                                               "model = nn.Linear(2, 2).to(device)\n",
                                               ["NM190", "NM101", "NM107"]),
-    "a tensor placed on the device (NM107 finds no model)": ("import torch\nimport torch.nn as nn\n"
-                                                             "import torch_xla.core.xla_model as xm\n"
-                                                             "t = torch.ones(2).to(xm.xla_device())\n"
-                                                             "n = nn.Linear(2, 2).parameters()\n", ["NM190", "NM101"]),
+    "a model of the file's class placed (NM107)": ("import torch\nimport torch.nn as nn\n"
+                                                   "import torch_xla.core.xla_model as xm\n\n\n"
+                                                   "class Net(nn.Module):\n    pass\n\n\nclass Big(Net):\n    pass\n\n\n"
+                                                   "net = Big().eval().to(xm.xla_device())\n",
+                                                   ["NM190", "NM107", "NM101"]),
+    "a placed name used as a module (NM107)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                               "m = build()\nm.to(xm.xla_device())\nm.train()\n",
+                                               ["NM190", "NM107", "NM101"]),
+    "a module annotated, placed (NM107)": ("import torch\nfrom torch import nn\nimport torch_xla.core.xla_model as xm\n"
+                                           "\n\ndef place(model: nn.Module):\n    model.to(xm.xla_device())\n",
+                                           ["NM190", "NM107", "NM101"]),
+    "a pretrained model placed (NM107)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                          "from transformers import AutoModelForCausalLM\n"
+                                          "model = AutoModelForCausalLM.from_pretrained('x')\n"
+                                          "model.to(xm.xla_device())\n", ["NM190", "NM107", "NM101"]),
+    "a tensor placed where a step is compiled with torch_xla": ("import torch\nimport torch_xla\n"
+                                                                "import torch_xla.core.xla_model as xm\n"
+                                                                "t = torch.ones(2).to(xm.xla_device())\n"
+                                                                "step = torch_xla.compile(f)\n", ["NM190", "NM101",
+                                                                                                  "NM110"]),
     "torch.device set with setattr": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                       "setattr(torch, 'device', lambda *a: xm.xla_device())\n", ["NM101"]),
     "a step with devices (NM199)": ("import torch\nimport torch_xla.core.xla_model as xm\n"

@@ -36,7 +36,9 @@ notes?):
 - Every rule left to run after the pre-filters is one of these twenty-one, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
-  it follows may be given the XLA device (`_placements_quiet`: a file of tensors moved, not models). The file has
+  it follows may both be given the XLA device and move a module (`_placements_quiet`, `_may_be_modules`: a file
+  of tensors moved to the device, of models kept on the CPU; a file that compiles a step with torch_xla, whose
+  model the rule takes for a module, is left to LibCST). The file has
   no suppression comments (process_python asks only then), so nothing else can come out of the pass but its
   markers (NM900, each `# TODO(neuron-migrate ...)` as found). A marker of a code on the comment lines right above
   a statement, at its indentation, stands for that code's finding there, as LibCST's leading lines of the
@@ -1891,10 +1893,12 @@ def _xla_quiet(walked: notes._Tree) -> bool:
 def _placements_quiet(walked: notes._Tree, tree: ast.Module, settings) -> bool:
     """Whether `CompilePlacedModel` (NM107) reports nothing in a file that may import torch_xla: no placement it
     follows (`x = y.to(d)` with one target, or `y.to(d)` as a statement, `d` the one argument, positional or
-    `device=`) is given what may be the XLA device, as the rule's `_is_device` asks, in any order and scope: a call
-    of torch_xla's device function or of `torch.device`, a string or an f-string naming xla, either branch of
-    `a if c else b`, or a name whose last part some assignment (one target, a name or an attribute chain) gives
-    such a value, one name to the next (`self.device = device`). (`settings.compile` off, it reports nothing.)"""
+    `device=`) is given what may be the XLA device and moves what may be a module, as the rule asks, in any order
+    and scope. The device, as `_is_device` asks: a call of torch_xla's device function or of `torch.device`, a
+    string or an f-string naming xla, either branch of `a if c else b`, or a name whose last part some assignment
+    (one target, a name or an attribute chain) gives such a value, one name to the next (`self.device = device`).
+    The module, as `_modules` and `_builds_module` ask (`_may_be_modules`). (`settings.compile` off, it reports
+    nothing.)"""
     from neuron_migrate.rules.device import XLA_DEVICE
 
     if not settings.compile:
@@ -1918,28 +1922,115 @@ def _placements_quiet(walked: notes._Tree, tree: ast.Module, settings) -> bool:
         parts = _dotted(expr)
         return bool(parts) and parts[-1] in names
 
-    assigned: list[tuple[str, ast.expr]] = []
-    given: list[ast.expr] = []  # the device each placement is given
+    assigned: list[tuple[list[str], ast.expr]] = []
+    given: list[tuple[ast.expr, str | None, ast.expr]] = []  # (the device, the name placed, the object moved)
     for node in nodes(tree):
         kind = node.__class__
         if kind is ast.Assign and len(node.targets) == 1:
             parts = _dotted(node.targets[0])
             if parts:
-                assigned.append((parts[-1], node.value))
-                given += _placed_on(node.value)
+                assigned.append((parts, node.value))
+                given += [(device, ".".join(parts), node.value.func.value) for device in _placed_on(node.value)]
         elif kind is ast.Expr:
-            given += _placed_on(node.value)
+            moved = node.value.func.value if _placed_on(node.value) else None
+            given += [(device, ".".join(_dotted(moved) or ()) or None, moved) for device in _placed_on(node.value)]
     if not given:
         return True
     names: set[str] = set()
     changed = True
     while changed:
         changed = False
-        for name, value in assigned:
-            if name not in names and may_be_device(value, names):
-                names.add(name)
+        for parts, value in assigned:
+            if parts[-1] not in names and may_be_device(value, names):
+                names.add(parts[-1])
                 changed = True
-    return not any(may_be_device(device, names) for device in given)
+    placed = [(name, moved) for device, name, moved in given if may_be_device(device, names) and name is not None]
+    if not placed:
+        return True
+    builds = _may_be_modules(walked, tree)
+    return builds is not None and not any(builds(moved, name) for name, moved in placed)
+
+
+def _may_be_modules(walked: notes._Tree, tree: ast.Module) -> Callable[[ast.expr, str], bool] | None:
+    """`CompilePlacedModel._modules` and `_builds_module` on Python's tree, as a test `builds(moved, name)`: the
+    name placed may hold a module, or the object moved may build one. Each name's qualified name is any an import of
+    it binds (LibCST's `qualname` is the one import the scope finds), so the test says yes wherever the rule may;
+    None where the file compiles a step with torch_xla (the rule takes its model for a module: `_eager_step_model`,
+    read on LibCST's tree)."""
+    from neuron_migrate.rules.compile import (FACTORIES, LOADERS, MODULE_BASES, MODULE_ONLY, NOT_MODULES,
+                                              PRETRAINED_MODEL, RETURNS_SELF, TORCH_XLA_COMPILE, _nn_class)
+
+    imported = walked.imported
+
+    def quals(expr: ast.expr) -> list[str]:
+        parts = _dotted(expr)
+        return [".".join([q, *parts[1:]]) for q in imported.get(parts[0], ())] if parts else []
+
+    def module_class(expr: ast.expr, classes: set[str]) -> bool:
+        return any(q in MODULE_BASES or _nn_class(q) for q in quals(expr)) \
+            or ".".join(_dotted(expr) or ()) in classes
+
+    defined: list[ast.ClassDef] = []
+    used: set[str] = set()  # owners of a module-only method called (`model.parameters()`)
+    annotated: list[tuple[str, ast.expr]] = []
+    assigned: list[tuple[str, ast.expr]] = []
+    for node in nodes(tree):
+        kind = node.__class__
+        if kind is ast.Call:
+            if not TORCH_XLA_COMPILE.isdisjoint(quals(node.func)):
+                return None
+            func = node.func
+            if func.__class__ is ast.Attribute and func.attr in MODULE_ONLY and _dotted(func.value):
+                used.add(".".join(_dotted(func.value)))
+        elif kind is ast.ClassDef:
+            defined.append(node)
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef):
+            if any(not TORCH_XLA_COMPILE.isdisjoint(quals(d)) for d in node.decorator_list):
+                return None
+            arguments = node.args
+            for a in [*arguments.posonlyargs, *arguments.args, arguments.vararg, *arguments.kwonlyargs,
+                      arguments.kwarg]:
+                if a is not None and a.annotation is not None:
+                    annotated.append((a.arg, a.annotation))
+        elif kind is ast.Assign and len(node.targets) == 1 and _dotted(node.targets[0]):
+            assigned.append((".".join(_dotted(node.targets[0])), node.value))
+        elif kind is ast.AnnAssign and _dotted(node.target):
+            name = ".".join(_dotted(node.target))
+            annotated.append((name, node.annotation))
+            if node.value is not None:
+                assigned.append((name, node.value))
+    classes: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for node in defined:
+            if node.name not in classes and any(module_class(base, classes) for base in node.bases):
+                classes.add(node.name)
+                changed = True
+    modules = used | {name for name, annotation in annotated if module_class(annotation, classes)}
+
+    def builds(expr: ast.expr) -> bool:
+        while expr.__class__ is ast.Call and expr.func.__class__ is ast.Attribute and expr.func.attr in RETURNS_SELF:
+            expr = expr.func.value
+        if expr.__class__ is not ast.Call:
+            return ".".join(_dotted(expr) or ()) in modules
+        func = expr.func
+        if func.__class__ is ast.Name and func.id in classes:
+            return True
+        if any((_nn_class(q) or q in FACTORIES or q.startswith("torchvision.models."))
+               and q.split(".")[-1] not in NOT_MODULES for q in quals(func)):
+            return True
+        return func.__class__ is ast.Attribute and func.attr in LOADERS and any(
+            q.startswith(("transformers.", "diffusers.")) and PRETRAINED_MODEL.search(q) for q in quals(func.value))
+
+    changed = True
+    while changed:
+        changed = False
+        for name, value in assigned:
+            if name not in modules and builds(value):
+                modules.add(name)
+                changed = True
+    return lambda moved, name: name in modules or builds(moved)
 
 
 def _placed_on(value: ast.expr) -> list[ast.expr]:
