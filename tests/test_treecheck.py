@@ -1408,8 +1408,8 @@ LEGACY_READS_TO_LIBCST = {
                                               ["NM190", "NM101", "NM107"]),
     "a model of the file's class placed (NM107)": ("import torch\nimport torch.nn as nn\n"
                                                    "import torch_xla.core.xla_model as xm\n\n\n"
-                                                   "class Net(nn.Module):\n    pass\n\n\nclass Big(Net):\n    pass\n\n\n"
-                                                   "net = Big().eval().to(xm.xla_device())\n",
+                                                   "class Net(nn.Module):\n    pass\n\n\nclass Big(Net):\n    pass\n"
+                                                   "\n\nnet = Big().eval().to(xm.xla_device())\n",
                                                    ["NM190", "NM107", "NM101"]),
     "a placed name used as a module (NM107)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
                                                "m = build()\nm.to(xm.xla_device())\nm.train()\n",
