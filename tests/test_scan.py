@@ -29,6 +29,13 @@ from tests.test_prefilter import CORPUS
 # Spellings the predicates must see through: aliases, imports inside functions, module aliases, names imported
 # by name, NumPy values, methods; and the look-alikes they must clear (`re.compile`, a convolution's `padding`).
 EDGE_CASES = [
+    # NM210 / NM211: torch_xla's device loader under a name of its own, and a ParallelLoader's per-device loader
+    'import torch_xla.core.xla_model as xm\nfrom torch_xla.distributed.parallel_loader import MpDeviceLoader as DL\n'
+    'def train(loader, model):\n    device = xm.xla_device()\n    for x, y in DL(loader, device):\n'
+    '        model(x)\n',
+    'import torch_xla.distributed.parallel_loader as pl\n\n\ndef run(loader, device, step):\n'
+    '    para = pl.ParallelLoader(loader, [device])\n    for batch in para.per_device_loader(device):\n'
+    '        step(batch)\n',
     # NM313: a DataLoader imported under another name, torch.compile through a module alias
     'import torch as th\nfrom torch.utils.data import DataLoader as DL\n'
     'model = th.compile(Net())\nloader = DL(ds, batch_size=8)\n',

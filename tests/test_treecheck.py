@@ -1361,6 +1361,14 @@ LEGACY_READS = {
             n = nn.Linear(2, 2).parameters()
             return t, model.parameters()
         """, ["NM190", "NM101", "NM101"]),
+    "waits where torch is not imported (the fix imports it)": ("""\
+        import torch_xla.core.xla_model as xm
+
+
+        def sync():
+            xm.wait_device_ops()
+            xm.mark_step(wait=True)
+        """, ["NM190", "NM104", "NM104"]),
     "eager mode switched on and off, the device waited for": ("""\
         import torch
         import torch_xla
@@ -1371,7 +1379,7 @@ LEGACY_READS = {
         def run(step):
             torch_xla.experimental.eager_mode(True)
             step()
-            xm.wait_device_ops()
+            xm.wait_device_ops()  # a comment may name wait_device_ops: LibCST's tree holds no name there
             if step: wait_device_ops()
             torch_xla.experimental.eager_mode(enable=False); xm.mark_step()
         """, ["NM190"] * 3 + ["NM103", "NM104", "NM104", "NM103", "NM103"]),
@@ -1443,8 +1451,11 @@ LEGACY_READS_TO_LIBCST = {
     "torch_xla's wait imported under a name of its own": ("import torch\n"
                                                           "from torch_xla.core.xla_model import wait_device_ops as w\n"
                                                           "sync = w\n", ["NM190", "NM104"]),
-    "torch_xla's wait named in a comment": ("import torch\nimport torch_xla.core.xla_model as xm\n"
-                                            "xm.mark_step()  # then xm.wait_device_ops()\n", ["NM190", "NM103"]),
+    "a wait where a parameter is named torch": ("import torch_xla.core.xla_model as xm\n\n\n"
+                                                 "def sync(torch):\n    xm.wait_device_ops()\n", ["NM199"]),
+    "a parameter named as torch_xla's wait": ("import torch\nimport torch_xla.core.xla_model as xm\n\n\n"
+                                              "def f(wait_device_ops=None):\n    xm.wait_device_ops()\n",
+                                              ["NM190", "NM104"]),
     "a computed eager switch": ("import torch\nimport torch_xla\n\ntorch_xla.experimental.eager_mode(flag)\n",
                                 ["NM199"]),
     "eager mode switched on as a value": ("import torch\nimport torch_xla\n\n"

@@ -349,9 +349,13 @@ class _Decisions:
         return self.torch()
 
     def torch(self) -> str:
-        """`ctx.module_ref("torch")`: the one name the module scope binds to torch, bound nowhere else."""
+        """`ctx.module_ref("torch")`: the one name the module scope binds to torch, bound nowhere else; or `torch`
+        where no scope binds that name or another to torch (the fix imports it)."""
         if self._torch is None:
             names = [n for n, quals in self.tree.imported.items() if "torch" in quals]
+            if not names and not any("torch" in scope.bindings for scope in self.names().scopes):
+                self._torch = "torch"
+                return self._torch
             if len(names) != 1:
                 raise Unsure("torch is imported under several names, or not at all")
             name = names[0]
@@ -493,15 +497,15 @@ class _Decisions:
                     self.fixes.append((call, statement))
 
     def _waits_called(self) -> None:
-        """Every spelling of `wait_device_ops` is a call's function or an import's name: a wait passed on as a
-        function (`sync=xm.wait_device_ops`, `MarkStep._wait_function`) is left to LibCST, as is any other
-        spelling (a comment, a string), which LibCST's tree may hold as a name."""
+        """Every spelling of `wait_device_ops` where LibCST's tree holds a name (`_census`: not a comment) is a
+        call's function or an import's name: a wait passed on as a function (`sync=xm.wait_device_ops`,
+        `MarkStep._wait_function`), imported under a name of its own, or spelled otherwise (a parameter, a string
+        that is the name) is left to LibCST."""
         tree = self.tree
-        spelled = tree.text.count("wait_device_ops")
+        spelled = _census(self.module, {"wait_device_ops"})["wait_device_ops"]
         called = sum(1 for call in tree.calls if (call.func.attr if call.func.__class__ is ast.Attribute else
                                                    getattr(call.func, "id", None)) == "wait_device_ops")
-        imported = sum(1 for node in tree.imports for alias in node.names
-                       for name in (alias.name, alias.asname) if name and "wait_device_ops" in name)
+        imported = sum(1 for node in tree.imports for alias in node.names if alias.name == "wait_device_ops")
         if spelled != called + imported or any(node.__class__ is ast.Import or alias.asname
                                                 for node in tree.imports for alias in node.names
                                                 if "wait_device_ops" in alias.name):

@@ -85,6 +85,13 @@ def tree_mover(ctx):
 class DeviceLoaders(Rule):
     codes = ("NM210", "NM211", "NM247")
     triggers = (b"MpDeviceLoader", b"per_device_loader")
+    tree_predicate_any_selection = True
+
+    @classmethod
+    def may_match_tree(cls, scan, settings) -> bool:
+        """Every report is on a device loader's call (`_device_loader`): of a name that can be torch_xla's
+        `MpDeviceLoader`, or of an attribute `per_device_loader` (a loader's name in a comment calls nothing)."""
+        return scan.any_qual(MP_DEVICE_LOADER) or "per_device_loader" in scan.called
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
