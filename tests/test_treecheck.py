@@ -1369,6 +1369,19 @@ LEGACY_READS = {
             xm.wait_device_ops()
             xm.mark_step(wait=True)
         """, ["NM190", "NM104", "NM104"]),
+    "torch_xla's CPU copies of checkpoints (NM243)": ("""\
+        import torch
+        import torch_xla.core.xla_model as xm
+        from torch_xla.core.xla_model import _maybe_convert_to_cpu
+
+
+        def host(state, keep, step=0):
+            cpu = xm._maybe_convert_to_cpu(state)
+            pair = (xm._maybe_convert_to_cpu(state, convert=keep), _maybe_convert_to_cpu(data=state, convert=True))
+            torch.save(xm._maybe_convert_to_cpu(state, keep), "a.pt")
+            plain = [xm._maybe_convert_to_cpu(state, False), xm._maybe_convert_to_cpu(step + 1, convert=False)]
+            return cpu, pair, plain, xm._maybe_convert_to_cpu(1.5, False)
+        """, ["NM190", "NM190"] + ["NM243"] * 7),
     "eager mode switched on and off, the device waited for": ("""\
         import torch
         import torch_xla
@@ -1453,6 +1466,17 @@ LEGACY_READS_TO_LIBCST = {
                                                           "sync = w\n", ["NM190", "NM104"]),
     "a wait where a parameter is named torch": ("import torch_xla.core.xla_model as xm\n\n\n"
                                                  "def sync(torch):\n    xm.wait_device_ops()\n", ["NM199"]),
+    "a CPU copy with another argument (NM199)": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                                 "c = xm._maybe_convert_to_cpu(s, True, 1)\n", ["NM199"]),
+    "a CPU copy of a string": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                               "c = xm._maybe_convert_to_cpu('a' 'b', False)\n", ["NM190", "NM243"]),
+    "a CPU copy's argument in parentheses": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                             "c = xm._maybe_convert_to_cpu((s), keep)\n", ["NM190", "NM243"]),
+    "a CPU copy's arguments starred": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                       "c = xm._maybe_convert_to_cpu(*a)\n", ["NM199"]),
+    "a CPU copy that reads torch_xla in its argument": ("import torch\nimport torch_xla.core.xla_model as xm\n"
+                                                        "c = xm._maybe_convert_to_cpu(xm.get_memory_info(d))\n",
+                                                        ["NM243", "NM199"]),
     "a parameter named as torch_xla's wait": ("import torch\nimport torch_xla.core.xla_model as xm\n\n\n"
                                               "def f(wait_device_ops=None):\n    xm.wait_device_ops()\n",
                                               ["NM190", "NM104"]),

@@ -1,7 +1,8 @@
 """A `check` of a file that reads torch_xla's names only where the ported rules' fixes take them away or their
 handled calls keep them (or is asked for no finding a torch_xla import makes), decided on Python's tree: its
 device calls (NM101), its steps and waits (NM103, NM104, NM113), eager mode and a subclass's eager step (NM103,
-NM259), a process group's backend (NM201), its ranks (NM203), its rendezvous (NM205), the xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its
+NM259), a process group's backend (NM201), its ranks (NM203), its rendezvous (NM205), its CPU copies (NM243), the
+xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its
 CUDA leftovers (NM320-NM323), float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
@@ -33,7 +34,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these twenty-one, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these twenty-two, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
   it follows may both be given the XLA device and move a module (`_placements_quiet`, `_may_be_modules`: a file
@@ -88,6 +89,10 @@ notes?):
   name as a backend, it reports nothing (`_XLA_QUIET`).
 - RankAndWorldSize's NM203 on the rank and world-size calls and the master test, spelled with `env_int` as
   Collectives' world size is; a call in parentheses, or an argument LibCST may spell otherwise, goes to LibCST.
+- CpuCopy's NM243 on `xm._maybe_convert_to_cpu(data, convert)`, as the rule spells it (PyTorch's tree walk of the
+  data, the data itself where `convert` is False, or either as it says, in parentheses where its place binds
+  tighter: `_loose`); its fix takes the function away and keeps the arguments' reads. A star, an argument in
+  parentheses, over several lines or a string goes to LibCST.
 - Save's and Load's NM222 on an xser save or load the program chooses (`checkpoint.xser_chosen` on Python's tree:
   a function named for xser, or a branch an option named so selects; `chosen_fields`), kept as written. Every
   other save or load (the rules rewrite it) and `xm.save` passed on as a function go to LibCST.
@@ -792,6 +797,48 @@ class _Decisions:
         if body[site].__class__ in (ast.FunctionDef, ast.AsyncFunctionDef):
             return True
         return site > last
+
+    # CpuCopy: torch_xla's CPU copy of a structure of tensors becomes PyTorch's tree walk (NM243)
+    def cpu_copy(self) -> None:
+        """`CpuCopy`'s NM243 on `xm._maybe_convert_to_cpu(data, convert=...)`: the CPU copy of every tensor in
+        `data` (`checkpoint.cpu_copy`), `data` itself where `convert` is False, or either as `convert` says; its
+        fix takes the call's function away and keeps its arguments. Another argument reports nothing (NM199's); a
+        star, an argument in parentheses, over several lines or a string LibCST may spell otherwise, go to
+        LibCST."""
+        from neuron_migrate.rules.checkpoint import TO_CPU
+
+        tree = self.tree
+        for call in tree.calls:
+            if self.qualname(call.func, "torch_xla") not in TO_CPU:
+                continue
+            if _star(call):
+                raise Unsure("a starred argument")
+            data, convert = _argument(call, 0, "data"), _argument(call, 1, "convert")
+            if data is None or any(_value(a) is not data and _value(a) is not convert
+                                   for a in [*call.args, *call.keywords]):
+                continue
+            for value in (data, convert):
+                if value is not None and (self._parentheses(value) is not None or value.lineno != value.end_lineno
+                                          or value.__class__ is ast.Constant and value.value.__class__ in (str, bytes)):
+                    raise Unsure("an argument LibCST may spell otherwise")
+            flag = tree.segment(convert) if convert is not None else "True"
+            text = tree.segment(data)
+            scope = self.scope(call.func)
+            if flag == "False":
+                simple = data.__class__ in (ast.Name, ast.Attribute, ast.Call, ast.Subscript) or (
+                    data.__class__ is ast.Constant and (data.value is None or data.value.__class__ in (
+                        bool, int, float)))  # `patterns.paren`: LibCST's names, integers and floats
+                fixed = text if simple else f"({text})"
+            else:
+                pytree = self.module_ref_in("torch.utils._pytree", "pytree", scope)
+                torch = self.torch()
+                fixed = f"{pytree}.tree_map_only({torch}.Tensor, {torch}.Tensor.cpu, {text})"
+                if flag != "True":
+                    fixed = f"{fixed} if {flag} else {text}"
+                    if not _loose(self.parents().get(id(call)), call):
+                        fixed = f"({fixed})"
+            if self.report("NM243", call, call=self.short(call), fixed=fixed):
+                self.fixes.append((call, call.func))
 
     # Save / Load: an xser save or load the program chooses is kept (NM222)
     def save(self) -> None:
@@ -1857,9 +1904,9 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step", "Save": "save", "Load": "load",
           "Collectives": "collectives", "RankAndWorldSize": "rank_and_world_size",
           "ProcessGroup": "process_group",
-          "EagerStepOfCompiledBase": "eager_step"}
+          "EagerStepOfCompiledBase": "eager_step", "CpuCopy": "cpu_copy"}
 # rules whose findings take reads of torch_xla names away (their fixes: `_Decisions.fixes`) or keep them handled
-_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives", "RankAndWorldSize"})
+_TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives", "RankAndWorldSize", "CpuCopy"})
 # they report only where the file moves to neuron
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
 # rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that imports no torch_xla
