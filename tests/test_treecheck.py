@@ -206,6 +206,16 @@ DECIDED = {
                 out = model(batch.to('cuda', non_blocking=True))
             return out, a, b
         """, ["NM321", "NM321", "NM321", "NM321", "NM321"]),
+    "XLA device names in device positions": ("""\
+        import torch
+        from torch import ones
+
+        def place(model, batch):
+            model.to("xla")
+            a = ones(4, device='xla:1')
+            mask = torch.triu(torch.ones((1, 4), device="xla"), diagonal=1)
+            return model(batch.to(torch.device("xla:0"), non_blocking=True)), a, mask
+        """, ["NM102", "NM102", "NM102", "NM102"]),
     "XLA device names a rewrite left in comparisons (NM102, NM107 and NM201 have nothing to do)": ("""\
         import torch
 
@@ -770,9 +780,18 @@ HANDED_BACK = {
         model = Net()
         model.to(DEVICE)
         """, ["NM107"]),
-    "an XLA device name given as a device": ("""\
+    "an XLA device name in an f-string": ("""\
         import torch
-        x = y.to("xla")
+        x = y.to(f"xla:{rank}")
+        """, ["NM102"]),
+    "XLA autocast's device type (its fix writes XLA autocast's dtype)": ("""\
+        import torch
+        with torch.autocast("xla"):
+            pass
+        """, ["NM102"]),
+    "an XLA device compared": ("""\
+        import torch
+        same = t.device == torch.device("xla")
         """, ["NM102"]),
     "torch_xla's process-group method given": ("""\
         import torch
@@ -1002,6 +1021,13 @@ def test_python_tree_decides_the_common_forms_and_hands_back_what_it_cannot_be_s
     found, decided = _case(source, which, monkeypatch=monkeypatch)
     assert decided == on_tree, name
     assert [f[4] for f in found] == codes
+
+
+def test_xla_device_names_in_the_portable_style_go_to_libcst(monkeypatch):
+    """The portable style spells the device from a variable the fix defines: LibCST's rule writes it."""
+    found, decided = _case(DECIDED["XLA device names in device positions"][0], "portable", monkeypatch=monkeypatch)
+    assert not decided
+    assert [f[4] for f in found] == ["NM102"] * 4
 
 
 def test_a_trace_where_the_target_keeps_the_xla_inference_path_is_noted_on_python_s_tree(monkeypatch):

@@ -1,8 +1,8 @@
 """A `check` of a file that reads torch_xla's names only where the ported rules' fixes take them away or their
 handled calls keep them (or is asked for no finding a torch_xla import makes), decided on Python's tree: its
-device calls (NM101), its steps and waits (NM103, NM104, NM113), eager mode and a subclass's eager step (NM103,
-NM259), a process group's backend (NM201), its ranks (NM203), its rendezvous (NM205), its CPU copies (NM243), the
-xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its
+device calls and XLA device names (NM101, NM102), its steps and waits (NM103, NM104, NM113), eager mode and a
+subclass's eager step (NM103, NM259), a process group's backend (NM201), its ranks (NM203), its rendezvous (NM205),
+its CPU copies (NM243), the xser checkpoints it chooses (NM222) and the imports the fixes leave unread (NM190), its
 CUDA leftovers (NM320-NM323), float64 (NM401), the XLA stack's environment variables
 (NM403-NM405), torch_neuronx's traces and APIs (NM502-NM505; NM510 where the target keeps the XLA inference path),
 its Neuron libraries (NM506, NM524), NxD's inference APIs (NM507; NM510), optimum-neuron's trainer classes (NM508,
@@ -34,7 +34,7 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these twenty-two, or one of three that act on "xla" (NM102,
+- Every rule left to run after the pre-filters is one of these twenty-three, or one of three that act on "xla" (NM102,
   NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
   name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
   it follows may both be given the XLA device and move a module (`_placements_quiet`, `_may_be_modules`: a file
@@ -139,7 +139,9 @@ notes?):
   patches a function.
 - CudaDeviceString's names in device positions only (`.to("cuda")`, `torch.device("cuda")`, `device="cuda"` given
   to torch or a method, autocast's `device_type="cuda"`): a name anywhere else may join a group of device names
-  (rules/device_names.py), which LibCST's tree decides.
+  (rules/device_names.py), which LibCST's tree decides. XlaDeviceString's NM102 the same way (`_strong_positions`),
+  where the file may give an XLA device name as a device (else `_XLA_QUIET`); an f-string's name, autocast's XLA
+  device type (whose fix writes XLA autocast's dtype) and the portable style go to LibCST.
 - UnsupportedApi's references are `_references`' (as NeuronxTrace's), its sparse gradients a `sparse=True`
   keyword of an embedding; a conversion to a sparse layout (`x.to_sparse()`), which the rule reports on the
   attribute's name (no node of Python's tree), is left to LibCST.
@@ -992,23 +994,46 @@ class _Decisions:
         is LibCST's; so is a name spelled with a prefix, escapes or triple quotes, in parentheses or inside an
         f-string, and a device given to a call that is compared (`t.device == torch.device("cuda")`)."""
         from neuron_migrate.rules.cuda import CUDA_STRING
-        from neuron_migrate.rules.device import DEVICE_FIRST_ARG, _is_autocast
+
+        self._strong_positions([s for s in self.tree.strings if CUDA_STRING.match(s.value)], "NM321", "CUDA")
+
+    def xla_device_string(self) -> None:
+        """`XlaDeviceString`'s NM102 where every XLA device name of the file (`"xla"`, `"xla:1"`) stands in a strong
+        position, as `cuda_device_string` reads them: respelled `"neuron"`, with its index. An f-string's name, an
+        autocast's device type (whose fix writes XLA autocast's dtype) and the portable style go to LibCST, as do the
+        weak positions (a comparison, a `device_type=` tag) and the names groups may hold."""
+        from neuron_migrate.rules.patterns import DEVICE_PREFIX, DEVICE_STRING
+        from neuron_migrate.rules.target import ACCELERATOR
 
         tree = self.tree
-        literals = [s for s in tree.strings if CUDA_STRING.match(s.value)]
+        literals = [s for s in tree.strings if DEVICE_STRING.match(s.value)
+                    or id(s) in tree.in_fstring and DEVICE_PREFIX.match(s.value)]
+        if literals and self.settings.device_style == ACCELERATOR:
+            raise Unsure("the portable style's device names")
+        self._strong_positions(literals, "NM102", "XLA")
+
+    def _strong_positions(self, literals: list[ast.Constant], code: str, device: str) -> None:
+        """The device names `literals` (a device's name and its index, `device` says which), each in a strong
+        position (`XlaDeviceString.visit_Call`): `device=` given to a plain call (`_plain_call`), a device type given
+        to autocast (CUDA's only: XLA's fix writes autocast's dtype), the first argument of `.to(...)` on a plain
+        call or of `torch.device(...)`. Reported as `code`, respelled `neuron` with the index."""
+        from neuron_migrate.rules.device import DEVICE_FIRST_ARG, _is_autocast
+
         if not literals:
             return
+        tree = self.tree
         keywords = {id(k): c for c in tree.calls for k in c.keywords}
         operands = {id(o) for c in tree.compares for o in (c.left, *c.comparators)}
+        name = device.lower()
         for literal in literals:
             if id(literal) in tree.in_fstring:
-                raise Unsure("a CUDA device name inside an f-string")
+                raise Unsure(f"a {device} device name inside an f-string")
             text = tree.segment(literal)
             quote = text[:1]
             if quote not in ("'", '"') or text != f"{quote}{literal.value}{quote}":
-                raise Unsure("a CUDA device name with a prefix, escapes or triple quotes, or joined to another")
+                raise Unsure(f"a {device} device name with a prefix, escapes or triple quotes, or joined to another")
             if self._parentheses(literal) is not None:
-                raise Unsure("a CUDA device name in parentheses")  # the code the message quotes holds them
+                raise Unsure(f"a {device} device name in parentheses")  # the code the message quotes holds them
             parent = tree.parents.get(id(literal))
             if parent.__class__ is ast.keyword:
                 call = keywords.get(id(parent))
@@ -1023,10 +1048,12 @@ class _Decisions:
             else:
                 strong = False
             if not strong:
-                raise Unsure("a CUDA device name where a group of device names may hold it")
+                raise Unsure(f"a {device} device name where a group of device names may hold it")
             if id(call) in operands:
-                raise Unsure("a CUDA device compared")  # `XlaDeviceString._device_equality`
-            self.report("NM321", literal, text=text, fixed=f"{quote}neuron{literal.value[4:]}{quote}")
+                raise Unsure(f"a {device} device compared")  # `XlaDeviceString._device_equality`
+            if device == "XLA" and _is_autocast(qual):
+                raise Unsure("autocast's XLA device type")  # `XlaDeviceString._autocast_dtype`
+            self.report(code, literal, text=text, fixed=f"{quote}neuron{literal.value[len(name):]}{quote}")
 
     def _plain_call(self, call: ast.Call, qual: str | None) -> bool:
         """A call `DeviceNames.call` passes its device arguments through as device uses: not an option, an
@@ -1904,7 +1931,7 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
           "XlaDeviceCall": "xla_device_call", "MarkStep": "mark_step", "Save": "save", "Load": "load",
           "Collectives": "collectives", "RankAndWorldSize": "rank_and_world_size",
           "ProcessGroup": "process_group",
-          "EagerStepOfCompiledBase": "eager_step", "CpuCopy": "cpu_copy"}
+          "EagerStepOfCompiledBase": "eager_step", "CpuCopy": "cpu_copy", "XlaDeviceString": "xla_device_string"}
 # rules whose findings take reads of torch_xla names away (their fixes: `_Decisions.fixes`) or keep them handled
 _TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives", "RankAndWorldSize", "CpuCopy"})
 # they report only where the file moves to neuron
@@ -2154,8 +2181,8 @@ def _patched_bodies(tree: ast.Module) -> list[tuple[int, int]] | None:
 
 # the attribute each fix of a torch_xla read spells where it reads a name late (engine/patches.py): the device's
 # `torch.device`, `torch.neuron.synchronize`, `torch._dynamo.graph_break`, `dist.barrier`, `torch.neuron.set_device`
-# and torchrun's variables behind `os.environ.get`; a removal (NM103) spells none
-_FIX_READS = {"NM101": ("device",), "NM103": (), "NM104": ("synchronize",), "NM113": ("graph_break",),
+# and torchrun's variables behind `os.environ.get`; a removal (NM103) and a device name respelled (NM102) spell none
+_FIX_READS = {"NM101": ("device",), "NM102": (), "NM103": (), "NM104": ("synchronize",), "NM113": ("graph_break",),
               "NM201": ("set_device", "environ", "get"), "NM203": ("environ", "get"),
               "NM205": ("barrier", "environ", "get")}
 
@@ -2221,12 +2248,12 @@ def decide(path: str, text: str, tree: ast.Module, rules: list, settings, made: 
         names = {r.__name__ for r in rules}
         if names & _XLA_QUIET:
             quiet = _xla_quiet(walked)
-            if not quiet and ("XlaDeviceString" in names or "CompilePlacedModel" in names
-                              and not _placements_quiet(walked, tree, settings)):
+            if not quiet and "CompilePlacedModel" in names and not _placements_quiet(walked, tree, settings):
                 return None
-            # ProcessGroup's decisions are ported (`process_group`) where it may report
-            rules_left = [r for r in rules
-                          if r.__name__ not in _XLA_QUIET or not quiet and r.__name__ == "ProcessGroup"]
+            # ProcessGroup's and XlaDeviceString's decisions are ported (`process_group`, `xla_device_string`) where
+            # they may report
+            rules_left = [r for r in rules if r.__name__ not in _XLA_QUIET
+                          or not quiet and r.__name__ in ("ProcessGroup", "XlaDeviceString")]
         else:
             rules_left = rules
         cuda = any(r.__name__ in _CUDA_RULES for r in rules_left)
