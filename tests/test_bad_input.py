@@ -169,12 +169,20 @@ def test_deeply_nested_generated_table_is_still_migrated(tmp_path):
 
 
 def test_table_beyond_what_libcst_parses_is_reported_as_its_limit(tmp_path):
+    """`rewrite` names LibCST's limit and leaves the file alone; `check`, which decides this file on Python's tree
+    (its device call and its step), reports its findings without building LibCST's tree."""
     path = tmp_path / "generated.py"
-    path.write_bytes(LEGACY + _generated_table(6000))
-    proc = cli("check", str(path))
+    data = LEGACY + _generated_table(6000)
+    path.write_bytes(data)
+    proc = cli("rewrite", str(path))
     assert proc.returncode == 2
     assert f"{path}:6006:1: error: the rewriting parser (LibCST) cannot read this valid Python (" in proc.stderr
     assert "the file was left alone. Please report it at https://" in proc.stderr
+    assert path.read_bytes() == data
+    proc = cli("check", str(path))
+    assert proc.returncode == 1 and not proc.stderr
+    assert [line.split(": ")[1].split()[0] for line in proc.stdout.splitlines() if line.startswith(str(path))] \
+        == ["NM190", "NM101", "NM103"]
 
 
 def test_a_notebook_that_is_not_json_is_reported_and_the_rest_goes_on(tmp_path):
