@@ -34,9 +34,10 @@ cannot be sure, for the LibCST pass to decide as before. The two passes over a f
 ask it too: its notes, where engine/notes.py cannot decide them, and the probe (does it report more than its
 notes?):
 
-- Every rule left to run after the pre-filters is one of these twenty-three, or one of three that act on "xla" (NM102,
-  NM107, NM201: `_XLA_QUIET`) in a file where they report nothing: it imports no torch_xla and gives no XLA device
-  name as a device or a backend (a rewrite leaves `if backend == "xla":` behind); NM107 also where no placement
+- Every rule left to run after the pre-filters is one of these twenty-three, or NM107 in a file where it reports
+  nothing. Of the three rules that act on "xla" (NM102, NM107, NM201: `_XLA_QUIET`), none reports anything where
+  the file imports no torch_xla and gives no XLA device name as a device or a backend (a rewrite leaves
+  `if backend == "xla":` behind), which is decided without their walks; NM107 also where no placement
   it follows may both be given the XLA device and move a module (`_placements_quiet`, `_may_be_modules`: a file
   of tensors moved to the device, of models kept on the CPU; a file that compiles a step with torch_xla, whose
   model the rule takes for a module, is left to LibCST). The file has
@@ -1936,9 +1937,10 @@ _RULES = {"CudaMethod": "cuda_method", "TorchCudaApi": "torch_cuda_api", "Float6
 _TAKE_READS = frozenset({"XlaDeviceCall", "MarkStep", "Save", "Load", "Collectives", "RankAndWorldSize", "CpuCopy"})
 # they report only where the file moves to neuron
 _CUDA_RULES = frozenset({"CudaMethod", "TorchCudaApi", "CudaDeviceString"})
-# rules whose decisions are LibCST's, but which report nothing (and take no node) in a file that imports no torch_xla
-# and takes no XLA device name where a device, a device type or a process group's backend is given (`_xla_quiet`):
-# the "xla" their byte pre-filter found is a comparison's, a comment's (`if backend == "xla":` after a rewrite)
+# rules which report nothing (and take no node) in a file that imports no torch_xla and takes no XLA device name
+# where a device, a device type or a process group's backend is given (`_xla_quiet`): the "xla" their byte
+# pre-filter found is a comparison's, a comment's (`if backend == "xla":` after a rewrite); elsewhere NM102's and
+# NM201's decisions are ported in part (`xla_device_string`, `process_group`), NM107's are LibCST's
 _XLA_QUIET = frozenset({"XlaDeviceString", "CompilePlacedModel", "ProcessGroup"})
 # where an XLA device name stands without being given as a device: a comparison, a collection, a subscript, a return,
 # `a or b`, a statement of its own
@@ -2010,8 +2012,9 @@ def _placements_quiet(walked: notes._Tree, tree: ast.Module, settings) -> bool:
                 assigned.append((parts, node.value))
                 given += [(device, ".".join(parts), node.value.func.value) for device in _placed_on(node.value)]
         elif kind is ast.Expr:
-            moved = node.value.func.value if _placed_on(node.value) else None
-            given += [(device, ".".join(_dotted(moved) or ()) or None, moved) for device in _placed_on(node.value)]
+            for device in _placed_on(node.value):
+                moved = node.value.func.value
+                given.append((device, ".".join(_dotted(moved) or ()) or None, moved))
     if not given:
         return True
     names: set[str] = set()
