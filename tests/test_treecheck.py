@@ -214,7 +214,8 @@ DECIDED = {
             model.to("xla")
             a = ones(4, device='xla:1')
             mask = torch.triu(torch.ones((1, 4), device="xla"), diagonal=1)
-            return model(batch.to(torch.device("xla:0"), non_blocking=True)), a, mask
+            cache = batch.to("xla_cache")  # no device name: stays as it is
+            return model(batch.to(torch.device("xla:0"), non_blocking=True)), a, mask, cache
         """, ["NM102", "NM102", "NM102", "NM102"]),
     "XLA device names a rewrite left in comparisons (NM102, NM107 and NM201 have nothing to do)": ("""\
         import torch
@@ -1408,6 +1409,14 @@ LEGACY_READS = {
             plain = [xm._maybe_convert_to_cpu(state, False), xm._maybe_convert_to_cpu(step + 1, convert=False)]
             return cpu, pair, plain, xm._maybe_convert_to_cpu(1.5, False)
         """, ["NM190", "NM190"] + ["NM243"] * 7),
+    "a CPU copy through a function's own import, beside a method of that name": ("""\
+        import torch
+
+
+        def later(state, cache):
+            import torch_xla.core.xla_model as xla_model
+            return xla_model._maybe_convert_to_cpu(state), cache._maybe_convert_to_cpu(state)  # the cache's own
+        """, ["NM190", "NM243"]),
     "eager mode switched on and off, the device waited for": ("""\
         import torch
         import torch_xla

@@ -318,11 +318,8 @@ class _Decisions:
     def qualname(self, expr: ast.AST, under: str | None = None) -> str | None:
         """`ctx.qualname(expr)`: None where no import in any scope binds the chain's first name; with `under`,
         also where no import could make the chain a name under that module."""
-        parts = _dotted(expr)
-        quals = self.tree.imported.get(parts[0]) if parts else None
-        if not quals:
-            return None
-        if under is not None and not any(".".join([q, *parts[1:]]).startswith(under) for q in quals):
+        quals = _any_quals(self.tree, expr)
+        if not quals or under is not None and not any(q.startswith(under) for q in quals):
             return None
         try:
             return self.tree.qualname(expr)  # the module scope's bindings, where no other scope binds the name
@@ -1984,7 +1981,6 @@ def _placements_quiet(walked: notes._Tree, tree: ast.Module, settings) -> bool:
     if not settings.compile:
         return True
     devices = XLA_DEVICE | {"torch.device"}
-    imported = walked.imported
 
     def may_be_device(expr: ast.expr, names: set[str]) -> bool:
         kind = expr.__class__
@@ -1993,8 +1989,7 @@ def _placements_quiet(walked: notes._Tree, tree: ast.Module, settings) -> bool:
         if kind is ast.JoinedStr:
             return True
         if kind is ast.Call:
-            parts = _dotted(expr.func)
-            return bool(parts) and any(".".join([q, *parts[1:]]) in devices for q in imported.get(parts[0], ()))
+            return not devices.isdisjoint(_any_quals(walked, expr.func))
         if kind is ast.IfExp:
             return may_be_device(expr.body, names) or may_be_device(expr.orelse, names)
         if kind is ast.Starred:
@@ -2041,11 +2036,7 @@ def _may_be_modules(walked: notes._Tree, tree: ast.Module) -> Callable[[ast.expr
     from neuron_migrate.rules.compile import (FACTORIES, LOADERS, MODULE_BASES, MODULE_ONLY, NOT_MODULES,
                                               PRETRAINED_MODEL, RETURNS_SELF, TORCH_XLA_COMPILE, _nn_class)
 
-    imported = walked.imported
-
-    def quals(expr: ast.expr) -> list[str]:
-        parts = _dotted(expr)
-        return [".".join([q, *parts[1:]]) for q in imported.get(parts[0], ())] if parts else []
+    quals = functools.partial(_any_quals, walked)
 
     def module_class(expr: ast.expr, classes: set[str]) -> bool:
         return any(q in MODULE_BASES or _nn_class(q) for q in quals(expr)) \
@@ -2112,6 +2103,16 @@ def _may_be_modules(walked: notes._Tree, tree: ast.Module) -> Callable[[ast.expr
                 modules.add(name)
                 changed = True
     return lambda moved, name: name in modules or builds(moved)
+
+
+def _any_quals(walked: notes._Tree, expr: ast.AST) -> list[str]:
+    """Every dotted name a name chain may stand for: its first name as each import in any scope binds it (LibCST's
+    `qualname` is the one the chain's scope finds, one of these); none for no chain or a name no import binds."""
+    parts = _dotted(expr)
+    if not parts:
+        return []
+    rest = parts[1:]
+    return [".".join([q, *rest]) for q in walked.imported.get(parts[0], ())]
 
 
 def _placed_on(value: ast.expr) -> list[ast.expr]:
